@@ -1,0 +1,280 @@
+"""The LLM gateway: concurrency limits, the one retry layer, JSON parsing and validation.
+
+Attempt budget of one :meth:`LLMGateway.structured` call: up to
+``gateway.max_attempts`` requests for transient failures (429, 5xx, timeouts,
+connection errors), with capped exponential backoff and full jitter; then, if the
+output does not validate, one corrective re-ask with its own ``max_attempts``.
+At most ``2 * max_attempts`` requests. Nothing else retries: the SDK's own retries
+are off and callers do not retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from typing import Any, TypeVar
+
+import json_repair
+import openai
+from pydantic import BaseModel, ValidationError
+
+from amaris.context import request_id_var
+from amaris.llm.call_log import CallLog
+from amaris.llm.providers import ChatProvider, Completion
+from amaris.settings import Settings
+
+T = TypeVar("T", bound=BaseModel)
+log = logging.getLogger("amaris.llm")
+
+_TRANSIENT_STATUS = {408, 409, 425, 429}
+# Every other 5xx is transient (500-504, and the 52x/529 of proxies and overloaded
+# providers), except the two that say the server will never handle this request.
+_PERMANENT_SERVER_STATUS = {501, 505}
+
+
+class LLMUnavailableError(RuntimeError):
+    """The endpoint failed after every attempt, or refused the request."""
+
+
+class LLMOutputError(RuntimeError):
+    """The model's output did not validate, even after the corrective re-ask."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors worth another attempt: rate limits, server errors, timeouts, lost connections."""
+    if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError | asyncio.TimeoutError):
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        code = exc.status_code
+        return code in _TRANSIENT_STATUS or (code >= 500 and code not in _PERMANENT_SERVER_STATUS)
+    return False
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    if isinstance(exc, openai.APIStatusError):
+        value = exc.response.headers.get("retry-after")
+        if value:
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                return None
+    return None
+
+
+def parse_json_object(text: str) -> tuple[dict[str, Any], bool]:
+    """Parse a JSON object from model output; returns (object, repaired).
+
+    Raises:
+        ValueError: no JSON object can be recovered.
+    """
+    stripped = text.strip()
+    try:
+        value = json.loads(stripped)
+        if isinstance(value, dict):
+            return value, False
+    except json.JSONDecodeError:
+        pass
+    repaired = json_repair.loads(stripped)
+    if isinstance(repaired, dict) and repaired:
+        return repaired, True
+    raise ValueError("output is not a JSON object")
+
+
+class LLMGateway:
+    """Every agent's way to an LLM."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        providers: dict[str, ChatProvider],
+        call_log: CallLog | None = None,
+    ) -> None:
+        self._settings = settings
+        self._providers = providers
+        self._log = call_log or CallLog(None)
+        limits = settings.concurrency
+        self._total = asyncio.Semaphore(limits.total) if limits.total else None
+        self._per_agent = {
+            agent: asyncio.Semaphore(getattr(limits, agent))
+            for agent in providers
+            if getattr(limits, agent, None)
+        }
+        self.stats: Counter[str] = Counter()
+        """Counters ``<agent>.<outcome>``, ``<agent>.prompt_tokens``... for health and metrics."""
+
+    def provider(self, agent: str) -> ChatProvider:
+        """The provider serving ``agent``."""
+        return self._providers[agent]
+
+    async def structured(
+        self,
+        agent: str,
+        messages: list[dict[str, str]],
+        schema: type[T],
+        *,
+        step: int | None = None,
+        check: Callable[[T], None] | None = None,
+    ) -> T:
+        """One structured call: returns output validated by ``schema`` (and ``check``).
+
+        Raises:
+            LLMUnavailableError: transient failures outlasted the budget, or a permanent error.
+            LLMOutputError: invalid output after the corrective re-ask.
+        """
+        completion = await self._complete(agent, messages, step)
+        try:
+            return self._validate(agent, completion, schema, check, step)
+        except (ValueError, ValidationError) as first:
+            if not self._settings.gateway.reask_on_invalid:
+                raise LLMOutputError(f"{agent}: invalid output: {_short(first)}") from first
+            retry_messages = [
+                *messages,
+                {"role": "assistant", "content": completion.content[:4000]},
+                {
+                    "role": "user",
+                    "content": (
+                        f"Your reply was invalid: {_short(first)}. Reply again with only the "
+                        "JSON object in the required format."
+                    ),
+                },
+            ]
+            second = await self._complete(agent, retry_messages, step, reask=True)
+            try:
+                return self._validate(agent, second, schema, check, step)
+            except (ValueError, ValidationError) as exc:
+                raise LLMOutputError(
+                    f"{agent}: invalid output after re-ask: {_short(exc)}"
+                ) from exc
+
+    def _validate(
+        self,
+        agent: str,
+        completion: Completion,
+        schema: type[T],
+        check: Callable[[T], None] | None,
+        step: int | None,
+    ) -> T:
+        try:
+            data, repaired = parse_json_object(completion.content)
+            result = schema.model_validate(data)
+            if check is not None:
+                check(result)
+        except (ValueError, ValidationError) as exc:
+            self.stats[f"{agent}.invalid_output"] += 1
+            log.warning("%s: invalid output (step %s): %s", agent, step, _short(exc))
+            raise
+        if repaired:
+            self.stats[f"{agent}.repaired_json"] += 1
+        return result
+
+    async def _complete(
+        self, agent: str, messages: list[dict[str, str]], step: int | None, reask: bool = False
+    ) -> Completion:
+        provider = self._providers[agent]
+        options = self._settings.agents.for_agent(agent)
+        budget = self._settings.gateway
+        last_error: BaseException | None = None
+        for attempt in range(1, budget.max_attempts + 1):
+            started = time.perf_counter()
+            record: dict[str, Any] = {
+                "time": time.time(),
+                "agent": agent,
+                "model": options.model,
+                "backend": provider.description,
+                "step": step,
+                "request_id": request_id_var.get(),
+                "attempt": attempt,
+                "reask": reask,
+            }
+            try:
+                async with AsyncExitStack() as stack:
+                    # The agent's own limit first: a call queued behind it must not hold
+                    # a slot of the total that another agent's call could use.
+                    limit = self._per_agent.get(agent)
+                    if limit is not None:
+                        await stack.enter_async_context(limit)
+                    if self._total is not None:
+                        await stack.enter_async_context(self._total)
+                    started = time.perf_counter()
+                    # The SDK enforces options.timeout per request; wait_for is the backstop
+                    # for providers (and proxies) that ignore it.
+                    completion = await asyncio.wait_for(
+                        provider.complete(agent, messages, options), options.timeout + 5.0
+                    )
+            except Exception as exc:
+                transient = is_transient(exc)
+                record.update(
+                    latency_ms=round((time.perf_counter() - started) * 1000, 2),
+                    outcome="transient_error" if transient else "error",
+                    error=f"{type(exc).__name__}: {_short(exc)}",
+                )
+                self._log.write(record)
+                self.stats[f"{agent}.errors"] += 1
+                last_error = exc
+                if not transient:
+                    raise LLMUnavailableError(f"{agent}: {_short(exc)}") from exc
+                if attempt < budget.max_attempts:
+                    await asyncio.sleep(self._backoff(attempt, exc))
+                continue
+            record.update(
+                latency_ms=round((time.perf_counter() - started) * 1000, 2),
+                outcome="ok",
+                prompt_tokens=completion.prompt_tokens,
+                completion_tokens=completion.completion_tokens,
+            )
+            self._log.write(record)
+            self.stats[f"{agent}.calls"] += 1
+            self.stats[f"{agent}.prompt_tokens"] += completion.prompt_tokens or 0
+            self.stats[f"{agent}.completion_tokens"] += completion.completion_tokens or 0
+            return completion
+        raise LLMUnavailableError(
+            f"{agent}: {budget.max_attempts} attempts failed; last: {_short(last_error)}"
+        )
+
+    def _backoff(self, attempt: int, exc: BaseException) -> float:
+        budget = self._settings.gateway
+        ceiling = min(budget.backoff_max_seconds, budget.backoff_base_seconds * 2 ** (attempt - 1))
+        hinted = _retry_after(exc)
+        if hinted is not None:
+            return min(budget.backoff_max_seconds, hinted)
+        return random.uniform(0, ceiling)
+
+    async def close(self) -> None:
+        """Close provider connections and flush the call log."""
+        seen: set[int] = set()
+        for provider in self._providers.values():
+            if id(provider) not in seen:
+                seen.add(id(provider))
+                await provider.close()
+        self._log.close()
+
+
+def _short(exc: BaseException | None, limit: int = 300) -> str:
+    text = str(exc) if exc is not None else "unknown error"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def build_providers(settings: Settings) -> dict[str, ChatProvider]:
+    """One provider per agent; agents with no API key and no base_url get the offline judge."""
+    from amaris.llm.providers import OfflineProvider, OpenAIProvider
+    from amaris.settings import AGENTS
+
+    offline = OfflineProvider()
+    by_endpoint: dict[tuple[str | None, str | None], ChatProvider] = {}
+    providers: dict[str, ChatProvider] = {}
+    for agent in AGENTS:
+        client = settings.client.for_agent(agent)
+        if client.api_key is None and client.base_url is None:
+            providers[agent] = offline
+            continue
+        key = (client.api_key, client.base_url)
+        if key not in by_endpoint:
+            by_endpoint[key] = OpenAIProvider(client.api_key, client.base_url)
+        providers[agent] = by_endpoint[key]
+    return providers

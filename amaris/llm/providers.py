@@ -1,0 +1,91 @@
+"""Chat providers behind the gateway: any OpenAI-compatible endpoint, or the offline judge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import openai
+
+from amaris.settings import ResolvedAgentOptions
+
+
+@dataclass(frozen=True)
+class Completion:
+    """Text of one chat completion and its token usage."""
+
+    content: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class ChatProvider(Protocol):
+    """One chat-completion request, no retries (the gateway owns them)."""
+
+    description: str
+    offline: bool
+
+    async def complete(
+        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions
+    ) -> Completion: ...
+
+    async def close(self) -> None: ...
+
+
+class OpenAIProvider:
+    """An OpenAI-compatible endpoint through ``openai.AsyncOpenAI``."""
+
+    offline = False
+
+    def __init__(self, api_key: str | None, base_url: str | None) -> None:
+        # max_retries=0: retries live in exactly one layer, the gateway's, so the
+        # attempt budget written in GatewaySettings is the real one.
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key or "EMPTY", base_url=base_url, max_retries=0
+        )
+        self.description = base_url or "https://api.openai.com/v1"
+
+    async def complete(
+        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions
+    ) -> Completion:
+        kwargs: dict[str, Any] = {"model": options.model, "messages": messages}
+        if options.temperature is not None:
+            kwargs["temperature"] = options.temperature
+        if options.max_tokens is not None:
+            kwargs["max_tokens"] = options.max_tokens
+        if options.response_format is not None:
+            kwargs["response_format"] = options.response_format
+        if options.service_tier is not None:
+            kwargs["service_tier"] = options.service_tier
+        if options.extra_body is not None:
+            kwargs["extra_body"] = options.extra_body
+        response = await self._client.chat.completions.create(timeout=options.timeout, **kwargs)
+        if not response.choices:
+            return Completion(content="")
+        usage = response.usage
+        return Completion(
+            content=response.choices[0].message.content or "",
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+class OfflineProvider:
+    """The built-in rule-based judge, in process. Deterministic; not an LLM."""
+
+    offline = True
+    description = "offline (rule-based, NOT an LLM)"
+
+    async def complete(
+        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions
+    ) -> Completion:
+        from amaris.offline.judge import respond
+
+        content = respond(messages)
+        return Completion(content=content, prompt_tokens=0, completion_tokens=0)
+
+    async def close(self) -> None:
+        return None

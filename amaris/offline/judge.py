@@ -1,0 +1,55 @@
+"""The offline judge: answers amaris agent prompts with deterministic rules, no LLM.
+
+It reads the agent's data block (see :mod:`amaris.prompts`), dispatches on its
+``agent`` field and returns the JSON the agent's schema asks for.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from amaris.offline.rules import judge_criteria
+from amaris.prompts import parse_data_message
+
+
+class OfflineJudgeError(ValueError):
+    """The messages carry no data block the offline judge understands."""
+
+
+def _score(data: dict[str, Any]) -> dict[str, Any]:
+    criteria = [(str(c["id"]), str(c["text"])) for c in data["criteria"]]
+    rollout = data["rollout"]
+    verdicts = judge_criteria(
+        criteria,
+        input=str(rollout.get("input") or ""),
+        output=str(rollout.get("output") or ""),
+        reference=rollout.get("supplemental_context") or None,
+    )
+    return {"verdicts": [{"id": v.id, "score": v.score, "reason": v.reason} for v in verdicts]}
+
+
+_HANDLERS = {"scorer": _score}
+
+
+def respond(messages: list[dict[str, str]]) -> str:
+    """The JSON reply to a chat request made of amaris agent messages.
+
+    Raises:
+        OfflineJudgeError: no data block, or an agent this judge does not know.
+    """
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        try:
+            data = parse_data_message(str(message.get("content") or ""))
+        except ValueError:
+            continue
+        handler = _HANDLERS.get(str(data.get("agent")))
+        if handler is None:
+            raise OfflineJudgeError(f"offline judge has no rules for agent {data.get('agent')!r}")
+        try:
+            return json.dumps(handler(data), ensure_ascii=False)
+        except (KeyError, TypeError) as exc:
+            raise OfflineJudgeError(f"malformed data block: {exc!r}") from exc
+    raise OfflineJudgeError("no amaris data block in the user messages")

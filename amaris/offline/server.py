@@ -1,0 +1,119 @@
+"""An OpenAI-compatible ``/v1/chat/completions`` server around a responder.
+
+``amaris offline-llm`` serves the offline judge with injectable latency and faults
+(errors, timeouts, malformed JSON), for dry runs of a training pipeline and for
+load and fault tests. Tests build the same app around a scripted responder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from amaris.offline.judge import OfflineJudgeError, respond
+
+
+@dataclass
+class Reply:
+    """What the server does for one request: answer ``content``, fail, or hang."""
+
+    content: str | None = None
+    status: int = 200
+    delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    hang: bool = False
+
+
+Responder = Callable[[dict[str, Any]], Awaitable[Reply]]
+
+
+@dataclass
+class FaultProfile:
+    """Latency and fault rates of the offline LLM server; rates are in [0, 1]."""
+
+    latency_ms: float = 0.0
+    error_rate: float = 0.0
+    timeout_rate: float = 0.0
+    malformed_rate: float = 0.0
+    seed: int = 0
+
+
+def offline_responder(profile: FaultProfile) -> Responder:
+    """The offline judge with ``profile``'s latency and faults."""
+    rng = random.Random(profile.seed)
+
+    async def responder(body: dict[str, Any]) -> Reply:
+        delay = profile.latency_ms / 1000.0
+        draw = rng.random()
+        if draw < profile.error_rate:
+            return Reply(status=500, content="injected server error", delay_s=delay)
+        draw -= profile.error_rate
+        if draw < profile.timeout_rate:
+            return Reply(hang=True)
+        draw -= profile.timeout_rate
+        try:
+            content = respond(body.get("messages") or [])
+        except OfflineJudgeError as exc:
+            return Reply(status=400, content=str(exc), delay_s=delay)
+        if draw < profile.malformed_rate:
+            content = "Sure! Here is my verdict: " + content[: max(1, len(content) // 2)]
+        return Reply(content=content, delay_s=delay)
+
+    return responder
+
+
+def create_llm_app(responder: Responder) -> FastAPI:
+    """FastAPI app speaking the chat-completions protocol; records nothing itself."""
+    app = FastAPI(title="amaris offline LLM")
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> JSONResponse:
+        body = await request.json()
+        reply = await responder(body)
+        if reply.hang:
+            # A timeout fault: answer nothing for far longer than any client waits.
+            await asyncio.sleep(3600)
+        if reply.delay_s:
+            await asyncio.sleep(reply.delay_s)
+        if reply.status != 200:
+            return JSONResponse(
+                {"error": {"message": reply.content or "error", "type": "server_error"}},
+                status_code=reply.status,
+                headers=reply.headers,
+            )
+        content = reply.content or ""
+        prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "offline-rules"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_chars // 4,
+                    "completion_tokens": len(content) // 4,
+                    "total_tokens": prompt_chars // 4 + len(content) // 4,
+                },
+            }
+        )
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": "offline-rules", "object": "model"}]}
+
+    return app

@@ -1,0 +1,222 @@
+"""The hot path: judge one rollout against the rubric in force and aggregate a reward."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from amaris.aggregate import aggregate
+from amaris.llm.gateway import LLMGateway, LLMOutputError, LLMUnavailableError
+from amaris.models import CriterionResult, ScoreRequest, ScoreResponse
+from amaris.prompts import data_message
+from amaris.rubric import RubricVersion
+from amaris.rubric_store import RubricStore
+from amaris.scale import SCALE_MAX, SCALE_MIN
+from amaris.settings import ScoringSettings
+
+log = logging.getLogger("amaris.scoring")
+
+_FIELDS = ("input", "output", "supplemental_context")
+
+
+class Verdict(BaseModel):
+    """The judge's verdict on one criterion."""
+
+    id: str
+    score: int = Field(ge=SCALE_MIN, le=SCALE_MAX)
+    reason: str = ""
+
+
+class JudgeVerdicts(BaseModel):
+    """The scorer agent's whole answer."""
+
+    verdicts: list[Verdict]
+
+
+class OversizeError(ValueError):
+    """A rollout field is longer than ``scoring.max_field_chars``."""
+
+    def __init__(self, field: str, size: int, limit: int) -> None:
+        super().__init__(f"{field} has {size} characters; the limit is {limit}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class _Judged:
+    score: float
+    breakdown: tuple[CriterionResult, ...]
+
+
+def _check_ids(rubric: RubricVersion) -> Callable[[JudgeVerdicts], None]:
+    expected = [c.id for c in rubric.criteria]
+
+    def check(result: JudgeVerdicts) -> None:
+        got = [v.id for v in result.verdicts]
+        missing = [i for i in expected if i not in got]
+        extra = [i for i in got if i not in expected]
+        duplicated = sorted({i for i in got if got.count(i) > 1})
+        if missing or extra or duplicated:
+            raise ValueError(
+                f"verdicts must cover each criterion id exactly once; missing {missing}, "
+                f"unknown {extra}, duplicated {duplicated}"
+            )
+
+    return check
+
+
+def _truncate(text: str, limit: int) -> str:
+    """Head and tail of ``text`` around a marker, ``limit`` characters in all."""
+    marker = "\n[... truncated by amaris ...]\n"
+    if limit <= len(marker):
+        # No room for the marker: a limit this small would otherwise give negative slices
+        # (and a text longer than the original limit).
+        return text[:limit]
+    head = (limit - len(marker)) * 2 // 3
+    tail = limit - len(marker) - head
+    return text[:head] + marker + text[len(text) - tail :]
+
+
+class Scorer:
+    """Scores rollouts; caches identical requests and merges identical in-flight ones."""
+
+    def __init__(self, settings: ScoringSettings, gateway: LLMGateway, store: RubricStore,
+                 prompt: str) -> None:
+        self._settings = settings
+        self._gateway = gateway
+        self._store = store
+        self._prompt = prompt
+        self._cache: OrderedDict[str, _Judged] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future[_Judged]] = {}
+        self.counters: Counter[str] = Counter()
+        """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``."""
+
+    def prepare(self, request: ScoreRequest) -> tuple[dict[str, str], list[str]]:
+        """Apply the size limit to the rollout fields.
+
+        Returns:
+            The judged fields and the names of the fields that were truncated.
+
+        Raises:
+            OversizeError: a field is over the limit and ``scoring.oversize`` is reject.
+        """
+        limit = self._settings.max_field_chars
+        fields: dict[str, str] = {}
+        truncated: list[str] = []
+        for name in _FIELDS:
+            value = getattr(request.rollout, name) or ""
+            if len(value) > limit:
+                if self._settings.oversize == "reject":
+                    raise OversizeError(f"rollout.{name}", len(value), limit)
+                value = _truncate(value, limit)
+                truncated.append(f"rollout.{name}")
+            fields[name] = value
+        return fields, truncated
+
+    async def score(self, request: ScoreRequest) -> ScoreResponse:
+        """Judge one rollout. Never fabricates: judge failures give ``status: unscored``."""
+        fields, truncated = self.prepare(request)
+        rubric = self._store.current()
+        key = self._key(rubric, fields)
+        base = {
+            "rubric_version": rubric.version,
+            "rollout_id": request.rollout.id,
+            "truncated": truncated,
+        }
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            self.counters["cached"] += 1
+            return self._response(cached, base, request.include_breakdown, cached=True)
+        try:
+            judged = await self._judge_once(key, rubric, fields, request.metadata.current_step)
+        except (LLMUnavailableError, LLMOutputError) as exc:
+            kind = "judge_unavailable" if isinstance(exc, LLMUnavailableError) else "judge_invalid"
+            self.counters["unscored"] += 1
+            self.counters[f"unscored.{kind}"] += 1
+            log.warning("unscored rollout %s: %s", request.rollout.id, exc)
+            return ScoreResponse(
+                score=self._settings.neutral_score if self._settings.on_failure == "neutral"
+                else None,
+                status="unscored",
+                reason=f"{kind}: {exc}",
+                **base,
+            )
+        self.counters["scored"] += 1
+        return self._response(judged, base, request.include_breakdown, cached=False)
+
+    async def _judge_once(self, key: str, rubric: RubricVersion, fields: dict[str, str],
+                          step: int) -> _Judged:
+        # GRPO groups often repeat a completion: concurrent identical requests share one call.
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[_Judged] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            judged = await self._judge(rubric, fields, step)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters, if any, re-raise it themselves
+            raise
+        finally:
+            self._inflight.pop(key, None)
+        future.set_result(judged)
+        if self._settings.cache_size > 0:
+            self._cache[key] = judged
+            while len(self._cache) > self._settings.cache_size:
+                self._cache.popitem(last=False)
+        return judged
+
+    async def _judge(self, rubric: RubricVersion, fields: dict[str, str], step: int) -> _Judged:
+        criteria = [
+            {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
+            for c in rubric.criteria
+        ]
+        messages = [
+            {"role": "system", "content": self._prompt},
+            {"role": "user", "content": data_message("scorer", {"criteria": criteria,
+                                                                "rollout": fields})},
+        ]
+        result = await self._gateway.structured(
+            "scorer", messages, JudgeVerdicts, step=step, check=_check_ids(rubric)
+        )
+        by_id = {v.id: v for v in result.verdicts}
+        breakdown = tuple(
+            CriterionResult(
+                id=c.id,
+                text=c.text,
+                weight=c.weight,
+                is_anchor=c.is_anchor,
+                verdict=by_id[c.id].score,
+                reason=by_id[c.id].reason,
+            )
+            for c in rubric.criteria
+        )
+        score = aggregate([c.weight for c in breakdown], [c.verdict for c in breakdown])
+        return _Judged(score=score, breakdown=breakdown)
+
+    @staticmethod
+    def _key(rubric: RubricVersion, fields: dict[str, str]) -> str:
+        digest = hashlib.sha256()
+        digest.update(f"{rubric.scope}\x00{rubric.version}".encode())
+        for name in _FIELDS:
+            encoded = fields[name].encode("utf-8", "surrogatepass")
+            digest.update(len(encoded).to_bytes(8, "big") + encoded)
+        return digest.hexdigest()
+
+    @staticmethod
+    def _response(judged: _Judged, base: dict[str, object], breakdown: bool,
+                  cached: bool) -> ScoreResponse:
+        return ScoreResponse(
+            score=judged.score,
+            status="scored",
+            cached=cached,
+            breakdown=list(judged.breakdown) if breakdown else None,
+            **base,
+        )

@@ -1,0 +1,378 @@
+"""One typed settings object, validated once from ``config.yaml`` and the environment.
+
+Every section is a small pydantic model with ``extra="forbid"``, so a misspelt key
+stops start-up with a message naming it (see :func:`load_settings`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+AGENTS: tuple[str, ...] = (
+    "scorer",
+    "analyzer",
+    "summarizer",
+    "meta_summarizer",
+    "query_generator",
+    "updater",
+)
+"""The six LLM agents of the AMARIS method."""
+
+AgentName = Literal[
+    "scorer", "analyzer", "summarizer", "meta_summarizer", "query_generator", "updater"
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClientOverride(_Section):
+    """Connection to an OpenAI-compatible endpoint."""
+
+    api_key: str | None = None
+    """API key; null falls back to the default client, then to ``OPENAI_API_KEY``."""
+    base_url: str | None = None
+    """Endpoint URL, e.g. ``http://localhost:8000/v1``; null = the default client's / OpenAI."""
+
+
+class ClientSettings(_Section):
+    """``client:``: the default endpoint plus optional per-agent overrides."""
+
+    default: ClientOverride = ClientOverride()
+    scorer: ClientOverride | None = None
+    analyzer: ClientOverride | None = None
+    summarizer: ClientOverride | None = None
+    meta_summarizer: ClientOverride | None = None
+    query_generator: ClientOverride | None = None
+    updater: ClientOverride | None = None
+
+    def for_agent(self, agent: str) -> ClientOverride:
+        """The endpoint an agent uses: its override merged over ``default``."""
+        override: ClientOverride | None = getattr(self, agent)
+        if override is None:
+            return self.default
+        return ClientOverride(
+            api_key=override.api_key or self.default.api_key,
+            base_url=override.base_url or self.default.base_url,
+        )
+
+
+class AgentOptions(_Section):
+    """Sampling and request options of one agent; null = inherit from ``agents.default``."""
+
+    model: str | None = None
+    """Model name (the deployment name on Azure)."""
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    """Sampling temperature."""
+    max_tokens: int | None = Field(default=None, gt=0)
+    """Upper bound on completion tokens."""
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds before one HTTP attempt is abandoned (then retried as transient)."""
+    response_format: dict[str, Any] | None = None
+    """Passed to the API as is, e.g. ``{type: json_object}``."""
+    service_tier: str | None = None
+    """OpenAI service tier, e.g. ``flex``."""
+    extra_body: dict[str, Any] | None = None
+    """Provider-specific request fields (OpenRouter, vLLM...)."""
+
+
+class ResolvedAgentOptions(_Section):
+    """Agent options after inheritance: the values the gateway sends."""
+
+    model: str
+    temperature: float | None
+    max_tokens: int | None
+    timeout: float
+    response_format: dict[str, Any] | None
+    service_tier: str | None
+    extra_body: dict[str, Any] | None
+
+
+class AgentsSettings(_Section):
+    """``agents:``: default options plus per-agent overrides."""
+
+    default: AgentOptions = AgentOptions(
+        model="gpt-4o-mini",
+        temperature=0.0,
+        timeout=60.0,
+        response_format={"type": "json_object"},
+    )
+    scorer: AgentOptions | None = None
+    analyzer: AgentOptions | None = None
+    summarizer: AgentOptions | None = None
+    meta_summarizer: AgentOptions | None = None
+    query_generator: AgentOptions | None = None
+    updater: AgentOptions | None = None
+
+    def for_agent(self, agent: str) -> ResolvedAgentOptions:
+        """Options of ``agent`` with unset fields taken from ``default``."""
+        merged = self.default.model_dump()
+        override: AgentOptions | None = getattr(self, agent)
+        if override is not None:
+            merged.update(override.model_dump(exclude_none=True))
+        merged["model"] = merged["model"] or "gpt-4o-mini"
+        merged["timeout"] = merged["timeout"] or 60.0
+        return ResolvedAgentOptions(**merged)
+
+
+class ConcurrencySettings(_Section):
+    """``concurrency:``: maximum LLM calls in flight; null = unlimited."""
+
+    total: int | None = Field(default=None, gt=0)
+    scorer: int | None = Field(default=None, gt=0)
+    analyzer: int | None = Field(default=None, gt=0)
+    summarizer: int | None = Field(default=None, gt=0)
+    meta_summarizer: int | None = Field(default=None, gt=0)
+    query_generator: int | None = Field(default=None, gt=0)
+    updater: int | None = Field(default=None, gt=0)
+
+
+class MemorySettings(_Section):
+    """``memory:``: the data folder, the rubric store and (pipeline) semantic memory."""
+
+    path: Path = Path("./data")
+    """The data folder: embedded Qdrant, logs and exports live under it."""
+    rubrics_path: Path | None = None
+    """Human-readable export of every rubric version; null = ``<path>/rubrics.json``."""
+    qdrant_url: str | None = None
+    """Qdrant server URL; null = embedded Qdrant in ``<path>/qdrant``."""
+    collection: str = Field(default="amaris", min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    """Prefix of every Qdrant collection amaris creates."""
+    embedding_model: str | None = None
+    """Embedder for semantic memory; null = local all-MiniLM-L6-v2."""
+    static_memory_steps: int = Field(default=5, ge=0)
+    """Recent step summaries given to the updater."""
+    dynamic_memory_limit_per_query: int = Field(default=3, ge=0)
+    """Semantic search results per memory query."""
+    max_queries: int | None = Field(default=None, gt=0)
+    """Memory queries per update; null = adaptive."""
+    rubrics_mode: Literal["global", "per_instance"] = "global"
+    """One rubric for all inputs, or one per input id."""
+    per_instance_dir: Path | None = None
+    """Accepted for AMARIS compatibility; amaris keeps per-instance state in Qdrant."""
+    per_instance_rubrics_path: Path | None = None
+    """JSON with rubrics preloaded per input id."""
+
+    @property
+    def rubrics_export_path(self) -> Path:
+        """Where ``rubrics.json`` is written."""
+        return self.rubrics_path or self.path / "rubrics.json"
+
+
+class PromptsSettings(_Section):
+    """``prompts:``: template file per agent; null = the built-in template."""
+
+    scorer: Path | None = None
+    analyzer: Path | None = None
+    summarizer: Path | None = None
+    meta_summarizer: Path | None = None
+    query_generator: Path | None = None
+    updater: Path | None = None
+
+
+class ServerSettings(_Section):
+    """``server:``: the HTTP endpoint."""
+
+    host: str = "127.0.0.1"
+    """Bind address; ``0.0.0.0`` exposes the service to the network."""
+    port: int = Field(default=8002, ge=1, le=65535)
+    api_key: str | None = None
+    """When set (or ``AMARIS_API_KEY``), every endpoint but /healthz needs ``Bearer <key>``."""
+    max_body_bytes: int = Field(default=4_000_000, gt=0)
+    """Larger request bodies get 413."""
+    max_batch_items: int = Field(default=1024, gt=0)
+    """Most items one /batch_score request may carry."""
+
+
+class PipelineSettings(_Section):
+    """``pipeline:``: when and how a step's rubric evolution runs."""
+
+    mode: Literal["async", "sync"] = "async"
+    rollouts_per_step: int | None = Field(default=None, gt=0)
+    """Complete a step by itself after this many rollouts; null = manual /complete."""
+    use_chunking: bool = True
+    chunk_size: int = Field(default=32, gt=0)
+    rubric_update_frequency: int | None = Field(default=1, gt=0)
+    """Update the rubric at steps 0, N, 2N...; 1 or null = every step."""
+
+
+class LoggingSettings(_Section):
+    """``logging:``."""
+
+    path: Path | None = None
+    """Folder for the LLM call log; null = ``<memory.path>/logs``."""
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class GatewaySettings(_Section):
+    """``gateway:``: the one retry layer of every LLM call.
+
+    Budget per call: ``max_attempts`` HTTP attempts for transient errors, and one
+    corrective re-ask (with its own ``max_attempts``) when the output fails validation,
+    so at most ``2 * max_attempts`` requests.
+    """
+
+    max_attempts: int = Field(default=4, ge=1, le=20)
+    """HTTP attempts per request (1 = no retry)."""
+    backoff_base_seconds: float = Field(default=0.5, gt=0)
+    """First backoff; doubles each attempt, with full jitter."""
+    backoff_max_seconds: float = Field(default=8.0, gt=0)
+    """Cap of one backoff."""
+    reask_on_invalid: bool = True
+    """Ask once more, quoting the validation error, when output does not validate."""
+
+
+class ScoringSettings(_Section):
+    """``scoring:``: the hot path."""
+
+    on_failure: Literal["null", "error", "neutral"] = "null"
+    """When the judge gives no valid verdict: ``null`` = 200 with ``score: null``;
+    ``error`` = 503 with Retry-After; ``neutral`` = ``neutral_score`` (explicit opt-in)."""
+    neutral_score: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Required with ``on_failure: neutral``; never used otherwise."""
+    retry_after_seconds: int = Field(default=5, ge=0)
+    """Retry-After sent with ``on_failure: error``."""
+    cache_size: int = Field(default=50_000, ge=0)
+    """Scores kept for identical (rubric version, input, output, context); 0 disables."""
+    max_field_chars: int = Field(default=100_000, gt=0)
+    """Largest ``rollout.input`` / ``output`` / ``supplemental_context``, in characters."""
+    oversize: Literal["reject", "truncate"] = "reject"
+    """Over ``max_field_chars``: 413, or keep head and tail and flag ``truncated``."""
+
+    @model_validator(mode="after")
+    def _neutral_needs_value(self) -> ScoringSettings:
+        if self.on_failure == "neutral" and self.neutral_score is None:
+            raise ValueError("on_failure 'neutral' needs scoring.neutral_score")
+        return self
+
+
+class RubricItem(_Section):
+    """One configured criterion. A negative weight marks a pitfall."""
+
+    text: str = Field(min_length=1, max_length=2000)
+    weight: float = 1.0
+
+    @field_validator("text")
+    @classmethod
+    def _strip(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("criterion text is empty")
+        return value
+
+    @field_validator("weight")
+    @classmethod
+    def _nonzero(cls, value: float) -> float:
+        if value == 0 or abs(value) > 100:
+            raise ValueError("weight must be non-zero and within [-100, 100]")
+        return value
+
+
+class Settings(_Section):
+    """The whole configuration."""
+
+    client: ClientSettings = ClientSettings()
+    agents: AgentsSettings = AgentsSettings()
+    concurrency: ConcurrencySettings = ConcurrencySettings()
+    memory: MemorySettings = MemorySettings()
+    prompts: PromptsSettings = PromptsSettings()
+    server: ServerSettings = ServerSettings()
+    pipeline: PipelineSettings = PipelineSettings()
+    logging: LoggingSettings = LoggingSettings()
+    gateway: GatewaySettings = GatewaySettings()
+    scoring: ScoringSettings = ScoringSettings()
+    anchor_rubrics: list[RubricItem] = Field(
+        default_factory=lambda: [RubricItem(text="The response gives the correct final answer.")]
+    )
+    adaptive_rubrics: list[RubricItem] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _rubrics(self) -> Settings:
+        if not any(r.weight > 0 for r in [*self.anchor_rubrics, *self.adaptive_rubrics]):
+            raise ValueError("anchor_rubrics: at least one criterion needs a positive weight")
+        texts = [r.text.casefold() for r in [*self.anchor_rubrics, *self.adaptive_rubrics]]
+        if len(set(texts)) != len(texts):
+            raise ValueError("anchor_rubrics/adaptive_rubrics: duplicate criterion text")
+        return self
+
+    @property
+    def log_dir(self) -> Path:
+        """Folder of the LLM call log."""
+        return self.logging.path or self.memory.path / "logs"
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names every offending key."""
+
+
+def _format_errors(error: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"  {key}: {message}")
+    return "\n".join(lines)
+
+
+def _apply_environment(raw: dict[str, Any]) -> dict[str, Any]:
+    """Fill secrets from the environment where the file leaves them null."""
+    client = raw.setdefault("client", {}) or {}
+    raw["client"] = client
+    default = client.setdefault("default", {}) or {}
+    client["default"] = default
+    if not default.get("api_key") and os.environ.get("OPENAI_API_KEY"):
+        default["api_key"] = os.environ["OPENAI_API_KEY"]
+    server = raw.setdefault("server", {}) or {}
+    raw["server"] = server
+    if not server.get("api_key") and os.environ.get("AMARIS_API_KEY"):
+        server["api_key"] = os.environ["AMARIS_API_KEY"]
+    return raw
+
+
+def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
+    """Read, merge with the environment and validate the configuration.
+
+    Args:
+        path: YAML file; None = built-in defaults only.
+        overrides: dotted keys (``server.port=9000``) applied after the file.
+
+    Raises:
+        ConfigError: unreadable file or invalid keys/values, naming each key.
+    """
+    source = str(path) if path is not None else "(defaults)"
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration {source}: {exc}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"configuration {source} is not valid YAML: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"configuration {source}: top level must be a mapping")
+        raw = loaded or {}
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[leaf] = value
+    raw = _apply_environment(raw)
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, source)) from exc

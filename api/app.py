@@ -1,0 +1,64 @@
+"""The app factory."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+
+from amaris import __version__
+from amaris.llm.providers import ChatProvider
+from amaris.service import Services, build_services
+from amaris.settings import Settings
+from api import errors
+from api.deps import require_api_key
+from api.middleware import RequestGuard
+from api.routes import health, rubrics, score
+
+
+def create_app(
+    settings: Settings,
+    *,
+    qdrant_location: str | None = None,
+    providers: dict[str, ChatProvider] | None = None,
+    services: Services | None = None,
+) -> FastAPI:
+    """Build the amaris API. Storage opens and the rubric initialises at start-up.
+
+    Args:
+        settings: the validated configuration.
+        qdrant_location: ``":memory:"`` to keep Qdrant in memory (tests).
+        providers: chat providers per agent; default from the configuration.
+        services: already-built services (the CLI builds them first so start-up errors
+            are reported before the server binds); closed on shutdown.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        nonlocal services
+        if services is None:
+            services = await asyncio.to_thread(
+                build_services, settings, qdrant_location=qdrant_location, providers=providers
+            )
+        app.state.services = services
+        try:
+            yield
+        finally:
+            await services.gateway.close()
+            await asyncio.to_thread(services.close)
+
+    app = FastAPI(
+        title="amaris",
+        version=__version__,
+        summary="Reward service for RL post-training: rubric-based LLM judging.",
+        lifespan=lifespan,
+    )
+    app.add_middleware(RequestGuard, max_body_bytes=settings.server.max_body_bytes)
+    errors.install(app)
+    protected = [Depends(require_api_key)]
+    app.include_router(health.router)
+    app.include_router(score.router, dependencies=protected)
+    app.include_router(rubrics.router, dependencies=protected)
+    return app

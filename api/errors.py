@@ -1,0 +1,93 @@
+"""Every error answers ``{"error", "detail": [{"field", "message"}]}`` and is logged."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from amaris.models import ErrorDetail, ErrorResponse
+from amaris.scoring import OversizeError
+
+log = logging.getLogger("amaris.api")
+
+
+def field_name(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
+    """``("body", "rollout", "output")`` -> ``rollout.output``; list indexes as ``[i]``."""
+    parts: list[str] = [prefix] if prefix else []
+    for part in loc:
+        if part == "body" and not parts:
+            continue
+        if isinstance(part, int):
+            parts[-1:] = [f"{parts[-1]}[{part}]"] if parts else [f"[{part}]"]
+        else:
+            parts.append(str(part))
+    return ".".join(parts) or "body"
+
+
+def _detail(err: Any, prefix: str) -> ErrorDetail:
+    if err.get("type") == "json_invalid":
+        # FastAPI locates a JSON syntax error as ("body", <character offset>): the field is
+        # the whole body, not an item "[offset]".
+        loc = err.get("loc", ())
+        where = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+        problem = (err.get("ctx") or {}).get("error")
+        reason = f": {problem}" if problem else ""
+        return ErrorDetail(field=prefix or "body", message=f"body is not valid JSON{reason}{where}")
+    return ErrorDetail(field=field_name(err.get("loc", ()), prefix), message=str(err.get("msg")))
+
+
+def validation_details(errors: list[Any], prefix: str = "") -> list[ErrorDetail]:
+    """Pydantic/FastAPI errors as field-named details."""
+    return [_detail(err, prefix) for err in errors]
+
+
+def error_response(
+    status_code: int, error: str, detail: list[ErrorDetail], headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """A JSON error body."""
+    body = ErrorResponse(error=error, detail=detail)
+    return JSONResponse(jsonable_encoder(body), status_code=status_code, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = validation_details(list(exc.errors()))
+        log.warning("422 %s %s: %s", request.method, request.url.path,
+                    "; ".join(f"{d.field}: {d.message}" for d in detail))
+        return error_response(422, "invalid_request", detail)
+
+    @app.exception_handler(OversizeError)
+    async def _oversize(request: Request, exc: OversizeError) -> JSONResponse:
+        log.warning("413 %s %s: %s", request.method, request.url.path, exc)
+        return error_response(413, "payload_too_large", [ErrorDetail(field=exc.field,
+                                                                      message=str(exc))])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        log.warning("%s %s %s: %s", exc.status_code, request.method, request.url.path, exc.detail)
+        names = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}
+        field = "Authorization" if exc.status_code == 401 else "path"
+        return error_response(
+            exc.status_code,
+            names.get(exc.status_code, "http_error"),
+            [ErrorDetail(field=field, message=str(exc.detail))],
+            headers=dict(exc.headers) if exc.headers else None,
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette's ServerErrorMiddleware calls this for any unhandled exception (and then
+        # re-raises it, so it is still logged with its traceback by the server).
+        log.error("500 %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        return error_response(
+            500, "internal_error", [ErrorDetail(field="server", message="internal server error")]
+        )

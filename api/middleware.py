@@ -1,0 +1,85 @@
+"""ASGI middleware: request ids and the request body size limit."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from amaris.context import request_id_var
+
+log = logging.getLogger("amaris.api")
+
+
+class RequestGuard:
+    """Tags every request with an id (``X-Request-ID``) and refuses bodies over a limit.
+
+    The body is read here, up to the limit, before the app sees it, so an oversized
+    request is answered 413 without being parsed and without touching any state.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        request_id = headers.get("x-request-id") or uuid.uuid4().hex[:16]
+        token = request_id_var.set(request_id)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"],
+                                      (b"x-request-id", request_id.encode("latin-1"))]
+            await send(message)
+
+        try:
+            declared = headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+                await self._too_large(scope, send_with_id, int(declared))
+                return
+            body = bytearray()
+            more = True
+            while more and scope["method"] in {"POST", "PUT", "PATCH"}:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body.extend(message.get("body", b""))
+                more = message.get("more_body", False)
+                if len(body) > self.max_body_bytes:
+                    await self._too_large(scope, send_with_id, len(body))
+                    return
+            replayed = False
+
+            async def replay() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": bytes(body), "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay if body or scope["method"] in {"POST", "PUT", "PATCH"}
+                           else receive, send_with_id)
+        finally:
+            request_id_var.reset(token)
+
+    async def _too_large(self, scope: Scope, send: Send, size: int) -> None:
+        log.warning("413 %s %s: body of %s bytes over the limit of %s", scope["method"],
+                    scope["path"], size, self.max_body_bytes)
+        payload: dict[str, Any] = {
+            "error": "payload_too_large",
+            "detail": [{"field": "body", "message":
+                        f"request body is over server.max_body_bytes ({self.max_body_bytes})"}],
+        }
+        data = json.dumps(payload).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})

@@ -1,0 +1,25 @@
+"""``GET /healthz``: liveness, judge backend (offline shown unmistakably), rubric version."""
+
+from fastapi import APIRouter
+
+from amaris import __version__
+from amaris.models import HealthResponse
+from api.deps import ServicesDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=HealthResponse)
+async def healthz(services: ServicesDep) -> HealthResponse:
+    """Service status. Needs no key."""
+    provider = services.gateway.provider("scorer")
+    return HealthResponse(
+        status="ok",
+        version=__version__,
+        judge_backend=provider.description,
+        offline_judge=provider.offline,
+        judge_model="offline-rules" if provider.offline
+        else services.settings.agents.for_agent("scorer").model,
+        rubric_version=services.store.current().version,
+        counters=dict(services.scorer.counters),
+    )

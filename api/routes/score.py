@@ -1,0 +1,90 @@
+"""``POST /score`` and ``POST /batch_score``."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from amaris.models import (
+    BatchScoreRequest,
+    BatchScoreResponse,
+    ErrorResponse,
+    ScoreRequest,
+    ScoreResponse,
+)
+from amaris.scoring import OversizeError
+from api.deps import ServicesDep
+from api.errors import validation_details
+
+router = APIRouter(tags=["scoring"])
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorResponse, "description": "Missing or wrong bearer key."},
+    413: {"model": ErrorResponse, "description": "Body or a rollout field too large."},
+    422: {"model": ErrorResponse, "description": "Invalid body; `detail` names each field."},
+}
+
+
+@router.post(
+    "/score",
+    response_model=ScoreResponse,
+    responses={
+        **_ERRORS,
+        503: {"model": ScoreResponse, "description": "Unscored with `scoring.on_failure: error`."},
+    },
+)
+async def score(body: ScoreRequest, services: ServicesDep) -> ScoreResponse | JSONResponse:
+    """Score one rollout against the rubric in force.
+
+    ``status`` is ``scored`` or ``unscored`` (the judge gave no valid verdict; ``reason``
+    says why and ``score`` follows ``scoring.on_failure``).
+    """
+    result = await services.scorer.score(body)
+    policy = services.settings.scoring
+    if result.status == "unscored" and policy.on_failure == "error":
+        return JSONResponse(
+            jsonable_encoder(result),
+            status_code=503,
+            headers={"Retry-After": str(policy.retry_after_seconds)},
+        )
+    return result
+
+
+@router.post("/batch_score", response_model=BatchScoreResponse, responses=_ERRORS)
+async def batch_score(body: BatchScoreRequest, services: ServicesDep) -> BatchScoreResponse:
+    """Score many rollouts concurrently. Each item has its own status.
+
+    An item that does not validate (or is oversized) gets ``status: invalid`` with a
+    reason naming ``items[i].<field>``; the other items are scored normally.
+    """
+    max_items = services.settings.server.max_batch_items
+    if len(body.items) > max_items:
+        raise OversizeError("items", len(body.items), max_items)
+
+    async def one(index: int, raw: dict[str, object]) -> ScoreResponse:
+        rollout = raw.get("rollout")
+        rollout_id = rollout.get("id") if isinstance(rollout, dict) else None
+        try:
+            request = ScoreRequest.model_validate(
+                {"include_breakdown": body.include_breakdown, **raw}
+            )
+            return await services.scorer.score(request)
+        except ValidationError as exc:
+            details = validation_details(list(exc.errors()), prefix=f"items[{index}]")
+            reason = "; ".join(f"{d.field}: {d.message}" for d in details)
+        except OversizeError as exc:
+            reason = f"items[{index}].{exc.field}: {exc}"
+        return ScoreResponse(
+            score=None,
+            rubric_version=None,
+            status="invalid",
+            rollout_id=str(rollout_id) if rollout_id is not None else None,
+            reason=reason,
+        )
+
+    results = await asyncio.gather(*(one(i, raw) for i, raw in enumerate(body.items)))
+    return BatchScoreResponse(results=list(results))

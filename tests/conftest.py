@@ -1,0 +1,63 @@
+"""Shared fixtures: a clean environment, the fake LLM server, settings and apps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from amaris.settings import Settings, load_settings
+from api.app import create_app
+from tests.fake_llm import FakeLLM, running_fake_llm
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A developer's real key must never reach a test (or make it call a real endpoint).
+    for name in ("OPENAI_API_KEY", "AMARIS_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def _fake_llm_server() -> Iterator[FakeLLM]:
+    with running_fake_llm() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake_llm(_fake_llm_server: FakeLLM) -> Iterator[FakeLLM]:
+    """The session's fake LLM server, with an empty script and no recorded requests."""
+    _fake_llm_server.reset()
+    yield _fake_llm_server
+    _fake_llm_server.reset()
+
+
+def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
+    """Settings with the data folder under ``tmp_path`` and dotted-key overrides."""
+    return load_settings(None, **{"memory.path": str(tmp_path / "data"), **overrides})
+
+
+def llm_settings(tmp_path: Path, fake: FakeLLM, **overrides: Any) -> Settings:
+    """Settings that judge through ``fake`` with fast retries."""
+    return make_settings(
+        tmp_path,
+        **{
+            "client.default.base_url": fake.url,
+            "client.default.api_key": "test-key",
+            "gateway.backoff_base_seconds": 0.01,
+            "gateway.backoff_max_seconds": 0.05,
+            "agents.default.timeout": 2.0,
+            **overrides,
+        },
+    )
+
+
+@pytest.fixture
+def offline_client(tmp_path: Path) -> Iterator[TestClient]:
+    """A TestClient of an app judging with the in-process offline judge."""
+    app = create_app(make_settings(tmp_path), qdrant_location=":memory:")
+    with TestClient(app) as client:
+        yield client

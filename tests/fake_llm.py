@@ -1,0 +1,104 @@
+"""A fake OpenAI-compatible server on 127.0.0.1 with scripted replies and fault injection.
+
+It is the real ``amaris.offline.server`` app (real uvicorn, real HTTP) around a
+scripted responder, so the gateway is exercised through the ``openai`` SDK exactly
+as in production. Every request body is recorded for assertions on prompts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+from amaris.offline.judge import respond
+from amaris.offline.server import Reply, create_llm_app
+
+Script = Reply | Callable[[dict[str, Any]], Reply]
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def offline_reply(body: dict[str, Any]) -> Reply:
+    """What the offline judge would answer."""
+    return Reply(content=respond(body["messages"]))
+
+
+@dataclass
+class FakeLLM:
+    """Scripted replies are consumed in order; when the script is empty, ``default`` answers."""
+
+    script: list[Script] = field(default_factory=list)
+    default: Callable[[dict[str, Any]], Reply] = offline_reply
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
+    url: str = ""
+
+    def push(self, *replies: Script) -> None:
+        """Queue replies for the next requests."""
+        self.script.extend(replies)
+
+    def reset(self) -> None:
+        """Forget the script and the recorded requests."""
+        self.script.clear()
+        self.requests.clear()
+        self.max_in_flight = 0
+
+    async def _respond(self, body: dict[str, Any]) -> Reply:
+        self.requests.append(body)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            step = self.script.pop(0) if self.script else self.default
+            reply = step(body) if callable(step) else step
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
+                reply = Reply(content=reply.content, status=reply.status, headers=reply.headers,
+                              hang=reply.hang)
+            return reply
+        finally:
+            self.in_flight -= 1
+
+
+@contextmanager
+def serve_in_thread(app: Any) -> Iterator[str]:
+    """Serve an ASGI app with real uvicorn on a free 127.0.0.1 port; yields its base URL."""
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+                            access_log=False, timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@contextmanager
+def running_fake_llm() -> Iterator[FakeLLM]:
+    """Start the fake on a free 127.0.0.1 port in a thread; stop it on exit."""
+    fake = FakeLLM()
+    with serve_in_thread(create_llm_app(fake._respond)) as url:
+        fake.url = f"{url}/v1"
+        yield fake

@@ -1,0 +1,64 @@
+"""Start and stop real amaris processes on 127.0.0.1 for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+AMARIS = [sys.executable, "-m", "amaris.cli"]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in {"OPENAI_API_KEY", "AMARIS_API_KEY", "OPENAI_BASE_URL"}}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Poll ``url`` until it answers 200, failing early if ``proc`` exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout} s")
+
+
+@contextmanager
+def amaris_process(args: list[str], cwd: Path, ready_url: str,
+                   log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``amaris <args>`` until the block ends; stop it by PID (SIGTERM, then SIGKILL)."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*AMARIS, *args], cwd=cwd, env=_env(), stdout=out,
+                                stderr=subprocess.STDOUT)
+        try:
+            wait_http(ready_url, proc)
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+
+
+def run_amaris(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run a short ``amaris`` command and capture its output."""
+    return subprocess.run([*AMARIS, *args], cwd=cwd, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)

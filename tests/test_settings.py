@@ -1,0 +1,131 @@
+"""config.yaml validation: AMARIS keys accepted, bad keys and values named."""
+
+from pathlib import Path
+
+import pytest
+
+from amaris.settings import ConfigError, load_settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+AMARIS_CONFIG = """
+client:
+  default: {api_key: null, base_url: null}
+  analyzer: {api_key: "different_key", base_url: "https://custom-endpoint.com"}
+agents:
+  default: {model: "gpt-4o-mini", service_tier: "flex", response_format: {type: json_object}}
+  scorer: {model: "gpt-4o-mini", temperature: 0.2, max_tokens: 512, timeout: 30}
+  analyzer: {model: "gpt-4o", extra_body: {provider: {order: ["a"]}}}
+concurrency: {total: 64, scorer: 32, analyzer: 8, summarizer: null, meta_summarizer: null,
+              query_generator: null, updater: null}
+memory:
+  path: "./data/chroma"
+  rubrics_path: "./data/rubrics.json"
+  collection: "reward_memory"
+  embedding_model: null
+  static_memory_steps: 5
+  dynamic_memory_limit_per_query: 3
+  max_queries: null
+  rubrics_mode: "global"
+  per_instance_dir: "./data/per_instance"
+  per_instance_rubrics_path: null
+anchor_rubrics:
+  - {text: "The model provides the correct final answer.", weight: 1.0}
+adaptive_rubrics: []
+prompts: {scorer: null, analyzer: null}
+server: {host: "0.0.0.0", port: 8002}
+pipeline: {mode: "async", rollouts_per_step: null, use_chunking: true, chunk_size: 32,
+           rubric_update_frequency: 1}
+logging: {path: null}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_reference_amaris_config_is_accepted(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, AMARIS_CONFIG))
+    assert settings.server.port == 8002
+    assert settings.concurrency.scorer == 32
+    assert settings.client.for_agent("analyzer").base_url == "https://custom-endpoint.com"
+    assert settings.client.for_agent("scorer").base_url is None
+    scorer = settings.agents.for_agent("scorer")
+    assert (scorer.model, scorer.temperature, scorer.max_tokens, scorer.timeout) == (
+        "gpt-4o-mini", 0.2, 512, 30.0)
+    assert scorer.service_tier == "flex"  # inherited from agents.default
+    analyzer = settings.agents.for_agent("analyzer")
+    assert analyzer.model == "gpt-4o"
+    assert analyzer.extra_body == {"provider": {"order": ["a"]}}
+    assert settings.memory.path == Path("./data/chroma")
+    assert settings.anchor_rubrics[0].text == "The model provides the correct final answer."
+
+
+def test_shipped_config_yaml_is_valid_and_offline() -> None:
+    settings = load_settings(REPO / "config.yaml")
+    assert settings.client.default.api_key is None
+    assert settings.client.default.base_url is None
+    assert settings.server.host == "127.0.0.1"
+    assert settings.pipeline.mode == "async"
+    assert settings.pipeline.rollouts_per_step is None
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("server: {prot: 8002}", "server.prot: unknown key"),
+        ("agents: {scorer: {temperatur: 0.1}}", "agents.scorer.temperatur: unknown key"),
+        ("agents: {critic: {model: x}}", "agents.critic: unknown key"),
+        ("surprise: 1", "surprise: unknown key"),
+        ("server: {port: 70000}", "server.port"),
+        ("pipeline: {mode: turbo}", "pipeline.mode"),
+        ("pipeline: {rollouts_per_step: 0}", "pipeline.rollouts_per_step"),
+        ("concurrency: {total: -1}", "concurrency.total"),
+        ("anchor_rubrics: [{text: '', weight: 1}]", "anchor_rubrics.0.text"),
+        ("anchor_rubrics: [{text: 'a', weight: 0}]", "anchor_rubrics.0.weight"),
+        ("anchor_rubrics: [{text: 'a', weight: -1}]", "at least one criterion needs a positive"),
+        ("scoring: {on_failure: neutral}", "scoring"),
+        ("memory: {rubrics_mode: both}", "memory.rubrics_mode"),
+    ],
+)
+def test_bad_key_or_value_names_it(tmp_path: Path, text: str, named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text))
+    assert named in str(info.value)
+
+
+def test_unreadable_and_non_mapping_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_settings(write(tmp_path, "server: [unclosed"))
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_settings(write(tmp_path, "- a\n- b\n"))
+
+
+def test_secrets_come_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    monkeypatch.setenv("AMARIS_API_KEY", "amaris-env")
+    settings = load_settings(write(tmp_path, "server: {port: 9000}"))
+    assert settings.client.default.api_key == "sk-env"
+    assert settings.server.api_key == "amaris-env"
+    explicit = load_settings(write(tmp_path, "server: {api_key: from-file}"))
+    assert explicit.server.api_key == "from-file"
+
+
+def test_overrides_apply_after_the_file(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "server: {port: 9000, host: 0.0.0.0}"),
+                             **{"server.port": 9100, "memory.qdrant_url": None})
+    assert settings.server.port == 9100
+    assert settings.server.host == "0.0.0.0"
+    assert settings.memory.qdrant_url is None
+
+
+def test_derived_paths(tmp_path: Path) -> None:
+    settings = load_settings(None, **{"memory.path": str(tmp_path)})
+    assert settings.memory.rubrics_export_path == tmp_path / "rubrics.json"
+    assert settings.log_dir == tmp_path / "logs"
