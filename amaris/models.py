@@ -32,7 +32,9 @@ class TrainingMetadata(BaseModel):
     model_size: str | None = Field(default=None, description="Policy size, e.g. 7B.")
     current_step: int = Field(default=0, ge=0, description="Training step of this rollout.")
     total_steps: int | None = Field(default=None, ge=0, description="Planned training steps.")
-    other_context: str | None = Field(default=None, description="Anything else for the judge.")
+    other_context: str | None = Field(
+        default=None, description="Anything else about the run; stored with the rollout."
+    )
 
 
 class ScoreRequest(BaseModel):
@@ -83,7 +85,7 @@ class BatchScoreRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    items: list[dict[str, Any]] = Field(
+    items: list[Any] = Field(
         description="Each item is a /score body: {rollout, metadata}.", min_length=1
     )
     include_breakdown: bool = False

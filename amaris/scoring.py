@@ -40,10 +40,10 @@ class JudgeVerdicts(BaseModel):
 
 
 class OversizeError(ValueError):
-    """A rollout field is longer than ``scoring.max_field_chars``."""
+    """A rollout field is longer than ``scoring.max_field_chars`` (or a batch too long)."""
 
-    def __init__(self, field: str, size: int, limit: int) -> None:
-        super().__init__(f"{field} has {size} characters; the limit is {limit}")
+    def __init__(self, field: str, size: int, limit: int, unit: str = "characters") -> None:
+        super().__init__(f"{field} has {size} {unit}; the limit is {limit}")
         self.field = field
 
 

@@ -94,15 +94,20 @@ class ResolvedAgentOptions(_Section):
     extra_body: dict[str, Any] | None
 
 
-class AgentsSettings(_Section):
-    """``agents:``: default options plus per-agent overrides."""
+_BUILTIN_AGENT_OPTIONS: dict[str, Any] = {
+    "model": "gpt-4o-mini",
+    "temperature": 0.0,
+    "timeout": 60.0,
+    "response_format": {"type": "json_object"},
+}
+"""The base layer under ``agents.default``: a field left unset anywhere takes this value."""
 
-    default: AgentOptions = AgentOptions(
-        model="gpt-4o-mini",
-        temperature=0.0,
-        timeout=60.0,
-        response_format={"type": "json_object"},
-    )
+
+class AgentsSettings(_Section):
+    """``agents:``: default options plus per-agent overrides, merged field by field over
+    the built-in base (model gpt-4o-mini, temperature 0, timeout 60 s, JSON object output)."""
+
+    default: AgentOptions = AgentOptions()
     scorer: AgentOptions | None = None
     analyzer: AgentOptions | None = None
     summarizer: AgentOptions | None = None
@@ -111,13 +116,15 @@ class AgentsSettings(_Section):
     updater: AgentOptions | None = None
 
     def for_agent(self, agent: str) -> ResolvedAgentOptions:
-        """Options of ``agent`` with unset fields taken from ``default``."""
-        merged = self.default.model_dump()
+        """Options of ``agent``: its override, then ``default``, then the built-in base."""
+        merged: dict[str, Any] = {
+            "max_tokens": None, "service_tier": None, "extra_body": None,
+            **_BUILTIN_AGENT_OPTIONS,
+        }
+        merged.update(self.default.model_dump(exclude_none=True))
         override: AgentOptions | None = getattr(self, agent)
         if override is not None:
             merged.update(override.model_dump(exclude_none=True))
-        merged["model"] = merged["model"] or "gpt-4o-mini"
-        merged["timeout"] = merged["timeout"] or 60.0
         return ResolvedAgentOptions(**merged)
 
 

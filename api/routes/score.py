@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from fastapi import APIRouter
 from fastapi.encoders import jsonable_encoder
@@ -21,6 +22,7 @@ from api.deps import ServicesDep
 from api.errors import validation_details
 
 router = APIRouter(tags=["scoring"])
+log = logging.getLogger("amaris.api")
 
 _ERRORS: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorResponse, "description": "Missing or wrong bearer key."},
@@ -63,11 +65,13 @@ async def batch_score(body: BatchScoreRequest, services: ServicesDep) -> BatchSc
     """
     max_items = services.settings.server.max_batch_items
     if len(body.items) > max_items:
-        raise OversizeError("items", len(body.items), max_items)
+        raise OversizeError("items", len(body.items), max_items, unit="items")
 
-    async def one(index: int, raw: dict[str, object]) -> ScoreResponse:
-        rollout = raw.get("rollout")
+    async def one(index: int, raw: object) -> ScoreResponse:
+        rollout = raw.get("rollout") if isinstance(raw, dict) else None
         rollout_id = rollout.get("id") if isinstance(rollout, dict) else None
+        if not isinstance(raw, dict):
+            return _invalid(None, f"items[{index}]: must be an object {{rollout, metadata}}")
         try:
             request = ScoreRequest.model_validate(
                 {"include_breakdown": body.include_breakdown, **raw}
@@ -78,13 +82,18 @@ async def batch_score(body: BatchScoreRequest, services: ServicesDep) -> BatchSc
             reason = "; ".join(f"{d.field}: {d.message}" for d in details)
         except OversizeError as exc:
             reason = f"items[{index}].{exc.field}: {exc}"
-        return ScoreResponse(
-            score=None,
-            rubric_version=None,
-            status="invalid",
-            rollout_id=str(rollout_id) if rollout_id is not None else None,
-            reason=reason,
-        )
+        log.warning("batch item %s invalid: %s", index, reason)
+        return _invalid(rollout_id, reason)
 
     results = await asyncio.gather(*(one(i, raw) for i, raw in enumerate(body.items)))
     return BatchScoreResponse(results=list(results))
+
+
+def _invalid(rollout_id: object, reason: str) -> ScoreResponse:
+    return ScoreResponse(
+        score=None,
+        rubric_version=None,
+        status="invalid",
+        rollout_id=str(rollout_id) if rollout_id is not None else None,
+        reason=reason,
+    )
