@@ -31,7 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     configure_logging(settings.logging.level)
-    app = create_app(settings, services=build_services(settings))
+    app = create_app(settings, services=build_services(settings, warm_prefect=True))
     uvicorn.run(app, host=settings.server.host, port=settings.server.port,
                 log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30)
     return 0

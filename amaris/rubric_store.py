@@ -17,6 +17,7 @@ from typing import Any
 
 from qdrant_client import QdrantClient, models
 
+from amaris.qdrant import ensure_collection
 from amaris.rubric import (
     Criterion,
     Origin,
@@ -50,10 +51,13 @@ class RubricStore:
         self._export_path = export_path
         self._lock = threading.Lock()
         self._current: dict[str, RubricVersion] = {}
-        if not client.collection_exists(self._collection):
-            client.create_collection(self._collection, vectors_config={})
+        ensure_collection(client, self._collection, None)
 
     # -- reads -----------------------------------------------------------------
+    def is_cached(self, scope: str) -> bool:
+        """True when :meth:`current` answers from memory (no storage read)."""
+        return scope in self._current
+
     def current(self, scope: str = "global") -> RubricVersion:
         """The version in force for ``scope``."""
         cached = self._current.get(scope)

@@ -8,6 +8,7 @@ import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -118,12 +119,18 @@ class Scorer:
             fields[name] = value
         return fields, truncated
 
-    async def score(self, request: ScoreRequest) -> ScoreResponse:
-        """Judge one rollout. Never fabricates: judge failures give ``status: unscored``."""
+    async def score(
+        self, request: ScoreRequest, rubric: RubricVersion | None = None
+    ) -> ScoreResponse:
+        """Judge one rollout against ``rubric`` (default: the global one in force).
+
+        Never fabricates: judge failures give ``status: unscored``. The breakdown is
+        always filled in (the rollout log keeps it); the API drops it unless asked.
+        """
         fields, truncated = self.prepare(request)
-        rubric = self._store.current()
+        rubric = rubric or self._store.current()
         key = self._key(rubric, fields)
-        base = {
+        base: dict[str, Any] = {
             "rubric_version": rubric.version,
             "rollout_id": request.rollout.id,
             "truncated": truncated,
@@ -132,7 +139,7 @@ class Scorer:
         if cached is not None:
             self._cache.move_to_end(key)
             self.counters["cached"] += 1
-            return self._response(cached, base, request.include_breakdown, cached=True)
+            return self._response(cached, base, cached=True)
         try:
             judged = await self._judge_once(key, rubric, fields, request.metadata.current_step)
         except (LLMUnavailableError, LLMOutputError) as exc:
@@ -148,7 +155,7 @@ class Scorer:
                 **base,
             )
         self.counters["scored"] += 1
-        return self._response(judged, base, request.include_breakdown, cached=False)
+        return self._response(judged, base, cached=False)
 
     async def _judge_once(self, key: str, rubric: RubricVersion, fields: dict[str, str],
                           step: int) -> _Judged:
@@ -211,12 +218,11 @@ class Scorer:
         return digest.hexdigest()
 
     @staticmethod
-    def _response(judged: _Judged, base: dict[str, object], breakdown: bool,
-                  cached: bool) -> ScoreResponse:
+    def _response(judged: _Judged, base: dict[str, Any], cached: bool) -> ScoreResponse:
         return ScoreResponse(
             score=judged.score,
             status="scored",
             cached=cached,
-            breakdown=list(judged.breakdown) if breakdown else None,
+            breakdown=list(judged.breakdown),
             **base,
         )

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass
+from typing import Any
 
 from qdrant_client import QdrantClient
 
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.llm.providers import ChatProvider
+from amaris.memory.embedder import Embedder, build_embedder
+from amaris.memory.rollout_log import RolloutLog, StepRegistry
+from amaris.memory.store import MemoryStore
+from amaris.models import ScoreRequest, ScoreResponse
+from amaris.pipeline.runner import PipelineRunner
 from amaris.prompts import load_prompts
 from amaris.qdrant import open_qdrant
+from amaris.reward import score_rollout
 from amaris.rubric_store import RubricStore
+from amaris.scopes import ScopeResolver
 from amaris.scoring import Scorer
 from amaris.settings import Settings
+from amaris.steps import StepCoordinator, enforce_retention
 
 log = logging.getLogger("amaris")
 
@@ -37,17 +48,41 @@ class Services:
     qdrant: QdrantClient
     store: RubricStore
     gateway: LLMGateway
+    pipeline_gateway: LLMGateway
     scorer: Scorer
-    providers: dict[str, ChatProvider] = field(default_factory=dict)
+    providers: dict[str, ChatProvider]
+    scopes: ScopeResolver
+    rollouts: RolloutLog
+    steps: StepRegistry
+    memory: MemoryStore
+    prompts: dict[str, str]
+    runner: PipelineRunner
+    coordinator: StepCoordinator
 
     @property
     def offline(self) -> bool:
         """True when the scorer is the offline judge."""
         return self.providers["scorer"].offline
 
-    def close(self) -> None:
-        """Release Qdrant (call :meth:`LLMGateway.close` from async code first)."""
-        self.qdrant.close()
+    async def score(self, request: ScoreRequest) -> ScoreResponse:
+        """The hot path of one rollout (see :func:`amaris.reward.score_rollout`)."""
+        return await score_rollout(
+            request, scopes=self.scopes, scorer=self.scorer, coordinator=self.coordinator,
+            sync=self.settings.pipeline.mode == "sync",
+        )
+
+    async def start(self) -> None:
+        """Start the pipeline thread and resume steps a previous process left completing."""
+        self.runner.start()
+        await self.coordinator.recover()
+
+    async def stop(self) -> None:
+        """Stop supervising steps, the pipeline thread and the gateways; close Qdrant."""
+        await self.coordinator.close()
+        await asyncio.to_thread(self.runner.stop)
+        await self.gateway.close()
+        await self.pipeline_gateway.close()
+        await asyncio.to_thread(self.qdrant.close)
 
 
 def build_services(
@@ -55,19 +90,79 @@ def build_services(
     *,
     qdrant_location: str | None = None,
     providers: dict[str, ChatProvider] | None = None,
+    embedder: Embedder | None = None,
+    warm_prefect: bool = False,
 ) -> Services:
-    """Open storage, initialise the rubric and wire the gateway and scorer (blocking)."""
+    """Open storage, initialise the rubric and wire everything (blocking; no I/O to LLMs).
+
+    Prefect is imported when the first step runs (or at start with ``warm_prefect``).
+    """
+    from amaris.prefect_env import configure_prefect
+
+    configure_prefect(settings)
     providers = providers or build_providers(settings)
     prompts = load_prompts(settings.prompts)
     qdrant = open_qdrant(settings.memory, location=qdrant_location)
     try:
-        store = RubricStore(qdrant, settings.memory.collection, settings.memory.rubrics_export_path)
+        prefix = settings.memory.collection
+        store = RubricStore(qdrant, prefix, settings.memory.rubrics_export_path)
         store.ensure_initialized(settings)
+        memory = MemoryStore(qdrant, prefix, embedder or build_embedder(settings.memory,
+                                                                         settings.client))
+        rollouts = RolloutLog(qdrant, prefix)
+        steps = StepRegistry(qdrant, prefix)
     except Exception:
         qdrant.close()
         raise
-    gateway = LLMGateway(settings, providers, CallLog(settings.log_dir))
+    call_log = CallLog(settings.log_dir)
+    gateway = LLMGateway(settings, providers, call_log)
+    # The step path's one retry layer is Prefect's task retries: its gateway tries once.
+    pipeline_settings = settings.model_copy(
+        update={"gateway": settings.gateway.model_copy(update={"max_attempts": 1})}
+    )
+    pipeline_gateway = LLMGateway(pipeline_settings, _fresh(providers, settings), call_log)
     scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"])
+    scopes = ScopeResolver(settings, store)
+    namespace = f"{os.path.abspath(settings.memory.qdrant_url or settings.memory.path)}" \
+                f"/{prefix}"
+
+    async def warm_up() -> None:
+        from amaris.pipeline.context import PipelineContext, set_context
+
+        set_context(PipelineContext(
+            settings=settings, gateway=pipeline_gateway, memory=memory, rollouts=rollouts,
+            steps=steps, rubrics=store, prompts=prompts, namespace=namespace,
+        ))
+        if warm_prefect:
+            # Boot (or reach) the Prefect API now rather than at the first step.
+            from prefect.client.orchestration import get_client
+
+            async with get_client() as client:
+                await client.api_healthcheck()
+
+    runner = PipelineRunner(on_start=warm_up)
+
+    def run_step(step: int) -> Any:
+        from flows.step_pipeline import step_pipeline
+
+        return runner.submit(step_pipeline(step))
+
+    async def after_step(step: int) -> None:
+        await asyncio.to_thread(enforce_retention, settings, rollouts, memory, step)
+
+    coordinator = StepCoordinator(settings, rollouts, steps, run_step, on_done=after_step)
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
-    return Services(settings, qdrant, store, gateway, scorer, providers)
+    return Services(
+        settings=settings, qdrant=qdrant, store=store, gateway=gateway,
+        pipeline_gateway=pipeline_gateway, scorer=scorer, providers=providers, scopes=scopes,
+        rollouts=rollouts, steps=steps, memory=memory, prompts=prompts, runner=runner,
+        coordinator=coordinator,
+    )
+
+
+def _fresh(providers: dict[str, ChatProvider], settings: Settings) -> dict[str, ChatProvider]:
+    """Providers for the pipeline loop: HTTP clients must not be shared across event loops."""
+    if all(p.offline for p in providers.values()):
+        return providers
+    return build_providers(settings)

@@ -165,6 +165,12 @@ class MemorySettings(_Section):
     """Accepted for AMARIS compatibility; amaris keeps per-instance state in Qdrant."""
     per_instance_rubrics_path: Path | None = None
     """JSON with rubrics preloaded per input id."""
+    rollout_retention_steps: int | None = Field(default=8, ge=1)
+    """Steps whose rollouts stay in the rollout log after they are done (older ones are
+    archived to ``<path>/rollouts/step-N.jsonl`` and dropped); null = keep all."""
+    analysis_retention_steps: int | None = Field(default=16, ge=1)
+    """Steps whose full analyses stay in Qdrant; null = keep all. Summaries, rubric
+    updates and flagged findings are kept for the whole run."""
 
     @property
     def rubrics_export_path(self) -> Path:
@@ -207,6 +213,23 @@ class PipelineSettings(_Section):
     chunk_size: int = Field(default=32, gt=0)
     rubric_update_frequency: int | None = Field(default=1, gt=0)
     """Update the rubric at steps 0, N, 2N...; 1 or null = every step."""
+    max_adaptive_criteria: int = Field(default=12, ge=0, le=100)
+    """Guardrail: most adaptive criteria a rubric version may hold."""
+    adaptive_weight_min: float = Field(default=-2.0, ge=-100, le=0)
+    """Guardrail: lowest adaptive weight (pitfalls are negative)."""
+    adaptive_weight_max: float = Field(default=2.0, ge=0, le=100)
+    """Guardrail: highest adaptive weight."""
+    max_modifications: int = Field(default=5, ge=0, le=50)
+    """Guardrail: most changes one update may make."""
+    findings_per_step: int = Field(default=8, ge=0, le=256)
+    """Flagged analyses per step kept in the searchable memory (besides summaries)."""
+    task_retries: int = Field(default=3, ge=0, le=10)
+    """Prefect retries of a pipeline task after a transient LLM failure (the step path's
+    one retry layer: the pipeline's gateway itself makes one attempt per request)."""
+    task_retry_delays_seconds: list[float] = Field(
+        default_factory=lambda: [1.0, 5.0, 15.0], min_length=1
+    )
+    """Delays between those retries (the last repeats); jittered by 20%."""
 
 
 class LoggingSettings(_Section):

@@ -10,12 +10,13 @@ from fastapi import Depends, FastAPI
 
 from amaris import __version__
 from amaris.llm.providers import ChatProvider
+from amaris.memory.embedder import Embedder
 from amaris.service import Services, build_services
 from amaris.settings import Settings
 from api import errors
 from api.deps import require_api_key
 from api.middleware import RequestGuard
-from api.routes import health, rubrics, score
+from api.routes import health, rubrics, score, steps
 
 
 def create_app(
@@ -24,6 +25,7 @@ def create_app(
     qdrant_location: str | None = None,
     providers: dict[str, ChatProvider] | None = None,
     services: Services | None = None,
+    embedder: Embedder | None = None,
 ) -> FastAPI:
     """Build the amaris API. Storage opens and the rubric initialises at start-up.
 
@@ -31,6 +33,7 @@ def create_app(
         settings: the validated configuration.
         qdrant_location: ``":memory:"`` to keep Qdrant in memory (tests).
         providers: chat providers per agent; default from the configuration.
+        embedder: the memory embedder; default from ``memory.embedding_model``.
         services: already-built services (the CLI builds them first so start-up errors
             are reported before the server binds); closed on shutdown.
     """
@@ -40,14 +43,15 @@ def create_app(
         nonlocal services
         if services is None:
             services = await asyncio.to_thread(
-                build_services, settings, qdrant_location=qdrant_location, providers=providers
+                build_services, settings, qdrant_location=qdrant_location, providers=providers,
+                embedder=embedder,
             )
         app.state.services = services
+        await services.start()
         try:
             yield
         finally:
-            await services.gateway.close()
-            await asyncio.to_thread(services.close)
+            await services.stop()
 
     app = FastAPI(
         title="amaris",
@@ -61,4 +65,5 @@ def create_app(
     app.include_router(health.router)
     app.include_router(score.router, dependencies=protected)
     app.include_router(rubrics.router, dependencies=protected)
+    app.include_router(steps.router, dependencies=protected)
     return app

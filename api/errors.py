@@ -17,6 +17,19 @@ from amaris.scoring import OversizeError
 log = logging.getLogger("amaris.api")
 
 
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "Missing or wrong bearer key."},
+}
+"""OpenAPI responses of every protected route."""
+
+INPUT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **AUTH_ERRORS,
+    413: {"model": ErrorResponse, "description": "Body or a rollout field too large."},
+    422: {"model": ErrorResponse, "description": "Invalid input; `detail` names each field."},
+}
+"""OpenAPI responses of protected routes that take input."""
+
+
 def field_name(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
     """``("body", "rollout", "output")`` -> ``rollout.output``; list indexes as ``[i]``."""
     parts: list[str] = [prefix] if prefix else []

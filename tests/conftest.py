@@ -1,6 +1,15 @@
-"""Shared fixtures: a clean environment, the fake LLM server, settings and apps."""
+"""Shared fixtures: a clean environment, the fake LLM server, Prefect, settings and apps."""
 
 from __future__ import annotations
+
+import os
+import tempfile
+
+# Before anything imports prefect: a private Prefect home per test session, so cached
+# task results never leak between runs (or from a developer's ~/.prefect).
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="amaris-test-prefect-")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.pop("PREFECT_API_URL", None)
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +31,15 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    """One Prefect test server for the whole session (it boots in 7-16 s)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="session")
 def _fake_llm_server() -> Iterator[FakeLLM]:
     with running_fake_llm() as fake:
         yield fake
@@ -36,8 +54,13 @@ def fake_llm(_fake_llm_server: FakeLLM) -> Iterator[FakeLLM]:
 
 
 def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
-    """Settings with the data folder under ``tmp_path`` and dotted-key overrides."""
-    return load_settings(None, **{"memory.path": str(tmp_path / "data"), **overrides})
+    """Settings with the data folder under ``tmp_path`` and dotted-key overrides.
+
+    Memory embeds with the hashing embedder unless a test asks for MiniLM: loading torch
+    costs seconds and only the semantic-memory tests need it.
+    """
+    return load_settings(None, **{"memory.path": str(tmp_path / "data"),
+                                  "memory.embedding_model": "hashing", **overrides})
 
 
 def llm_settings(tmp_path: Path, fake: FakeLLM, **overrides: Any) -> Settings:

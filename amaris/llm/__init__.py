@@ -1,6 +1,11 @@
 """The LLM gateway: the one seam every agent calls."""
 
-from amaris.llm.gateway import LLMGateway, LLMOutputError, LLMUnavailableError
+from amaris.llm.gateway import (
+    LLMGateway,
+    LLMOutputError,
+    LLMTransientError,
+    LLMUnavailableError,
+)
 from amaris.llm.providers import ChatProvider, Completion, OfflineProvider, OpenAIProvider
 
 __all__ = [
@@ -8,6 +13,7 @@ __all__ = [
     "Completion",
     "LLMGateway",
     "LLMOutputError",
+    "LLMTransientError",
     "LLMUnavailableError",
     "OfflineProvider",
     "OpenAIProvider",

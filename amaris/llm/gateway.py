@@ -42,6 +42,10 @@ class LLMUnavailableError(RuntimeError):
     """The endpoint failed after every attempt, or refused the request."""
 
 
+class LLMTransientError(LLMUnavailableError):
+    """Every attempt failed with a transient error: worth trying again later."""
+
+
 class LLMOutputError(RuntimeError):
     """The model's output did not validate, even after the corrective re-ask."""
 
@@ -233,7 +237,7 @@ class LLMGateway:
             self.stats[f"{agent}.prompt_tokens"] += completion.prompt_tokens or 0
             self.stats[f"{agent}.completion_tokens"] += completion.completion_tokens or 0
             return completion
-        raise LLMUnavailableError(
+        raise LLMTransientError(
             f"{agent}: {budget.max_attempts} attempts failed; last: {_short(last_error)}"
         )
 

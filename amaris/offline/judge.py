@@ -7,8 +7,10 @@ It reads the agent's data block (see :mod:`amaris.prompts`), dispatches on its
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+from amaris.offline.agents import HANDLERS
 from amaris.offline.rules import judge_criteria
 from amaris.prompts import parse_data_message
 
@@ -29,7 +31,7 @@ def _score(data: dict[str, Any]) -> dict[str, Any]:
     return {"verdicts": [{"id": v.id, "score": v.score, "reason": v.reason} for v in verdicts]}
 
 
-_HANDLERS = {"scorer": _score}
+_HANDLERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"scorer": _score, **HANDLERS}
 
 
 def respond(messages: list[dict[str, str]]) -> str:

@@ -2,14 +2,11 @@
 
 from fastapi import APIRouter
 
-from amaris.models import ErrorResponse, RubricPublic
+from amaris.models import RubricPublic
 from api.deps import ServicesDep
+from api.errors import AUTH_ERRORS as _ERRORS
 
 router = APIRouter(tags=["rubrics"])
-
-_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorResponse, "description": "Missing or wrong bearer key."},
-}
 
 
 @router.get("/rubrics", response_model=RubricPublic, responses=_ERRORS)

@@ -13,23 +13,16 @@ from pydantic import ValidationError
 from amaris.models import (
     BatchScoreRequest,
     BatchScoreResponse,
-    ErrorResponse,
     ScoreRequest,
     ScoreResponse,
 )
 from amaris.scoring import OversizeError
 from api.deps import ServicesDep
+from api.errors import INPUT_ERRORS as _ERRORS
 from api.errors import validation_details
 
 router = APIRouter(tags=["scoring"])
 log = logging.getLogger("amaris.api")
-
-_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorResponse, "description": "Missing or wrong bearer key."},
-    413: {"model": ErrorResponse, "description": "Body or a rollout field too large."},
-    422: {"model": ErrorResponse, "description": "Invalid body; `detail` names each field."},
-}
-
 
 @router.post(
     "/score",
@@ -45,7 +38,7 @@ async def score(body: ScoreRequest, services: ServicesDep) -> ScoreResponse | JS
     ``status`` is ``scored`` or ``unscored`` (the judge gave no valid verdict; ``reason``
     says why and ``score`` follows ``scoring.on_failure``).
     """
-    result = await services.scorer.score(body)
+    result = await services.score(body)
     policy = services.settings.scoring
     if result.status == "unscored" and policy.on_failure == "error":
         return JSONResponse(
@@ -76,7 +69,7 @@ async def batch_score(body: BatchScoreRequest, services: ServicesDep) -> BatchSc
             request = ScoreRequest.model_validate(
                 {"include_breakdown": body.include_breakdown, **raw}
             )
-            return await services.scorer.score(request)
+            return await services.score(request)
         except ValidationError as exc:
             details = validation_details(list(exc.errors()), prefix=f"items[{index}]")
             reason = "; ".join(f"{d.field}: {d.message}" for d in details)

@@ -1,0 +1,51 @@
+"""One rollout through the hot path: scope, rubric, judge, rollout log, sync wait."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amaris.context import request_id_var
+from amaris.models import ScoreRequest, ScoreResponse
+from amaris.scopes import ScopeResolver
+from amaris.scoring import Scorer
+from amaris.steps import StepCoordinator
+
+
+def log_record(request: ScoreRequest, result: ScoreResponse, scope: str) -> dict[str, Any]:
+    """What the rollout log keeps of a scored rollout."""
+    return {
+        "scope": scope,
+        "rollout": request.rollout.model_dump(mode="json"),
+        "metadata": request.metadata.model_dump(mode="json"),
+        "score": result.score if result.status == "scored" else None,
+        "status": result.status,
+        "reason": result.reason,
+        "rubric_version": result.rubric_version,
+        "verdicts": [c.model_dump(mode="json") for c in result.breakdown or []],
+        "request_id": request_id_var.get(),
+    }
+
+
+async def score_rollout(
+    request: ScoreRequest,
+    *,
+    scopes: ScopeResolver,
+    scorer: Scorer,
+    coordinator: StepCoordinator,
+    sync: bool,
+) -> ScoreResponse:
+    """Score, log durably (before answering), and in sync mode wait for the step's update
+    and score again under the rubric it produced."""
+    scope = scopes.scope_of(request.rollout.input)
+    rubric = await scopes.rubric(scope)
+    result = await scorer.score(request, rubric)
+    step = request.metadata.current_step
+    await coordinator.record(step, log_record(request, result, scope))
+    if sync:
+        await coordinator.wait(step)
+        updated = await scopes.rubric(scope)
+        if updated.version != rubric.version:
+            result = await scorer.score(request, updated)
+    if not request.include_breakdown:
+        result = result.model_copy(update={"breakdown": None})
+    return result

@@ -1,0 +1,225 @@
+"""Step lifecycle: log rollouts, complete steps, run their flows, let trainers wait.
+
+A step is ``open`` while rollouts arrive, ``completing`` while its flow runs, then
+``done`` or ``failed``. Status lives in Qdrant (``StepRegistry``) so a restart
+resumes steps that were completing; the asyncio events here only wake waiters of
+this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from amaris.memory.rollout_log import RolloutLog, StepRegistry
+from amaris.settings import Settings
+
+log = logging.getLogger("amaris.steps")
+
+RunStep = Callable[[int], concurrent.futures.Future[dict[str, Any]]]
+
+
+class StepCoordinator:
+    """Counts rollouts per step, starts step flows and wakes waiters."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        rollouts: RolloutLog,
+        steps: StepRegistry,
+        run_step: RunStep,
+        on_done: Callable[[int], Coroutine[Any, Any, None]] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._rollouts = rollouts
+        self._steps = steps
+        self._run_step = run_step
+        self._on_done = on_done
+        self._status: dict[int, str] = {}
+        self._counts: dict[int, int] = {}
+        self._events: dict[int, asyncio.Event] = {}
+        self._outcomes: dict[int, dict[str, Any]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._last_started: int | None = None
+        self._lock = asyncio.Lock()
+
+    # -- start-up ------------------------------------------------------------------
+    async def recover(self) -> list[int]:
+        """Load step status; re-run steps that were completing when the process stopped.
+
+        Returns:
+            The steps resumed.
+        """
+        entries = await asyncio.to_thread(self._steps.list, None, 10_000)
+        resumed = []
+        for entry in entries:
+            step = int(entry["step"])
+            status = str(entry["status"])
+            self._status[step] = status
+            if status == "open":
+                self._counts[step] = await asyncio.to_thread(self._rollouts.count, step)
+            if status in {"done", "failed"}:
+                self._event(step).set()
+                self._outcomes[step] = {"error": entry.get("error"),
+                                        "scopes": entry.get("scopes")}
+            if status == "completing":
+                resumed.append(step)
+        for step in resumed:
+            log.warning("resuming step %s, interrupted while completing", step)
+            await self._start(step, resume=True)
+        started = [s for s, st in self._status.items() if st != "open"]
+        self._last_started = max(started) if started else None
+        return resumed
+
+    # -- hot path -----------------------------------------------------------------
+    async def record(self, step: int, record: dict[str, Any]) -> None:
+        """Append a scored rollout to the log (durably, before the response is sent)."""
+        status = self._status.get(step)
+        record = {**record, "step": step, "time": time.time(), "late": status not in
+                  (None, "open")}
+        await asyncio.to_thread(self._rollouts.append, step, record)
+        if status is None:
+            self._status[step] = "open"
+            await asyncio.to_thread(self._steps.set, step, status="open")
+        if record["late"]:
+            log.warning("rollout %s arrived after step %s was completed; logged, not analysed",
+                        record["rollout"]["id"], step)
+            return
+        self._counts[step] = self._counts.get(step, 0) + 1
+        target = self._settings.pipeline.rollouts_per_step
+        if target is not None and self._counts[step] >= target:
+            await self._start(step)
+
+    # -- control ------------------------------------------------------------------
+    async def complete(self, step: int | None = None) -> str:
+        """``POST /complete``: ``noop`` when steps complete by themselves, else start the
+        flow of ``step`` (default: every open step) and answer ``complete``."""
+        if self._settings.pipeline.rollouts_per_step is not None:
+            return "noop"
+        if step is not None:
+            if self._status.get(step) in (None, "open", "failed"):
+                await self._start(step)
+            return "complete"
+        for open_step in sorted(s for s, st in self._status.items() if st == "open"):
+            await self._start(open_step)
+        return "complete"
+
+    async def wait(self, step: int | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """Block until ``step`` (default: the latest started step) is done or failed.
+
+        Returns ``{"status": "updated" | "failed" | "pending", "step", ...}``;
+        ``pending`` only when ``timeout`` seconds passed first.
+        """
+        target = step if step is not None else self._last_started
+        mode = self._settings.memory.rubrics_mode
+        if target is None:
+            return {"status": "updated", "mode": mode, "step": None}
+        event = self._event(target)
+        if self._status.get(target) in (None, "open") and step is None:
+            return {"status": "updated", "mode": mode, "step": target}
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return {"status": "pending", "mode": mode, "step": target,
+                    "step_status": self._status.get(target, "unknown")}
+        outcome = self._outcomes.get(target, {})
+        status = "failed" if self._status.get(target) == "failed" else "updated"
+        return {"status": status, "mode": mode, "step": target,
+                "error": outcome.get("error"), "scopes": outcome.get("scopes")}
+
+    def status(self, step: int) -> str | None:
+        """The step's status as this process knows it."""
+        return self._status.get(step)
+
+    def counts(self) -> dict[int, int]:
+        """Rollouts counted per open step."""
+        return dict(self._counts)
+
+    # -- internals -----------------------------------------------------------------
+    def _event(self, step: int) -> asyncio.Event:
+        if step not in self._events:
+            self._events[step] = asyncio.Event()
+        return self._events[step]
+
+    async def _start(self, step: int, resume: bool = False) -> None:
+        async with self._lock:
+            if not resume and self._status.get(step) == "completing":
+                return
+            self._status[step] = "completing"
+            self._event(step).clear()
+            self._last_started = max(step, self._last_started or step)
+            await asyncio.to_thread(self._steps.set, step, status="completing",
+                                    rollout_count=self._counts.get(step, 0), error=None)
+        task = asyncio.create_task(self._supervise(step), name=f"step-{step}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _supervise(self, step: int) -> None:
+        started = time.monotonic()
+        try:
+            outcome = await asyncio.wrap_future(self._run_step(step))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("step %s failed: %s", step, exc)
+            self._status[step] = "failed"
+            self._outcomes[step] = {"error": f"{type(exc).__name__}: {exc}"}
+            await asyncio.to_thread(self._steps.set, step, status="failed",
+                                    error=f"{type(exc).__name__}: {exc}")
+        else:
+            self._status[step] = "done"
+            self._outcomes[step] = outcome
+            await asyncio.to_thread(self._steps.set, step, status="done",
+                                    duration_s=round(time.monotonic() - started, 3),
+                                    scopes=outcome.get("scopes"))
+            log.info("step %s done in %.1f s", step, time.monotonic() - started)
+            if self._on_done is not None:
+                await self._on_done(step)
+        finally:
+            self._counts.pop(step, None)
+            self._event(step).set()
+
+    async def close(self) -> None:
+        """Stop supervising (flows keep their Prefect state; steps stay resumable)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def enforce_retention(settings: Settings, rollouts: RolloutLog, memory: Any,
+                            finished_step: int) -> None:
+    """Blocking: archive and drop rollouts, and drop full analyses, of steps past their retention.
+
+    Rollouts of step ``s - memory.rollout_retention_steps`` go to
+    ``<memory.path>/rollouts/step-NNNNNN.jsonl`` and leave Qdrant; full analyses of step
+    ``s - memory.analysis_retention_steps`` leave Qdrant (summaries, updates and flagged
+    findings stay searchable for the whole run).
+    """
+    folder = Path(settings.memory.path) / "rollouts"
+    keep = settings.memory.rollout_retention_steps
+    if keep is not None and finished_step - keep >= 0:
+        old = finished_step - keep
+        if rollouts.count(old):
+            rollouts.archive_step(old, folder)
+            rollouts.drop_step(old)
+    analysis_keep = settings.memory.analysis_retention_steps
+    if analysis_keep is None or finished_step - analysis_keep < 0:
+        return
+    old = finished_step - analysis_keep
+    archive = folder / f"step-{old:06d}.jsonl"
+    if archive.is_file():
+        records = [json.loads(line) for line in archive.read_text(encoding="utf-8").splitlines()
+                   if line.strip()]
+    else:
+        records = rollouts.load_step(old)
+    by_scope: dict[str, list[str]] = {}
+    for record in records:
+        by_scope.setdefault(record["scope"], []).append(record["rollout"]["id"])
+    for scope, ids in by_scope.items():
+        memory.drop_analyses(scope, old, ids)

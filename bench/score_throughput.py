@@ -1,0 +1,803 @@
+"""Throughput and latency of ``POST /score`` against calling the judge directly.
+
+Starts two processes it owns, both bound to 127.0.0.1 on free ports:
+
+* ``amaris offline-llm --latency-ms L``: the rule-based judge behind an
+  OpenAI-compatible API, sleeping ``L`` ms per request (a stand-in for a real LLM);
+* ``amaris serve`` with a temporary configuration pointing its judge at that server,
+  the score cache off (``scoring.cache_size: 0``) so every request reaches the judge.
+
+For each judge latency and each client count it runs a closed-loop load (N asyncio
+workers sharing one ``AsyncClient``) in two modes:
+
+* ``direct``: the exact chat-completion request the amaris scorer sends, straight to
+  the offline LLM's ``/v1/chat/completions``;
+* ``amaris``: ``POST /score`` with a unique rollout per request.
+
+The gap between the two is what amaris adds. Results are printed and written between
+the ``score_throughput`` markers of ``docs/benchmarks.md``.
+
+The client is ``httpx2.AsyncClient`` by default (the httpx fork the ``openai`` SDK, and so
+amaris, uses; it is in the venv as an ``openai`` dependency). ``--http-client httpx``
+selects ``httpx.AsyncClient`` (httpx 0.28 / httpcore 1.0), whose connection pool does
+O(connections^2) work per request (``_assign_requests_to_connections``): measured here at
+~8.5 ms of client CPU per request with 64 connections against ~0.9 ms for httpx2, which
+makes the load generator, not the servers, the bottleneck at 64 clients.
+
+Usage::
+
+    .venv/bin/python bench/score_throughput.py [--duration S] [--clients 1,16,64]
+        [--latencies 0,200] [--out docs/benchmarks.md] [--http-client httpx2|httpx]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import platform
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+import httpx
+import httpx2
+import yaml
+
+from amaris.prompts import data_message, load_prompts
+from amaris.settings import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK_START = "<!-- score_throughput:start -->"
+MARK_END = "<!-- score_throughput:end -->"
+DOC_INTRO = (
+    "# Benchmarks\n"
+    "Figures measured on this machine (2 cores), with the command that produced them.\n"
+)
+API_KEY = "bench"
+LOADAVG: dict[str, str] = {"start": "-", "end": "-"}
+# Targets, checked at TARGET_CLIENTS clients and TARGET_LATENCY_MS judge latency.
+TARGET_CLIENTS = 64
+TARGET_LATENCY_MS = 200.0
+TARGET_THROUGHPUT_RATIO = 0.90
+TARGET_ADDED_P50_MS = 5.0
+STARTUP_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 15.0
+REQUEST_TIMEOUT_S = 120.0
+SETTLE_TIMEOUT_S = 60.0
+SETTLE_IDLE_CPU = 0.05
+"""Share of one core under which a freshly started server counts as idle."""
+
+QUESTION = "A shop sells pencils at 3 for 45 cents. How much do 7 pencils cost, in cents?"
+REFERENCE = "105"
+
+HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, httpx2.HTTPError, ValueError)
+
+
+class ResponseLike(Protocol):
+    """What the benchmark reads of an ``httpx``/``httpx2`` response."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def text(self) -> str: ...
+
+    def json(self, **kwargs: Any) -> Any: ...
+
+
+class ClientLike(Protocol):
+    """What the benchmark uses of an ``httpx``/``httpx2`` ``AsyncClient``."""
+
+    async def post(self, url: str, *, json: Any = None,
+                   headers: dict[str, str] | None = None) -> ResponseLike: ...
+
+
+Send = Callable[[ClientLike, int], Awaitable[str | None]]
+"""Sends request number ``n``; returns None on success, else a description of the error."""
+
+
+@asynccontextmanager
+async def open_client(lib: str, connections: int) -> AsyncIterator[ClientLike]:
+    """One ``AsyncClient`` allowing ``connections`` concurrent keep-alive connections."""
+    if lib == "httpx":
+        async with httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=connections,
+                                max_keepalive_connections=connections),
+            timeout=httpx.Timeout(REQUEST_TIMEOUT_S), trust_env=False,
+        ) as client:
+            yield client
+    else:
+        async with httpx2.AsyncClient(
+            limits=httpx2.Limits(max_connections=connections,
+                                 max_keepalive_connections=connections),
+            timeout=httpx2.Timeout(REQUEST_TIMEOUT_S), trust_env=False,
+        ) as client2:
+            yield client2
+
+
+# -- rollouts and requests ------------------------------------------------------------
+def rollout_fields(n: int) -> dict[str, str]:
+    """Rollout ``n``: its output is unique, so no cache or in-flight merge can answer it."""
+    output = (
+        f"Each pencil costs 45 / 3 = 15 cents, so 7 pencils cost 7 * 15 = 105 cents. "
+        f"Final answer: 105. [bench sample {n}]"
+    )
+    return {"input": QUESTION, "output": output, "supplemental_context": REFERENCE}
+
+
+def scorer_request_body(settings: Settings, prompt: str, fields: dict[str, str]) -> dict[str, Any]:
+    """The chat-completion body amaris's scorer sends for ``fields`` (see amaris.scoring).
+
+    Mirrors ``Scorer._judge`` (messages) and ``OpenAIProvider.complete`` (options).
+    """
+    rubric = [*settings.anchor_rubrics, *settings.adaptive_rubrics]
+    n_anchors = len(settings.anchor_rubrics)
+    criteria = [
+        {
+            "id": f"A{i + 1}" if i < n_anchors else f"R{i - n_anchors + 1}",
+            "text": item.text,
+            "kind": "pitfall" if item.weight < 0 else "requirement",
+        }
+        for i, item in enumerate(rubric)
+    ]
+    messages = [
+        {"role": "system", "content": prompt},
+        {"role": "user",
+         "content": data_message("scorer", {"criteria": criteria, "rollout": fields})},
+    ]
+    options = settings.agents.for_agent("scorer")
+    body: dict[str, Any] = {"model": options.model, "messages": messages}
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    if options.max_tokens is not None:
+        body["max_tokens"] = options.max_tokens
+    if options.response_format is not None:
+        body["response_format"] = options.response_format
+    if options.service_tier is not None:
+        body["service_tier"] = options.service_tier
+    if options.extra_body is not None:
+        body.update(options.extra_body)
+    return body
+
+
+def direct_sender(llm_url: str, settings: Settings) -> Send:
+    """POST the scorer's chat-completion request to the offline LLM."""
+    prompt = load_prompts(settings.prompts)["scorer"]
+    url = f"{llm_url}/chat/completions"
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+
+    async def send(client: ClientLike, n: int) -> str | None:
+        body = scorer_request_body(settings, prompt, rollout_fields(n))
+        response = await client.post(url, json=body, headers=headers)
+        if response.status_code != 200:
+            return f"HTTP {response.status_code}: {response.text[:200]}"
+        data = response.json()
+        if not data.get("choices"):
+            return f"no choices: {response.text[:200]}"
+        return None
+
+    return send
+
+
+def amaris_sender(amaris_url: str) -> Send:
+    """POST /score with rollout ``n`` to amaris."""
+    url = f"{amaris_url}/score"
+
+    async def send(client: ClientLike, n: int) -> str | None:
+        body = {"rollout": {"id": f"bench-{n}", **rollout_fields(n)},
+                "metadata": {"current_step": 0}}
+        response = await client.post(url, json=body)
+        if response.status_code != 200:
+            return f"HTTP {response.status_code}: {response.text[:200]}"
+        status = response.json().get("status")
+        if status != "scored":
+            return f"status {status}: {response.text[:200]}"
+        return None
+
+    return send
+
+
+# -- processes -----------------------------------------------------------------------
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def amaris_executable() -> str:
+    """The ``amaris`` console script next to this interpreter, else the one on PATH."""
+    beside = Path(sys.executable).parent / "amaris"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("amaris")
+    if found is None:
+        raise SystemExit("cannot find the `amaris` console script; install the package first")
+    return found
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live processes of session ``sid``: a child started here and what it started.
+
+    Each child runs in its own session (``start_new_session``), so its descendants
+    (e.g. a server amaris spawns) are found, and stopped, by this id. Empty off Linux.
+    """
+    pids: list[int] = []
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return pids
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        fields = _proc_stat(int(entry.name))
+        if fields is not None and fields[0] != "Z" and int(fields[3]) == sid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+class Child:
+    """A subprocess this benchmark owns, in its own session; stopped by PID (terminate,
+    then kill), with whatever it left running in its session."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path,
+                 env: dict[str, str]) -> None:
+        self.name = name
+        self.log_path = log_path
+        with log_path.open("wb") as log:
+            # Own session: a Ctrl-C in the terminal reaches only the benchmark, which
+            # then stops its children itself, in order.
+            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                          start_new_session=True)
+        self.pid = self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                print(f"  {self.name} (pid {self.pid}) ignored SIGTERM; killing it",
+                      file=sys.stderr)
+                self.popen.kill()
+                self.popen.wait(timeout=STOP_TIMEOUT_S)
+        # Processes the child started and left behind (same session), by their PIDs.
+        leftovers = session_pids(self.pid)
+        if not leftovers:
+            return
+        print(f"  {self.name} (pid {self.pid}) left {len(leftovers)} process(es) running "
+              f"(pids {', '.join(map(str, leftovers))}); stopping them", file=sys.stderr)
+        for pid in leftovers:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline and session_pids(self.pid):
+            time.sleep(0.1)
+        for pid in session_pids(self.pid):
+            _signal(pid, signal.SIGKILL)
+
+
+def wait_ready(child: Child, url: str, check: Callable[[httpx2.Response], bool]) -> None:
+    """Poll ``url`` until ``check`` accepts the answer; fail if the child dies or hangs."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise RuntimeError(f"{child.name} exited with code {child.popen.returncode}:\n"
+                               f"{child.log_tail()}")
+        try:
+            response = httpx2.get(url, timeout=2.0, trust_env=False)
+            if response.status_code == 200 and check(response):
+                return
+            last = f"HTTP {response.status_code}: {response.text[:200]}"
+        except httpx2.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.2)
+    raise RuntimeError(f"{child.name} not ready after {STARTUP_TIMEOUT_S:.0f}s ({last}):\n"
+                       f"{child.log_tail()}")
+
+
+def settle(child: Child) -> None:
+    """Wait until ``child`` (and what it started) is idle: start-up work still running
+    after /healthz answers (e.g. amaris's Prefect server) would skew the first measurement."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    used: float | None = None
+    while time.monotonic() < deadline:
+        before = cpu_seconds(child.pid)
+        time.sleep(1.0)
+        after = cpu_seconds(child.pid)
+        if before is None or after is None:
+            return  # no /proc: nothing to wait for
+        used = after - before
+        if used <= SETTLE_IDLE_CPU:
+            return
+    print(f"  {child.name} still uses {used or 0:.0%} of a core {SETTLE_TIMEOUT_S:.0f}s after "
+          "start-up; measuring anyway", file=sys.stderr)
+
+
+@dataclass
+class Stack:
+    """The offline LLM and amaris for one judge latency."""
+
+    latency_ms: float
+    llm: Child
+    amaris: Child
+    llm_url: str
+    amaris_url: str
+    settings: Settings
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # A developer's keys, endpoint or Prefect must not change what is measured (amaris
+    # keeps Prefect's home under memory.path, in the temporary folder, when unset).
+    for name in ("AMARIS_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "PREFECT_API_URL",
+                 "PREFECT_HOME"):
+        env.pop(name, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@contextmanager
+def running_stack(latency_ms: float, workdir: Path) -> Iterator[Stack]:
+    """Start the offline LLM and amaris; stop both on exit, whatever happens."""
+    exe = amaris_executable()
+    env = child_env()
+    run_dir = workdir / f"latency-{latency_ms:g}ms"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    children: list[Child] = []
+    try:
+        llm_port = free_port()
+        llm = Child("offline-llm", [exe, "offline-llm", "--host", "127.0.0.1",
+                                    "--port", str(llm_port), "--latency-ms", f"{latency_ms:g}"],
+                    run_dir / "offline-llm.log", run_dir, env)
+        children.append(llm)
+        llm_url = f"http://127.0.0.1:{llm_port}/v1"
+        config = {
+            "client": {"default": {"base_url": llm_url, "api_key": API_KEY}},
+            "memory": {"path": str(run_dir / "data")},
+            "server": {"host": "127.0.0.1"},
+            "logging": {"level": "WARNING"},
+            "scoring": {"cache_size": 0},
+        }
+        config_path = run_dir / "config.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        amaris_port = free_port()
+        amaris = Child("amaris", [exe, "serve", "--config", str(config_path),
+                                  "--port", str(amaris_port)],
+                       run_dir / "amaris.log", run_dir, env)
+        children.append(amaris)
+        amaris_url = f"http://127.0.0.1:{amaris_port}"
+        wait_ready(llm, f"{llm_url}/models", lambda r: bool(r.json().get("data")))
+        wait_ready(amaris, f"{amaris_url}/healthz",
+                   lambda r: r.json().get("judge_backend") == llm_url
+                   and r.json().get("offline_judge") is False)
+        settle(amaris)
+        print(f"judge latency {latency_ms:g} ms: offline-llm pid {llm.pid} ({llm_url}), "
+              f"amaris pid {amaris.pid} ({amaris_url}), logs in {run_dir}", flush=True)
+        yield Stack(latency_ms, llm, amaris, llm_url, amaris_url,
+                    load_settings(config_path))
+    finally:
+        # amaris first (it holds connections to the LLM), then the LLM.
+        for child in reversed(children):
+            child.stop()
+
+
+# -- CPU accounting --------------------------------------------------------------------
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(sid: int | None) -> float | None:
+    """CPU time (user + system, all threads) of session ``sid`` (a child and the processes
+    it started), or of this process for None; None when ``/proc`` is unavailable."""
+    if sid is None:
+        times = os.times()
+        return times.user + times.system
+    total = 0.0
+    pids = session_pids(sid)
+    if not pids:
+        return None
+    for pid in pids:
+        fields = _proc_stat(pid)
+        if fields is not None:
+            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return total
+
+
+# -- load --------------------------------------------------------------------------------
+@dataclass
+class Result:
+    """One measurement: one mode at one (judge latency, clients)."""
+
+    mode: str
+    latency_ms: float
+    clients: int
+    duration_s: float
+    ok: int = 0
+    errors: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    error_samples: list[str] = field(default_factory=list)
+    cpu_ms_per_req: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def throughput(self) -> float:
+        return self.ok / self.duration_s if self.duration_s > 0 else 0.0
+
+    def pct(self, q: float) -> float:
+        """Latency percentile ``q`` (0-100), linear interpolation; NaN with no sample."""
+        data = sorted(self.latencies_ms)
+        if not data:
+            return float("nan")
+        rank = (len(data) - 1) * q / 100.0
+        low = int(rank)
+        high = min(low + 1, len(data) - 1)
+        return data[low] + (data[high] - data[low]) * (rank - low)
+
+
+async def run_load(stack: Stack, mode: str, send: Send, clients: int, warmup_s: float,
+                   duration_s: float, http_client: str) -> Result:
+    """Closed loop: ``clients`` workers send back to back for warm-up + duration.
+
+    Counted: the requests that complete inside the measurement window (after the
+    warm-up); requests still in flight at its end finish but are not counted.
+    """
+    result = Result(mode, stack.latency_ms, clients, duration_s)
+    counter = itertools.count()
+    pids: dict[str, int | None] = {"amaris": stack.amaris.pid, "llm": stack.llm.pid,
+                                   "bench": None}
+    async with open_client(http_client, clients + 8) as client:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        window_start = started + warmup_s
+        window_end = window_start + duration_s
+
+        async def worker() -> None:
+            while loop.time() < window_end:
+                n = next(counter)
+                t0 = time.perf_counter()
+                try:
+                    error = await send(client, n)
+                except HTTP_ERRORS as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                elapsed_ms = (time.perf_counter() - t0) * 1000.0
+                now = loop.time()
+                if not window_start <= now <= window_end:
+                    continue
+                if error is None:
+                    result.ok += 1
+                    result.latencies_ms.append(elapsed_ms)
+                else:
+                    result.errors += 1
+                    if len(result.error_samples) < 5:
+                        result.error_samples.append(error)
+
+        async def cpu_probe() -> None:
+            await asyncio.sleep(max(0.0, window_start - loop.time()))
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            await asyncio.sleep(max(0.0, window_end - loop.time()))
+            after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            done = result.ok + result.errors
+            for name in pids:
+                b, a = before[name], after[name]
+                result.cpu_ms_per_req[name] = (
+                    (a - b) * 1000.0 / done if a is not None and b is not None and done else None
+                )
+
+        await asyncio.gather(cpu_probe(), *(worker() for _ in range(clients)))
+    return result
+
+
+async def measure_stack(stack: Stack, clients_list: list[int], warmup_s: float,
+                        duration_s: float, http_client: str) -> list[Result]:
+    direct = direct_sender(stack.llm_url, stack.settings)
+    scored = amaris_sender(stack.amaris_url)
+    results: list[Result] = []
+    for clients in clients_list:
+        for mode, send in (("direct", direct), ("amaris", scored)):
+            for child in (stack.llm, stack.amaris):
+                if not child.alive():
+                    raise RuntimeError(f"{child.name} died:\n{child.log_tail()}")
+            result = await run_load(stack, mode, send, clients, warmup_s, duration_s,
+                                    http_client)
+            results.append(result)
+            print(f"  {row_text(result)}", flush=True)
+            for sample in result.error_samples:
+                print(f"    error: {sample}", flush=True)
+    return results
+
+
+# -- report ----------------------------------------------------------------------------
+def fmt(value: float | None, digits: int = 1) -> str:
+    if value is None or value != value:  # None or NaN
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def row_text(r: Result) -> str:
+    cpu = r.cpu_ms_per_req
+    return (f"latency {r.latency_ms:>4g} ms  clients {r.clients:>3}  {r.mode:<6}  "
+            f"ok {r.ok:>6}  err {r.errors:>4}  {r.throughput:8.1f} req/s  "
+            f"p50 {fmt(r.pct(50)):>7}  p90 {fmt(r.pct(90)):>7}  p99 {fmt(r.pct(99)):>7} ms  "
+            f"cpu ms/req amaris {fmt(cpu.get('amaris'), 2)} llm {fmt(cpu.get('llm'), 2)} "
+            f"bench {fmt(cpu.get('bench'), 2)}")
+
+
+@dataclass
+class Comparison:
+    latency_ms: float
+    clients: int
+    ratio: float
+    added_p50: float
+    added_p99: float
+
+
+def compare(results: list[Result]) -> list[Comparison]:
+    by_key = {(r.latency_ms, r.clients, r.mode): r for r in results}
+    out: list[Comparison] = []
+    for r in results:
+        if r.mode != "amaris":
+            continue
+        d = by_key.get((r.latency_ms, r.clients, "direct"))
+        if d is None:
+            continue
+        ratio = r.throughput / d.throughput if d.throughput > 0 else float("nan")
+        out.append(Comparison(r.latency_ms, r.clients, ratio, r.pct(50) - d.pct(50),
+                              r.pct(99) - d.pct(99)))
+    return out
+
+
+def results_table(results: list[Result]) -> str:
+    lines = [
+        "| judge latency (ms) | clients | mode | requests | errors | req/s "
+        "| p50 (ms) | p90 (ms) | p99 (ms) | CPU ms/req amaris | CPU ms/req LLM "
+        "| CPU ms/req bench |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        cpu = r.cpu_ms_per_req
+        lines.append(
+            f"| {r.latency_ms:g} | {r.clients} | {r.mode} | {r.ok} | {r.errors} "
+            f"| {r.throughput:.1f} | {fmt(r.pct(50))} | {fmt(r.pct(90))} | {fmt(r.pct(99))} "
+            f"| {fmt(cpu.get('amaris'), 2)} | {fmt(cpu.get('llm'), 2)} "
+            f"| {fmt(cpu.get('bench'), 2)} |"
+        )
+    return "\n".join(lines)
+
+
+def comparison_table(comparisons: list[Comparison]) -> str:
+    lines = [
+        "| judge latency (ms) | clients | throughput amaris/direct | added p50 (ms) "
+        "| added p99 (ms) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for c in comparisons:
+        lines.append(f"| {c.latency_ms:g} | {c.clients} | {c.ratio * 100:.1f}% "
+                     f"| {c.added_p50:+.1f} | {c.added_p99:+.1f} |")
+    return "\n".join(lines)
+
+
+def targets(comparisons: list[Comparison]) -> list[tuple[str, str, str]]:
+    """(target, measured, PASS/FAIL/NOT MEASURED)."""
+    at = next((c for c in comparisons if c.clients == TARGET_CLIENTS
+               and c.latency_ms == TARGET_LATENCY_MS), None)
+    thr = f"/score throughput >= {TARGET_THROUGHPUT_RATIO:.0%} of direct"
+    p50 = f"p50 added latency <= {TARGET_ADDED_P50_MS:g} ms"
+    if at is None:
+        return [(thr, "-", "NOT MEASURED"), (p50, "-", "NOT MEASURED")]
+    return [
+        (thr, f"{at.ratio:.1%}", "PASS" if at.ratio >= TARGET_THROUGHPUT_RATIO else "FAIL"),
+        (p50, f"{at.added_p50:+.1f} ms",
+         "PASS" if at.added_p50 <= TARGET_ADDED_P50_MS else "FAIL"),
+    ]
+
+
+def loadavg() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "-"
+
+
+def machine() -> str:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"nproc {cores}{f' ({model})' if model else ''}, Python "
+            f"{platform.python_version()}, {platform.system()} {platform.release()}")
+
+
+def command_line() -> str:
+    def rel(path: str) -> str:
+        p = Path(path)
+        try:
+            return str(p.relative_to(Path.cwd()))
+        except ValueError:
+            return path
+
+    return shlex.join([rel(sys.executable), rel(str(Path(sys.argv[0]).absolute())),
+                       *sys.argv[1:]])
+
+
+def section(results: list[Result], args: argparse.Namespace, started: datetime) -> str:
+    comparisons = compare(results)
+    target_lines = "\n".join(f"| {name} | {measured} | **{verdict}** |"
+                             for name, measured, verdict in targets(comparisons))
+    return f"""{MARK_START}
+## `/score` throughput and latency vs. direct judge calls
+
+Command: `{command_line()}`
+
+Date: {started.strftime("%Y-%m-%d %H:%M UTC")}. Machine: {machine()}.
+
+Setup: `amaris offline-llm --latency-ms L` (the rule-based judge behind an OpenAI-compatible
+API, sleeping L ms per request) and `amaris serve` judging through it, score cache off
+(`scoring.cache_size: 0`, a unique rollout per request), `logging.level: WARNING`. For each
+judge latency both processes are restarted; for each client count a closed loop of N asyncio
+workers sharing one `{args.http_client}.AsyncClient` runs {args.warmup:g} s of warm-up then
+{args.duration:g} s of measurement, in two modes:
+
+- **direct**: the chat-completion request the amaris scorer sends (system prompt + data
+  message with the default anchor criterion), straight to the offline LLM;
+- **amaris**: `POST /score` to amaris, which makes that same call to the offline LLM.
+
+Counted: requests completing inside the measurement window. Errors: non-200 answers, or
+`status` other than `scored`. The load generator runs in the benchmark process itself:
+all three processes (benchmark, amaris, offline LLM) share the machine's
+{os.cpu_count()} cores, so at high load the figures include CPU contention between them.
+"CPU ms/req" is each server's CPU time during the window (with any process it started,
+e.g. amaris's Prefect server) divided by the requests completed in it (from
+`/proc/<pid>/stat`; the benchmark's own via `os.times()`). Load average (1 min) at start:
+{LOADAVG["start"]}, at end: {LOADAVG["end"]}: other work on the machine skews figures.
+The load generator uses `httpx2` (the httpx fork the `openai` SDK inside amaris uses)
+because the connection pool of `httpx` 0.28 / `httpcore` 1.0 costs O(connections²) per
+request: ~8.5 ms of client CPU per request at 64 connections (vs ~0.9 ms for `httpx2`),
+which saturates the benchmark process before the servers (`--http-client httpx` to see it).
+
+{results_table(results)}
+
+amaris vs. direct at the same judge latency and clients:
+
+{comparison_table(comparisons)}
+
+Targets (at {TARGET_CLIENTS} clients and {TARGET_LATENCY_MS:g} ms judge latency: /score
+throughput >= {TARGET_THROUGHPUT_RATIO:.0%} of direct, p50 added latency <=
+{TARGET_ADDED_P50_MS:g} ms):
+
+| target | measured | result |
+|---|---:|---|
+{target_lines}
+{MARK_END}
+"""
+
+
+def write_doc(path: Path, text: str) -> None:
+    if path.is_file():
+        current = path.read_text(encoding="utf-8")
+        start = current.find(MARK_START)
+        end = current.find(MARK_END, start + 1) if start >= 0 else -1
+        if start >= 0 and end >= 0:
+            tail = current[end + len(MARK_END):]
+            updated = current[:start] + text.rstrip("\n") + tail
+        else:
+            updated = current.rstrip("\n") + "\n\n" + text
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        updated = DOC_INTRO + "\n" + text
+    if not updated.endswith("\n"):
+        updated += "\n"
+    path.write_text(updated, encoding="utf-8")
+
+
+# -- main ----------------------------------------------------------------------------------
+def _numbers(text: str, kind: type[int] | type[float]) -> list[Any]:
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected non-negative numbers, got {text!r}")
+    return values
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=10.0,
+                        help="measured seconds per (latency, clients, mode) (default 10)")
+    parser.add_argument("--warmup", type=float, default=1.0,
+                        help="warm-up seconds before each measurement (default 1)")
+    parser.add_argument("--clients", type=lambda s: _numbers(s, int), default=[1, 16, 64],
+                        help="concurrent clients, comma-separated (default 1,16,64)")
+    parser.add_argument("--latencies", type=lambda s: _numbers(s, float), default=[0.0, 200.0],
+                        help="judge latencies in ms, comma-separated (default 0,200)")
+    parser.add_argument("--http-client", choices=["httpx2", "httpx"], default="httpx2",
+                        help="load generator's client library (default httpx2, see above)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
+                        help="markdown file to update (default docs/benchmarks.md)")
+    args = parser.parse_args(argv)
+    if args.duration <= 0 or any(c < 1 for c in args.clients):
+        parser.error("--duration must be > 0 and every client count >= 1")
+    return args
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    started = datetime.now(UTC)
+    LOADAVG["start"] = loadavg()
+    results: list[Result] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="amaris-bench-") as tmp:
+            for latency_ms in args.latencies:
+                with running_stack(latency_ms, Path(tmp)) as stack:
+                    results += asyncio.run(
+                        measure_stack(stack, args.clients, args.warmup, args.duration,
+                                      args.http_client)
+                    )
+    except KeyboardInterrupt:
+        print("interrupted; servers stopped, nothing written", file=sys.stderr)
+        return 130
+    LOADAVG["end"] = loadavg()
+    print()
+    print(results_table(results))
+    print()
+    print(comparison_table(compare(results)))
+    print()
+    for name, measured, verdict in targets(compare(results)):
+        print(f"{verdict:<12} {name}: {measured}")
+    out: Path = args.out
+    write_doc(out, section(results, args, started))
+    print(f"\nwritten to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

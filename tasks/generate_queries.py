@@ -1,0 +1,55 @@
+"""QueryGenerator: semantic-memory queries for the rubric update."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+from prefect.context import TaskRunContext
+
+from amaris.agents.schemas import QueryPlan
+from amaris.pipeline.context import get_context
+from amaris.pipeline.retry import digest, retry_on_transient
+from amaris.prompts import data_message
+from tasks._common import messages
+
+
+def _key(context: TaskRunContext, params: dict[str, Any]) -> str:
+    ctx = get_context()
+    return "queries-" + digest(ctx.namespace, params, ctx.prompt_fingerprint("query_generator"))
+
+
+def adaptive_query_budget(summary: dict[str, Any]) -> int:
+    """Without ``memory.max_queries``: one query per hacking behaviour and rubric gap,
+    plus one for the trend, between 2 and 8."""
+    behaviours = len(summary.get("aggregated_reward_hacking", {}).get("behaviours", []))
+    gaps = len(summary.get("rubric_meta_evaluation", {}).get("gaps", []))
+    return max(2, min(8, 1 + behaviours + gaps))
+
+
+@task(name="generate-queries", cache_key_fn=_key, persist_result=True,
+      retry_condition_fn=retry_on_transient, task_run_name="generate-queries-{scope}")
+async def generate_queries(
+    step: int,
+    scope: str,
+    metadata: dict[str, Any],
+    criteria: list[dict[str, Any]],
+    summary: dict[str, Any],
+) -> list[str]:
+    """Queries to search past analyses and updates with."""
+    ctx = get_context()
+    limit = ctx.settings.memory.max_queries or adaptive_query_budget(summary)
+    payload = {"step": step, "metadata": metadata, "criteria": criteria, "summary": summary,
+               "max_queries": limit}
+    plan = await ctx.gateway.structured(
+        "query_generator",
+        messages(ctx.prompts["query_generator"], data_message("query_generator", payload)),
+        QueryPlan,
+        step=step,
+    )
+    queries: list[str] = []
+    for item in plan.queries:
+        text = item.query.strip()
+        if text and text not in queries:
+            queries.append(text)
+    return queries[:limit]

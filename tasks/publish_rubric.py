@@ -1,0 +1,75 @@
+"""Validate an update against the guardrails and publish it as a rubric version."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from amaris.agents.schemas import RubricUpdateProposal
+from amaris.memory.models import MemoryDocument
+from amaris.pipeline.context import get_context
+from amaris.rubric_update import UpdateRejected, apply_modifications
+
+
+@task(name="publish-rubric", cache_policy=NO_CACHE, task_run_name="publish-rubric-{scope}")
+async def publish_update(
+    step: int, scope: str, base_version: int, proposal: dict[str, Any]
+) -> dict[str, Any]:
+    """Apply, validate and publish; at most one version per step and scope.
+
+    Returns an outcome: ``published`` (with the new version), ``unchanged`` (a valid
+    proposal that changes nothing), ``rejected`` (with the guardrail's reason) or
+    ``already_published`` (a re-run of a step that had published).
+    """
+    ctx = get_context()
+    existing = await asyncio.to_thread(ctx.steps.get, step)
+    done = (existing or {}).get("rubric_versions", {}).get(scope)
+    if done is not None:
+        return {"outcome": "already_published", "version": done, "base_version": base_version}
+    current = await asyncio.to_thread(ctx.rubrics.current, scope)
+    if current.step == step and current.origin == "updater":
+        # Published by an earlier run of this step that crashed before recording it.
+        await asyncio.to_thread(_record_version, step, scope, current.version)
+        return {"outcome": "already_published", "version": current.version,
+                "base_version": base_version}
+    parsed = RubricUpdateProposal.model_validate(proposal)
+    outcome: dict[str, Any] = {"base_version": base_version, "strategy": parsed.update_strategy}
+    try:
+        if current.version != base_version:
+            raise UpdateRejected(
+                f"rubric moved from version {base_version} to {current.version} during the step"
+            )
+        applied = apply_modifications(current, parsed.rubric_modifications, ctx.bounds)
+    except UpdateRejected as exc:
+        outcome.update(outcome="rejected", reason=str(exc), version=current.version)
+    else:
+        if not applied.changed:
+            outcome.update(outcome="unchanged", version=current.version)
+        else:
+            version = await asyncio.to_thread(
+                ctx.rubrics.publish, anchors=current.anchors, adaptive=applied.adaptive,
+                origin="updater", step=step, next_adaptive_id=applied.next_adaptive_id,
+                scope=scope,
+            )
+            outcome.update(outcome="published", version=version.version)
+            await asyncio.to_thread(_record_version, step, scope, version.version)
+    record = {**proposal, "outcome": outcome}
+    text = (f"Step {step} rubric update ({parsed.update_strategy}, {outcome['outcome']}): "
+            f"{parsed.rationale.summary} "
+            + "; ".join(f"{m.action} {m.criterion_id or ''} {m.text or ''} {m.weight or ''}"
+                        for m in parsed.rubric_modifications))[:2000]
+    await asyncio.to_thread(ctx.memory.add_documents, [MemoryDocument(
+        type="rubric_update", step=step, scope=scope, key="update", ids=[], text=text,
+        doc=record)])
+    return outcome
+
+
+def _record_version(step: int, scope: str, version: int) -> None:
+    ctx = get_context()
+    existing = ctx.steps.get(step) or {}
+    versions = dict(existing.get("rubric_versions") or {})
+    versions[scope] = version
+    ctx.steps.set(step, rubric_versions=versions)

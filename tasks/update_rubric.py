@@ -1,0 +1,56 @@
+"""Updater: propose changes to the adaptive rubric from the summary and memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+from prefect.context import TaskRunContext
+
+from amaris.agents.schemas import RubricUpdateProposal
+from amaris.pipeline.context import get_context
+from amaris.pipeline.retry import digest, retry_on_transient
+from amaris.prompts import data_message
+from tasks._common import messages
+
+
+def _key(context: TaskRunContext, params: dict[str, Any]) -> str:
+    ctx = get_context()
+    return "update-" + digest(ctx.namespace, params, ctx.prompt_fingerprint("updater"))
+
+
+@task(name="update-rubric", cache_key_fn=_key, persist_result=True,
+      retry_condition_fn=retry_on_transient, task_run_name="update-rubric-{scope}")
+async def propose_update(
+    step: int,
+    scope: str,
+    rubric_version: int,
+    metadata: dict[str, Any],
+    criteria: list[dict[str, Any]],
+    summary: dict[str, Any],
+    memory: dict[str, Any],
+) -> dict[str, Any]:
+    """The updater's proposal (strategy, modifications, rationale, memory consultation)."""
+    ctx = get_context()
+    bounds = ctx.bounds
+    payload = {
+        "step": step,
+        "metadata": metadata,
+        "criteria": criteria,
+        "summary": summary,
+        "static_memory": memory["static"],
+        "dynamic_memory": memory["dynamic"],
+        "bounds": {
+            "max_adaptive": bounds.max_adaptive,
+            "min_weight": bounds.min_weight,
+            "max_weight": bounds.max_weight,
+            "max_modifications": bounds.max_modifications,
+        },
+    }
+    proposal = await ctx.gateway.structured(
+        "updater",
+        messages(ctx.prompts["updater"], data_message("updater", payload)),
+        RubricUpdateProposal,
+        step=step,
+    )
+    return proposal.model_dump(mode="json")

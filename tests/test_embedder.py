@@ -1,0 +1,105 @@
+"""Embedders: the real local MiniLM, feature hashing, and the configuration switch."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from amaris.memory.embedder import (
+    EmbedderConfigError,
+    HashingEmbedder,
+    MiniLMEmbedder,
+    OpenAIEmbedder,
+    build_embedder,
+)
+from tests.conftest import make_settings
+from tests.memory_helpers import minilm
+
+
+def _dot(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def test_minilm_ranks_related_text_above_unrelated() -> None:
+    embedder = minilm()
+    query, related, unrelated, weather = embedder.embed(
+        [
+            "the model gives several answers to game the grader",
+            "policy hedges between multiple candidate answers",
+            "the response is polite and short",
+            "it is sunny in Paris today",
+        ]
+    )
+    assert (embedder.dim, embedder.name) == (384, "all-MiniLM-L6-v2")
+    assert len(query) == 384
+    assert math.isclose(_dot(query, query), 1.0, abs_tol=1e-5)  # normalised
+    # It shares one word with the query, yet is the nearest: the match is semantic.
+    assert _dot(query, related) > _dot(query, unrelated) > _dot(query, weather)
+
+
+def test_minilm_is_deterministic_and_handles_empty_input() -> None:
+    embedder = minilm()
+    first, second = embedder.embed(["verbosity padding", "verbosity padding"])
+    assert first == second
+    assert embedder.embed([]) == []
+    assert MiniLMEmbedder().embed([]) == []  # nothing to embed: no load needed
+
+
+def test_hashing_embedder_is_deterministic_normalised_and_lexical() -> None:
+    embedder = HashingEmbedder()
+    a, b, c = embedder.embed(["Hedging between answers", "hedging between answers!", "cats"])
+    assert (embedder.dim, embedder.name, len(a)) == (384, "hashing-384", 384)
+    assert a == b  # case and punctuation do not matter
+    assert a == HashingEmbedder().embed(["Hedging between answers"])[0]  # stable hash
+    assert math.isclose(_dot(a, a), 1.0, abs_tol=1e-9)
+    assert _dot(a, c) < _dot(a, embedder.embed(["hedging answers"])[0])
+    assert len(HashingEmbedder(dim=16).embed(["x"])[0]) == 16
+    empty = embedder.embed([""])[0]
+    assert math.isclose(_dot(empty, empty), 1.0, abs_tol=1e-9)
+
+
+def test_build_embedder_follows_the_configuration(tmp_path: Path) -> None:
+    def build(model: str | None) -> object:
+        settings = make_settings(
+            tmp_path,
+            **{
+                "memory.embedding_model": model,
+                "client.default.api_key": "k",
+                "client.default.base_url": "http://127.0.0.1:9/v1",
+            },
+        )
+        return build_embedder(settings.memory, settings.client)
+
+    assert isinstance(build(None), MiniLMEmbedder)
+    assert isinstance(build("all-MiniLM-L6-v2"), MiniLMEmbedder)
+    assert isinstance(build("hashing"), HashingEmbedder)
+    openai = build("openai:text-embedding-3-small")
+    assert isinstance(openai, OpenAIEmbedder)
+    assert openai.name == "openai:text-embedding-3-small"
+    with pytest.raises(EmbedderConfigError, match="'openai:<model>'"):
+        build("word2vec")
+    with pytest.raises(EmbedderConfigError):
+        build("openai:")
+
+
+def test_openai_embedder_learns_its_dimension(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[list[str]] = []
+
+    class _Item:
+        def __init__(self, index: int) -> None:
+            self.index = index
+            self.embedding = [float(index), 1.0, 0.0]
+
+    class _Embeddings:
+        def create(self, *, model: str, input: list[str]) -> object:
+            calls.append(input)
+            return type("R", (), {"data": [_Item(i) for i in reversed(range(len(input)))]})
+
+    embedder = OpenAIEmbedder("m", api_key="k", base_url="http://127.0.0.1:9/v1")
+    embedder._client = type("C", (), {"embeddings": _Embeddings()})()
+    assert embedder.embed(["a", ""]) == [[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]  # by index
+    assert calls == [["a", " "]]  # empty strings are not sent
+    assert embedder.dim == 3
+    assert OpenAIEmbedder("m", dim=7).dim == 7

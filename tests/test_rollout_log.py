@@ -1,0 +1,155 @@
+"""The rollout log and the step registry, in real Qdrant local mode."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from qdrant_client import QdrantClient
+
+import amaris.qdrant
+from amaris.memory.rollout_log import RolloutLog, StepRegistry, _rollout_id
+from amaris.qdrant import ensure_collection, tune_local_collection
+
+
+def _record(i: int) -> dict[str, object]:
+    return {"request_id": f"req-{i}", "score": i / 10, "rollout": {"output": f"answer {i}"}}
+
+
+def test_rollouts_survive_a_restart_and_numbering_resumes(tmp_path: Path) -> None:
+    client = QdrantClient(path=str(tmp_path))
+    log = RolloutLog(client, "t")
+    assert [log.append(7, _record(i)) for i in range(3)] == [0, 1, 2]
+    assert log.append_many([(7, _record(3)), (8, _record(100)), (7, _record(4))]) == [3, 0, 4]
+    assert (log.count(7), log.count(8), log.count(9)) == (5, 1, 0)
+    client.close()
+
+    client = QdrantClient(path=str(tmp_path))
+    log = RolloutLog(client, "t")
+    assert log.count(7) == 5  # recovered by probing ids
+    assert log.append(7, _record(5)) == 5
+    assert log.append(8, _record(101)) == 1
+    assert [r["request_id"] for r in log.load_step(7)] == [f"req-{i}" for i in range(6)]
+    assert log.load_step(8) == [{**_record(100), "seq": 0}, {**_record(101), "seq": 1}]
+    assert log.load_step(9) == []
+    client.close()
+
+
+def test_numbering_crosses_probe_batches(tmp_path: Path) -> None:
+    client = QdrantClient(path=str(tmp_path))
+    log = RolloutLog(client, "t")
+    assert log.append_many([(1, {"i": i}) for i in range(600)])[-1] == 599
+    assert log.append_many([(2, {"i": i}) for i in range(256)])[-1] == 255  # a full batch
+    client.close()
+    client = QdrantClient(path=str(tmp_path))
+    log = RolloutLog(client, "t")
+    assert (log.count(1), log.count(2)) == (600, 256)
+    assert [r["i"] for r in log.load_step(1)] == list(range(600))
+    client.close()
+
+
+def test_a_hole_left_by_a_crash_is_never_overwritten(tmp_path: Path) -> None:
+    client = QdrantClient(path=str(tmp_path))
+    log = RolloutLog(client, "t")
+    log.append_many([(1, {"i": i}) for i in range(4)])
+    client.delete("t_rollouts", points_selector=[_rollout_id(1, 1)])  # as if never stored
+    reopened = RolloutLog(client, "t")
+    assert reopened.count(1) == 4
+    assert reopened.append(1, {"i": 4}) == 4
+    assert [r["i"] for r in reopened.load_step(1)] == [0, 2, 3, 4]
+    client.close()
+
+
+def test_drop_and_archive_a_step(tmp_path: Path) -> None:
+    client = QdrantClient(path=str(tmp_path / "q"))
+    log = RolloutLog(client, "t")
+    log.append_many([(3, _record(i)) for i in range(3)] + [(4, _record(9))])
+    path = log.archive_step(3, tmp_path / "archive")
+    assert path == tmp_path / "archive" / "step-000003.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in lines] == [{**_record(i), "seq": i} for i in range(3)]
+    assert sorted(p.name for p in path.parent.iterdir()) == ["step-000003.jsonl"]  # no tmp
+    assert log.drop_step(3) == 3
+    assert (log.count(3), log.load_step(3), log.count(4)) == (0, [], 1)
+    assert log.append(3, _record(5)) == 0
+    client.close()
+
+
+def test_step_registry_transitions_persist(tmp_path: Path) -> None:
+    client = QdrantClient(path=str(tmp_path))
+    steps = StepRegistry(client, "t")
+    assert steps.get(0) is None
+    opened = steps.set(0, rollout_count=512, mode="async")
+    assert opened == {
+        "step": 0,
+        "status": "open",
+        "rollout_count": 512,
+        "flow_run_id": None,
+        "rubric_versions": {},
+        "error": None,
+        "updated_at": opened["updated_at"],
+        "mode": "async",
+    }
+    steps.set(0, status="completing", flow_run_id="run-1")
+    steps.set(1, status="failed", error="updater timed out")
+    done = steps.set(0, status="done", rubric_versions={"global": 3}, duration_s=1.5)
+    assert done["updated_at"] >= opened["updated_at"]
+    with pytest.raises(ValidationError):
+        steps.set(0, status="finished")
+    with pytest.raises(ValidationError):
+        steps.set(0, rollout_count=-1)
+    client.close()
+
+    client = QdrantClient(path=str(tmp_path))
+    steps = StepRegistry(client, "t")
+    assert steps.get(0) == done
+    assert steps.get(0) == {
+        "step": 0,
+        "status": "done",
+        "rollout_count": 512,
+        "flow_run_id": "run-1",
+        "rubric_versions": {"global": 3},
+        "error": None,
+        "updated_at": done["updated_at"],
+        "mode": "async",
+        "duration_s": 1.5,
+    }
+    steps.set(2)
+    listed = [(r["step"], r["status"]) for r in steps.list()]
+    assert listed == [(0, "done"), (1, "failed"), (2, "open")]
+    assert [r["step"] for r in steps.list({"open", "failed"})] == [1, 2]
+    assert [r["step"] for r in steps.list(None, 2)] == [1, 2]
+    assert steps.list(limit=0) == []
+    client.close()
+
+
+def test_local_collections_run_in_wal_mode(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = QdrantClient(path=str(tmp_path))
+    RolloutLog(client, "t")
+    StepRegistry(client, "t")
+    for name in ("t_rollouts", "t_steps"):
+        connection: sqlite3.Connection = client._client.collections[name].storage.storage
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert connection.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
+    client.close()
+    # Nothing to tune in memory, and a collection the client does not know is reported.
+    memory = QdrantClient(location=":memory:")
+    ensure_collection(memory, "m", 8)
+    assert tune_local_collection(memory, "m") is False
+    memory.close()
+    client = QdrantClient(path=str(tmp_path))
+    monkeypatch.setattr(amaris.qdrant, "_tuning_warned", False)
+    with caplog.at_level(logging.WARNING, logger="amaris.qdrant"):
+        assert tune_local_collection(client, "missing") is False
+        assert tune_local_collection(client, "missing") is False
+    assert [r.getMessage()[:44] for r in caplog.records] == [
+        "cannot tune embedded Qdrant collection missi"
+    ]
+    assert tune_local_collection(client, "t_rollouts") is True
+    client.close()
