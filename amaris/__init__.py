@@ -9,6 +9,7 @@ from amaris.client import (
     RewardClient,
     RewardUnscoredError,
     ServerUnavailableError,
+    StepFailedError,
 )
 
 __all__ = [
@@ -18,5 +19,6 @@ __all__ = [
     "RewardClient",
     "RewardUnscoredError",
     "ServerUnavailableError",
+    "StepFailedError",
     "__version__",
 ]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from amaris import cli_inspect
 from amaris.settings import ConfigError, Settings, load_settings
 
 
@@ -57,7 +59,7 @@ def _offline_llm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rubrics(args: argparse.Namespace) -> int:
+def _rubrics_init(args: argparse.Namespace) -> int:
     from amaris.qdrant import StoreLockedError, open_qdrant
     from amaris.rubric_store import RubricStore
 
@@ -65,52 +67,80 @@ def _rubrics(args: argparse.Namespace) -> int:
     try:
         client = open_qdrant(settings.memory)
     except StoreLockedError as exc:
-        if args.action == "init":
-            print(f"{exc}; stop the server before `amaris rubrics init`.", file=sys.stderr)
-            return 1
-        return _rubrics_via_api(settings, args.url)
+        print(f"{exc}; stop the server before `amaris rubrics init`.", file=sys.stderr)
+        return 1
     try:
         store = RubricStore(client, settings.memory.collection,
                             settings.memory.rubrics_export_path)
-        if args.action == "init":
-            version = store.reset_from_config(settings)
-            print(f"rubric version {version.version} created from the configuration "
-                  f"({len(version.anchors)} anchors, {len(version.adaptive)} adaptive)")
-            return 0
-        version = store.ensure_initialized(settings)
-        _print_rubric(version.public().model_dump(mode="json"))
+        version = store.reset_from_config(settings)
+        print(f"rubric version {version.version} created from the configuration "
+              f"({len(version.anchors)} anchors, {len(version.adaptive)} adaptive)")
         return 0
     finally:
         client.close()
 
 
-def _rubrics_via_api(settings: Settings, url: str | None) -> int:
-    import httpx
-
-    host = "127.0.0.1" if settings.server.host in {"0.0.0.0", "::"} else settings.server.host
-    url = (url or f"http://{host}:{settings.server.port}").rstrip("/")
-    headers = {"Authorization": f"Bearer {settings.server.api_key}"} if settings.server.api_key \
-        else {}
-    try:
-        response = httpx.get(f"{url}/rubrics", headers=headers, timeout=10)
-        response.raise_for_status()
-    except httpx.HTTPError as exc:
-        print(f"the store is locked by another process and its API is unreachable: {exc}",
-              file=sys.stderr)
-        return 1
-    _print_rubric(response.json())
-    return 0
+def _with_settings(
+    command: Callable[[Settings, argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """A command of :mod:`amaris.cli_inspect`, given the settings its arguments name."""
+    return lambda args: command(_settings(args), args)
 
 
-def _print_rubric(rubric: dict[str, Any]) -> None:
-    print(f"rubric version {rubric['version']} (origin {rubric['origin']}, parent "
-          f"{rubric['parent']}, step {rubric['step']}, created {rubric['created_at']})")
-    for kind in ("anchors", "adaptive"):
-        print(f"{kind}:")
-        if not rubric[kind]:
-            print("  (none)")
-        for c in rubric[kind]:
-            print(f"  {c['id']:>4}  weight {c['weight']:+.2f}  {c['text']}")
+def _version_number(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("rubric versions start at 1")
+    return value
+
+
+def _store_options(parser: argparse.ArgumentParser, *, json_output: bool = True) -> None:
+    parser.add_argument("--config", type=Path, default=None,
+                        help="config file (default: ./config.yaml if present, else built-ins)")
+    parser.add_argument("--url", default=None,
+                        help="server to ask when it holds the store (default: from server:)")
+    if json_output:
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _add_rubrics(sub: Any) -> None:
+    rubrics = sub.add_parser("rubrics", help="inspect or reset the rubric store")
+    actions = rubrics.add_subparsers(dest="action", required=True)
+    show = actions.add_parser("show", help="the version in force")
+    _store_options(show, json_output=False)
+    show.set_defaults(func=_with_settings(cli_inspect.rubrics_show))
+    init = actions.add_parser("init", help="a new version from the configuration (server "
+                                           "stopped)")
+    _store_options(init, json_output=False)
+    init.set_defaults(func=_rubrics_init)
+    history = actions.add_parser("history", help="every version, oldest first")
+    _store_options(history)
+    history.set_defaults(func=_with_settings(cli_inspect.rubrics_history))
+    diff = actions.add_parser("diff", help="criteria added, removed, changed from A to B")
+    diff.add_argument("a", type=_version_number, metavar="A", help="older version")
+    diff.add_argument("b", type=_version_number, metavar="B", help="newer version")
+    _store_options(diff)
+    diff.set_defaults(func=_with_settings(cli_inspect.rubrics_diff))
+
+
+def _add_memory(sub: Any) -> None:
+    memory = sub.add_parser("memory", help="inspect or search the pipeline's memory")
+    actions = memory.add_subparsers(dest="action", required=True)
+    inspect = actions.add_parser("inspect", help="documents per step and type, recent ones")
+    # Bounds and types are checked by the command: importing amaris.memory here would
+    # cost every `amaris` invocation a second.
+    inspect.add_argument("--recent", type=int, default=20,
+                         help="latest documents to list (default 20, at most 1000)")
+    _store_options(inspect)
+    inspect.set_defaults(func=_with_settings(cli_inspect.memory_inspect))
+    search = actions.add_parser("search", help="the documents most similar to a text")
+    search.add_argument("query", help="free text")
+    search.add_argument("--limit", type=int, default=5, help="most hits (default 5, at most 100)")
+    search.add_argument("--type", default=None,
+                        help="only this document type (as `amaris memory inspect` lists them)")
+    search.add_argument("--scope", default=None, help="only this scope (default: all)")
+    _store_options(search)
+    search.set_defaults(func=_with_settings(cli_inspect.memory_search))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,13 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None, help="override server.port")
     serve.set_defaults(func=_serve)
 
-    rubrics = sub.add_parser("rubrics", help="inspect or reset the rubric store")
-    rubrics.add_argument("action", choices=["show", "init"],
-                         help="show: the version in force; init: new version from config")
-    rubrics.add_argument("--config", type=Path, default=None)
-    rubrics.add_argument("--url", default=None,
-                         help="server to ask when it holds the store (default: from server:)")
-    rubrics.set_defaults(func=_rubrics)
+    _add_rubrics(sub)
+    _add_memory(sub)
 
     llm = sub.add_parser("offline-llm", help="serve the offline judge as an OpenAI-compatible API")
     llm.add_argument("--host", default="127.0.0.1")
@@ -147,14 +172,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
+    from amaris.memory.embedder import EmbedderConfigError
+    from amaris.memory.store import MemoryStoreError
     from amaris.prompts import PromptError
-    from amaris.qdrant import StoreLockedError
+    from amaris.qdrant import CollectionMismatchError, StoreLockedError
     from amaris.rubric_store import RubricStoreError
 
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (ConfigError, PromptError, StoreLockedError, RubricStoreError) as exc:
+    except cli_inspect.CommandError as exc:
+        print(f"amaris: {exc}", file=sys.stderr)
+        return exc.code
+    except (ConfigError, PromptError, StoreLockedError, RubricStoreError, MemoryStoreError,
+            EmbedderConfigError, CollectionMismatchError) as exc:
         print(f"amaris: {exc}", file=sys.stderr)
         return 2
     return code

@@ -31,6 +31,10 @@ class ServerUnavailableError(AmarisError):
     """The server cannot be reached, timed out, or answered 5xx."""
 
 
+class StepFailedError(AmarisError):
+    """The step's evolution pipeline failed; ``amaris repair`` (or /complete) re-runs it."""
+
+
 class RewardUnscoredError(AmarisError):
     """The judge gave no valid verdict: no reward exists for this rollout."""
 
@@ -53,8 +57,10 @@ class RewardClient:
         api_key: str | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout,
-                                       headers=headers)
+        self._base_url = base_url.rstrip("/")
+        self._timeout = timeout
+        self._headers = headers
+        self._http = httpx.AsyncClient(base_url=self._base_url, timeout=timeout, headers=headers)
 
     async def __aenter__(self) -> RewardClient:
         return self
@@ -99,13 +105,59 @@ class RewardClient:
                                 {"items": items, "include_breakdown": include_breakdown})
         return BatchScoreResponse.model_validate(data).results
 
+    # -- step control (AMARIS API) ---------------------------------------------------
+    def rollouts_complete(self, step: int | None = None) -> str:
+        """Signal that the step's rollouts are all scored (manual mode); blocking.
+
+        Returns:
+            ``complete``, or ``noop`` when the server completes steps by itself.
+        """
+        with self._sync_client() as http:
+            return str(self._check("/complete", _send(http.post, "/complete",
+                                                      json=_step_body(step)))["status"])
+
+    async def rollouts_complete_async(self, step: int | None = None) -> str:
+        """Async :meth:`rollouts_complete`."""
+        return str((await self._post("/complete", _step_body(step)))["status"])
+
+    def rubric_updated(self, step: int | None = None, timeout: float | None = None
+                       ) -> dict[str, Any]:
+        """Block until the step's rubric evolution finished (default: the latest step).
+
+        Raises:
+            StepFailedError: the step's pipeline failed.
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+        params = _wait_params(step, timeout)
+        with self._sync_client(timeout) as http:
+            result = self._check("/rubric_status/wait",
+                                 _send(http.get, "/rubric_status/wait", params=params))
+        return _wait_result(result)
+
+    async def rubric_updated_async(self, step: int | None = None, timeout: float | None = None
+                                   ) -> dict[str, Any]:
+        """Async :meth:`rubric_updated`."""
+        path = "/rubric_status/wait"
+        try:
+            response = await self._http.get(path, params=_wait_params(step, timeout),
+                                            timeout=_http_timeout(self._timeout, timeout))
+        except httpx.TransportError as exc:
+            raise ServerUnavailableError(f"{path}: {exc}") from exc
+        return _wait_result(self._check(path, response))
+
+    def _sync_client(self, wait: float | None = None) -> httpx.Client:
+        return httpx.Client(base_url=self._base_url, headers=self._headers,
+                            timeout=_http_timeout(self._timeout, wait))
+
     async def _post(self, path: str, body: dict[str, Any], allow_503: bool = False) -> Any:
         try:
             response = await self._http.post(path, json=body)
-        except httpx.TimeoutException as exc:
-            raise ServerUnavailableError(f"{path}: timed out: {exc}") from exc
         except httpx.TransportError as exc:
-            raise ServerUnavailableError(f"{path}: cannot reach the server: {exc}") from exc
+            raise ServerUnavailableError(f"{path}: {exc}") from exc
+        return self._check(path, response, allow_503)
+
+    @staticmethod
+    def _check(path: str, response: httpx.Response, allow_503: bool = False) -> Any:
         if response.status_code == 401:
             raise AuthenticationError("the server needs a valid api_key")
         if response.status_code == 503 and allow_503:
@@ -123,3 +175,39 @@ class RewardClient:
             raise ServerUnavailableError(f"{path}: HTTP {response.status_code}: "
                                          f"{response.text[:300]}")
         return response.json()
+
+
+def _send(method: Any, path: str, **kwargs: Any) -> httpx.Response:
+    try:
+        response: httpx.Response = method(path, **kwargs)
+    except httpx.TransportError as exc:
+        raise ServerUnavailableError(f"{path}: {exc}") from exc
+    return response
+
+
+def _step_body(step: int | None) -> dict[str, Any]:
+    return {"step": step} if step is not None else {}
+
+
+def _wait_params(step: int | None, timeout: float | None) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if step is not None:
+        params["step"] = step
+    if timeout is not None:
+        params["timeout"] = timeout
+    return params
+
+
+def _http_timeout(default: float, wait: float | None) -> float | None:
+    # The server holds /rubric_status/wait open: the HTTP timeout must outlast the wait.
+    if wait is None:
+        return None
+    return max(default, wait + 30.0)
+
+
+def _wait_result(result: dict[str, Any]) -> dict[str, Any]:
+    if result.get("status") == "failed":
+        raise StepFailedError(f"step {result.get('step')} failed: {result.get('error')}")
+    if result.get("status") == "pending":
+        raise TimeoutError(f"step {result.get('step')} still {result.get('step_status')}")
+    return result

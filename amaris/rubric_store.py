@@ -106,12 +106,18 @@ class RubricStore:
         step: int | None,
         next_adaptive_id: int,
         scope: str = "global",
+        export: bool = True,
     ) -> RubricVersion:
-        """Write a new immutable version and make it current."""
+        """Write a new immutable version and make it current.
+
+        ``export=False`` skips rewriting ``rubrics.json`` (the step flow exports once at
+        its end instead of once per scope).
+        """
         with self._lock:
-            existing = self.history(scope)
             parent = self._current_or_none(scope)
-            number = max((v.version for v in existing), default=0) + 1
+            pointer = self._retrieve(_pointer_id(scope)) or {}
+            # The pointer remembers the highest version ever written: no scan of history.
+            number = int(pointer.get("latest", pointer.get("current", 0))) + 1
             version = RubricVersion(
                 version=number,
                 scope=scope,
@@ -140,12 +146,14 @@ class RubricStore:
                     models.PointStruct(
                         id=_pointer_id(scope),
                         vector={},
-                        payload={"kind": "pointer", "scope": scope, "current": number},
+                        payload={"kind": "pointer", "scope": scope, "current": number,
+                                 "latest": number},
                     )
                 ],
             )
             self._current[scope] = version
-            self.export()
+            if export:
+                self.export()
             return version
 
     def ensure_initialized(self, settings: Settings) -> RubricVersion:

@@ -79,5 +79,5 @@ class ScopeResolver:
         adaptive = adaptive_from_config(adaptive_cfg)
         return self._store.publish(
             anchors=anchors_from_config(anchors_cfg), adaptive=adaptive, origin="config",
-            step=None, next_adaptive_id=len(adaptive) + 1, scope=scope,
+            step=None, next_adaptive_id=len(adaptive) + 1, scope=scope, export=False,
         )

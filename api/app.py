@@ -16,7 +16,7 @@ from amaris.settings import Settings
 from api import errors
 from api.deps import require_api_key
 from api.middleware import RequestGuard
-from api.routes import health, rubrics, score, steps
+from api.routes import health, memory, rubrics, score, steps
 
 
 def create_app(
@@ -66,4 +66,5 @@ def create_app(
     app.include_router(score.router, dependencies=protected)
     app.include_router(rubrics.router, dependencies=protected)
     app.include_router(steps.router, dependencies=protected)
+    app.include_router(memory.router, dependencies=protected)
     return app

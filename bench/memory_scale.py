@@ -5,8 +5,11 @@ would: per step, ``--rollouts`` appends to the rollout log one at a time (as the
 ``/score`` hot path does), a step-registry update, the full analyses, ``--docs`` digest
 documents (HashingEmbedder, to keep the run quick: search cost does not depend on the
 embedder), and retention: the rollouts of step ``s - retention`` are archived to JSONL
-and dropped, and so are its analyses. Then measures the reads of the step path and the
-cost of a restart.
+and dropped, and so are its analyses. Then measures the reads of the step path, and
+the cost of a restart in a fresh child process (this one's heap holds the whole run).
+
+Not a test: run on demand. It takes ~5-8 min with the defaults on 2 cores; wall-clock
+figures depend on what else runs, so the CPU time and load average are printed too.
 
 Usage::
 

@@ -66,6 +66,8 @@ async def step_pipeline(step: int) -> dict[str, Any]:
         for scope, scope_records in sorted(by_scope.items())
     ))
     outcome = {"step": step, "rollouts": len(records), "scopes": dict(results)}
+    if any(r.get("outcome") == "published" for _, r in results):
+        await asyncio.to_thread(ctx.rubrics.export)
     await hacking_table_artifact(step, outcome)
     return outcome
 

@@ -52,7 +52,7 @@ async def publish_update(
             version = await asyncio.to_thread(
                 ctx.rubrics.publish, anchors=current.anchors, adaptive=applied.adaptive,
                 origin="updater", step=step, next_adaptive_id=applied.next_adaptive_id,
-                scope=scope,
+                scope=scope, export=False,
             )
             outcome.update(outcome="published", version=version.version)
             await asyncio.to_thread(_record_version, step, scope, version.version)

@@ -75,7 +75,12 @@ def test_drop_and_archive_a_step(tmp_path: Path) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == ["step-000003.jsonl"]  # no tmp
     assert log.drop_step(3) == 3
     assert (log.count(3), log.load_step(3), log.count(4)) == (0, [], 1)
-    assert log.append(3, _record(5)) == 0
+    # Embedded Qdrant would keep a deleted point's payload in RAM: it is released.
+    collection = client._client.collections["t_rollouts"]
+    assert [collection.payload[collection.ids[_rollout_id(3, s)]] for s in range(3)] == [{}] * 3
+    assert log.append(3, _record(5)) == 0  # the id is written afresh
+    assert log.load_step(3) == [{**_record(5), "seq": 0}]
+    assert log.load_step(4) == [{**_record(9), "seq": 0}]
     client.close()
 
 

@@ -1,12 +1,29 @@
-"""``GET /rubrics``: the rubric in force; ``GET /rubrics/history``: every version."""
+"""``GET /rubrics``: the rubric in force; ``/rubrics/history``: every version;
+``/rubrics/diff``: what changed between two versions; ``/rubrics/{version}``: one version."""
 
-from fastapi import APIRouter
+import asyncio
+import logging
+from typing import Annotated, Any
 
-from amaris.models import RubricPublic
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse
+
+from amaris.models import ErrorDetail, ErrorResponse, RubricPublic
+from amaris.rubric import RubricVersion
+from amaris.rubric_diff import RubricDiff, diff_rubrics
+from amaris.rubric_store import RubricStore, RubricStoreError
 from api.deps import ServicesDep
 from api.errors import AUTH_ERRORS as _ERRORS
+from api.errors import INPUT_ERRORS, error_response
 
 router = APIRouter(tags=["rubrics"])
+log = logging.getLogger("amaris.api")
+
+_LOOKUP_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    404: {"model": ErrorResponse, "description": "No rubric version of that number."},
+    422: INPUT_ERRORS[422],
+}
 
 
 @router.get("/rubrics", response_model=RubricPublic, responses=_ERRORS)
@@ -18,7 +35,53 @@ async def current_rubric(services: ServicesDep) -> RubricPublic:
 @router.get("/rubrics/history", response_model=list[RubricPublic], responses=_ERRORS)
 async def rubric_history(services: ServicesDep) -> list[RubricPublic]:
     """Every rubric version, oldest first."""
-    import asyncio
-
     versions = await asyncio.to_thread(services.store.history)
     return [v.public() for v in versions]
+
+
+def _read(
+    store: RubricStore, wanted: dict[str, int]
+) -> tuple[dict[str, RubricVersion], list[ErrorDetail]]:
+    """The wanted versions by field name, and a detail naming each field that has none."""
+    found: dict[str, RubricVersion] = {}
+    missing: list[ErrorDetail] = []
+    for field, version in wanted.items():
+        try:
+            found[field] = store.get(version)
+        except RubricStoreError as exc:
+            missing.append(ErrorDetail(field=field, message=str(exc)))
+    return found, missing
+
+
+def _not_found(path: str, missing: list[ErrorDetail]) -> JSONResponse:
+    log.warning("404 GET %s: %s", path, "; ".join(f"{d.field}: {d.message}" for d in missing))
+    return error_response(404, "not_found", missing)
+
+
+# Before /rubrics/{version}, which would otherwise take "diff" for a version number.
+@router.get("/rubrics/diff", response_model=RubricDiff, responses=_LOOKUP_ERRORS)
+async def rubric_diff(
+    services: ServicesDep,
+    a: Annotated[int, Query(ge=1, description="The older version.")],
+    b: Annotated[int, Query(ge=1, description="The newer version.")],
+) -> RubricDiff | JSONResponse:
+    """Criteria added, removed and changed (text or weight) from version a to b.
+
+    Anchors never change within a lineage; `anchors_changed` is true only across
+    `amaris rubrics init`.
+    """
+    found, missing = await asyncio.to_thread(_read, services.store, {"a": a, "b": b})
+    if missing:
+        return _not_found("/rubrics/diff", missing)
+    return diff_rubrics(found["a"], found["b"])
+
+
+@router.get("/rubrics/{version}", response_model=RubricPublic, responses=_LOOKUP_ERRORS)
+async def rubric_version(
+    services: ServicesDep, version: Annotated[int, Path(ge=1, description="Version number.")]
+) -> RubricPublic | JSONResponse:
+    """One rubric version, in force or not."""
+    found, missing = await asyncio.to_thread(_read, services.store, {"version": version})
+    if missing:
+        return _not_found(f"/rubrics/{version}", missing)
+    return found["version"].public()
