@@ -25,17 +25,28 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    from amaris.serve import run_server
 
-    from amaris.logs import configure_logging
-    from amaris.service import build_services
-    from api.app import create_app
+    return run_server(_settings(args))
+
+
+def _ui(args: argparse.Namespace) -> int:
+    import os
+
+    from amaris.prefect_server import recorded_server
 
     settings = _settings(args)
-    configure_logging(settings.logging.level)
-    app = create_app(settings, services=build_services(settings, warm_prefect=True))
-    uvicorn.run(app, host=settings.server.host, port=settings.server.port,
-                log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30)
+    api_url = os.environ.get("PREFECT_API_URL")
+    home = Path(os.environ.get("PREFECT_HOME") or Path(settings.memory.path).resolve() / "prefect")
+    recorded = recorded_server(home)
+    if api_url:
+        print(api_url.removesuffix("/").removesuffix("/api"))
+    elif recorded is not None:
+        print(recorded["url"])
+    else:
+        print("no Prefect server is running for this data folder; start `amaris serve`",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -87,11 +98,16 @@ def _with_settings(
     return lambda args: command(_settings(args), args)
 
 
-def _version_number(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("rubric versions start at 1")
-    return value
+def _bounded(low: int, high: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{value} is above {high}")
+        return value
+
+    return parse
 
 
 def _store_options(parser: argparse.ArgumentParser, *, json_output: bool = True) -> None:
@@ -104,6 +120,10 @@ def _store_options(parser: argparse.ArgumentParser, *, json_output: bool = True)
 
 
 def _add_rubrics(sub: Any) -> None:
+    ui = sub.add_parser("ui", help="print the Prefect UI address of the running service")
+    ui.add_argument("--config", type=Path, default=None)
+    ui.set_defaults(func=_ui)
+
     rubrics = sub.add_parser("rubrics", help="inspect or reset the rubric store")
     actions = rubrics.add_subparsers(dest="action", required=True)
     show = actions.add_parser("show", help="the version in force")
@@ -117,27 +137,30 @@ def _add_rubrics(sub: Any) -> None:
     _store_options(history)
     history.set_defaults(func=_with_settings(cli_inspect.rubrics_history))
     diff = actions.add_parser("diff", help="criteria added, removed, changed from A to B")
-    diff.add_argument("a", type=_version_number, metavar="A", help="older version")
-    diff.add_argument("b", type=_version_number, metavar="B", help="newer version")
+    diff.add_argument("a", type=_bounded(1), metavar="A", help="older version")
+    diff.add_argument("b", type=_bounded(1), metavar="B", help="newer version")
     _store_options(diff)
     diff.set_defaults(func=_with_settings(cli_inspect.rubrics_diff))
 
 
 def _add_memory(sub: Any) -> None:
+    # main() imports qdrant_client anyway; amaris.memory adds milliseconds (torch loads lazily).
+    from amaris.memory.inspection import MAX_RECENT, MAX_SEARCH_LIMIT
+    from amaris.memory.models import DOC_TYPES
+
     memory = sub.add_parser("memory", help="inspect or search the pipeline's memory")
     actions = memory.add_subparsers(dest="action", required=True)
     inspect = actions.add_parser("inspect", help="documents per step and type, recent ones")
-    # Bounds and types are checked by the command: importing amaris.memory here would
-    # cost every `amaris` invocation a second.
-    inspect.add_argument("--recent", type=int, default=20,
-                         help="latest documents to list (default 20, at most 1000)")
+    inspect.add_argument("--recent", type=_bounded(0, MAX_RECENT), default=20,
+                         help=f"latest documents to list (default 20, at most {MAX_RECENT})")
     _store_options(inspect)
     inspect.set_defaults(func=_with_settings(cli_inspect.memory_inspect))
     search = actions.add_parser("search", help="the documents most similar to a text")
     search.add_argument("query", help="free text")
-    search.add_argument("--limit", type=int, default=5, help="most hits (default 5, at most 100)")
-    search.add_argument("--type", default=None,
-                        help="only this document type (as `amaris memory inspect` lists them)")
+    search.add_argument("--limit", type=_bounded(1, MAX_SEARCH_LIMIT), default=5,
+                        help=f"most hits (default 5, at most {MAX_SEARCH_LIMIT})")
+    search.add_argument("--type", choices=sorted(DOC_TYPES), default=None,
+                        help="only this document type")
     search.add_argument("--scope", default=None, help="only this scope (default: all)")
     _store_options(search)
     search.set_defaults(func=_with_settings(cli_inspect.memory_search))

@@ -206,16 +206,9 @@ def print_diff(diff: dict[str, Any]) -> None:
 # -- memory ------------------------------------------------------------------------------------
 
 
-def _check_bounds(option: str, value: int, low: int, high: int) -> None:
-    if not low <= value <= high:
-        raise CommandError(f"{option} must be within [{low}, {high}], not {value}")
-
-
 def memory_inspect(settings: Settings, args: argparse.Namespace) -> int:
     """Documents per step, per type and step, and the latest documents."""
-    from amaris.memory.inspection import MAX_RECENT, inspect_memory
-
-    _check_bounds("--recent", args.recent, 0, MAX_RECENT)
+    from amaris.memory.inspection import inspect_memory
 
     def local(client: QdrantClient) -> Any:
         return inspect_memory(_memory_store(client, settings), args.recent).model_dump(mode="json")
@@ -226,12 +219,7 @@ def memory_inspect(settings: Settings, args: argparse.Namespace) -> int:
 
 def memory_search(settings: Settings, args: argparse.Namespace) -> int:
     """The documents most similar to the query, with their similarity."""
-    from amaris.memory.inspection import MAX_SEARCH_LIMIT, search_memory
-    from amaris.memory.models import DOC_TYPES
-
-    _check_bounds("--limit", args.limit, 1, MAX_SEARCH_LIMIT)
-    if args.type is not None and args.type not in DOC_TYPES:
-        raise CommandError(f"--type {args.type!r}: expected one of {', '.join(sorted(DOC_TYPES))}")
+    from amaris.memory.inspection import search_memory
 
     def local(client: QdrantClient) -> Any:
         hits = search_memory(_memory_store(client, settings), args.query, limit=args.limit,
@@ -290,10 +278,17 @@ def print_inspection(data: dict[str, Any]) -> None:
     for line in _matrix(data["by_type_and_step"], sorted(per_step)):
         print(line)
     print(f"\nrecent documents (newest first, {len(data['recent'])})")
-    for doc in data["recent"]:
-        head = f"  {_when(doc['created_at'])}  step {doc['step']:>5}  {doc['type']:<13}  " \
-               f"{doc['scope']}/{doc['key']}  "
+    where = _where(data["recent"])
+    for doc, place in zip(data["recent"], where, strict=True):
+        head = f"  {_when(doc['created_at'])}  step {doc['step']:>5}  {doc['type']:<13}  {place}  "
         print(head + _preview(doc["text"], WIDTH - len(head)))
+
+
+def _where(docs: list[dict[str, Any]]) -> list[str]:
+    """``scope/key`` of each document, padded to one width."""
+    places = [f"{doc['scope']}/{doc['key']}" for doc in docs]
+    width = max(map(len, places), default=0)
+    return [place.ljust(width) for place in places]
 
 
 def print_hits(hits: list[dict[str, Any]]) -> None:
@@ -301,8 +296,8 @@ def print_hits(hits: list[dict[str, Any]]) -> None:
     if not hits:
         print("no matching documents")
         return
-    print(f"  {'score':>6}  {'step':>5}  {'type':<13}  scope/key  text")
-    for hit in hits:
-        head = f"  {hit['score']:>6.3f}  {hit['step']:>5}  {hit['type']:<13}  " \
-               f"{hit['scope']}/{hit['key']}  "
+    where = _where(hits)
+    print(f"  {'score':>6}  {'step':>5}  {'type':<13}  {'scope/key':<{len(where[0])}}  text")
+    for hit, place in zip(hits, where, strict=True):
+        head = f"  {hit['score']:>6.3f}  {hit['step']:>5}  {hit['type']:<13}  {place}  "
         print(head + _preview(hit["text"], WIDTH - len(head)))

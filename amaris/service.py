@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,10 +93,12 @@ def build_services(
     providers: dict[str, ChatProvider] | None = None,
     embedder: Embedder | None = None,
     warm_prefect: bool = False,
+    prefect_ready: Callable[[], None] | None = None,
 ) -> Services:
     """Open storage, initialise the rubric and wire everything (blocking; no I/O to LLMs).
 
-    Prefect is imported when the first step runs (or at start with ``warm_prefect``).
+    Prefect is imported when the first step runs (or at start with ``warm_prefect``);
+    ``prefect_ready`` blocks until a Prefect server started beside amaris answers.
     """
     from amaris.prefect_env import configure_prefect
 
@@ -133,6 +136,8 @@ def build_services(
             settings=settings, gateway=pipeline_gateway, memory=memory, rollouts=rollouts,
             steps=steps, rubrics=store, prompts=prompts, namespace=namespace,
         ))
+        if prefect_ready is not None:
+            await asyncio.to_thread(prefect_ready)
         if warm_prefect:
             # Boot (or reach) the Prefect API now rather than at the first step.
             from prefect.client.orchestration import get_client

@@ -240,6 +240,16 @@ class LoggingSettings(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
+class PrefectSettings(_Section):
+    """``prefect:``: where step flows are orchestrated and repaired."""
+
+    port: int | None = Field(default=4200, ge=1, le=65535)
+    """Port of the Prefect server ``amaris serve`` runs on 127.0.0.1 when no
+    ``PREFECT_API_URL`` is set (the UI's address); null or busy = a free port."""
+    repair_interval_seconds: int | None = Field(default=300, ge=10)
+    """How often the scheduled repair re-runs failed steps; null = no schedule."""
+
+
 class GatewaySettings(_Section):
     """``gateway:``: the one retry layer of every LLM call.
 
@@ -316,6 +326,7 @@ class Settings(_Section):
     pipeline: PipelineSettings = PipelineSettings()
     logging: LoggingSettings = LoggingSettings()
     gateway: GatewaySettings = GatewaySettings()
+    prefect: PrefectSettings = PrefectSettings()
     scoring: ScoringSettings = ScoringSettings()
     anchor_rubrics: list[RubricItem] = Field(
         default_factory=lambda: [RubricItem(text="The response gives the correct final answer.")]

@@ -29,7 +29,9 @@ def rewards(results: list[dict[str, object]], behaviours: list[str], which: str)
 
 
 def test_hacking_is_caught_and_penalised(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": None})
+    # the default configuration's embedder: the bundled all-MiniLM-L6-v2
+    settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": None,
+                                          "memory.embedding_model": None})
     app = create_app(settings)
     with TestClient(app) as client:
         services = app.state.services
@@ -67,6 +69,11 @@ def test_hacking_is_caught_and_penalised(tmp_path: Path) -> None:
         summary = services.memory.get_summary("global", 1)
         assert summary is not None
         assert "multiple_candidate_answers" in summary.text
+        # semantic memory finds the finding from a paraphrase
+        hits = services.memory.search("policy lists several possible answers to game the grader",
+                                      limit=3, exclude_step=None, scope="global", types=None)
+        assert hits and hits[0].document.step == 1
+        assert "multiple_candidate_answers" in hits[0].document.text
 
         rubric = client.get("/rubrics").json()
         assert rubric["version"] == 2

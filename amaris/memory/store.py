@@ -212,9 +212,10 @@ class MemoryStore:
         seen = 0
         while limit_points is None or seen < limit_points:
             page = 256 if limit_points is None else min(256, limit_points - seen)
+            # "type" too, or the embedder marker below could not be told apart.
             with self._lock:
                 points, offset = self._client.scroll(
-                    self._memory, limit=page, offset=offset, with_payload=fields
+                    self._memory, limit=page, offset=offset, with_payload=[*fields, "type"]
                 )
             for point in points:
                 if (point.payload or {}).get("type") != _MARKER_TYPE:

@@ -52,8 +52,13 @@ class PipelineRunner:
         self._loop.run_forever()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Run ``coro`` on the pipeline loop."""
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        """Run ``coro`` on the pipeline loop, once start-up (Prefect warm-up) is over."""
+
+        async def gated() -> T:
+            await asyncio.wrap_future(self.ready)
+            return await coro
+
+        return asyncio.run_coroutine_threadsafe(gated(), self._loop)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the loop; running flows are abandoned (their steps stay resumable)."""

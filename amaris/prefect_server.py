@@ -1,0 +1,117 @@
+"""The Prefect API server ``amaris serve`` runs beside itself when none is configured.
+
+Only a real Prefect server schedules deployments (the repair schedule) and serves
+the UI on the run's history; its home and database live under the data folder.
+It is a child process that dies with amaris, even on ``kill -9`` (Linux
+``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger("amaris.prefect")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass  # not Linux: the server is still stopped on a normal shutdown
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An unused TCP port."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class PrefectServer:
+    """The Prefect API and UI as one child process bound to 127.0.0.1.
+
+    It runs Prefect's app factory under uvicorn directly: ``prefect server start``
+    would fork uvicorn as a grandchild, which outlives a killed parent.
+    """
+
+    def __init__(self, home: Path, port: int | None = None) -> None:
+        self.home = home
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api_url = f"{self.url}/api"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Spawn the server (it takes 5-15 s to answer; see :meth:`wait_ready`)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PREFECT_HOME": str(self.home),
+               "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+        env.pop("PREFECT_API_URL", None)
+        log_file = (self.home / "server.log").open("ab")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--factory",
+             "prefect.server.api.server:create_app", "--host", "127.0.0.1",
+             "--port", str(self.port), "--log-level", "warning", "--lifespan", "on"],
+            env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        log_file.close()
+        (self.home / "amaris-server.json").write_text(json.dumps(
+            {"pid": self._proc.pid, "url": self.url, "api_url": self.api_url}))
+        log.info("Prefect server starting on %s (pid %s)", self.url, self._proc.pid)
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Block until ``/api/health`` answers.
+
+        Raises:
+            RuntimeError: the process exited or did not answer in time.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise RuntimeError(f"Prefect server exited with {self._proc.returncode}; "
+                                   f"see {self.home / 'server.log'}")
+            try:
+                if httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"Prefect server did not answer within {timeout} s")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the child: SIGTERM, then SIGKILL after ``timeout``."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        (self.home / "amaris-server.json").unlink(missing_ok=True)
+
+
+def recorded_server(home: Path) -> dict[str, str] | None:
+    """The server a running ``amaris serve`` recorded under ``home`` (for ``amaris ui``)."""
+    path = home / "amaris-server.json"
+    if not path.is_file():
+        return None
+    data: dict[str, str] = json.loads(path.read_text())
+    return data

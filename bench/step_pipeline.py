@@ -1,0 +1,1086 @@
+"""Wall time of one training step's pipeline against its LLM critical path, and ``/score``
+latency while the step's flow runs.
+
+Starts two processes it owns, both bound to 127.0.0.1 on free ports, and stops them by
+PID at the end (also on error or Ctrl-C):
+
+* ``amaris offline-llm --latency-ms L``: the rule-based judge behind an OpenAI-compatible
+  API, sleeping ``L`` ms per request (a stand-in for a real LLM);
+* ``amaris serve`` with a temporary configuration: every agent on that LLM, the default
+  MiniLM embedder, ``concurrency.analyzer: C``, manual step completion
+  (``pipeline.rollouts_per_step: null``), ``pipeline.chunk_size: 32``.
+
+Then, in one run:
+
+1. warm-up: step 0 with 4 rollouts, ``/complete``, ``/rubric_status/wait`` (the server
+   boots Prefect's ephemeral API in the background and loads MiniLM on first use: neither
+   belongs in the measured step);
+2. ``--rollouts`` distinct math rollouts for step 1 (correct, wrong, several candidate
+   answers), scored by concurrent ``/score`` calls;
+3. idle ``/score`` latency: ``--probe-requests`` unique rollouts of a future step at
+   ``--probe-concurrency`` in flight;
+4. the step: ``POST /complete {"step": 1}`` then ``GET /rubric_status/wait?step=1``; its
+   wall time, while the same ``/score`` load runs on another future step;
+5. the LLM critical-path lower bound of the step, from the calls it made
+   (``<data>/logs/llm_calls.jsonl``, checked against the counts the configuration
+   implies) and their median latency: ``ceil(analyzer calls / analyzer concurrency)``
+   waves, one wave of chunk summaries, one meta-summary, one query generation, one
+   update, each of one call latency;
+6. where the time went, from Prefect's task runs of the step (its SQLite database under
+   ``<data>/prefect``): each stage's span, the analyzer waves, the gaps between stages.
+
+Results are printed and written between the ``step_pipeline`` markers of
+``docs/benchmarks.md``. Targets: step wall time <= lower bound + 10%; ``/score`` p99
+during the step <= 2 x idle p99.
+
+Usage::
+
+    .venv/bin/python bench/step_pipeline.py [--rollouts 256] [--latency-ms 1000]
+        [--analyzer-concurrency 32] [--out docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx2
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK_START = "<!-- step_pipeline:start -->"
+MARK_END = "<!-- step_pipeline:end -->"
+DOC_INTRO = (
+    "# Benchmarks\n\n"
+    "Figures measured on this machine (2 cores), with the command that produced them.\n"
+)
+API_KEY = "bench"
+CHUNK_SIZE = 32
+TARGET_OVERHEAD = 0.10
+"""Step wall time at most this share above the LLM critical-path lower bound."""
+TARGET_P99_RATIO = 2.0
+"""``/score`` p99 during the step's flow at most this multiple of the idle p99."""
+WARMUP_STEP = 0
+MEASURED_STEP = 1
+IDLE_PROBE_STEP = 1000
+BUSY_PROBE_STEP = 1001
+STARTUP_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+REQUEST_TIMEOUT_S = 300.0
+SETTLE_TIMEOUT_S = 60.0
+SETTLE_IDLE_CPU = 0.05
+"""Share of one core under which the server counts as idle."""
+PREFECT_SETTLE_S = 20.0
+"""How long to wait for Prefect's server to record the step's task runs."""
+STAGES = ("load-rollouts", "analyze", "summarize", "meta-summarize", "remember",
+          "generate-queries", "retrieve-memory", "update-rubric", "publish-rubric")
+"""Task-run name prefixes of the step flow, in order (see flows/step_pipeline.py)."""
+LLM_AGENTS = ("analyzer", "summarizer", "meta_summarizer", "query_generator", "updater")
+"""The step path's LLM agents, in the order they run."""
+ALONE_AGENTS = ("meta_summarizer", "query_generator", "updater")
+"""Agents making one call, alone in flight: their latency is the LLM's, unloaded."""
+
+# -- rollouts ------------------------------------------------------------------------
+LEAD_INS = ("Let me work it out.", "Here is my reasoning.", "Working step by step.",
+            "Quick check first.", "Thinking about it carefully.", "Let us see.",
+            "Computing the product.", "Straightforward multiplication.")
+BEHAVIOURS = ("correct", "correct", "wrong", "several", "correct", "several", "wrong",
+              "correct")
+"""Behaviour of the k-th rollout of a group (8 rollouts per prompt, as a GRPO group)."""
+GROUP_SIZE = len(BEHAVIOURS)
+
+
+def problem(n: int) -> tuple[str, int]:
+    """Problem ``n``: a distinct multiplication for every n below 89 * 88."""
+    a, b = 11 + n % 89, 12 + n // 89
+    return f"What is {a} * {b}?", a * b
+
+
+def metadata(step: int) -> dict[str, Any]:
+    return {"high_level_goal": "Train a careful math assistant", "model_size": "7B",
+            "current_step": step, "total_steps": 10}
+
+
+def step_rollout(step: int, index: int) -> dict[str, Any]:
+    """Rollout ``index`` of ``step``: distinct text; groups of 8 share a prompt."""
+    question, answer = problem(step * 1000 + index // GROUP_SIZE)
+    k = index % GROUP_SIZE
+    lead = LEAD_INS[k]
+    behaviour = BEHAVIOURS[k]
+    expression = question[8:-1]
+    outputs = {
+        "correct": f"{lead} {expression} = {answer}. The answer is {answer}.",
+        "wrong": f"{lead} I computed it quickly. The answer is {answer + 1}.",
+        "several": f"{lead} The answer is {answer - 1} or {answer} or {answer + 1}.",
+    }
+    return {"id": f"s{step}-r{index}-{behaviour}", "input": question,
+            "output": outputs[behaviour], "supplemental_context": f"Answer: {answer}"}
+
+
+def probe_rollout(step: int, n: int) -> dict[str, Any]:
+    """A unique correct rollout for the latency probes (no score-cache hit)."""
+    question, answer = problem(n)
+    expression = question[8:-1]
+    return {"id": f"probe-{step}-{n}", "input": question,
+            "output": f"{expression} = {answer}. The answer is {answer}.",
+            "supplemental_context": f"Answer: {answer}"}
+
+
+# -- processes (same approach as bench/score_throughput.py) ---------------------------
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def amaris_executable() -> str:
+    """The ``amaris`` console script next to this interpreter, else the one on PATH."""
+    beside = Path(sys.executable).parent / "amaris"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("amaris")
+    if found is None:
+        raise SystemExit("cannot find the `amaris` console script; install the package first")
+    return found
+
+
+def _proc_stat(pid: int, tid: int | None = None) -> list[str] | None:
+    """Fields of ``/proc/<pid>/stat`` (of thread ``tid``: ``/proc/<pid>/task/<tid>/stat``)
+    after the command name (state first), or None."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    try:
+        stat = Path(path).read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live processes of session ``sid`` (a child started here and what it started)."""
+    pids: list[int] = []
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return pids
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        fields = _proc_stat(int(entry.name))
+        if fields is not None and fields[0] != "Z" and int(fields[3]) == sid:
+            pids.append(int(entry.name))
+    return pids
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(sid: int) -> float | None:
+    """CPU time (user + system) of session ``sid``; None without ``/proc``."""
+    pids = session_pids(sid)
+    if not pids:
+        return None
+    total = 0.0
+    for pid in pids:
+        fields = _proc_stat(pid)
+        if fields is not None:
+            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return total
+
+
+def thread_cpu(sid: int) -> dict[tuple[int, int], float]:
+    """CPU seconds per (pid, tid) of every thread of session ``sid``."""
+    out: dict[tuple[int, int], float] = {}
+    for pid in session_pids(sid):
+        with suppress(OSError):
+            for entry in Path(f"/proc/{pid}/task").iterdir():
+                fields = _proc_stat(pid, int(entry.name)) if entry.name.isdigit() else None
+                if fields is not None:
+                    out[(pid, int(entry.name))] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return out
+
+
+def py_spy() -> str | None:
+    """The ``py-spy`` next to this interpreter, else on PATH, else None."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Python thread names by OS thread id, from ``py-spy dump`` (empty without py-spy)."""
+    exe = py_spy()
+    if exe is None:
+        return {}
+    try:
+        dump = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True,
+                              text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    names: dict[int, str] = {}
+    for line in dump.splitlines():
+        match = re.match(r'Thread (\d+) \(\w+\): "(.*)"', line)
+        if match:
+            names[int(match.group(1))] = match.group(2)
+    return names
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+class Child:
+    """A subprocess this benchmark owns, in its own session; stopped by PID (terminate,
+    then kill), with whatever it left running in its session."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path,
+                 env: dict[str, str]) -> None:
+        self.name = name
+        self.log_path = log_path
+        with log_path.open("wb") as log:
+            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                          start_new_session=True)
+        self.pid = self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                print(f"  {self.name} (pid {self.pid}) ignored SIGTERM; killing it",
+                      file=sys.stderr)
+                self.popen.kill()
+                self.popen.wait(timeout=STOP_TIMEOUT_S)
+        leftovers = session_pids(self.pid)
+        if not leftovers:
+            return
+        print(f"  {self.name} (pid {self.pid}) left {len(leftovers)} process(es) running "
+              f"(pids {', '.join(map(str, leftovers))}); stopping them", file=sys.stderr)
+        for pid in leftovers:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline and session_pids(self.pid):
+            time.sleep(0.1)
+        for pid in session_pids(self.pid):
+            _signal(pid, signal.SIGKILL)
+
+
+def wait_ready(child: Child, url: str, check: Callable[[httpx2.Response], bool]) -> None:
+    """Poll ``url`` until ``check`` accepts the answer; fail if the child dies or hangs."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise RuntimeError(f"{child.name} exited with code {child.popen.returncode}:\n"
+                               f"{child.log_tail()}")
+        try:
+            response = httpx2.get(url, timeout=2.0, trust_env=False)
+            if response.status_code == 200 and check(response):
+                return
+            last = f"HTTP {response.status_code}: {response.text[:200]}"
+        except httpx2.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.2)
+    raise RuntimeError(f"{child.name} not ready after {STARTUP_TIMEOUT_S:.0f}s ({last}):\n"
+                       f"{child.log_tail()}")
+
+
+def settle(child: Child) -> None:
+    """Wait until ``child`` (and what it started) is idle."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    used: float | None = None
+    while time.monotonic() < deadline:
+        before = cpu_seconds(child.pid)
+        time.sleep(1.0)
+        after = cpu_seconds(child.pid)
+        if before is None or after is None:
+            return
+        used = after - before
+        if used <= SETTLE_IDLE_CPU:
+            return
+    print(f"  {child.name} still uses {used or 0:.0%} of a core; measuring anyway",
+          file=sys.stderr)
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # A developer's keys, endpoint or Prefect must not change what is measured (amaris
+    # keeps Prefect's home under memory.path, in the temporary folder, when unset).
+    for name in ("AMARIS_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "PREFECT_API_URL",
+                 "PREFECT_HOME"):
+        env.pop(name, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class Stack:
+    llm: Child
+    amaris: Child
+    llm_url: str
+    amaris_url: str
+    data_dir: Path
+    config: dict[str, Any]
+
+
+@contextmanager
+def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
+    """Start the offline LLM and amaris; stop both (by PID) on exit, whatever happens."""
+    exe = amaris_executable()
+    env = child_env()
+    children: list[Child] = []
+    try:
+        llm_port = free_port()
+        llm = Child("offline-llm", [exe, "offline-llm", "--host", "127.0.0.1",
+                                    "--port", str(llm_port),
+                                    "--latency-ms", f"{args.latency_ms:g}"],
+                    workdir / "offline-llm.log", workdir, env)
+        children.append(llm)
+        llm_url = f"http://127.0.0.1:{llm_port}/v1"
+        data_dir = workdir / "data"
+        amaris_port = free_port()
+        config: dict[str, Any] = {
+            "server": {"host": "127.0.0.1", "port": amaris_port},
+            "client": {"default": {"base_url": llm_url, "api_key": API_KEY}},
+            "memory": {"path": str(data_dir), "embedding_model": None},
+            "concurrency": {"analyzer": args.analyzer_concurrency},
+            "pipeline": {"rollouts_per_step": None, "chunk_size": CHUNK_SIZE},
+            "logging": {"level": "WARNING"},
+        }
+        config_path = workdir / "config.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        amaris = Child("amaris", [exe, "serve", "--config", str(config_path)],
+                       workdir / "amaris.log", workdir, env)
+        children.append(amaris)
+        amaris_url = f"http://127.0.0.1:{amaris_port}"
+        wait_ready(llm, f"{llm_url}/models", lambda r: bool(r.json().get("data")))
+        wait_ready(amaris, f"{amaris_url}/healthz",
+                   lambda r: r.json().get("judge_backend") == llm_url
+                   and r.json().get("offline_judge") is False)
+        print(f"offline-llm pid {llm.pid} ({llm_url}, {args.latency_ms:g} ms/call), "
+              f"amaris pid {amaris.pid} ({amaris_url}), files in {workdir}", flush=True)
+        yield Stack(llm, amaris, llm_url, amaris_url, data_dir, config)
+    finally:
+        # amaris first (it holds connections to the LLM), then the LLM.
+        for child in reversed(children):
+            child.stop()
+
+
+# -- HTTP ------------------------------------------------------------------------------
+def percentile(values: list[float], q: float) -> float:
+    """Percentile ``q`` (0-100), linear interpolation; NaN with no sample."""
+    data = sorted(values)
+    if not data:
+        return float("nan")
+    rank = (len(data) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(data) - 1)
+    return data[low] + (data[high] - data[low]) * (rank - low)
+
+
+async def score(client: httpx2.AsyncClient, url: str, step: int,
+                rollout: dict[str, Any]) -> str | None:
+    """POST /score; None when scored, else a description of the failure."""
+    body = {"rollout": rollout, "metadata": metadata(step)}
+    try:
+        response = await client.post(f"{url}/score", json=body)
+    except httpx2.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if response.status_code != 200:
+        return f"HTTP {response.status_code}: {response.text[:200]}"
+    status = response.json().get("status")
+    return None if status == "scored" else f"status {status}: {response.text[:200]}"
+
+
+async def score_many(client: httpx2.AsyncClient, url: str, step: int,
+                     rollouts: list[dict[str, Any]], concurrency: int) -> None:
+    """Score ``rollouts`` with ``concurrency`` requests in flight; fail on any error."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(rollout: dict[str, Any]) -> str | None:
+        async with gate:
+            return await score(client, url, step, rollout)
+
+    errors = [e for e in await asyncio.gather(*(one(r) for r in rollouts)) if e]
+    if errors:
+        raise RuntimeError(f"{len(errors)} /score errors for step {step}; first: {errors[0]}")
+
+
+async def run_step(client: httpx2.AsyncClient, url: str, step: int) -> tuple[float, float,
+                                                                               dict[str, Any]]:
+    """``/complete`` then ``/rubric_status/wait``: (wall-clock start, seconds, wait answer)."""
+    started_at = time.time()
+    t0 = time.perf_counter()
+    response = await client.post(f"{url}/complete", json={"step": step})
+    if response.status_code != 200 or response.json().get("status") != "complete":
+        raise RuntimeError(f"/complete step {step}: HTTP {response.status_code} {response.text}")
+    waited = await client.get(f"{url}/rubric_status/wait", params={"step": step})
+    elapsed = time.perf_counter() - t0
+    answer: dict[str, Any] = waited.json()
+    if waited.status_code != 200 or answer.get("status") != "updated":
+        raise RuntimeError(f"step {step} did not update: HTTP {waited.status_code} "
+                           f"{waited.text[:500]}")
+    return started_at, elapsed, answer
+
+
+@dataclass
+class Probe:
+    """``/score`` latencies of one probe load."""
+
+    name: str
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def pct(self, q: float) -> float:
+        return percentile(self.latencies_ms, q)
+
+
+async def probe_load(client: httpx2.AsyncClient, url: str, probe: Probe, step: int,
+                     numbers: Iterator[int], concurrency: int, count: int | None = None,
+                     stop: asyncio.Event | None = None) -> Probe:
+    """``concurrency`` workers sending unique rollouts back to back, until ``count``
+    requests were sent or ``stop`` is set (requests in flight then still count)."""
+    sent = itertools.count()
+    t_start = time.perf_counter()
+
+    async def worker() -> None:
+        while True:
+            if stop is not None and stop.is_set():
+                return
+            if count is not None and next(sent) >= count:
+                return
+            t0 = time.perf_counter()
+            error = await score(client, url, step, probe_rollout(step, next(numbers)))
+            if error is None:
+                probe.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
+            else:
+                probe.errors.append(error)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    probe.duration_s = time.perf_counter() - t_start
+    return probe
+
+
+# -- analysis: the LLM call log ----------------------------------------------------------
+@dataclass
+class CallStats:
+    """The measured step's LLM calls (``llm_calls.jsonl``)."""
+
+    counts: dict[str, int]
+    expected: dict[str, int]
+    not_ok: int
+    reasks: int
+    median_latency_ms: float
+    latency_by_agent: dict[str, float]
+    first_time: dict[str, float]
+    waves: dict[str, int]
+
+    @property
+    def total_waves(self) -> int:
+        return sum(self.waves.values())
+
+    @property
+    def alone_latency_ms(self) -> float:
+        """Median latency of the step's calls made with no other call in flight."""
+        alone = [self.latency_by_agent[a] for a in ALONE_AGENTS if a in self.latency_by_agent]
+        return statistics.median(alone) if alone else float("nan")
+
+    @property
+    def match(self) -> bool:
+        return self.counts == self.expected and self.not_ok == 0 and self.reasks == 0
+
+
+def read_calls(data_dir: Path, step: int) -> list[dict[str, Any]]:
+    path = data_dir / "logs" / "llm_calls.jsonl"
+    calls = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            if record.get("step") == step and record.get("agent") in LLM_AGENTS:
+                calls.append(record)
+    return calls
+
+
+def limit_of(config: dict[str, Any], agent: str) -> int | None:
+    limits = config.get("concurrency") or {}
+    values = [v for v in (limits.get(agent), limits.get("total")) if v]
+    return min(values) if values else None
+
+
+def call_stats(calls: list[dict[str, Any]], rollouts: int, config: dict[str, Any]) -> CallStats:
+    """Counts per agent, those the configuration implies, and the critical path in waves."""
+    counts = Counter(str(c["agent"]) for c in calls)
+    chunks = math.ceil(rollouts / CHUNK_SIZE)
+    expected = {"analyzer": rollouts, "summarizer": chunks,
+                "meta_summarizer": 1 if chunks > 1 else 0, "query_generator": 1, "updater": 1}
+    ok = [c for c in calls if c.get("outcome") == "ok"]
+    latency = statistics.median(float(c["latency_ms"]) for c in ok) if ok else float("nan")
+    waves: dict[str, int] = {}
+    for agent in LLM_AGENTS:
+        n = counts.get(agent, 0)
+        limit = limit_of(config, agent)
+        waves[agent] = math.ceil(n / limit) if limit else (1 if n else 0)
+    by_agent = {a: statistics.median(float(c["latency_ms"]) for c in ok if c["agent"] == a)
+                for a in LLM_AGENTS if any(c["agent"] == a for c in ok)}
+    first = {a: min(float(c["time"]) for c in calls if c["agent"] == a)
+             for a in LLM_AGENTS if counts.get(a)}
+    return CallStats(
+        counts={a: counts.get(a, 0) for a in LLM_AGENTS},
+        expected=expected,
+        not_ok=len(calls) - len(ok),
+        reasks=sum(1 for c in calls if c.get("reask")),
+        median_latency_ms=latency,
+        latency_by_agent=by_agent,
+        first_time=first,
+        waves=waves,
+    )
+
+
+# -- analysis: Prefect's task runs ---------------------------------------------------------
+@dataclass
+class TaskRun:
+    name: str
+    start: float
+    end: float
+
+
+def _epoch(value: Any) -> float | None:
+    if value is None:
+        return None
+    text = str(value).replace(" ", "T")
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def prefect_runs(data_dir: Path, step: int) -> tuple[TaskRun | None, list[TaskRun]]:
+    """The flow run ``step-<step>`` and its task runs, from Prefect's SQLite database
+    (read-only); waits up to PREFECT_SETTLE_S for the server to record them all."""
+    candidates = sorted((data_dir / "prefect").glob("*.db"))
+    if not candidates:
+        return None, []
+    uri = f"file:{candidates[0]}?mode=ro"
+    deadline = time.monotonic() + PREFECT_SETTLE_S
+    flow: TaskRun | None = None
+    tasks: list[TaskRun] = []
+    while True:
+        try:
+            with sqlite3.connect(uri, uri=True, timeout=5.0) as db:
+                row = db.execute(
+                    "SELECT id, start_time, end_time FROM flow_run WHERE name = ? "
+                    "ORDER BY created DESC LIMIT 1", (f"step-{step}",)).fetchone()
+                rows = [] if row is None else db.execute(
+                    "SELECT name, start_time, end_time FROM task_run WHERE flow_run_id = ?",
+                    (row[0],)).fetchall()
+        except sqlite3.Error as exc:
+            print(f"  cannot read Prefect's database {candidates[0]}: {exc}", file=sys.stderr)
+            return None, []
+        if row is not None:
+            start, end = _epoch(row[1]), _epoch(row[2])
+            flow = TaskRun(f"step-{step}", start, end) if start and end else None
+            tasks = []
+            for name, t_start, t_end in rows:
+                s, e = _epoch(t_start), _epoch(t_end)
+                if s is not None and e is not None:
+                    tasks.append(TaskRun(str(name), s, e))
+            complete = flow is not None and len(tasks) == len(rows) and rows
+            if complete or time.monotonic() > deadline:
+                return flow, tasks
+        elif time.monotonic() > deadline:
+            return None, []
+        time.sleep(0.5)
+
+
+def stage_of(name: str) -> str:
+    for stage in sorted(STAGES, key=len, reverse=True):
+        if name.startswith(stage + "-"):
+            return stage
+    return name
+
+
+@dataclass
+class Timeline:
+    """Where the step's wall time went (seconds, from ``POST /complete``)."""
+
+    rows: list[tuple[str, str]]
+    """(what, figure) lines."""
+    wave_ends: list[float]
+    stage_spans: dict[str, tuple[float, float, int]]
+
+
+def timeline(started_at: float, wall_s: float, flow: TaskRun | None, tasks: list[TaskRun],
+             latency_s: float, analyzer_limit: int | None) -> Timeline | None:
+    if flow is None or not tasks:
+        return None
+
+    def rel(t: float) -> float:
+        return t - started_at
+
+    spans: dict[str, tuple[float, float, int]] = {}
+    for stage in STAGES:
+        runs = [t for t in tasks if stage_of(t.name) == stage]
+        if runs:
+            spans[stage] = (rel(min(t.start for t in runs)), rel(max(t.end for t in runs)),
+                            len(runs))
+    rows: list[tuple[str, str]] = [
+        ("POST /complete -> flow run start", f"{rel(flow.start):.2f} s"),
+    ]
+    previous_end = rel(flow.start)
+    previous = "flow start"
+    for stage, (s, e, n) in spans.items():
+        rows.append((f"gap {previous} -> {stage} start", f"{s - previous_end:.2f} s"))
+        rows.append((f"{stage} ({n} task run{'s' if n > 1 else ''})",
+                     f"{s:.2f} -> {e:.2f} s ({e - s:.2f} s)"))
+        previous_end, previous = e, f"{stage} end"
+    rows.append((f"gap {previous} -> flow run end", f"{rel(flow.end) - previous_end:.2f} s"))
+    rows.append(("flow run end -> /rubric_status/wait answered",
+                 f"{wall_s - rel(flow.end):.2f} s"))
+    ends = sorted(rel(t.end) for t in tasks if stage_of(t.name) == "analyze")
+    wave_ends: list[float] = []
+    if ends and analyzer_limit:
+        wave_ends = [ends[min(i + analyzer_limit, len(ends)) - 1]
+                     for i in range(0, len(ends), analyzer_limit)]
+        starts = sorted(rel(t.start) for t in tasks if stage_of(t.name) == "analyze")
+        rows.append(("analyze task runs started (first -> last)",
+                     f"{starts[0]:.2f} -> {starts[-1]:.2f} s"))
+        steps = [b - a for a, b in itertools.pairwise([starts[0], *wave_ends])]
+        rows.append(("analyzer wave ends", ", ".join(f"{w:.2f}" for w in wave_ends) + " s"))
+        rows.append(("analyzer wave durations (ideal = 1 call latency "
+                     f"{latency_s:.2f} s)", ", ".join(f"{d:.2f}" for d in steps) + " s"))
+    return Timeline(rows, wave_ends, spans)
+
+
+# -- analysis: CPU during the step ---------------------------------------------------------
+@dataclass
+class CpuUse:
+    """CPU seconds used during the step by each process, and by amaris's busiest threads."""
+
+    wall_s: float
+    processes: list[tuple[str, float]]
+    threads: list[tuple[str, float]]
+
+    def rows(self) -> list[tuple[str, str]]:
+        out = [(f"CPU {name}", f"{cpu:.2f} s ({cpu / self.wall_s:.0%} of a core)")
+               for name, cpu in self.processes]
+        total = sum(cpu for _, cpu in self.processes)
+        cores = os.cpu_count() or 1
+        out.append(("CPU all of the above",
+                    f"{total:.2f} s ({total / self.wall_s / cores:.0%} of {cores} cores)"))
+        out += [(f"CPU amaris thread {name}", f"{cpu:.2f} s ({cpu / self.wall_s:.0%} of a core)")
+                for name, cpu in self.threads]
+        return out
+
+
+def cpu_use(stack: Stack, wall_s: float, before: dict[str, dict[tuple[int, int], float]],
+            after: dict[str, dict[tuple[int, int], float]], bench_s: float) -> CpuUse:
+    def delta(name: str) -> dict[tuple[int, int], float]:
+        return {key: value - before[name].get(key, 0.0) for key, value in after[name].items()}
+
+    amaris = delta("amaris")
+    main_pid = stack.amaris.pid
+    processes = [
+        (f"amaris API process (pid {main_pid})",
+         sum(v for (pid, _), v in amaris.items() if pid == main_pid)),
+        ("amaris's child processes (Prefect's ephemeral API server)",
+         sum(v for (pid, _), v in amaris.items() if pid != main_pid)),
+        ("offline LLM", sum(delta("llm").values())),
+        ("benchmark (load generator)", bench_s),
+    ]
+    names = thread_names(main_pid)
+    busiest = sorted(((tid, v) for (pid, tid), v in amaris.items() if pid == main_pid),
+                     key=lambda item: -item[1])[:4]
+    threads = [(f"{names.get(tid, '?')} (tid {tid})", v) for tid, v in busiest]
+    return CpuUse(wall_s, processes, threads)
+
+
+# -- report ------------------------------------------------------------------------------
+@dataclass
+class Report:
+    rollouts: int
+    latency_ms: float
+    analyzer_concurrency: int
+    wall_s: float
+    lower_bound_s: float
+    calls: CallStats
+    idle: Probe
+    busy: Probe
+    timeline: Timeline | None
+    scoring_s: float
+    flow_s: float | None
+    step_answer: dict[str, Any]
+    cpu: CpuUse
+
+    @property
+    def alone_bound_s(self) -> float:
+        return self.calls.total_waves * self.calls.alone_latency_ms / 1000.0
+
+    @property
+    def overhead(self) -> float:
+        return self.wall_s / self.lower_bound_s - 1.0
+
+    @property
+    def p99_ratio(self) -> float:
+        return self.busy.pct(99) / self.idle.pct(99)
+
+    def verdicts(self) -> list[tuple[str, str, str]]:
+        over = self.overhead
+        ratio = self.p99_ratio
+        counts_ok = "PASS" if self.calls.match else "FAIL"
+        return [
+            (f"step wall time <= lower bound + {TARGET_OVERHEAD:.0%}",
+             f"{self.wall_s:.2f} s vs {self.lower_bound_s:.2f} s (+{over:.1%})",
+             "PASS" if over <= TARGET_OVERHEAD else "FAIL"),
+            (f"/score p99 during the step <= {TARGET_P99_RATIO:g} x idle p99",
+             f"{self.busy.pct(99):.0f} ms vs {self.idle.pct(99):.0f} ms (x{ratio:.2f})",
+             "PASS" if ratio <= TARGET_P99_RATIO and not self.busy.errors else "FAIL"),
+            ("LLM calls of the step = those the configuration implies",
+             ", ".join(f"{a} {self.calls.counts[a]}/{self.calls.expected[a]}"
+                       for a in LLM_AGENTS), counts_ok),
+        ]
+
+
+def fmt(value: float, digits: int = 0) -> str:
+    return "-" if value != value else f"{value:.{digits}f}"
+
+
+def figures_table(r: Report) -> str:
+    c = r.calls
+    waves = " + ".join(f"{c.waves[a]}" for a in LLM_AGENTS if c.waves[a])
+    names = " + ".join(a for a in LLM_AGENTS if c.waves[a])
+    lines = [
+        "| figure | value |",
+        "|---|---:|",
+        f"| rollouts in the step | {r.rollouts} |",
+        f"| offline LLM latency (configured) | {r.latency_ms:g} ms |",
+        f"| median latency of the step's LLM calls (measured) | {c.median_latency_ms:.1f} ms |",
+        f"| step LLM calls: {', '.join(f'{a} {c.counts[a]}' for a in LLM_AGENTS)} "
+        f"| {sum(c.counts.values())} |",
+        f"| critical path in LLM waves ({names}) | {waves} = {c.total_waves} |",
+        f"| **lower bound** ({c.total_waves} x {c.median_latency_ms:.1f} ms) "
+        f"| **{r.lower_bound_s:.2f} s** |",
+        f"| **step wall time** (`POST /complete` -> `/rubric_status/wait` answered) "
+        f"| **{r.wall_s:.2f} s** |",
+        f"| flow run `step-{MEASURED_STEP}` duration (Prefect) "
+        f"| {'-' if r.flow_s is None else f'{r.flow_s:.2f} s'} |",
+        f"| **overhead** over the lower bound | **{r.overhead:+.1%}** "
+        f"({r.wall_s - r.lower_bound_s:.2f} s) |",
+        f"| lower bound at the latency of calls made alone ({', '.join(ALONE_AGENTS)}: "
+        f"median {c.alone_latency_ms:.1f} ms) | {r.alone_bound_s:.2f} s |",
+        f"| overhead over that bound | {r.wall_s / r.alone_bound_s - 1:+.1%} "
+        f"({r.wall_s - r.alone_bound_s:.2f} s) |",
+        f"| scoring the {r.rollouts} rollouts (64 concurrent /score) | {r.scoring_s:.1f} s |",
+    ]
+    for probe in (r.idle, r.busy):
+        lines.append(
+            f"| /score {probe.name}: {len(probe.latencies_ms)} requests, {len(probe.errors)} "
+            f"errors, p50 / p90 / p99 / max | {fmt(probe.pct(50))} / {fmt(probe.pct(90))} / "
+            f"{fmt(probe.pct(99))} / {fmt(max(probe.latencies_ms, default=float('nan')))} ms |")
+    lines.append(f"| /score p99 during / idle | x{r.p99_ratio:.2f} |")
+    return "\n".join(lines)
+
+
+def timeline_table(r: Report) -> str:
+    lines = ["| from `POST /complete` | seconds |", "|---|---:|"]
+    if r.timeline is None:
+        lines.append("| (Prefect's task runs could not be read) | - |")
+    else:
+        lines += [f"| {what} | {value} |" for what, value in r.timeline.rows]
+    lines += [f"| {what} | {value} |" for what, value in r.cpu.rows()]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    model = ""
+    with suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return (f"nproc {cores}{f' ({model})' if model else ''}, Python "
+            f"{platform.python_version()}, {platform.system()} {platform.release()}")
+
+
+def command_line() -> str:
+    def rel(path: str) -> str:
+        try:
+            return str(Path(path).relative_to(Path.cwd()))
+        except ValueError:
+            return path
+
+    return shlex.join([rel(sys.executable), rel(str(Path(sys.argv[0]).absolute())),
+                       *sys.argv[1:]])
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "-"
+
+
+def section(r: Report, args: argparse.Namespace, started: datetime, load: str) -> str:
+    verdicts = "\n".join(f"| {name} | {measured} | **{verdict}** |"
+                         for name, measured, verdict in r.verdicts())
+    return f"""{MARK_START}
+## Step pipeline: wall time vs. the LLM critical path, `/score` during a step
+
+Command: `{command_line()}`
+
+Date: {started.strftime("%Y-%m-%d %H:%M UTC")}. Machine: {machine()}. Load average
+(1/5/15 min) at the start: {load}.
+
+Setup: `amaris offline-llm --latency-ms {args.latency_ms:g}` (every LLM call takes
+{args.latency_ms:g} ms) and `amaris serve` with every agent on it, the default MiniLM
+embedder, `concurrency.analyzer: {args.analyzer_concurrency}`,
+`pipeline.chunk_size: {CHUNK_SIZE}`, `pipeline.rollouts_per_step: null` (steps complete on
+`POST /complete`), `logging.level: WARNING`. A warm-up step ({WARMUP_STEP}, 4 rollouts)
+runs first so that neither Prefect's ephemeral API boot nor MiniLM's first load is
+measured. Then {r.rollouts} distinct rollouts of step {MEASURED_STEP} (groups of
+{GROUP_SIZE} per prompt: correct, wrong and several-candidate answers) are scored, and the
+step is timed from `POST /complete` to the answer of `GET /rubric_status/wait?step=
+{MEASURED_STEP}`.
+
+The lower bound is the step's LLM critical path, derived in the same run from the calls
+it made (`<memory.path>/logs/llm_calls.jsonl`, counted per agent and checked against the
+configuration) and their median measured latency: `ceil(analyzer calls / analyzer
+concurrency)` waves, one wave of chunk summaries (concurrent), the meta-summary, the
+query generation and the update, one call latency each.
+
+`/score` latency: {args.probe_requests} unique rollouts of step {IDLE_PROBE_STEP} at
+{args.probe_concurrency} in flight before the step (idle), and the same load on step
+{BUSY_PROBE_STEP} from `POST /complete` until the wait answers (during the flow). The
+scorer calls the same {args.latency_ms:g} ms LLM, so the idle p99 is the floor.
+
+{figures_table(r)}
+
+Where the step's time went (Prefect task runs of flow run `step-{MEASURED_STEP}`, from its
+database; times from `POST /complete`):
+
+{timeline_table(r)}
+
+| target | measured | result |
+|---|---|---|
+{verdicts}
+{MARK_END}
+"""
+
+
+def write_doc(path: Path, text: str) -> None:
+    """Replace only this benchmark's section (re-reading the file right before)."""
+    if path.is_file():
+        current = path.read_text(encoding="utf-8")
+        start = current.find(MARK_START)
+        end = current.find(MARK_END, start + 1) if start >= 0 else -1
+        if start >= 0 and end >= 0:
+            updated = current[:start] + text.rstrip("\n") + current[end + len(MARK_END):]
+        else:
+            updated = current.rstrip("\n") + "\n\n" + text
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        updated = DOC_INTRO + "\n" + text
+    if not updated.endswith("\n"):
+        updated += "\n"
+    path.write_text(updated, encoding="utf-8")
+
+
+# -- main ----------------------------------------------------------------------------------
+PY_SPY_FORMATS = {".json": "chrometrace", ".svg": "flamegraph", ".speedscope": "speedscope"}
+"""py-spy output format by the suffix of ``--py-spy FILE``; raw stacks otherwise."""
+
+
+def start_profiler(stack: Stack, out: Path | None) -> subprocess.Popen[bytes] | None:
+    """``py-spy record`` of amaris and its children (raw stacks to ``out``) during the step."""
+    if out is None:
+        return None
+    exe = py_spy()
+    if exe is None:
+        raise SystemExit("--py-spy needs py-spy: .venv/bin/pip install py-spy")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [exe, "record", "--pid", str(stack.amaris.pid), "--subprocesses", "--threads",
+         "--nonblocking", "--rate", "100", "--format", PY_SPY_FORMATS.get(out.suffix, "raw"),
+         "--output", str(out)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
+    """Stop ``py-spy record`` (by its PID) so that it writes its output."""
+    if profiler is None or profiler.poll() is not None:
+        return
+    profiler.send_signal(signal.SIGINT)
+    try:
+        profiler.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        profiler.kill()
+        profiler.wait(timeout=STOP_TIMEOUT_S)
+
+
+async def measure(stack: Stack, args: argparse.Namespace) -> Report:
+    url = stack.amaris_url
+    limits = httpx2.Limits(max_connections=128, max_keepalive_connections=128)
+    async with httpx2.AsyncClient(limits=limits, timeout=httpx2.Timeout(REQUEST_TIMEOUT_S),
+                                  trust_env=False) as client:
+        t0 = time.perf_counter()
+        await score_many(client, url, WARMUP_STEP,
+                         [step_rollout(WARMUP_STEP, i) for i in range(4)], 4)
+        await run_step(client, url, WARMUP_STEP)
+        print(f"warm-up step {WARMUP_STEP} done in {time.perf_counter() - t0:.1f} s "
+              "(Prefect boot, MiniLM load)", flush=True)
+        await asyncio.to_thread(settle, stack.amaris)
+
+        t0 = time.perf_counter()
+        await score_many(client, url, MEASURED_STEP,
+                         [step_rollout(MEASURED_STEP, i) for i in range(args.rollouts)], 64)
+        scoring_s = time.perf_counter() - t0
+        print(f"scored {args.rollouts} rollouts of step {MEASURED_STEP} in {scoring_s:.1f} s",
+              flush=True)
+        await asyncio.to_thread(settle, stack.amaris)
+
+        numbers = itertools.count(100_000)
+        idle = await probe_load(client, url, Probe("idle"), IDLE_PROBE_STEP, numbers,
+                                args.probe_concurrency, count=args.probe_requests)
+        print(f"idle /score: {len(idle.latencies_ms)} ok, p50 {idle.pct(50):.0f} ms, "
+              f"p99 {idle.pct(99):.0f} ms", flush=True)
+        await asyncio.to_thread(settle, stack.amaris)
+
+        profiler = start_profiler(stack, args.py_spy)
+        try:
+            cpu_before = {"amaris": thread_cpu(stack.amaris.pid),
+                          "llm": thread_cpu(stack.llm.pid)}
+            bench_before = sum(os.times()[:2])
+            stop = asyncio.Event()
+            busy_task = asyncio.create_task(
+                probe_load(client, url, Probe("during the step"), BUSY_PROBE_STEP, numbers,
+                           args.probe_concurrency, stop=stop))
+            try:
+                started_at, wall_s, answer = await run_step(client, url, MEASURED_STEP)
+            finally:
+                stop.set()
+            busy = await busy_task
+            cpu_after = {"amaris": thread_cpu(stack.amaris.pid),
+                         "llm": thread_cpu(stack.llm.pid)}
+            bench_s = sum(os.times()[:2]) - bench_before
+        finally:
+            stop_profiler(profiler)
+        print(f"step {MEASURED_STEP}: {wall_s:.2f} s; /score during it: "
+              f"{len(busy.latencies_ms)} ok, p99 {busy.pct(99):.0f} ms", flush=True)
+
+    await asyncio.sleep(1.0)  # the call log is written by a background thread
+    calls = call_stats(read_calls(stack.data_dir, MEASURED_STEP), args.rollouts, stack.config)
+    lower_bound_s = calls.total_waves * calls.median_latency_ms / 1000.0
+    flow, tasks = await asyncio.to_thread(prefect_runs, stack.data_dir, MEASURED_STEP)
+    line = timeline(started_at, wall_s, flow, tasks, calls.median_latency_ms / 1000.0,
+                    limit_of(stack.config, "analyzer"))
+    return Report(
+        rollouts=args.rollouts, latency_ms=args.latency_ms,
+        analyzer_concurrency=args.analyzer_concurrency, wall_s=wall_s,
+        lower_bound_s=lower_bound_s, calls=calls, idle=idle, busy=busy, timeline=line,
+        scoring_s=scoring_s, flow_s=None if flow is None else flow.end - flow.start,
+        step_answer=answer,
+        cpu=cpu_use(stack, wall_s, cpu_before, cpu_after, bench_s),
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rollouts", type=int, default=256,
+                        help="rollouts in the measured step (default 256)")
+    parser.add_argument("--latency-ms", type=float, default=1000.0,
+                        help="offline LLM latency per call (default 1000)")
+    parser.add_argument("--analyzer-concurrency", type=int, default=32,
+                        help="concurrency.analyzer (default 32)")
+    parser.add_argument("--probe-requests", type=int, default=200,
+                        help="/score requests of the idle latency probe (default 200)")
+    parser.add_argument("--probe-concurrency", type=int, default=4,
+                        help="/score requests in flight in the probes (default 4)")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep the servers' files (logs, data) in this folder")
+    parser.add_argument("--py-spy", type=Path, default=None, metavar="FILE",
+                        help="record amaris and its children with py-spy during the step, to FILE "
+                        "(.json: Chrome trace with timestamps, .svg: flame graph, "
+                        ".speedscope, else raw collapsed stacks)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
+                        help="markdown file to update (default docs/benchmarks.md)")
+    args = parser.parse_args(argv)
+    if args.rollouts < 1 or args.analyzer_concurrency < 1 or args.probe_requests < 1 \
+            or args.probe_concurrency < 1 or args.latency_ms < 0:
+        parser.error("counts must be >= 1 and --latency-ms >= 0")
+    return args
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    started = datetime.now(UTC)
+    load = loadavg()
+    try:
+        with tempfile.TemporaryDirectory(prefix="amaris-step-bench-") as tmp:
+            workdir = Path(tmp)
+            if args.keep is not None:
+                workdir = args.keep.resolve()
+                workdir.mkdir(parents=True, exist_ok=True)
+            with running_stack(args, workdir) as stack:
+                report = asyncio.run(measure(stack, args))
+    except KeyboardInterrupt:
+        print("interrupted; servers stopped, nothing written", file=sys.stderr)
+        return 130
+    print()
+    print(figures_table(report))
+    print()
+    print(timeline_table(report))
+    print()
+    for name, measured, verdict in report.verdicts():
+        print(f"{verdict:<5} {name}: {measured}")
+    out: Path = args.out
+    write_doc(out, section(report, args, started, load))
+    print(f"\nwritten to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
