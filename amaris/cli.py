@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,53 @@ def _serve(args: argparse.Namespace) -> int:
     from amaris.serve import run_server
 
     return run_server(_settings(args))
+
+
+def _api_base(settings: Settings, url: str | None) -> str:
+    host = "127.0.0.1" if settings.server.host in {"0.0.0.0", "::"} else settings.server.host
+    return (url or f"http://{host}:{settings.server.port}").rstrip("/")
+
+
+def _use_recorded_prefect(settings: Settings) -> bool:
+    """Point this process at the Prefect server a running ``amaris serve`` started."""
+    import os
+
+    from amaris.prefect_server import recorded_server
+
+    if os.environ.get("PREFECT_API_URL"):
+        return True
+    home = Path(os.environ.get("PREFECT_HOME") or Path(settings.memory.path).resolve() / "prefect")
+    recorded = recorded_server(home)
+    if recorded is None:
+        return False
+    os.environ["PREFECT_HOME"] = str(home)
+    os.environ["PREFECT_API_URL"] = recorded["api_url"]
+    return True
+
+
+def _repair(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+
+    settings = _settings(args)
+    if not _use_recorded_prefect(settings):
+        print("amaris: no Prefect server for this data folder; is `amaris serve` running?",
+              file=sys.stderr)
+        return 1
+    if settings.server.api_key:
+        os.environ.setdefault("AMARIS_API_KEY", settings.server.api_key)
+    from flows.repair import repair_steps
+
+    outcome = asyncio.run(repair_steps(_api_base(settings, args.url)))
+    print(json.dumps({str(k): v for k, v in outcome.items()}) if outcome else "no failed steps")
+    return 0 if all(v == "updated" for v in outcome.values()) else 1
+
+
+def _repair_worker(args: argparse.Namespace) -> int:
+    from deployments.repair import serve_repair
+
+    serve_repair(args.url, args.interval)
+    return 0
 
 
 def _ui(args: argparse.Namespace) -> int:
@@ -120,6 +168,16 @@ def _store_options(parser: argparse.ArgumentParser, *, json_output: bool = True)
 
 
 def _add_rubrics(sub: Any) -> None:
+    repair = sub.add_parser("repair", help="re-run failed steps once (the scheduled repair)")
+    repair.add_argument("--config", type=Path, default=None)
+    repair.add_argument("--url", default=None, help="amaris API (default: from server:)")
+    repair.set_defaults(func=_repair)
+
+    worker = sub.add_parser("repair-worker", help=argparse.SUPPRESS)
+    worker.add_argument("--url", required=True)
+    worker.add_argument("--interval", type=int, required=True)
+    worker.set_defaults(func=_repair_worker)
+
     ui = sub.add_parser("ui", help="print the Prefect UI address of the running service")
     ui.add_argument("--config", type=Path, default=None)
     ui.set_defaults(func=_ui)

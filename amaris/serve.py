@@ -5,7 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
+import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 from amaris.settings import Settings
 
@@ -45,6 +49,8 @@ def run_server(settings: Settings) -> int:
         log.warning("Prefect UI: %s (step runs, task runs, artifacts)", server.url)
     else:
         log.warning("using the Prefect API at %s", os.environ["PREFECT_API_URL"])
+    worker = RepairWorker(settings, server)
+    worker.start_when_ready()
     try:
         services = build_services(
             settings, warm_prefect=True, prefect_ready=server.wait_ready if server else None
@@ -53,6 +59,66 @@ def run_server(settings: Settings) -> int:
         uvicorn.run(app, host=settings.server.host, port=settings.server.port,
                     log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30)
     finally:
+        worker.stop()
         if server is not None:
             server.stop()
     return 0
+
+
+class RepairWorker:
+    """The child process serving the scheduled-repair deployment (``amaris repair-worker``)."""
+
+    def __init__(self, settings: Settings, server: Any) -> None:
+        self._settings = settings
+        self._server = server
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stopped = threading.Event()
+
+    def start_when_ready(self) -> None:
+        """Spawn the worker once the Prefect API answers (in a thread; never blocks)."""
+        if self._settings.prefect.repair_interval_seconds is None:
+            return
+        threading.Thread(target=self._spawn, name="amaris-repair-worker", daemon=True).start()
+
+    def _spawn(self) -> None:
+        from amaris.prefect_server import die_with_parent
+
+        try:
+            if self._server is not None:
+                self._server.wait_ready()
+        except RuntimeError as exc:
+            log.error("no scheduled repair: %s", exc)
+            return
+        if self._stopped.is_set():
+            return
+        server = self._settings.server
+        host = "127.0.0.1" if server.host in {"0.0.0.0", "::"} else server.host
+        env = dict(os.environ)
+        if server.api_key:
+            env["AMARIS_API_KEY"] = server.api_key
+        home = Path(os.environ["PREFECT_HOME"])
+        with (home / "repair-worker.log").open("ab") as out:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "amaris.cli", "repair-worker", "--url",
+                 f"http://{host}:{server.port}", "--interval",
+                 str(self._settings.prefect.repair_interval_seconds)],
+                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        log.info("scheduled repair every %s s (pid %s)",
+                 self._settings.prefect.repair_interval_seconds, self._proc.pid)
+        # PR_SET_PDEATHSIG fires when the spawning *thread* ends: this thread must live
+        # as long as the child is meant to.
+        self._stopped.wait()
+
+    def stop(self) -> None:
+        """Stop the worker child."""
+        self._stopped.set()
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)

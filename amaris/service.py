@@ -17,6 +17,7 @@ from amaris.llm.providers import ChatProvider
 from amaris.memory.embedder import Embedder, build_embedder
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.memory.store import MemoryStore
+from amaris.metrics import Metrics
 from amaris.models import ScoreRequest, ScoreResponse
 from amaris.pipeline.runner import PipelineRunner
 from amaris.prompts import load_prompts
@@ -59,6 +60,7 @@ class Services:
     prompts: dict[str, str]
     runner: PipelineRunner
     coordinator: StepCoordinator
+    metrics: Metrics
 
     @property
     def offline(self) -> bool:
@@ -94,11 +96,13 @@ def build_services(
     embedder: Embedder | None = None,
     warm_prefect: bool = False,
     prefect_ready: Callable[[], None] | None = None,
+    metrics: Metrics | None = None,
 ) -> Services:
     """Open storage, initialise the rubric and wire everything (blocking; no I/O to LLMs).
 
     Prefect is imported when the first step runs (or at start with ``warm_prefect``);
     ``prefect_ready`` blocks until a Prefect server started beside amaris answers.
+    ``metrics``: the registry to record into (the app's); default a new one.
     """
     from amaris.prefect_env import configure_prefect
 
@@ -118,12 +122,14 @@ def build_services(
         qdrant.close()
         raise
     call_log = CallLog(settings.log_dir)
-    gateway = LLMGateway(settings, providers, call_log)
+    metrics = metrics or Metrics()
+    gateway = LLMGateway(settings, providers, call_log, observer=metrics.llm_observer("score"))
     # The step path's one retry layer is Prefect's task retries: its gateway tries once.
     pipeline_settings = settings.model_copy(
         update={"gateway": settings.gateway.model_copy(update={"max_attempts": 1})}
     )
-    pipeline_gateway = LLMGateway(pipeline_settings, _fresh(providers, settings), call_log)
+    pipeline_gateway = LLMGateway(pipeline_settings, _fresh(providers, settings), call_log,
+                                  observer=metrics.llm_observer("pipeline"))
     scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"])
     scopes = ScopeResolver(settings, store)
     namespace = f"{os.path.abspath(settings.memory.qdrant_url or settings.memory.path)}" \
@@ -155,14 +161,16 @@ def build_services(
     async def after_step(step: int) -> None:
         await asyncio.to_thread(enforce_retention, settings, rollouts, memory, step)
 
-    coordinator = StepCoordinator(settings, rollouts, steps, run_step, on_done=after_step)
+    coordinator = StepCoordinator(settings, rollouts, steps, run_step, on_done=after_step,
+                                  on_finished=metrics.observe_step)
+    metrics.watch({"score": gateway, "pipeline": pipeline_gateway}, scorer, store, coordinator)
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
     return Services(
         settings=settings, qdrant=qdrant, store=store, gateway=gateway,
         pipeline_gateway=pipeline_gateway, scorer=scorer, providers=providers, scopes=scopes,
         rollouts=rollouts, steps=steps, memory=memory, prompts=prompts, runner=runner,
-        coordinator=coordinator,
+        coordinator=coordinator, metrics=metrics,
     )
 
 

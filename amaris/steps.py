@@ -35,12 +35,15 @@ class StepCoordinator:
         steps: StepRegistry,
         run_step: RunStep,
         on_done: Callable[[int], Coroutine[Any, Any, None]] | None = None,
+        on_finished: Callable[[str, float], None] | None = None,
     ) -> None:
+        """``on_finished`` (metrics) gets ``done`` or ``failed`` and the pipeline's seconds."""
         self._settings = settings
         self._rollouts = rollouts
         self._steps = steps
         self._run_step = run_step
         self._on_done = on_done
+        self._on_finished = on_finished
         self._status: dict[int, str] = {}
         self._counts: dict[int, int] = {}
         self._events: dict[int, asyncio.Event] = {}
@@ -110,6 +113,25 @@ class StepCoordinator:
             await self._start(open_step)
         return "complete"
 
+    async def rerun(self, step: int) -> str:
+        """Re-run a failed step (repair): ``started``, or why not (``unknown``, ``running``,
+        ``done``, ``open``)."""
+        status = self._status.get(step)
+        if status is None:
+            return "unknown"
+        if status == "failed":
+            await self._start(step)
+            return "started"
+        return "running" if status == "completing" else status
+
+    def failed_steps(self) -> list[int]:
+        """Steps whose pipeline failed and was not re-run since."""
+        return sorted(s for s, st in self._status.items() if st == "failed")
+
+    def snapshot(self) -> dict[int, str]:
+        """Status of every step this process knows."""
+        return dict(self._status)
+
     async def wait(self, step: int | None = None, timeout: float | None = None) -> dict[str, Any]:
         """Block until ``step`` (default: the latest started step) is done or failed.
 
@@ -170,11 +192,13 @@ class StepCoordinator:
             log.error("step %s failed: %s", step, exc)
             self._status[step] = "failed"
             self._outcomes[step] = {"error": f"{type(exc).__name__}: {exc}"}
+            self._finished("failed", started)
             await asyncio.to_thread(self._steps.set, step, status="failed",
                                     error=f"{type(exc).__name__}: {exc}")
         else:
             self._status[step] = "done"
             self._outcomes[step] = outcome
+            self._finished("done", started)
             await asyncio.to_thread(self._steps.set, step, status="done",
                                     duration_s=round(time.monotonic() - started, 3),
                                     scopes=outcome.get("scopes"))
@@ -184,6 +208,10 @@ class StepCoordinator:
         finally:
             self._counts.pop(step, None)
             self._event(step).set()
+
+    def _finished(self, outcome: str, started: float) -> None:
+        if self._on_finished is not None:
+            self._on_finished(outcome, time.monotonic() - started)
 
     async def close(self) -> None:
         """Stop supervising (flows keep their Prefect state; steps stay resumable)."""

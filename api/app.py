@@ -11,12 +11,13 @@ from fastapi import Depends, FastAPI
 from amaris import __version__
 from amaris.llm.providers import ChatProvider
 from amaris.memory.embedder import Embedder
+from amaris.metrics import Metrics
 from amaris.service import Services, build_services
 from amaris.settings import Settings
 from api import errors
 from api.deps import require_api_key
-from api.middleware import RequestGuard
-from api.routes import health, memory, rubrics, score, steps
+from api.middleware import RequestGuard, RequestMetrics
+from api.routes import health, memory, metrics, rubrics, score, steps
 
 
 def create_app(
@@ -37,6 +38,8 @@ def create_app(
         services: already-built services (the CLI builds them first so start-up errors
             are reported before the server binds); closed on shutdown.
     """
+    # Built before the services so the request middleware can record into it.
+    registry = services.metrics if services is not None else Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -44,7 +47,7 @@ def create_app(
         if services is None:
             services = await asyncio.to_thread(
                 build_services, settings, qdrant_location=qdrant_location, providers=providers,
-                embedder=embedder,
+                embedder=embedder, metrics=registry,
             )
         app.state.services = services
         await services.start()
@@ -60,6 +63,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_middleware(RequestGuard, max_body_bytes=settings.server.max_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=registry)  # added last: outermost
     errors.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)
@@ -67,4 +71,5 @@ def create_app(
     app.include_router(rubrics.router, dependencies=protected)
     app.include_router(steps.router, dependencies=protected)
     app.include_router(memory.router, dependencies=protected)
+    app.include_router(metrics.router, dependencies=protected)
     return app

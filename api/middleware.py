@@ -1,15 +1,17 @@
-"""ASGI middleware: request ids and the request body size limit."""
+"""ASGI middleware: request ids, the request body size limit, request metrics."""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from amaris.context import request_id_var
+from amaris.metrics import Metrics
 
 log = logging.getLogger("amaris.api")
 
@@ -83,3 +85,38 @@ class RequestGuard:
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data})
+
+
+class RequestMetrics:
+    """Counts and times every HTTP request by method, route template and status.
+
+    The route is the template of the route the router chose (``/rubrics/{version}``), not
+    the raw path, so label values stay few. Requests no route took (404, 405, and 413
+    answered by :class:`RequestGuard` before routing) count as ``other``; a request that
+    raised before answering counts as 500.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            # The router records its choice in the scope (the same dict all the way down).
+            template = getattr(scope.get("route"), "path_format", None)
+            self.metrics.observe_request(scope["method"], str(template or "other"), status,
+                                         time.perf_counter() - started)

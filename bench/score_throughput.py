@@ -778,10 +778,16 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="amaris-bench-") as tmp:
             for latency_ms in args.latencies:
                 with running_stack(latency_ms, Path(tmp)) as stack:
-                    results += asyncio.run(
+                    measured = asyncio.run(
                         measure_stack(stack, args.clients, args.warmup, args.duration,
                                       args.http_client)
                     )
+                    results += measured
+                    if any(r.errors for r in measured):
+                        # The temporary folder goes away: show the servers' side now.
+                        for child in (stack.amaris, stack.llm):
+                            print(f"--- end of the {child.name} log:\n{child.log_tail(40)}",
+                                  file=sys.stderr)
     except KeyboardInterrupt:
         print("interrupted; servers stopped, nothing written", file=sys.stderr)
         return 130
@@ -791,8 +797,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(comparison_table(compare(results)))
     print()
-    for name, measured, verdict in targets(compare(results)):
-        print(f"{verdict:<12} {name}: {measured}")
+    for name, value, verdict in targets(compare(results)):
+        print(f"{verdict:<12} {name}: {value}")
     out: Path = args.out
     write_doc(out, section(results, args, started))
     print(f"\nwritten to {out}")

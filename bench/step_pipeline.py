@@ -383,6 +383,9 @@ def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
             "concurrency": {"analyzer": args.analyzer_concurrency},
             "pipeline": {"rollouts_per_step": None, "chunk_size": CHUNK_SIZE},
             "logging": {"level": "WARNING"},
+            # A free port for amaris's Prefect server: the default (4200) is shared by
+            # every amaris on the machine, and another one's server could answer ours.
+            "prefect": {"port": None},
         }
         config_path = workdir / "config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -637,20 +640,27 @@ def stage_of(name: str) -> str:
     return name
 
 
+STAGE_AGENT = {"analyze": "analyzer", "summarize": "summarizer",
+               "meta-summarize": "meta_summarizer", "generate-queries": "query_generator",
+               "update-rubric": "updater"}
+"""The stages that are LLM waves, and their agent."""
+
+
 @dataclass
 class Timeline:
     """Where the step's wall time went (seconds, from ``POST /complete``)."""
 
     rows: list[tuple[str, str]]
     """(what, figure) lines."""
-    wave_ends: list[float]
-    stage_spans: dict[str, tuple[float, float, int]]
+    breakdown: list[tuple[str, float]]
+    """Wall time minus the lower bound, split by cause (sums to the overhead)."""
 
 
 def timeline(started_at: float, wall_s: float, flow: TaskRun | None, tasks: list[TaskRun],
-             latency_s: float, analyzer_limit: int | None) -> Timeline | None:
+             calls: CallStats, analyzer_limit: int | None) -> Timeline | None:
     if flow is None or not tasks:
         return None
+    latency_s = calls.median_latency_ms / 1000.0
 
     def rel(t: float) -> float:
         return t - started_at
@@ -664,18 +674,29 @@ def timeline(started_at: float, wall_s: float, flow: TaskRun | None, tasks: list
     rows: list[tuple[str, str]] = [
         ("POST /complete -> flow run start", f"{rel(flow.start):.2f} s"),
     ]
+    gaps = 0.0
+    llm_excess: list[tuple[str, float]] = []
+    other: list[tuple[str, float]] = []
     previous_end = rel(flow.start)
     previous = "flow start"
     for stage, (s, e, n) in spans.items():
         rows.append((f"gap {previous} -> {stage} start", f"{s - previous_end:.2f} s"))
         rows.append((f"{stage} ({n} task run{'s' if n > 1 else ''})",
                      f"{s:.2f} -> {e:.2f} s ({e - s:.2f} s)"))
+        gaps += s - previous_end
+        agent = STAGE_AGENT.get(stage)
+        if agent is not None:
+            waves = calls.waves.get(agent, 0)
+            llm_excess.append((f"{stage}: span - {waves} x call latency",
+                               e - s - waves * latency_s))
+        else:
+            other.append((f"{stage} (no LLM call)", e - s))
         previous_end, previous = e, f"{stage} end"
     rows.append((f"gap {previous} -> flow run end", f"{rel(flow.end) - previous_end:.2f} s"))
+    gaps += rel(flow.end) - previous_end
     rows.append(("flow run end -> /rubric_status/wait answered",
                  f"{wall_s - rel(flow.end):.2f} s"))
     ends = sorted(rel(t.end) for t in tasks if stage_of(t.name) == "analyze")
-    wave_ends: list[float] = []
     if ends and analyzer_limit:
         wave_ends = [ends[min(i + analyzer_limit, len(ends)) - 1]
                      for i in range(0, len(ends), analyzer_limit)]
@@ -683,10 +704,19 @@ def timeline(started_at: float, wall_s: float, flow: TaskRun | None, tasks: list
         rows.append(("analyze task runs started (first -> last)",
                      f"{starts[0]:.2f} -> {starts[-1]:.2f} s"))
         steps = [b - a for a, b in itertools.pairwise([starts[0], *wave_ends])]
-        rows.append(("analyzer wave ends", ", ".join(f"{w:.2f}" for w in wave_ends) + " s"))
+        rows.append((f"analyzer wave ends (every {analyzer_limit}th task run end)",
+                     ", ".join(f"{w:.2f}" for w in wave_ends) + " s"))
         rows.append(("analyzer wave durations (ideal = 1 call latency "
                      f"{latency_s:.2f} s)", ", ".join(f"{d:.2f}" for d in steps) + " s"))
-    return Timeline(rows, wave_ends, spans)
+    breakdown = [
+        ("POST /complete -> flow run start, flow run end -> wait answered",
+         rel(flow.start) + wall_s - rel(flow.end)),
+        ("gaps between the flow's stages (Prefect task-run set-up, parameter handling)",
+         gaps),
+        *llm_excess,
+        *other,
+    ]
+    return Timeline(rows, breakdown)
 
 
 # -- analysis: CPU during the step ---------------------------------------------------------
@@ -720,7 +750,7 @@ def cpu_use(stack: Stack, wall_s: float, before: dict[str, dict[tuple[int, int],
     processes = [
         (f"amaris API process (pid {main_pid})",
          sum(v for (pid, _), v in amaris.items() if pid == main_pid)),
-        ("amaris's child processes (Prefect's ephemeral API server)",
+        ("amaris's child processes (its Prefect server, the repair worker)",
          sum(v for (pid, _), v in amaris.items() if pid != main_pid)),
         ("offline LLM", sum(delta("llm").values())),
         ("benchmark (load generator)", bench_s),
@@ -828,6 +858,16 @@ def timeline_table(r: Report) -> str:
     return "\n".join(lines)
 
 
+def breakdown_table(r: Report) -> str:
+    lines = ["| wall time - lower bound, by cause | seconds |", "|---|---:|"]
+    if r.timeline is None:
+        return "\n".join([*lines, "| (Prefect's task runs could not be read) | - |"])
+    lines += [f"| {what} | {value:+.2f} |" for what, value in r.timeline.breakdown]
+    total = sum(value for _, value in r.timeline.breakdown)
+    lines.append(f"| **total** (= {r.wall_s:.2f} - {r.lower_bound_s:.2f}) | **{total:+.2f}** |")
+    return "\n".join(lines)
+
+
 def machine() -> str:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     model = ""
@@ -882,9 +922,12 @@ step is timed from `POST /complete` to the answer of `GET /rubric_status/wait?st
 
 The lower bound is the step's LLM critical path, derived in the same run from the calls
 it made (`<memory.path>/logs/llm_calls.jsonl`, counted per agent and checked against the
-configuration) and their median measured latency: `ceil(analyzer calls / analyzer
-concurrency)` waves, one wave of chunk summaries (concurrent), the meta-summary, the
-query generation and the update, one call latency each.
+configuration) and their median measured latency (the gateway's `latency_ms`, from the
+concurrency slot to the parsed answer): `ceil(analyzer calls / analyzer concurrency)`
+waves, one wave of chunk summaries (concurrent), the meta-summary, the query generation
+and the update, one call latency each. That median includes amaris's own delay in
+reading answers while its event loop is busy, so a second bound uses the latency of the
+calls made alone (no other call in flight), closer to the LLM's own.
 
 `/score` latency: {args.probe_requests} unique rollouts of step {IDLE_PROBE_STEP} at
 {args.probe_concurrency} in flight before the step (idle), and the same load on step
@@ -893,10 +936,16 @@ scorer calls the same {args.latency_ms:g} ms LLM, so the idle p99 is the floor.
 
 {figures_table(r)}
 
-Where the step's time went (Prefect task runs of flow run `step-{MEASURED_STEP}`, from its
-database; times from `POST /complete`):
+Where the step's time went (Prefect task runs of flow run `step-{MEASURED_STEP}`, read
+from its database; times from `POST /complete`), and the CPU each process and amaris's
+busiest threads used during the step (`/proc`; thread names from `py-spy dump`):
 
 {timeline_table(r)}
+
+{breakdown_table(r)}
+
+`--py-spy FILE` records amaris (and Prefect's server, its child) during the step for a
+closer look; it was off for these figures.
 
 | target | measured | result |
 |---|---|---|
@@ -1010,8 +1059,7 @@ async def measure(stack: Stack, args: argparse.Namespace) -> Report:
     calls = call_stats(read_calls(stack.data_dir, MEASURED_STEP), args.rollouts, stack.config)
     lower_bound_s = calls.total_waves * calls.median_latency_ms / 1000.0
     flow, tasks = await asyncio.to_thread(prefect_runs, stack.data_dir, MEASURED_STEP)
-    line = timeline(started_at, wall_s, flow, tasks, calls.median_latency_ms / 1000.0,
-                    limit_of(stack.config, "analyzer"))
+    line = timeline(started_at, wall_s, flow, tasks, calls, limit_of(stack.config, "analyzer"))
     return Report(
         rollouts=args.rollouts, latency_ms=args.latency_ms,
         analyzer_concurrency=args.analyzer_concurrency, wall_s=wall_s,
@@ -1073,6 +1121,8 @@ def main(argv: list[str] | None = None) -> int:
     print(figures_table(report))
     print()
     print(timeline_table(report))
+    print()
+    print(breakdown_table(report))
     print()
     for name, measured, verdict in report.verdicts():
         print(f"{verdict:<5} {name}: {measured}")

@@ -98,8 +98,11 @@ class LLMGateway:
         settings: Settings,
         providers: dict[str, ChatProvider],
         call_log: CallLog | None = None,
+        observer: Callable[[str, float], None] | None = None,
     ) -> None:
         self._settings = settings
+        self._observer = observer
+        """Called with (agent, seconds) after each successful request (metrics)."""
         self._providers = providers
         self._log = call_log or CallLog(None)
         limits = settings.concurrency
@@ -226,8 +229,9 @@ class LLMGateway:
                 if attempt < budget.max_attempts:
                     await asyncio.sleep(self._backoff(attempt, exc))
                 continue
+            elapsed = time.perf_counter() - started
             record.update(
-                latency_ms=round((time.perf_counter() - started) * 1000, 2),
+                latency_ms=round(elapsed * 1000, 2),
                 outcome="ok",
                 prompt_tokens=completion.prompt_tokens,
                 completion_tokens=completion.completion_tokens,
@@ -236,6 +240,8 @@ class LLMGateway:
             self.stats[f"{agent}.calls"] += 1
             self.stats[f"{agent}.prompt_tokens"] += completion.prompt_tokens or 0
             self.stats[f"{agent}.completion_tokens"] += completion.completion_tokens or 0
+            if self._observer is not None:
+                self._observer(agent, elapsed)
             return completion
         raise LLMTransientError(
             f"{agent}: {budget.max_attempts} attempts failed; last: {_short(last_error)}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, HTTPException, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import ServicesDep
@@ -74,3 +74,38 @@ async def rubric_status_wait(
 ) -> WaitResponse:
     """Block until the step's pipeline has finished (every scope of the step)."""
     return WaitResponse.model_validate(await services.coordinator.wait(step, timeout))
+
+
+class StepStatusPublic(BaseModel):
+    """One step's status."""
+
+    step: int
+    status: Literal["open", "completing", "done", "failed"]
+
+
+class RerunResponse(BaseModel):
+    """``started``: the step's flow runs again, reusing finished work."""
+
+    step: int
+    status: Literal["started", "running", "done", "open"]
+
+
+@router.get("/steps", response_model=list[StepStatusPublic], responses=INPUT_ERRORS)
+async def list_steps(
+    services: ServicesDep,
+    status: Annotated[Literal["open", "completing", "done", "failed"] | None,
+                      Query(description="Only steps with this status.")] = None,
+) -> list[StepStatusPublic]:
+    """Steps and their pipeline status."""
+    known = services.coordinator.snapshot()
+    return [StepStatusPublic.model_validate({"step": step, "status": st})
+            for step, st in sorted(known.items()) if status is None or st == status]
+
+
+@router.post("/steps/{step}/rerun", response_model=RerunResponse, responses=INPUT_ERRORS)
+async def rerun_step(step: int, services: ServicesDep) -> RerunResponse:
+    """Re-run a failed step's pipeline (what the scheduled repair does)."""
+    outcome = await services.coordinator.rerun(step)
+    if outcome == "unknown":
+        raise HTTPException(status_code=404, detail=f"step {step} is unknown")
+    return RerunResponse.model_validate({"step": step, "status": outcome})

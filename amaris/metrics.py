@@ -1,0 +1,163 @@
+"""Prometheus metrics of one amaris process, on its own registry (``GET /metrics``).
+
+Instruments record events as they happen: HTTP requests, LLM request latency, finished
+steps. Judge, reward, rubric and step-status numbers are read at scrape time from the
+counters the gateways, the scorer, the rubric store and the step coordinator already
+keep, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import Counter as CounterInstrument
+from prometheus_client import Histogram as HistogramInstrument
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from amaris.settings import AGENTS
+
+if TYPE_CHECKING:
+    from amaris.llm.gateway import LLMGateway
+    from amaris.rubric_store import RubricStore
+    from amaris.scoring import Scorer
+    from amaris.steps import StepCoordinator
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The Prometheus text format served by ``GET /metrics``."""
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                   120.0)
+"""Seconds, 5 ms to 120 s: a request is as slow as the judge behind it."""
+
+STEP_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+"""Seconds, 1 s to 1 h: a step's flow analyses every rollout of the step."""
+
+STEP_STATUSES = ("open", "completing", "done", "failed")
+UNSCORED_REASONS = ("judge_unavailable", "judge_invalid")
+
+
+class Metrics:
+    """The registry and instruments of one process (one app, in tests)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        http_labels = ["method", "route", "status"]
+        self.http_requests = CounterInstrument(
+            "amaris_http_requests", "HTTP requests by method, route template and status.",
+            http_labels, registry=self.registry)
+        self.http_duration = HistogramInstrument(
+            "amaris_http_request_duration_seconds",
+            "HTTP request duration by method, route template and status.",
+            http_labels, buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.llm_call_duration = HistogramInstrument(
+            "amaris_llm_call_duration_seconds",
+            "Duration of successful LLM requests (one per HTTP attempt), by agent and path.",
+            ["agent", "path"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.step_duration = HistogramInstrument(
+            "amaris_step_duration_seconds", "Duration of step pipelines, done or failed.",
+            buckets=STEP_BUCKETS, registry=self.registry)
+        self.steps = CounterInstrument(
+            "amaris_steps", "Step pipelines finished, by outcome.", ["outcome"],
+            registry=self.registry)
+        for outcome in ("done", "failed"):
+            self.steps.labels(outcome)
+        self._state: Collector | None = None
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count and time one HTTP request."""
+        labels = (method, route, str(status))
+        self.http_requests.labels(*labels).inc()
+        self.http_duration.labels(*labels).observe(seconds)
+
+    def llm_observer(self, path: str) -> Callable[[str, float], None]:
+        """The gateway callback of ``path`` (``score`` or ``pipeline``): agent, seconds."""
+
+        def observe(agent: str, seconds: float) -> None:
+            self.llm_call_duration.labels(agent, path).observe(seconds)
+
+        return observe
+
+    def observe_step(self, outcome: str, seconds: float) -> None:
+        """The step coordinator callback: a step's pipeline ended ``done`` or ``failed``."""
+        self.steps.labels(outcome).inc()
+        self.step_duration.observe(seconds)
+
+    def watch(self, gateways: Mapping[str, LLMGateway], scorer: Scorer, store: RubricStore,
+              coordinator: StepCoordinator) -> None:
+        """Export these objects' counters at scrape time (replacing earlier ones)."""
+        if self._state is not None:
+            self.registry.unregister(self._state)
+        self._state = _StateCollector(gateways, scorer, store, coordinator)
+        self.registry.register(self._state)
+
+    def exposition(self) -> bytes:
+        """Every metric in the Prometheus text format (:data:`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
+
+
+_LLM_COUNTERS = {
+    "calls": ("amaris_llm_calls", "Successful LLM requests, by agent and path."),
+    "errors": ("amaris_llm_errors", "Failed LLM request attempts, by agent and path."),
+    "invalid_output": ("amaris_llm_invalid_output",
+                       "LLM answers that did not validate, by agent and path."),
+    "repaired_json": ("amaris_llm_repaired_json",
+                      "LLM answers whose JSON had to be repaired, by agent and path."),
+}
+
+
+class _StateCollector(Collector):
+    """Reads the services' own counters when Prometheus scrapes."""
+
+    def __init__(self, gateways: Mapping[str, LLMGateway], scorer: Scorer, store: RubricStore,
+                 coordinator: StepCoordinator) -> None:
+        self._gateways = dict(gateways)
+        self._scorer = scorer
+        self._store = store
+        self._coordinator = coordinator
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._llm()
+        # dict(...) copies in one step: the pipeline thread updates its gateway's stats.
+        counters = dict(self._scorer.counters)
+        rewards = CounterMetricFamily("amaris_rewards", "Rewards answered, by status.",
+                                      labels=["status"])
+        for status in ("scored", "cached", "unscored"):
+            rewards.add_metric([status], counters.get(status, 0))
+        yield rewards
+        unscored = CounterMetricFamily("amaris_unscored", "Unscored rollouts, by reason.",
+                                       labels=["reason"])
+        reasons = {*UNSCORED_REASONS, *(k.split(".", 1)[1] for k in counters
+                                        if k.startswith("unscored."))}
+        for reason in sorted(reasons):
+            unscored.add_metric([reason], counters.get(f"unscored.{reason}", 0))
+        yield unscored
+        version = GaugeMetricFamily("amaris_rubric_version", "Version of the rubric in force.",
+                                    labels=["scope"])
+        version.add_metric(["global"], self._store.current().version)
+        yield version
+        known = list(self._coordinator.snapshot().values())
+        steps = GaugeMetricFamily("amaris_step_status",
+                                  "Steps this process knows, by status.", labels=["status"])
+        for status in sorted({*STEP_STATUSES, *known}):
+            steps.add_metric([status], known.count(status))
+        yield steps
+
+    def _llm(self) -> Iterable[Metric]:
+        families = {kind: CounterMetricFamily(name, text, labels=["agent", "path"])
+                    for kind, (name, text) in _LLM_COUNTERS.items()}
+        tokens = CounterMetricFamily("amaris_llm_tokens", "LLM tokens, by agent, path and kind.",
+                                     labels=["agent", "path", "kind"])
+        for path, gateway in self._gateways.items():
+            stats = dict(gateway.stats)
+            agents = {*AGENTS, *(key.rsplit(".", 1)[0] for key in stats)}
+            for agent in sorted(agents):
+                for kind, family in families.items():
+                    family.add_metric([agent, path], stats.get(f"{agent}.{kind}", 0))
+                for kind in ("prompt", "completion"):
+                    tokens.add_metric([agent, path, kind], stats.get(f"{agent}.{kind}_tokens", 0))
+        yield from families.values()
+        yield tokens

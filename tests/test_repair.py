@@ -1,0 +1,93 @@
+"""Repair: a step fails while the judge is down; the repair completes it later without
+repeating the LLM calls that had succeeded. And the schedule, on a real Prefect server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from amaris.offline.server import Reply
+from api.app import create_app
+from tests.conftest import llm_settings
+from tests.fake_llm import FakeLLM, free_port, offline_reply, serve_in_thread
+from tests.pipeline_helpers import metadata, rollout
+from tests.procs import amaris_process
+from tests.test_pipeline_modes import HACKED, agent_of, calls_by_agent
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_repair_completes_a_failed_step_reusing_work(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    from flows.repair import repair_steps
+
+    def judge_down_for_updates(body: dict[str, Any]) -> Reply:
+        return Reply(status=503) if agent_of(body) == "updater" else offline_reply(body)
+
+    fake_llm.default = judge_down_for_updates
+    settings = llm_settings(tmp_path, fake_llm, **{
+        "pipeline.task_retries": 0, "memory.embedding_model": "hashing"})
+    try:
+        with serve_in_thread(create_app(settings, qdrant_location=":memory:")) as url:
+            items = [{"rollout": rollout(3, i, b), "metadata": metadata(3)}
+                     for i, b in enumerate(HACKED)]
+            assert httpx.post(f"{url}/batch_score", json={"items": items}).status_code == 200
+            httpx.post(f"{url}/complete")
+            failed = httpx.get(f"{url}/rubric_status/wait", params={"step": 3, "timeout": 60},
+                               timeout=90).json()
+            assert failed["status"] == "failed"
+            assert httpx.get(f"{url}/steps", params={"status": "failed"}).json() == [
+                {"step": 3, "status": "failed"}]
+            # the judge comes back; nothing else to repair is found twice
+            fake_llm.default = offline_reply
+            fake_llm.requests.clear()
+            assert asyncio.run(repair_steps(url)) == {3: "updated"}
+            assert calls_by_agent(fake_llm) == {"updater": 1}
+            assert httpx.get(f"{url}/steps").json() == [{"step": 3, "status": "done"}]
+            assert httpx.get(f"{url}/rubrics").json()["version"] == 2
+            assert asyncio.run(repair_steps(url)) == {}
+            assert httpx.post(f"{url}/steps/99/rerun").status_code == 404
+            assert httpx.post(f"{url}/steps/3/rerun").json() == {"step": 3, "status": "done"}
+    finally:
+        fake_llm.default = offline_reply
+
+
+@pytest.mark.slow
+def test_serve_schedules_the_repair_on_its_prefect_server(tmp_path: Path) -> None:
+    port, prefect_port = free_port(), free_port()
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "memory": {"path": str(tmp_path / "data"), "embedding_model": "hashing"},
+        "server": {"port": port},
+        "prefect": {"port": prefect_port, "repair_interval_seconds": 10},
+    }))
+    env_url = f"http://127.0.0.1:{prefect_port}/api"
+    with amaris_process(["serve", "--config", str(config)], tmp_path,
+                        f"http://127.0.0.1:{port}/healthz", tmp_path / "serve.log"):
+        deadline = time.monotonic() + 120
+        runs: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            try:
+                found = httpx.post(f"{env_url}/flow_runs/filter", json={
+                    "flows": {"name": {"any_": ["amaris-repair"]}},
+                    "flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}},
+                    "limit": 10, "sort": "START_TIME_DESC"}, timeout=5)
+                runs = found.json() if found.status_code == 200 else []
+            except httpx.HTTPError:
+                runs = []
+            if runs:
+                break
+            time.sleep(1)
+        assert runs, "no scheduled repair run completed"
+        deployment = httpx.get(
+            f"{env_url}/deployments/name/amaris-repair/scheduled-repair", timeout=5).json()
+        schedules = deployment["schedules"]
+        assert schedules[0]["schedule"]["interval"] == 10.0
+        assert deployment["parameters"] == {"api_url": f"http://127.0.0.1:{port}"}
+    # the Prefect server and the repair worker stopped with amaris
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{env_url}/health", timeout=2)
