@@ -1,8 +1,14 @@
-"""Process logging: one line per event, tagged with the request id when there is one."""
+"""Process logging: one line per event, tagged with the request id when there is one.
+
+The request id (``X-Request-ID``) is also written in every LLM call-log line, so a
+reward can be traced from the HTTP request to each judge call it made.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+from datetime import UTC, datetime
 
 from amaris.context import request_id_var
 
@@ -13,15 +19,33 @@ class _RequestIdFilter(logging.Filter):
         return True
 
 
-def configure_logging(level: str = "INFO") -> None:
-    """Log to stderr as ``time level logger [request id] message``."""
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, request_id, message (+ exc)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "request_id": getattr(record, "request_id", None),
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
+    """Log amaris's events to stderr, as text (``time level logger [request id] message``)
+    or as JSON lines."""
     handler = logging.StreamHandler()
     handler.addFilter(_RequestIdFilter())
     handler.setFormatter(
+        JsonFormatter() if fmt == "json" else
         logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
     )
-    root = logging.getLogger("amaris")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
-    logging.getLogger("api").handlers[:] = [handler]
+    for name in ("amaris", "api"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level)
+        logger.propagate = False

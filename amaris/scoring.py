@@ -40,6 +40,10 @@ class JudgeVerdicts(BaseModel):
     verdicts: list[Verdict]
 
 
+class OverloadedError(RuntimeError):
+    """The hot path holds ``scoring.max_pending`` judge calls already."""
+
+
 class OversizeError(ValueError):
     """A rollout field is longer than ``scoring.max_field_chars`` (or a batch too long)."""
 
@@ -97,6 +101,11 @@ class Scorer:
         self.counters: Counter[str] = Counter()
         """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``."""
 
+    @property
+    def pending(self) -> int:
+        """Distinct judge calls queued or in flight."""
+        return len(self._inflight)
+
     def prepare(self, request: ScoreRequest) -> tuple[dict[str, str], list[str]]:
         """Apply the size limit to the rollout fields.
 
@@ -140,10 +149,23 @@ class Scorer:
             self._cache.move_to_end(key)
             self.counters["cached"] += 1
             return self._response(cached, base, cached=True)
+        limit = self._settings.max_pending
+        if key not in self._inflight and limit is not None and len(self._inflight) >= limit:
+            self.counters["overloaded"] += 1
+            raise OverloadedError(f"{len(self._inflight)} judge calls pending (max_pending)")
         try:
-            judged = await self._judge_once(key, rubric, fields, request.metadata.current_step)
-        except (LLMUnavailableError, LLMOutputError) as exc:
-            kind = "judge_unavailable" if isinstance(exc, LLMUnavailableError) else "judge_invalid"
+            judged = await asyncio.wait_for(
+                self._judge_once(key, rubric, fields, request.metadata.current_step),
+                self._settings.timeout_seconds,
+            )
+        except (LLMUnavailableError, LLMOutputError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError):
+                kind, exc = "judge_timeout", TimeoutError(
+                    f"no verdict within scoring.timeout_seconds ({self._settings.timeout_seconds})")
+            elif isinstance(exc, LLMUnavailableError):
+                kind = "judge_unavailable"
+            else:
+                kind = "judge_invalid"
             self.counters["unscored"] += 1
             self.counters[f"unscored.{kind}"] += 1
             log.warning("unscored rollout %s: %s", request.rollout.id, exc)
@@ -168,7 +190,11 @@ class Scorer:
         try:
             judged = await self._judge(rubric, fields, step)
         except BaseException as exc:
-            future.set_exception(exc)
+            # Waiters sharing this call must not inherit its cancellation (a timeout of the
+            # first request): they get an ordinary judge failure instead.
+            shared = exc if isinstance(exc, Exception) else LLMUnavailableError(
+                "the shared judge call was cancelled")
+            future.set_exception(shared)
             future.exception()  # mark retrieved: waiters, if any, re-raise it themselves
             raise
         finally:

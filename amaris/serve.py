@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def run_server(settings: Settings) -> int:
     from amaris.service import build_services
     from api.app import create_app
 
-    configure_logging(settings.logging.level)
+    configure_logging(settings.logging.level, settings.logging.format)
     configure_prefect(settings)
     server: PrefectServer | None = None
     if not os.environ.get("PREFECT_API_URL"):
@@ -56,6 +57,10 @@ def run_server(settings: Settings) -> int:
             settings, warm_prefect=True, prefect_ready=server.wait_ready if server else None
         )
         app = create_app(settings, services=services)
+        # uvicorn drains requests on SIGTERM, then re-raises the signal with the handler it
+        # found installed: make that handler a clean exit, so the `finally` below stops
+        # the Prefect server and the repair worker and the exit code is 0.
+        signal.signal(signal.SIGTERM, _exit_cleanly)
         uvicorn.run(app, host=settings.server.host, port=settings.server.port,
                     log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30)
     finally:
@@ -63,6 +68,10 @@ def run_server(settings: Settings) -> int:
         if server is not None:
             server.stop()
     return 0
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 class RepairWorker:

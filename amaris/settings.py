@@ -238,6 +238,8 @@ class LoggingSettings(_Section):
     path: Path | None = None
     """Folder for the LLM call log; null = ``<memory.path>/logs``."""
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["text", "json"] = "text"
+    """``json``: one JSON object per line (time, level, logger, request_id, message)."""
 
 
 class PrefectSettings(_Section):
@@ -284,6 +286,13 @@ class ScoringSettings(_Section):
     """Largest ``rollout.input`` / ``output`` / ``supplemental_context``, in characters."""
     oversize: Literal["reject", "truncate"] = "reject"
     """Over ``max_field_chars``: 413, or keep head and tail and flag ``truncated``."""
+    max_pending: int | None = Field(default=1024, gt=0)
+    """Judge calls queued or in flight on the hot path; beyond it /score answers 429 with
+    Retry-After (a bound on queued work, so overload cannot grow memory and latency
+    without limit); null = unbounded."""
+    timeout_seconds: float | None = Field(default=300.0, gt=0)
+    """Longest a rollout may wait for its verdict (queueing, retries and re-ask included);
+    past it the rollout is unscored with reason ``judge_timeout``; null = no bound."""
 
     @model_validator(mode="after")
     def _neutral_needs_value(self) -> ScoringSettings:

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from amaris.models import ErrorDetail, ErrorResponse
-from amaris.scoring import OversizeError
+from amaris.scoring import OverloadedError, OversizeError
 
 log = logging.getLogger("amaris.api")
 
@@ -26,6 +26,7 @@ INPUT_ERRORS: dict[int | str, dict[str, Any]] = {
     **AUTH_ERRORS,
     413: {"model": ErrorResponse, "description": "Body or a rollout field too large."},
     422: {"model": ErrorResponse, "description": "Invalid input; `detail` names each field."},
+    429: {"model": ErrorResponse, "description": "Too much judge work queued; see Retry-After."},
 }
 """OpenAPI responses of protected routes that take input."""
 
@@ -77,6 +78,14 @@ def install(app: FastAPI) -> None:
         log.warning("422 %s %s: %s", request.method, request.url.path,
                     "; ".join(f"{d.field}: {d.message}" for d in detail))
         return error_response(422, "invalid_request", detail)
+
+    @app.exception_handler(OverloadedError)
+    async def _overloaded(request: Request, exc: OverloadedError) -> JSONResponse:
+        retry_after = request.app.state.services.settings.scoring.retry_after_seconds
+        log.warning("429 %s %s: %s", request.method, request.url.path, exc)
+        return error_response(429, "overloaded", [ErrorDetail(
+            field="scoring.max_pending", message=f"{exc}; retry later")],
+            headers={"Retry-After": str(retry_after)})
 
     @app.exception_handler(OversizeError)
     async def _oversize(request: Request, exc: OversizeError) -> JSONResponse:

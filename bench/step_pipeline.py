@@ -13,7 +13,7 @@ PID at the end (also on error or Ctrl-C):
 Then, in one run:
 
 1. warm-up: step 0 with 4 rollouts, ``/complete``, ``/rubric_status/wait`` (the server
-   boots Prefect's ephemeral API in the background and loads MiniLM on first use: neither
+   boots its Prefect server in the background and loads MiniLM on first use: neither
    belongs in the measured step);
 2. ``--rollouts`` distinct math rollouts for step 1 (correct, wrong, several candidate
    answers), scored by concurrent ``/score`` calls;
@@ -37,6 +37,11 @@ Usage::
 
     .venv/bin/python bench/step_pipeline.py [--rollouts 256] [--latency-ms 1000]
         [--analyzer-concurrency 32] [--out docs/benchmarks.md]
+        [--probe-requests 200] [--probe-concurrency 4] [--keep DIR] [--py-spy FILE]
+
+``--keep DIR`` keeps the servers' logs and data folder (call log, Prefect database);
+``--py-spy FILE`` records amaris and its children with py-spy during the step (a
+``.json`` file gets a Chrome trace with timestamps; ``pip install py-spy`` first).
 """
 
 from __future__ import annotations
@@ -469,11 +474,18 @@ class Probe:
 
     name: str
     latencies_ms: list[float] = field(default_factory=list)
+    started: list[float] = field(default_factory=list)
+    """Wall-clock start of each request of ``latencies_ms``."""
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
 
     def pct(self, q: float) -> float:
         return percentile(self.latencies_ms, q)
+
+    def slowest(self, since: float, n: int = 3) -> str:
+        """The ``n`` slowest requests: latency, and start in seconds after ``since``."""
+        pairs = sorted(zip(self.latencies_ms, self.started, strict=True), reverse=True)[:n]
+        return ", ".join(f"{ms:.0f} ms at {start - since:+.1f} s" for ms, start in pairs)
 
 
 async def probe_load(client: httpx2.AsyncClient, url: str, probe: Probe, step: int,
@@ -490,10 +502,12 @@ async def probe_load(client: httpx2.AsyncClient, url: str, probe: Probe, step: i
                 return
             if count is not None and next(sent) >= count:
                 return
+            started = time.time()
             t0 = time.perf_counter()
             error = await score(client, url, step, probe_rollout(step, next(numbers)))
             if error is None:
                 probe.latencies_ms.append((time.perf_counter() - t0) * 1000.0)
+                probe.started.append(started)
             else:
                 probe.errors.append(error)
 
@@ -777,7 +791,10 @@ class Report:
     scoring_s: float
     flow_s: float | None
     step_answer: dict[str, Any]
+    started_at: float
+    """Wall-clock time of ``POST /complete``."""
     cpu: CpuUse
+    load_after: str
 
     @property
     def alone_bound_s(self) -> float:
@@ -845,6 +862,8 @@ def figures_table(r: Report) -> str:
             f"errors, p50 / p90 / p99 / max | {fmt(probe.pct(50))} / {fmt(probe.pct(90))} / "
             f"{fmt(probe.pct(99))} / {fmt(max(probe.latencies_ms, default=float('nan')))} ms |")
     lines.append(f"| /score p99 during / idle | x{r.p99_ratio:.2f} |")
+    lines.append(f"| slowest /score during the step (start from `POST /complete`) "
+                 f"| {r.busy.slowest(r.started_at)} |")
     return "\n".join(lines)
 
 
@@ -907,15 +926,16 @@ def section(r: Report, args: argparse.Namespace, started: datetime, load: str) -
 Command: `{command_line()}`
 
 Date: {started.strftime("%Y-%m-%d %H:%M UTC")}. Machine: {machine()}. Load average
-(1/5/15 min) at the start: {load}.
+(1/5/15 min) at the start: {load}; right after the step: {r.load_after} (other work on
+the machine skews the figures).
 
 Setup: `amaris offline-llm --latency-ms {args.latency_ms:g}` (every LLM call takes
 {args.latency_ms:g} ms) and `amaris serve` with every agent on it, the default MiniLM
 embedder, `concurrency.analyzer: {args.analyzer_concurrency}`,
 `pipeline.chunk_size: {CHUNK_SIZE}`, `pipeline.rollouts_per_step: null` (steps complete on
 `POST /complete`), `logging.level: WARNING`. A warm-up step ({WARMUP_STEP}, 4 rollouts)
-runs first so that neither Prefect's ephemeral API boot nor MiniLM's first load is
-measured. Then {r.rollouts} distinct rollouts of step {MEASURED_STEP} (groups of
+runs first so that neither the boot of amaris's Prefect server nor MiniLM's first load
+is measured. Then {r.rollouts} distinct rollouts of step {MEASURED_STEP} (groups of
 {GROUP_SIZE} per prompt: correct, wrong and several-candidate answers) are scored, and the
 step is timed from `POST /complete` to the answer of `GET /rubric_status/wait?step=
 {MEASURED_STEP}`.
@@ -1050,6 +1070,7 @@ async def measure(stack: Stack, args: argparse.Namespace) -> Report:
             cpu_after = {"amaris": thread_cpu(stack.amaris.pid),
                          "llm": thread_cpu(stack.llm.pid)}
             bench_s = sum(os.times()[:2]) - bench_before
+            load_after = loadavg()
         finally:
             stop_profiler(profiler)
         print(f"step {MEASURED_STEP}: {wall_s:.2f} s; /score during it: "
@@ -1066,7 +1087,9 @@ async def measure(stack: Stack, args: argparse.Namespace) -> Report:
         lower_bound_s=lower_bound_s, calls=calls, idle=idle, busy=busy, timeline=line,
         scoring_s=scoring_s, flow_s=None if flow is None else flow.end - flow.start,
         step_answer=answer,
+        started_at=started_at,
         cpu=cpu_use(stack, wall_s, cpu_before, cpu_after, bench_s),
+        load_after=load_after,
     )
 
 

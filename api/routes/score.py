@@ -16,7 +16,7 @@ from amaris.models import (
     ScoreRequest,
     ScoreResponse,
 )
-from amaris.scoring import OversizeError
+from amaris.scoring import OverloadedError, OversizeError
 from api.deps import ServicesDep
 from api.errors import INPUT_ERRORS as _ERRORS
 from api.errors import validation_details
@@ -59,6 +59,10 @@ async def batch_score(body: BatchScoreRequest, services: ServicesDep) -> BatchSc
     max_items = services.settings.server.max_batch_items
     if len(body.items) > max_items:
         raise OversizeError("items", len(body.items), max_items, unit="items")
+    limit = services.settings.scoring.max_pending
+    if limit is not None and services.scorer.pending + len(body.items) > limit:
+        raise OverloadedError(f"{services.scorer.pending} judge calls pending and "
+                              f"{len(body.items)} more asked (max_pending {limit})")
 
     async def one(index: int, raw: object) -> ScoreResponse:
         rollout = raw.get("rollout") if isinstance(raw, dict) else None
@@ -75,6 +79,10 @@ async def batch_score(body: BatchScoreRequest, services: ServicesDep) -> BatchSc
             reason = "; ".join(f"{d.field}: {d.message}" for d in details)
         except OversizeError as exc:
             reason = f"items[{index}].{exc.field}: {exc}"
+        except OverloadedError as exc:
+            return ScoreResponse(score=None, rubric_version=None, status="unscored",
+                                 rollout_id=str(rollout_id) if rollout_id is not None else None,
+                                 reason=f"overloaded: {exc}")
         log.warning("batch item %s invalid: %s", index, reason)
         return _invalid(rollout_id, reason)
 

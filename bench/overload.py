@@ -1,0 +1,1097 @@
+"""Overload: does ``amaris serve`` stay responsive at 4x its judge's capacity, and recover?
+
+Starts processes it owns, bound to 127.0.0.1 on free ports, and stops them by PID at the
+end (also on error or Ctrl-C):
+
+* ``amaris offline-llm --latency-ms 200``: the rule-based judge behind an
+  OpenAI-compatible API, sleeping 200 ms per request (a stand-in for a real LLM);
+* ``amaris serve`` with a temporary configuration: the judge on that server,
+  ``concurrency.scorer: 8``, ``scoring.max_pending: 32``, ``scoring.retry_after_seconds: 1``,
+  the score cache off, the ``hashing`` embedder, ``logging.level: WARNING``, no scheduled
+  repair. The judge's capacity is ``concurrency.scorer / latency`` = 8 / 0.2 s = 40
+  rollouts/s (read back from the configuration);
+* a prober (this script with ``--probe``, its own process, so the load generator's event
+  loop cannot delay it): ``GET /healthz`` every 100 ms, one at a time, latency recorded.
+
+Load: open loop (requests launched at a fixed rate whatever the answers, one task each, one
+``AsyncClient`` with ample connections, a unique rollout per request so no cache or
+in-flight merge answers it), after a short warm-up, in three phases of ``--phase-seconds``:
+(a) 0.5x capacity, (b) 4x capacity, (c) 0.5x capacity. Latency of a request is measured from
+its *scheduled* send time (no coordinated omission). Per phase: offered rate, 200 (scored)
+per second, 429 per second (each checked for ``Retry-After``), other outcomes, latency
+percentiles, ``/healthz`` latency, CPU of each process; and the recovery time after the
+overload: from the start of (c) until every 1 s window of requests (by send time, sliding by
+100 ms) has no 429 and a ``/score`` p99 within 1.5x the p99 of (a).
+
+Results are printed and written between the ``overload`` markers of ``docs/benchmarks.md``.
+
+Usage::
+
+    .venv/bin/python bench/overload.py [--phase-seconds 20] [--out docs/benchmarks.md]
+        [--http-client httpx2|httpx] [--keep DIR] [--py-spy FILE] [--findings FILE]
+
+The client is ``httpx2.AsyncClient`` by default (the httpx fork the ``openai`` SDK inside
+amaris uses): ``httpx`` 0.28's pool does O(connections^2) work per request, which would make
+the load generator, not the server, the bottleneck at hundreds of connections (see
+``bench/score_throughput.py``). ``--keep DIR`` keeps the servers' logs and data folder, and
+writes every request and probe there (``samples.jsonl``, ``probes.jsonl``, ``phases.json``,
+monotonic times); ``--py-spy FILE`` records amaris with py-spy during the load (``pip install
+py-spy`` first; a ``.json`` file gets a Chrome trace with timestamps); ``--findings FILE``
+appends that markdown (an analysis of the run) to the section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+import httpx
+import httpx2
+import yaml
+
+from amaris.settings import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK_START = "<!-- overload:start -->"
+MARK_END = "<!-- overload:end -->"
+DOC_INTRO = (
+    "# Benchmarks\n\n"
+    "Figures measured on this machine (2 cores), with the command that produced them.\n"
+)
+API_KEY = "bench"
+
+# The setup the issue asks about.
+JUDGE_LATENCY_MS = 200.0
+SCORER_CONCURRENCY = 8
+MAX_PENDING = 32
+RETRY_AFTER_S = 1
+PHASES: tuple[tuple[str, float], ...] = (("a", 0.5), ("b", 4.0), ("c", 0.5))
+"""(name, offered load as a multiple of the judge's capacity)."""
+WARMUP_S = 2.0
+WARMUP_LOAD = 0.5
+
+# Verdicts.
+HEALTHZ_P99_TARGET_MS = 100.0
+BOUND_FACTOR = 3.0
+"""Accepted /score p99 during (b) must stay under BOUND_FACTOR x the ideal worst wait."""
+RECOVERY_TARGET_S = 5.0
+RECOVERY_P99_FACTOR = 1.5
+WINDOW_S = 1.0
+WINDOW_STEP_S = 0.1
+
+MAX_GENERATOR_LAG_MS = 50.0
+MAX_OTHERS_CORES = 0.5
+"""Beyond either, in any phase, the run is contended: a failure is reported INCONCLUSIVE."""
+
+PROBE_INTERVAL_S = 0.1
+PROBE_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 30.0
+DRAIN_TIMEOUT_S = 40.0
+CONNECTIONS = 1024
+STARTUP_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+SETTLE_TIMEOUT_S = 60.0
+SETTLE_IDLE_CPU = 0.05
+"""Share of one core under which a freshly started server counts as idle."""
+
+QUESTION = "A shop sells pencils at 3 for 45 cents. How much do 7 pencils cost, in cents?"
+REFERENCE = "105"
+HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, httpx2.HTTPError, ValueError)
+LOADAVG: dict[str, str] = {"start": "-", "end": "-"}
+
+
+# -- HTTP client ---------------------------------------------------------------------------
+class ResponseLike(Protocol):
+    """What the benchmark reads of an ``httpx``/``httpx2`` response."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Any: ...
+
+    def json(self, **kwargs: Any) -> Any: ...
+
+
+class ClientLike(Protocol):
+    """What the benchmark uses of an ``httpx``/``httpx2`` ``AsyncClient``."""
+
+    async def post(self, url: str, *, json: Any = None) -> ResponseLike: ...
+
+
+@asynccontextmanager
+async def open_client(lib: str, connections: int) -> AsyncIterator[ClientLike]:
+    """One ``AsyncClient`` allowing ``connections`` concurrent keep-alive connections."""
+    if lib == "httpx":
+        async with httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=connections,
+                                max_keepalive_connections=connections),
+            timeout=httpx.Timeout(REQUEST_TIMEOUT_S), trust_env=False,
+        ) as client:
+            yield client
+    else:
+        async with httpx2.AsyncClient(
+            limits=httpx2.Limits(max_connections=connections,
+                                 max_keepalive_connections=connections),
+            timeout=httpx2.Timeout(REQUEST_TIMEOUT_S), trust_env=False,
+        ) as client2:
+            yield client2
+
+
+# -- processes -----------------------------------------------------------------------------
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def amaris_executable() -> str:
+    """The ``amaris`` console script next to this interpreter, else the one on PATH."""
+    beside = Path(sys.executable).parent / "amaris"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("amaris")
+    if found is None:
+        raise SystemExit("cannot find the `amaris` console script; install the package first")
+    return found
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live processes of session ``sid``: a child started here and what it started."""
+    pids: list[int] = []
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return pids
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        fields = _proc_stat(int(entry.name))
+        if fields is not None and fields[0] != "Z" and int(fields[3]) == sid:
+            pids.append(int(entry.name))
+    return pids
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(sid: int | None) -> float | None:
+    """CPU time (user + system) of session ``sid`` (a child and what it started), or of
+    this process for None; None when ``/proc`` is unavailable."""
+    if sid is None:
+        times = os.times()
+        return times.user + times.system
+    pids = session_pids(sid)
+    if not pids:
+        return None
+    total = 0.0
+    for pid in pids:
+        fields = _proc_stat(pid)
+        if fields is not None:
+            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return total
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU time the whole machine spent busy (all cores, from ``/proc/stat``), or None."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / _CLK_TCK
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+class Child:
+    """A subprocess this benchmark owns, in its own session; stopped by PID (terminate,
+    then kill), with whatever it left running in its session."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path,
+                 env: dict[str, str]) -> None:
+        self.name = name
+        self.log_path = log_path
+        with log_path.open("wb") as log:
+            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                          start_new_session=True)
+        self.pid = self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                print(f"  {self.name} (pid {self.pid}) ignored SIGTERM; killing it",
+                      file=sys.stderr)
+                self.popen.kill()
+                self.popen.wait(timeout=STOP_TIMEOUT_S)
+        leftovers = session_pids(self.pid)
+        if not leftovers:
+            return
+        print(f"  {self.name} (pid {self.pid}) left {len(leftovers)} process(es) running "
+              f"(pids {', '.join(map(str, leftovers))}); stopping them", file=sys.stderr)
+        for pid in leftovers:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline and session_pids(self.pid):
+            time.sleep(0.1)
+        for pid in session_pids(self.pid):
+            _signal(pid, signal.SIGKILL)
+
+
+def wait_ready(child: Child, url: str, check: Callable[[httpx2.Response], bool]) -> None:
+    """Poll ``url`` until ``check`` accepts the answer; fail if the child dies or hangs."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise RuntimeError(f"{child.name} exited with code {child.popen.returncode}:\n"
+                               f"{child.log_tail()}")
+        try:
+            response = httpx2.get(url, timeout=2.0, trust_env=False)
+            if response.status_code == 200 and check(response):
+                return
+            last = f"HTTP {response.status_code}: {response.text[:200]}"
+        except httpx2.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.2)
+    raise RuntimeError(f"{child.name} not ready after {STARTUP_TIMEOUT_S:.0f}s ({last}):\n"
+                       f"{child.log_tail()}")
+
+
+def settle(child: Child) -> None:
+    """Wait until ``child`` (and what it started) is idle after start-up."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    used: float | None = None
+    while time.monotonic() < deadline:
+        before = cpu_seconds(child.pid)
+        time.sleep(1.0)
+        after = cpu_seconds(child.pid)
+        if before is None or after is None:
+            return
+        used = after - before
+        if used <= SETTLE_IDLE_CPU:
+            return
+    print(f"  {child.name} still uses {used or 0:.0%} of a core {SETTLE_TIMEOUT_S:.0f}s after "
+          "start-up; measuring anyway", file=sys.stderr)
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # A developer's keys, endpoint or Prefect must not change what is measured.
+    for name in ("AMARIS_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "PREFECT_API_URL",
+                 "PREFECT_HOME"):
+        env.pop(name, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass
+class Stack:
+    llm: Child
+    amaris: Child
+    prober: Child
+    llm_url: str
+    amaris_url: str
+    settings: Settings
+    probe_log: Path
+
+
+def bench_config(llm_url: str, data: Path) -> dict[str, Any]:
+    return {
+        "client": {"default": {"base_url": llm_url, "api_key": API_KEY}},
+        "server": {"host": "127.0.0.1"},
+        "concurrency": {"scorer": SCORER_CONCURRENCY},
+        "scoring": {"max_pending": MAX_PENDING, "retry_after_seconds": RETRY_AFTER_S,
+                    "cache_size": 0},
+        "memory": {"embedding_model": "hashing", "path": str(data)},
+        "logging": {"level": "WARNING"},
+        "prefect": {"repair_interval_seconds": None},
+    }
+
+
+@contextmanager
+def running_stack(workdir: Path) -> Iterator[Stack]:
+    """Start the offline LLM, amaris and the prober; stop them all on exit."""
+    exe = amaris_executable()
+    env = child_env()
+    children: list[Child] = []
+    try:
+        llm_port = free_port()
+        llm = Child("offline-llm", [exe, "offline-llm", "--host", "127.0.0.1",
+                                    "--port", str(llm_port),
+                                    "--latency-ms", f"{JUDGE_LATENCY_MS:g}"],
+                    workdir / "offline-llm.log", workdir, env)
+        children.append(llm)
+        llm_url = f"http://127.0.0.1:{llm_port}/v1"
+        config_path = workdir / "config.yaml"
+        config_path.write_text(yaml.safe_dump(bench_config(llm_url, workdir / "data"),
+                                              sort_keys=False), encoding="utf-8")
+        amaris_port = free_port()
+        amaris = Child("amaris", [exe, "serve", "--config", str(config_path),
+                                  "--port", str(amaris_port)],
+                       workdir / "amaris.log", workdir, env)
+        children.append(amaris)
+        amaris_url = f"http://127.0.0.1:{amaris_port}"
+        wait_ready(llm, f"{llm_url}/models", lambda r: bool(r.json().get("data")))
+        wait_ready(amaris, f"{amaris_url}/healthz",
+                   lambda r: r.json().get("judge_backend") == llm_url
+                   and r.json().get("offline_judge") is False)
+        settle(amaris)
+        probe_log = workdir / "probe.log"
+        prober = Child("prober", [sys.executable, str(Path(__file__).resolve()),
+                                  "--probe", f"{amaris_url}/healthz"],
+                       probe_log, workdir, env)
+        children.append(prober)
+        print(f"offline-llm pid {llm.pid} ({llm_url}), amaris pid {amaris.pid} "
+              f"({amaris_url}), prober pid {prober.pid}; logs in {workdir}", flush=True)
+        yield Stack(llm, amaris, prober, llm_url, amaris_url, load_settings(config_path),
+                    probe_log)
+    finally:
+        # Prober, then amaris (it holds connections to the LLM), then the LLM.
+        for child in reversed(children):
+            child.stop()
+
+
+# -- the prober (its own process) ----------------------------------------------------------
+def probe_main(url: str) -> int:
+    """``GET url`` every PROBE_INTERVAL_S, one at a time; one line per probe on stdout:
+    ``P <monotonic send time> <latency ms> <status or error>``. Runs until terminated."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    with httpx2.Client(timeout=PROBE_TIMEOUT_S, trust_env=False) as client:
+        next_at = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if next_at > now:
+                time.sleep(next_at - now)
+            t0 = time.monotonic()
+            try:
+                outcome = str(client.get(url).status_code)
+            except httpx2.HTTPError as exc:
+                outcome = type(exc).__name__
+            elapsed_ms = (time.monotonic() - t0) * 1000.0
+            sys.stdout.write(f"P {t0:.6f} {elapsed_ms:.3f} {outcome}\n")
+            sys.stdout.flush()
+            # The next tick on the 100 ms grid after this probe (a slow probe skips ticks).
+            next_at += PROBE_INTERVAL_S * max(1, math.ceil((time.monotonic() - next_at)
+                                                           / PROBE_INTERVAL_S))
+
+
+@dataclass
+class Probe:
+    sent: float
+    latency_ms: float
+    outcome: str
+
+
+def read_probes(path: Path) -> list[Probe]:
+    probes: list[Probe] = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "P":
+            with suppress(ValueError):
+                probes.append(Probe(float(parts[1]), float(parts[2]), parts[3]))
+    return probes
+
+
+# -- load ----------------------------------------------------------------------------------
+@dataclass
+class Sample:
+    """One ``/score`` request."""
+
+    phase: str
+    scheduled: float
+    """Monotonic time it was due to be sent (the open-loop schedule)."""
+    lag_ms: float
+    """How late the load generator launched it."""
+    latency_ms: float
+    """From ``scheduled`` to the answer (or the error)."""
+    outcome: str
+    """``scored``, ``unscored``, ``429``, ``HTTP <code>`` or an exception name."""
+    retry_after: str | None = None
+
+
+@dataclass
+class Phase:
+    name: str
+    load: float
+    rate: float
+    start: float
+    end: float
+    cpu: dict[str, float | None] = field(default_factory=dict)
+    """Share of one core used by each process during the phase."""
+
+
+def rollout_body(run: str, n: int) -> dict[str, Any]:
+    """Rollout ``n`` of this run: unique, so no cache or in-flight merge answers it."""
+    output = (
+        f"Each pencil costs 45 / 3 = 15 cents, so 7 pencils cost 7 * 15 = 105 cents. "
+        f"Final answer: 105. [overload {run} sample {n}]"
+    )
+    return {"rollout": {"id": f"overload-{run}-{n}", "input": QUESTION, "output": output,
+                        "supplemental_context": REFERENCE},
+            "metadata": {"current_step": 0}}
+
+
+async def run_load(stack: Stack, capacity: float, phase_s: float,
+                   http_client: str) -> tuple[list[Phase], list[Sample], int]:
+    """Warm-up, then the phases, open loop; returns the phases, the samples and the number
+    of requests still unanswered after DRAIN_TIMEOUT_S."""
+    url = f"{stack.amaris_url}/score"
+    run = uuid.uuid4().hex[:8]
+    samples: list[Sample] = []
+    counter = itertools.count()
+    pids: dict[str, int | None] = {"amaris": stack.amaris.pid, "llm": stack.llm.pid,
+                                   "bench": None, "prober": stack.prober.pid}
+    loop = asyncio.get_running_loop()
+    origin = loop.time() + 0.2
+    schedule = [("warm-up", WARMUP_LOAD, WARMUP_S), *((n, m, phase_s) for n, m in PHASES)]
+    phases: list[Phase] = []
+    t = origin
+    for name, load, seconds in schedule:
+        phases.append(Phase(name, load, load * capacity, t, t + seconds))
+        t += seconds
+
+    async with open_client(http_client, CONNECTIONS) as client:
+
+        async def one(phase: str, scheduled: float) -> None:
+            lag_ms = (loop.time() - scheduled) * 1000.0
+            retry_after: str | None = None
+            try:
+                response = await client.post(url, json=rollout_body(run, next(counter)))
+                code = response.status_code
+                if code == 200:
+                    outcome = str(response.json().get("status"))
+                elif code == 429:
+                    outcome = "429"
+                    retry_after = response.headers.get("retry-after")
+                else:
+                    outcome = f"HTTP {code}"
+            except HTTP_ERRORS as exc:
+                outcome = type(exc).__name__
+            samples.append(Sample(phase, scheduled, lag_ms,
+                                  (loop.time() - scheduled) * 1000.0, outcome, retry_after))
+
+        async def cpu_probe() -> None:
+            previous: dict[str, float | None] = {}
+            previous_at = 0.0
+            for i, phase in enumerate([*phases, None]):
+                at = phase.start if phase is not None else phases[-1].end
+                await asyncio.sleep(max(0.0, at - loop.time()))
+                now: dict[str, float | None] = {name: cpu_seconds(pid)
+                                                for name, pid in pids.items()}
+                now["machine"] = machine_busy_seconds()
+                now_at = loop.time()
+                if i > 0:
+                    done = phases[i - 1]
+                    for name, value in now.items():
+                        before = previous.get(name)
+                        done.cpu[name] = (None if value is None or before is None
+                                          else (value - before) / (now_at - previous_at))
+                    ours = [done.cpu.get(name) for name in pids]
+                    total = done.cpu.get("machine")
+                    done.cpu["others"] = (None if total is None or None in ours
+                                          else max(0.0, total - sum(v or 0.0 for v in ours)))
+                previous, previous_at = now, now_at
+
+        tasks: set[asyncio.Task[None]] = set()
+        cpu_task = asyncio.create_task(cpu_probe())
+        for phase in phases:
+            for k in itertools.count():
+                scheduled = phase.start + k / phase.rate
+                if scheduled >= phase.end:
+                    break
+                delay = scheduled - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                task = asyncio.create_task(one(phase.name, scheduled))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            print(f"  phase {phase.name}: {phase.rate:g} req/s offered for "
+                  f"{phase.end - phase.start:g} s", flush=True)
+        await cpu_task
+        unanswered = 0
+        if tasks:
+            _, pending = await asyncio.wait(set(tasks), timeout=DRAIN_TIMEOUT_S)
+            unanswered = len(pending)
+            for task in pending:
+                task.cancel()
+            with suppress(asyncio.CancelledError):
+                await asyncio.gather(*pending, return_exceptions=True)
+    return [p for p in phases if p.name != "warm-up"], samples, unanswered
+
+
+# -- statistics ----------------------------------------------------------------------------
+def pct(values: list[float], q: float) -> float:
+    """Percentile ``q`` (0-100), linear interpolation; NaN with no sample."""
+    data = sorted(values)
+    if not data:
+        return float("nan")
+    rank = (len(data) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(data) - 1)
+    return data[low] + (data[high] - data[low]) * (rank - low)
+
+
+@dataclass
+class PhaseStats:
+    phase: Phase
+    launched: int
+    scored: int
+    refused: int
+    refused_without_retry_after: int
+    other: Counter[str]
+    scored_ms: list[float]
+    refused_ms: list[float]
+    lag_ms: list[float]
+    healthz_ms: list[float]
+    healthz_failed: int
+
+    @property
+    def seconds(self) -> float:
+        return self.phase.end - self.phase.start
+
+
+def phase_stats(phase: Phase, samples: list[Sample], probes: list[Probe]) -> PhaseStats:
+    mine = [s for s in samples if s.phase == phase.name]
+    probed = [p for p in probes if phase.start <= p.sent < phase.end]
+    return PhaseStats(
+        phase=phase,
+        launched=len(mine),
+        scored=sum(s.outcome == "scored" for s in mine),
+        refused=sum(s.outcome == "429" for s in mine),
+        refused_without_retry_after=sum(s.outcome == "429" and s.retry_after != str(RETRY_AFTER_S)
+                                        for s in mine),
+        other=Counter(s.outcome for s in mine if s.outcome not in {"scored", "429"}),
+        scored_ms=[s.latency_ms for s in mine if s.outcome == "scored"],
+        refused_ms=[s.latency_ms for s in mine if s.outcome == "429"],
+        lag_ms=[s.lag_ms for s in mine],
+        healthz_ms=[p.latency_ms for p in probed if p.outcome == "200"],
+        healthz_failed=sum(p.outcome != "200" for p in probed),
+    )
+
+
+@dataclass
+class Window:
+    offset: float
+    sent: int
+    scored: int
+    refused: int
+    other: int
+    p99_ms: float
+
+    def good(self, threshold_ms: float) -> bool:
+        return (self.refused == 0 and self.other == 0 and self.scored > 0
+                and self.p99_ms <= threshold_ms)
+
+
+def windows(phase: Phase, samples: list[Sample]) -> list[Window]:
+    """1 s windows of the phase's requests by send time, sliding by WINDOW_STEP_S."""
+    mine = [s for s in samples if s.phase == phase.name]
+    out: list[Window] = []
+    steps = round((phase.end - phase.start - WINDOW_S) / WINDOW_STEP_S)
+    for i in range(steps + 1):
+        offset = i * WINDOW_STEP_S
+        lo = phase.start + offset
+        inside = [s for s in mine if lo <= s.scheduled < lo + WINDOW_S]
+        scored = [s.latency_ms for s in inside if s.outcome == "scored"]
+        refused = sum(s.outcome == "429" for s in inside)
+        out.append(Window(offset, len(inside), len(scored), refused,
+                          len(inside) - len(scored) - refused, pct(scored, 99)))
+    return out
+
+
+def recovery_time(phase_c: Phase, samples: list[Sample], threshold_ms: float) -> float | None:
+    """Earliest offset into (c) from which every 1 s window is good; None if never."""
+    found: float | None = None
+    for w in reversed(windows(phase_c, samples)):
+        if not w.good(threshold_ms):
+            break
+        found = w.offset
+    return found
+
+
+# -- report --------------------------------------------------------------------------------
+def fmt(value: float | None, digits: int = 1) -> str:
+    if value is None or value != value:
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def others_text(other: Counter[str]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sorted(other.items())) or "0"
+
+
+def results_table(stats: list[PhaseStats], capacity: float) -> str:
+    lines = [
+        f"`/score` (judge capacity {capacity:g} rollouts/s):",
+        "",
+        "| phase | load | offered (req/s) | 200 scored (/s) | 429 (/s) "
+        "| 429 without Retry-After | other | 200 p50 (ms) | 200 p99 (ms) | 429 p50 (ms) "
+        "| 429 p99 (ms) |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for s in stats:
+        lines.append(
+            f"| ({s.phase.name}) | {s.phase.load:g}x | {s.launched / s.seconds:.1f} "
+            f"| {s.scored / s.seconds:.1f} | {s.refused / s.seconds:.1f} "
+            f"| {s.refused_without_retry_after} | {others_text(s.other)} "
+            f"| {fmt(pct(s.scored_ms, 50))} | {fmt(pct(s.scored_ms, 99))} "
+            f"| {fmt(pct(s.refused_ms, 50))} | {fmt(pct(s.refused_ms, 99))} |"
+        )
+    lines += [
+        "",
+        "Responsiveness and the machine (CPU: cores used on average; \"others\": every "
+        "process not started by this benchmark):",
+        "",
+        "| phase | /healthz probes | /healthz p50 (ms) | /healthz p99 (ms) "
+        "| /healthz max (ms) | load generator lag p99 (ms) | CPU amaris | CPU LLM "
+        "| CPU bench | CPU prober | CPU others |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in stats:
+        cpu = s.phase.cpu
+
+        def cores(name: str, cpu: dict[str, float | None] = cpu) -> str:
+            return fmt(cpu.get(name), 2)
+
+        healthz = f"{len(s.healthz_ms)}" + (f" ({s.healthz_failed} failed)"
+                                            if s.healthz_failed else "")
+        lines.append(
+            f"| ({s.phase.name}) | {healthz} | {fmt(pct(s.healthz_ms, 50))} "
+            f"| {fmt(pct(s.healthz_ms, 99))} | {fmt(max(s.healthz_ms, default=float('nan')))} "
+            f"| {fmt(pct(s.lag_ms, 99))} | {cores('amaris')} | {cores('llm')} "
+            f"| {cores('bench')} | {cores('prober')} | {cores('others')} |"
+        )
+    return "\n".join(lines)
+
+
+def recovery_table(phase_c: Phase, samples: list[Sample], threshold_ms: float,
+                   seconds: int = 6) -> str:
+    lines = ["| window of (c) (s) | sent | 200 scored | 429 | other | /score 200 p99 (ms) "
+             "| good |", "|---|---:|---:|---:|---:|---:|---|"]
+    for w in windows(phase_c, samples):
+        if w.offset > seconds - WINDOW_S + 1e-9:
+            break
+        if round(w.offset / WINDOW_STEP_S) % 5:
+            continue
+        lines.append(f"| {w.offset:.1f}-{w.offset + WINDOW_S:.1f} | {w.sent} | {w.scored} "
+                     f"| {w.refused} | {w.other} | {fmt(w.p99_ms)} "
+                     f"| {'yes' if w.good(threshold_ms) else 'no'} |")
+    return "\n".join(lines)
+
+
+@dataclass
+class Verdicts:
+    bound_ms: float
+    threshold_ms: float
+    recovery_s: float | None
+    checks: list[tuple[str, str, bool]]
+    """(check, measured, passed) of "stays responsive"."""
+    contention: list[str]
+    """Why the machine, not amaris, may explain a failure (empty: a clean run)."""
+
+    @property
+    def responsive(self) -> bool:
+        return all(ok for _, _, ok in self.checks)
+
+    @property
+    def recovers(self) -> bool:
+        return self.recovery_s is not None and self.recovery_s < RECOVERY_TARGET_S
+
+
+def judge(stats: list[PhaseStats], samples: list[Sample], unanswered: int) -> Verdicts:
+    by = {s.phase.name: s for s in stats}
+    a, b, c = by["a"], by["b"], by["c"]
+    waves = math.ceil(MAX_PENDING / SCORER_CONCURRENCY)
+    bound_ms = BOUND_FACTOR * JUDGE_LATENCY_MS * MAX_PENDING / SCORER_CONCURRENCY
+    threshold_ms = RECOVERY_P99_FACTOR * pct(a.scored_ms, 99)
+    healthz_p99 = pct(b.healthz_ms, 99)
+    scored_p99 = pct(b.scored_ms, 99)
+    refused_p99 = pct(b.refused_ms, 99)
+    checks = [
+        (f"/healthz p99 during (b) < {HEALTHZ_P99_TARGET_MS:g} ms, no failed probe",
+         f"{fmt(healthz_p99)} ms, {b.healthz_failed} failed",
+         healthz_p99 < HEALTHZ_P99_TARGET_MS and b.healthz_failed == 0),
+        (f"accepted /score p99 during (b) < {bound_ms:g} ms "
+         f"({BOUND_FACTOR:g} x {JUDGE_LATENCY_MS:g} ms x {MAX_PENDING}/{SCORER_CONCURRENCY}; "
+         f"ideal worst wait {waves * JUDGE_LATENCY_MS:g} ms)",
+         f"{fmt(scored_p99)} ms", scored_p99 < bound_ms),
+        ("excess load refused with 429 + Retry-After during (b)",
+         f"{b.refused / b.seconds:.1f}/s refused, {b.refused_without_retry_after} without "
+         f"Retry-After: {RETRY_AFTER_S}",
+         b.refused > 0 and b.refused_without_retry_after == 0),
+        (f"refusals are immediate, not queued: 429 p99 during (b) < judge latency "
+         f"({JUDGE_LATENCY_MS:g} ms)", f"{fmt(refused_p99)} ms",
+         refused_p99 < JUDGE_LATENCY_MS),
+        ("every request answered 200 scored or 429 (no timeout, error, unscored)",
+         f"other: {others_text(a.other + b.other + c.other)}; unanswered: {unanswered}",
+         not (a.other + b.other + c.other) and unanswered == 0),
+    ]
+    contention: list[str] = []
+    for s in stats:
+        lag = pct(s.lag_ms, 99)
+        if lag > MAX_GENERATOR_LAG_MS:
+            contention.append(f"the load generator launched requests late in ({s.phase.name}) "
+                              f"(p99 {lag:.0f} ms > {MAX_GENERATOR_LAG_MS:g} ms)")
+        others = s.phase.cpu.get("others")
+        if others is not None and others > MAX_OTHERS_CORES:
+            contention.append(f"other processes used {others:.2f} cores during "
+                              f"({s.phase.name}) (> {MAX_OTHERS_CORES:g})")
+    return Verdicts(bound_ms, threshold_ms, recovery_time(c.phase, samples, threshold_ms),
+                    checks, contention)
+
+
+def outcome(passed: bool, contention: list[str]) -> str:
+    """PASS, FAIL, or INCONCLUSIVE for a failure on a contended machine."""
+    if passed:
+        return "PASS"
+    return "INCONCLUSIVE (machine contended; rerun)" if contention else "FAIL"
+
+
+def loadavg() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        return "-"
+
+
+def machine() -> str:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    model = ""
+    with suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return (f"nproc {cores}{f' ({model})' if model else ''}, Python "
+            f"{platform.python_version()}, {platform.system()} {platform.release()}")
+
+
+def command_line() -> str:
+    def rel(path: str) -> str:
+        try:
+            return str(Path(path).relative_to(Path.cwd()))
+        except ValueError:
+            return path
+
+    return shlex.join([rel(sys.executable), rel(str(Path(sys.argv[0]).absolute())),
+                       *sys.argv[1:]])
+
+
+def verdict_lines(v: Verdicts) -> str:
+    lines = ["| verdict | check | measured | result |", "|---|---|---|---|"]
+    for name, measured, ok in v.checks:
+        lines.append(f"| stays responsive at 4x capacity | {name} | {measured} "
+                     f"| {'PASS' if ok else 'FAIL'} |")
+    lines.append(f"| **stays responsive at 4x capacity** | all of the above | | "
+                 f"**{outcome(v.responsive, v.contention)}** |")
+    recovery = "never (within the phase)" if v.recovery_s is None else f"{v.recovery_s:.1f} s"
+    lines.append(f"| **recovers** | recovery time < {RECOVERY_TARGET_S:g} s | {recovery} "
+                 f"| **{outcome(v.recovers, v.contention)}** |")
+    lines.append("")
+    if v.contention:
+        lines.append("Run contended: " + "; ".join(v.contention) + ".")
+    else:
+        lines.append(f"Run clean: the load generator kept its schedule (launch lag p99 <= "
+                     f"{MAX_GENERATOR_LAG_MS:g} ms) and other processes used <= "
+                     f"{MAX_OTHERS_CORES:g} core in every phase.")
+    return "\n".join(lines)
+
+
+def section(stats: list[PhaseStats], samples: list[Sample], verdicts: Verdicts,
+            capacity: float, args: argparse.Namespace, started: datetime,
+            counters: dict[str, Any], findings: str) -> str:
+    phase_c = next(s.phase for s in stats if s.phase.name == "c")
+    return f"""{MARK_START}
+## Overload: 4x the judge's capacity, then back
+
+Command: `{command_line()}`
+
+Date: {started.strftime("%Y-%m-%d %H:%M UTC")}. Machine: {machine()}. Load average
+(1 min) at start: {LOADAVG["start"]}, at end: {LOADAVG["end"]} (other work on the machine
+skews figures).
+
+Setup: `amaris offline-llm --latency-ms {JUDGE_LATENCY_MS:g}` and `amaris serve` judging
+through it with `concurrency.scorer: {SCORER_CONCURRENCY}`, `scoring.max_pending:
+{MAX_PENDING}`, `scoring.retry_after_seconds: {RETRY_AFTER_S}`, `scoring.cache_size: 0`,
+`memory.embedding_model: hashing`, `logging.level: WARNING`,
+`prefect.repair_interval_seconds: null` (other keys default, e.g.
+`scoring.timeout_seconds: 300`). Judge capacity = `concurrency.scorer` / judge latency =
+{SCORER_CONCURRENCY} / {JUDGE_LATENCY_MS / 1000:g} s = **{capacity:g} rollouts/s**.
+Open-loop load from the benchmark process (one `{args.http_client}.AsyncClient`, up to
+{CONNECTIONS} connections; a task per request launched on schedule whatever the answers; a
+unique rollout each), {WARMUP_S:g} s of warm-up at {WARMUP_LOAD:g}x, then three phases of
+{args.phase_seconds:g} s: (a) 0.5x, (b) 4x, (c) 0.5x capacity. A request's latency runs
+from its scheduled send time ("launch lag" is how late the generator launched it). A prober
+in its own process sends `GET /healthz` every {PROBE_INTERVAL_S * 1000:g} ms, one at a time.
+All processes share the machine's {os.cpu_count()} cores.
+
+{results_table(stats, capacity)}
+
+Recovery: 1 s windows of (c)'s requests by send time, sliding by {WINDOW_STEP_S:g} s; a
+window is good with no 429, no other outcome, and a `/score` p99 within
+{RECOVERY_P99_FACTOR:g}x (a)'s p99 = {fmt(verdicts.threshold_ms)} ms. Recovery time = the
+start of the first window from which every window of (c) is good. First seconds of (c):
+
+{recovery_table(phase_c, samples, verdicts.threshold_ms)}
+
+Server counters at the end (`/healthz`): {counters or "-"}.
+
+The bound on accepted `/score` latency during (b): at most `max_pending` = {MAX_PENDING}
+judge calls are admitted, served `concurrency.scorer` = {SCORER_CONCURRENCY} at a time in
+{JUDGE_LATENCY_MS:g} ms each, so an admitted request waits at most
+ceil({MAX_PENDING}/{SCORER_CONCURRENCY}) = {math.ceil(MAX_PENDING / SCORER_CONCURRENCY)}
+judge latencies = {math.ceil(MAX_PENDING / SCORER_CONCURRENCY) * JUDGE_LATENCY_MS:g} ms in
+the ideal case. The verdict allows {BOUND_FACTOR:g}x that ({fmt(verdicts.bound_ms, 0)} ms)
+for amaris's own per-request work on 2 shared cores (HTTP, validation, the durable rollout
+log), which `score_throughput` measures at hundreds of ms under load. An unbounded queue
+would instead grow by (4 - 1) x {capacity:g} = {3 * capacity:g} requests, i.e. 3 s of
+extra wait, per second of overload: over
+{args.phase_seconds:g} s of (b) its p99 would reach tens of seconds.
+
+{verdict_lines(verdicts)}
+{findings}{MARK_END}
+"""
+
+
+def write_doc(path: Path, text: str) -> None:
+    """Replace only this benchmark's section (re-reading the file right before)."""
+    if path.is_file():
+        current = path.read_text(encoding="utf-8")
+        start = current.find(MARK_START)
+        end = current.find(MARK_END, start + 1) if start >= 0 else -1
+        if start >= 0 and end >= 0:
+            updated = current[:start] + text.rstrip("\n") + current[end + len(MARK_END):]
+        else:
+            updated = current.rstrip("\n") + "\n\n" + text
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        updated = DOC_INTRO + "\n" + text
+    if not updated.endswith("\n"):
+        updated += "\n"
+    path.write_text(updated, encoding="utf-8")
+
+
+def timeline(phases: list[Phase], samples: list[Sample], probes: list[Probe]) -> str:
+    """Per second of the run: sent, scored, refused, other, /score p99, /healthz max."""
+    lines = ["  second  phase  sent  scored   429  other  score p99 ms  healthz max ms"]
+    origin = phases[0].start
+    end = phases[-1].end
+    for second in range(math.ceil(end - origin)):
+        lo = origin + second
+        inside = [s for s in samples if lo <= s.scheduled < lo + 1 and s.phase != "warm-up"]
+        phase = next((p.name for p in phases if p.start <= lo < p.end), "-")
+        scored = [s.latency_ms for s in inside if s.outcome == "scored"]
+        refused = sum(s.outcome == "429" for s in inside)
+        healthz = [p.latency_ms for p in probes if lo <= p.sent < lo + 1]
+        lines.append(f"  {second:>6}  {phase:>5}  {len(inside):>4}  {len(scored):>6}  "
+                     f"{refused:>4}  {len(inside) - len(scored) - refused:>5}  "
+                     f"{fmt(pct(scored, 99)):>12}  {fmt(max(healthz, default=float('nan'))):>14}")
+    return "\n".join(lines)
+
+
+# -- main ----------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--phase-seconds", type=float, default=20.0,
+                        help="seconds of each phase (default 20)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
+                        help="markdown file to update (default docs/benchmarks.md)")
+    parser.add_argument("--http-client", choices=["httpx2", "httpx"], default="httpx2",
+                        help="load generator's client library (default httpx2, see above)")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep the servers' logs and data in this folder")
+    parser.add_argument("--py-spy", type=Path, default=None, dest="py_spy",
+                        help="record amaris with py-spy during the load (.json: Chrome trace "
+                             "with timestamps, .svg: flame graph, else raw stacks)")
+    parser.add_argument("--findings", type=Path, default=None,
+                        help="markdown appended to the section (analysis of this run)")
+    parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.phase_seconds < WINDOW_S + 1:
+        parser.error(f"--phase-seconds must be at least {WINDOW_S + 1:g}")
+    return args
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def fetch_counters(url: str) -> dict[str, Any]:
+    try:
+        response = httpx2.get(f"{url}/healthz", timeout=10.0, trust_env=False)
+        counters: dict[str, Any] = response.json().get("counters") or {}
+        return counters
+    except (httpx2.HTTPError, ValueError):
+        return {}
+
+
+def measure(workdir: Path, args: argparse.Namespace
+            ) -> tuple[list[Phase], list[Sample], list[Probe], int, float, dict[str, Any]]:
+    with running_stack(workdir) as stack:
+        scorer_limit = stack.settings.concurrency.scorer
+        if scorer_limit is None:
+            raise RuntimeError("concurrency.scorer must be set to compute the capacity")
+        total = stack.settings.concurrency.total
+        limit = scorer_limit if total is None else min(total, scorer_limit)
+        capacity = limit / (JUDGE_LATENCY_MS / 1000.0)
+        print(f"judge capacity: concurrency.scorer {limit} / {JUDGE_LATENCY_MS:g} ms = "
+              f"{capacity:g} rollouts/s; max_pending "
+              f"{stack.settings.scoring.max_pending}", flush=True)
+        profiler = start_profiler(stack.amaris.pid, args.py_spy)
+        try:
+            phases, samples, unanswered = asyncio.run(
+                run_load(stack, capacity, args.phase_seconds, args.http_client))
+        finally:
+            stop_profiler(profiler)
+        time.sleep(0.5)
+        probes = read_probes(stack.probe_log)
+        counters = fetch_counters(stack.amaris_url)
+        for child in (stack.amaris, stack.llm):
+            if not child.alive():
+                print(f"--- {child.name} died:\n{child.log_tail(40)}", file=sys.stderr)
+    if args.keep is not None:
+        dump(workdir, phases, samples, probes)
+    return phases, samples, probes, unanswered, capacity, counters
+
+
+PY_SPY_FORMATS = {".json": "chrometrace", ".svg": "flamegraph", ".speedscope": "speedscope"}
+
+
+def start_profiler(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None:
+    """``py-spy record`` of amaris (``pid``; with native frames, e.g. the GC) into ``out``."""
+    if out is None:
+        return None
+    exe = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if exe is None:
+        raise SystemExit("--py-spy needs py-spy: .venv/bin/pip install py-spy")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"  py-spy started at monotonic {time.monotonic():.3f}, log "
+          f"{out.with_suffix('.log')}", flush=True)
+    # Native frames (the GC, C extensions) need the blocking mode: py-spy pauses amaris
+    # for each sample, which perturbs it slightly.
+    argv = [exe, "record", "--pid", str(pid), "--threads", "--native", "--rate", "100",
+            "--format", PY_SPY_FORMATS.get(out.suffix, "raw"), "--output", str(out)]
+    with out.with_suffix(".log").open("wb") as log:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
+    """Stop py-spy by its PID (SIGINT makes it write its output)."""
+    if profiler is None:
+        return
+    profiler.send_signal(signal.SIGINT)
+    try:
+        profiler.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        profiler.kill()
+        profiler.wait(timeout=STOP_TIMEOUT_S)
+
+
+def dump(folder: Path, phases: list[Phase], samples: list[Sample], probes: list[Probe]) -> None:
+    """Every request, probe and phase boundary (monotonic times), for later analysis."""
+    with (folder / "samples.jsonl").open("w", encoding="utf-8") as out:
+        for sample in samples:
+            out.write(json.dumps(asdict(sample)) + "\n")
+    with (folder / "probes.jsonl").open("w", encoding="utf-8") as out:
+        for probe in probes:
+            out.write(json.dumps(asdict(probe)) + "\n")
+    (folder / "phases.json").write_text(json.dumps([asdict(p) for p in phases], indent=1),
+                                        encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.probe:
+        return probe_main(args.probe)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    started = datetime.now(UTC)
+    LOADAVG["start"] = loadavg()
+    try:
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            measured = measure(args.keep.resolve(), args)
+        else:
+            with tempfile.TemporaryDirectory(prefix="amaris-overload-") as tmp:
+                measured = measure(Path(tmp), args)
+    except KeyboardInterrupt:
+        print("interrupted; servers stopped, nothing written", file=sys.stderr)
+        return 130
+    LOADAVG["end"] = loadavg()
+    phases, samples, probes, unanswered, capacity, counters = measured
+    stats = [phase_stats(p, samples, probes) for p in phases]
+    verdicts = judge(stats, samples, unanswered)
+    print()
+    print(timeline(phases, samples, probes))
+    print()
+    print(results_table(stats, capacity))
+    print()
+    phase_c = next(p for p in phases if p.name == "c")
+    print(recovery_table(phase_c, samples, verdicts.threshold_ms))
+    print()
+    print(f"server counters: {counters}")
+    print()
+    print(verdict_lines(verdicts))
+    findings = ""
+    if args.findings is not None:
+        findings = "\n" + args.findings.read_text(encoding="utf-8").strip() + "\n"
+    write_doc(args.out, section(stats, samples, verdicts, capacity, args, started, counters,
+                                findings))
+    print(f"\nwritten to {args.out}")
+    return 0 if verdicts.responsive and verdicts.recovers else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
