@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 from collections.abc import Callable
@@ -78,6 +79,11 @@ class Services:
         """Start the pipeline thread and resume steps a previous process left completing."""
         self.runner.start()
         await self.coordinator.recover()
+        # Everything loaded so far (Prefect, torch, the stores) lives as long as the process:
+        # keep it out of the collector's full passes, which otherwise stall the event loop
+        # for hundreds of milliseconds once the memory holds many points.
+        gc.collect()
+        gc.freeze()
 
     async def stop(self) -> None:
         """Stop supervising steps, the pipeline thread and the gateways; close Qdrant."""

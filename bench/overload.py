@@ -28,7 +28,8 @@ Results are printed and written between the ``overload`` markers of ``docs/bench
 Usage::
 
     .venv/bin/python bench/overload.py [--phase-seconds 20] [--out docs/benchmarks.md]
-        [--http-client httpx2|httpx] [--keep DIR] [--py-spy FILE] [--findings FILE]
+        [--http-client httpx2|httpx] [--keep DIR] [--py-spy FILE] [--gc-log FILE]
+        [--gc-freeze]
 
 The client is ``httpx2.AsyncClient`` by default (the httpx fork the ``openai`` SDK inside
 amaris uses): ``httpx`` 0.28's pool does O(connections^2) work per request, which would make
@@ -36,8 +37,11 @@ the load generator, not the server, the bottleneck at hundreds of connections (s
 ``bench/score_throughput.py``). ``--keep DIR`` keeps the servers' logs and data folder, and
 writes every request and probe there (``samples.jsonl``, ``probes.jsonl``, ``phases.json``,
 monotonic times); ``--py-spy FILE`` records amaris with py-spy during the load (``pip install
-py-spy`` first; a ``.json`` file gets a Chrome trace with timestamps); ``--findings FILE``
-appends that markdown (an analysis of the run) to the section.
+py-spy`` first; a ``.json`` file gets a Chrome trace with timestamps; it pauses amaris per
+sample, which skews the run); ``--gc-log FILE`` logs amaris's garbage collections (generation
+2, or any >= 5 ms: monotonic start, duration, generation) by running it in a small wrapper
+interpreter; ``--gc-freeze`` (an experiment, with ``--gc-log``) then calls ``gc.collect();
+gc.freeze()`` in amaris once it is idle after start-up.
 """
 
 from __future__ import annotations
@@ -360,8 +364,38 @@ def bench_config(llm_url: str, data: Path) -> dict[str, Any]:
     }
 
 
+GC_WRAPPER = """
+import gc, signal, sys, time
+from amaris.cli import main
+log = open(sys.argv[1], "a", buffering=1)
+started = {}
+def record(phase, info):
+    if phase == "start":
+        started["t"] = time.monotonic()
+        return
+    t0 = started.pop("t", None)
+    if t0 is None:
+        return
+    ms = (time.monotonic() - t0) * 1000.0
+    if info["generation"] == 2 or ms >= 5.0:
+        log.write(f"G {t0:.6f} {ms:.3f} {info['generation']} {info['collected']}\\n")
+gc.callbacks.append(record)
+def freeze(signum, frame):
+    tracked = len(gc.get_objects())
+    gc.collect()
+    gc.freeze()
+    log.write(f"F {time.monotonic():.6f} tracked {tracked} frozen {gc.get_freeze_count()}\\n")
+signal.signal(signal.SIGUSR1, freeze)
+sys.exit(main(sys.argv[2:]))
+"""
+"""``amaris`` with every generation-2 collection (and any of 5 ms or more) logged as
+``G <monotonic start> <ms> <generation> <collected>``; on SIGUSR1 it moves every object
+alive to the permanent generation (``gc.collect(); gc.freeze()``), logged as ``F``."""
+
+
 @contextmanager
-def running_stack(workdir: Path) -> Iterator[Stack]:
+def running_stack(workdir: Path, gc_log: Path | None = None,
+                  gc_freeze: bool = False) -> Iterator[Stack]:
     """Start the offline LLM, amaris and the prober; stop them all on exit."""
     exe = amaris_executable()
     env = child_env()
@@ -378,8 +412,11 @@ def running_stack(workdir: Path) -> Iterator[Stack]:
         config_path.write_text(yaml.safe_dump(bench_config(llm_url, workdir / "data"),
                                               sort_keys=False), encoding="utf-8")
         amaris_port = free_port()
-        amaris = Child("amaris", [exe, "serve", "--config", str(config_path),
-                                  "--port", str(amaris_port)],
+        serve = ["serve", "--config", str(config_path), "--port", str(amaris_port)]
+        # With --gc-log: the same command, in an interpreter that logs its collections.
+        argv = ([exe, *serve] if gc_log is None
+                else [sys.executable, "-c", GC_WRAPPER, str(gc_log.resolve()), *serve])
+        amaris = Child("amaris", argv,
                        workdir / "amaris.log", workdir, env)
         children.append(amaris)
         amaris_url = f"http://127.0.0.1:{amaris_port}"
@@ -388,6 +425,11 @@ def running_stack(workdir: Path) -> Iterator[Stack]:
                    lambda r: r.json().get("judge_backend") == llm_url
                    and r.json().get("offline_judge") is False)
         settle(amaris)
+        if gc_freeze:
+            # An experiment, not amaris's behaviour: freeze start-up objects out of the GC.
+            _signal(amaris.pid, signal.SIGUSR1)
+            time.sleep(2.0)
+            settle(amaris)
         probe_log = workdir / "probe.log"
         prober = Child("prober", [sys.executable, str(Path(__file__).resolve()),
                                   "--probe", f"{amaris_url}/healthz"],
@@ -849,9 +891,45 @@ def verdict_lines(v: Verdicts) -> str:
     return "\n".join(lines)
 
 
+def read_gc_log(path: Path | None) -> tuple[list[tuple[float, float, int]], int | None]:
+    """(monotonic start, ms, generation) of the logged collections; objects frozen."""
+    if path is None or not path.is_file():
+        return [], None
+    collections: list[tuple[float, float, int]] = []
+    frozen: int | None = None
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        parts = line.split()
+        with suppress(ValueError, IndexError):
+            if parts[0] == "G":
+                collections.append((float(parts[1]), float(parts[2]), int(parts[3])))
+            elif parts[0] == "F":
+                frozen = int(parts[parts.index("frozen") + 1])
+    return collections, frozen
+
+
+def gc_text(args: argparse.Namespace, stats: list[PhaseStats], probes: list[Probe]) -> str:
+    """With --gc-log: amaris's generation-2 collections per phase, and the probes they hit."""
+    collections, frozen = read_gc_log(args.gc_log)
+    if args.gc_log is None:
+        return ""
+    freeze = f", `--gc-freeze`: {frozen} start-up objects frozen" if args.gc_freeze else ""
+    lines = ["", f"Garbage collections in amaris (`--gc-log`{freeze}):", "",
+             "| phase | generation-2 collections | their pauses (ms) "
+             "| slowest /healthz probe overlapping one (ms) |", "|---|---:|---|---:|"]
+    for s in stats:
+        mine = [(t, ms) for t, ms, gen in collections
+                if gen == 2 and s.phase.start <= t < s.phase.end]
+        hit = [p.latency_ms for p in probes for t, ms in mine
+               if p.sent <= t + ms / 1000.0 and t <= p.sent + p.latency_ms / 1000.0]
+        lines.append(f"| ({s.phase.name}) | {len(mine)} "
+                     f"| {', '.join(f'{ms:.0f}' for _, ms in mine) or '-'} "
+                     f"| {fmt(max(hit, default=float('nan')))} |")
+    return "\n".join(lines) + "\n"
+
+
 def section(stats: list[PhaseStats], samples: list[Sample], verdicts: Verdicts,
             capacity: float, args: argparse.Namespace, started: datetime,
-            counters: dict[str, Any], findings: str) -> str:
+            counters: dict[str, Any], probes: list[Probe]) -> str:
     phase_c = next(s.phase for s in stats if s.phase.name == "c")
     return f"""{MARK_START}
 ## Overload: 4x the judge's capacity, then back
@@ -887,6 +965,7 @@ start of the first window from which every window of (c) is good. First seconds 
 {recovery_table(phase_c, samples, verdicts.threshold_ms)}
 
 Server counters at the end (`/healthz`): {counters or "-"}.
+{gc_text(args, stats, probes)}
 
 The bound on accepted `/score` latency during (b): at most `max_pending` = {MAX_PENDING}
 judge calls are admitted, served `concurrency.scorer` = {SCORER_CONCURRENCY} at a time in
@@ -901,7 +980,7 @@ extra wait, per second of overload: over
 {args.phase_seconds:g} s of (b) its p99 would reach tens of seconds.
 
 {verdict_lines(verdicts)}
-{findings}{MARK_END}
+{MARK_END}
 """
 
 
@@ -955,10 +1034,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--py-spy", type=Path, default=None, dest="py_spy",
                         help="record amaris with py-spy during the load (.json: Chrome trace "
                              "with timestamps, .svg: flame graph, else raw stacks)")
-    parser.add_argument("--findings", type=Path, default=None,
-                        help="markdown appended to the section (analysis of this run)")
+    parser.add_argument("--gc-log", type=Path, default=None, dest="gc_log",
+                        help="run amaris in an interpreter logging its garbage collections "
+                             "(generation 2, or >= 5 ms) to this file, monotonic times")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="experiment (needs --gc-log): once amaris is idle after start-up, "
+                             "gc.collect() + gc.freeze() in it (SIGUSR1 to the wrapper)")
     parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.gc_freeze and args.gc_log is None:
+        parser.error("--gc-freeze needs --gc-log")
     if args.phase_seconds < WINDOW_S + 1:
         parser.error(f"--phase-seconds must be at least {WINDOW_S + 1:g}")
     return args
@@ -979,7 +1064,7 @@ def fetch_counters(url: str) -> dict[str, Any]:
 
 def measure(workdir: Path, args: argparse.Namespace
             ) -> tuple[list[Phase], list[Sample], list[Probe], int, float, dict[str, Any]]:
-    with running_stack(workdir) as stack:
+    with running_stack(workdir, args.gc_log, args.gc_freeze) as stack:
         scorer_limit = stack.settings.concurrency.scorer
         if scorer_limit is None:
             raise RuntimeError("concurrency.scorer must be set to compute the capacity")
@@ -1084,11 +1169,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"server counters: {counters}")
     print()
     print(verdict_lines(verdicts))
-    findings = ""
-    if args.findings is not None:
-        findings = "\n" + args.findings.read_text(encoding="utf-8").strip() + "\n"
+    print(gc_text(args, stats, probes))
     write_doc(args.out, section(stats, samples, verdicts, capacity, args, started, counters,
-                                findings))
+                                probes))
     print(f"\nwritten to {args.out}")
     return 0 if verdicts.responsive and verdicts.recovers else 1
 

@@ -10,6 +10,7 @@ from prefect import flow
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
 from amaris.pipeline.context import get_context
+from amaris.rubric import RubricVersion
 from flows.artifacts import hacking_table, rubric_diff_markdown, summary_markdown
 from tasks._common import criteria_payload
 from tasks.analyze import analyze_rollout
@@ -98,32 +99,49 @@ async def _process_scope(
         meta = await meta_summarize.with_options(**options)(
             step, scope, metadata, criteria, list(summaries))
     summary = meta or summaries[0]
-    await remember(step, scope, list(analyses), list(summaries), meta)
     result: dict[str, Any] = {
         "rollouts": len(records),
         "base_version": rubric.version,
         "hacking": summary.get("aggregated_reward_hacking", {}).get("behaviours", []),
     }
-    await acreate_markdown_artifact(
-        key=f"summary-step-{step}-{_slug(scope)}", markdown=summary_markdown(step, scope, summary),
-        description=f"Step {step} summary ({scope})")
-    if not is_update_step(step, pipeline.rubric_update_frequency):
-        result.update(outcome="skipped", reason="not an update step", version=rubric.version)
-        return scope, result
+    # Remembering this step (embedding included) and updating the rubric run side by
+    # side: retrieval reads earlier steps only, so the update never waits for it.
+    update = _update(step, scope, rubric, metadata, criteria, summary, options) \
+        if is_update_step(step, pipeline.rubric_update_frequency) else _skip(rubric)
+    _, _, outcome = await asyncio.gather(
+        remember(step, scope, list(analyses), list(summaries), meta),
+        acreate_markdown_artifact(
+            key=f"summary-step-{step}-{_slug(scope)}",
+            markdown=summary_markdown(step, scope, summary),
+            description=f"Step {step} summary ({scope})"),
+        update,
+    )
+    result.update(outcome)
+    return scope, result
+
+
+async def _skip(rubric: RubricVersion) -> dict[str, Any]:
+    return {"outcome": "skipped", "reason": "not an update step", "version": rubric.version}
+
+
+async def _update(
+    step: int, scope: str, rubric: RubricVersion, metadata: dict[str, Any],
+    criteria: list[dict[str, Any]], summary: dict[str, Any], options: dict[str, Any],
+) -> dict[str, Any]:
+    """Queries -> retrieval -> proposal -> guardrails and publication, plus the diff."""
+    ctx = get_context()
     queries = await generate_queries.with_options(**options)(
         step, scope, metadata, criteria, summary)
     memory = await retrieve_memory(step, scope, queries)
     proposal = await propose_update.with_options(**options)(
         step, scope, rubric.version, metadata, criteria, summary, memory)
     outcome = await publish_update(step, scope, rubric.version, proposal)
-    result.update(outcome)
-    result["strategy"] = proposal["update_strategy"]
     after = await asyncio.to_thread(ctx.rubrics.current, scope)
     await acreate_markdown_artifact(
         key=f"rubric-diff-step-{step}-{_slug(scope)}",
         markdown=rubric_diff_markdown(rubric, after, proposal, outcome),
         description=f"Step {step} rubric update ({scope})")
-    return scope, result
+    return {**outcome, "strategy": proposal["update_strategy"]}
 
 
 async def hacking_table_artifact(step: int, outcome: dict[str, Any]) -> None:
