@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from prefect.context import TaskRunContext
+from pydantic import BaseModel
+
+from amaris.pipeline.context import get_context
+from amaris.pipeline.retry import digest
+from amaris.prompts import data_message
 from amaris.rubric import RubricVersion
+
+T = TypeVar("T", bound=BaseModel)
 
 
 def criteria_payload(rubric: RubricVersion) -> list[dict[str, Any]]:
@@ -21,6 +30,24 @@ def criteria_payload(rubric: RubricVersion) -> list[dict[str, Any]]:
     ]
 
 
-def messages(system: str, user: str) -> list[dict[str, str]]:
-    """A system + user chat."""
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+def cache_key(agent: str) -> Callable[[TaskRunContext, dict[str, Any]], str]:
+    """A task cache key: the data folder, every parameter, and the agent's prompt and model
+    fingerprint, so a re-run reuses a result only when nothing it depends on changed."""
+
+    def key(context: TaskRunContext, params: dict[str, Any]) -> str:
+        ctx = get_context()
+        return f"{agent}-" + digest(ctx.namespace, params, ctx.prompt_fingerprint(agent))
+
+    return key
+
+
+async def ask(agent: str, payload: dict[str, Any], schema: type[T], step: int) -> T:
+    """One structured call of ``agent``: its template as instructions, ``payload`` as data."""
+    ctx = get_context()
+    return await ctx.gateway.structured(
+        agent,
+        [{"role": "system", "content": ctx.prompts[agent]},
+         {"role": "user", "content": data_message(agent, payload)}],
+        schema,
+        step=step,
+    )

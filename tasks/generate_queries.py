@@ -5,18 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import task
-from prefect.context import TaskRunContext
 
 from amaris.agents.schemas import QueryPlan
 from amaris.pipeline.context import get_context
-from amaris.pipeline.retry import digest, retry_on_transient
-from amaris.prompts import data_message
-from tasks._common import messages
-
-
-def _key(context: TaskRunContext, params: dict[str, Any]) -> str:
-    ctx = get_context()
-    return "queries-" + digest(ctx.namespace, params, ctx.prompt_fingerprint("query_generator"))
+from amaris.pipeline.retry import retry_on_transient
+from tasks._common import ask, cache_key
 
 
 def adaptive_query_budget(summary: dict[str, Any]) -> int:
@@ -27,7 +20,7 @@ def adaptive_query_budget(summary: dict[str, Any]) -> int:
     return max(2, min(8, 1 + behaviours + gaps))
 
 
-@task(name="generate-queries", cache_key_fn=_key, persist_result=True,
+@task(name="generate-queries", cache_key_fn=cache_key("query_generator"), persist_result=True,
       retry_condition_fn=retry_on_transient, task_run_name="generate-queries-{scope}")
 async def generate_queries(
     step: int,
@@ -41,12 +34,7 @@ async def generate_queries(
     limit = ctx.settings.memory.max_queries or adaptive_query_budget(summary)
     payload = {"step": step, "metadata": metadata, "criteria": criteria, "summary": summary,
                "max_queries": limit}
-    plan = await ctx.gateway.structured(
-        "query_generator",
-        messages(ctx.prompts["query_generator"], data_message("query_generator", payload)),
-        QueryPlan,
-        step=step,
-    )
+    plan = await ask("query_generator", payload, QueryPlan, step)
     queries: list[str] = []
     for item in plan.queries:
         text = item.query.strip()

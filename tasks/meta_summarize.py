@@ -5,21 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import task
-from prefect.context import TaskRunContext
 
 from amaris.agents.schemas import BatchSummary
-from amaris.pipeline.context import get_context
-from amaris.pipeline.retry import digest, retry_on_transient
-from amaris.prompts import data_message
-from tasks._common import messages
+from amaris.pipeline.retry import retry_on_transient
+from tasks._common import ask, cache_key
 
 
-def _key(context: TaskRunContext, params: dict[str, Any]) -> str:
-    ctx = get_context()
-    return "meta-" + digest(ctx.namespace, params, ctx.prompt_fingerprint("meta_summarizer"))
-
-
-@task(name="meta-summarize", cache_key_fn=_key, persist_result=True,
+@task(name="meta-summarize", cache_key_fn=cache_key("meta_summarizer"), persist_result=True,
       retry_condition_fn=retry_on_transient, task_run_name="meta-summarize-{scope}")
 async def meta_summarize(
     step: int,
@@ -29,12 +21,6 @@ async def meta_summarize(
     summaries: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """One summary of the whole step from its chunk summaries."""
-    ctx = get_context()
     payload = {"step": step, "metadata": metadata, "criteria": criteria, "summaries": summaries}
-    summary = await ctx.gateway.structured(
-        "meta_summarizer",
-        messages(ctx.prompts["meta_summarizer"], data_message("meta_summarizer", payload)),
-        BatchSummary,
-        step=step,
-    )
+    summary = await ask("meta_summarizer", payload, BatchSummary, step)
     return summary.model_dump(mode="json")

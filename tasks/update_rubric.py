@@ -5,21 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import task
-from prefect.context import TaskRunContext
 
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.pipeline.context import get_context
-from amaris.pipeline.retry import digest, retry_on_transient
-from amaris.prompts import data_message
-from tasks._common import messages
+from amaris.pipeline.retry import retry_on_transient
+from tasks._common import ask, cache_key
 
 
-def _key(context: TaskRunContext, params: dict[str, Any]) -> str:
-    ctx = get_context()
-    return "update-" + digest(ctx.namespace, params, ctx.prompt_fingerprint("updater"))
-
-
-@task(name="update-rubric", cache_key_fn=_key, persist_result=True,
+@task(name="update-rubric", cache_key_fn=cache_key("updater"), persist_result=True,
       retry_condition_fn=retry_on_transient, task_run_name="update-rubric-{scope}")
 async def propose_update(
     step: int,
@@ -47,10 +40,5 @@ async def propose_update(
             "max_modifications": bounds.max_modifications,
         },
     }
-    proposal = await ctx.gateway.structured(
-        "updater",
-        messages(ctx.prompts["updater"], data_message("updater", payload)),
-        RubricUpdateProposal,
-        step=step,
-    )
+    proposal = await ask("updater", payload, RubricUpdateProposal, step)
     return proposal.model_dump(mode="json")
