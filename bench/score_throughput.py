@@ -74,6 +74,11 @@ TARGET_CLIENTS = 64
 TARGET_LATENCY_MS = 200.0
 TARGET_THROUGHPUT_RATIO = 0.90
 TARGET_ADDED_P50_MS = 5.0
+TARGET_TEXT = (
+    f"at {TARGET_CLIENTS} clients and {TARGET_LATENCY_MS:g} ms judge latency: /score "
+    f"throughput >= {TARGET_THROUGHPUT_RATIO:.0%} of direct, p50 added latency <= "
+    f"{TARGET_ADDED_P50_MS:g} ms"
+)
 STARTUP_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
 REQUEST_TIMEOUT_S = 120.0
@@ -407,13 +412,15 @@ def running_stack(latency_ms: float, workdir: Path) -> Iterator[Stack]:
                        run_dir / "amaris.log", run_dir, env)
         children.append(amaris)
         amaris_url = f"http://127.0.0.1:{amaris_port}"
+        print(f"judge latency {latency_ms:g} ms: started offline-llm (pid {llm.pid}) and amaris "
+              f"(pid {amaris.pid}); waiting until they answer and amaris is idle", flush=True)
         wait_ready(llm, f"{llm_url}/models", lambda r: bool(r.json().get("data")))
         wait_ready(amaris, f"{amaris_url}/healthz",
                    lambda r: r.json().get("judge_backend") == llm_url
                    and r.json().get("offline_judge") is False)
         settle(amaris)
-        print(f"judge latency {latency_ms:g} ms: offline-llm pid {llm.pid} ({llm_url}), "
-              f"amaris pid {amaris.pid} ({amaris_url}), logs in {run_dir}", flush=True)
+        print(f"  ready: offline-llm {llm_url}, amaris {amaris_url}, logs in {run_dir}",
+              flush=True)
         yield Stack(latency_ms, llm, amaris, llm_url, amaris_url,
                     load_settings(config_path))
     finally:
@@ -704,9 +711,9 @@ amaris vs. direct at the same judge latency and clients:
 
 {comparison_table(comparisons)}
 
-Targets (at {TARGET_CLIENTS} clients and {TARGET_LATENCY_MS:g} ms judge latency: /score
-throughput >= {TARGET_THROUGHPUT_RATIO:.0%} of direct, p50 added latency <=
-{TARGET_ADDED_P50_MS:g} ms):
+Targets:
+
+> {TARGET_TEXT}
 
 | target | measured | result |
 |---|---:|---|

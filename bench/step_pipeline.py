@@ -670,6 +670,25 @@ class Timeline:
     """Wall time minus the lower bound, split by cause (sums to the overhead)."""
 
 
+def critical_path(spans: dict[str, tuple[float, float, int]], start: float,
+                  end: float) -> dict[str, float]:
+    """Seconds of [start, end] owned by each stage: an LLM stage owns the time it runs, a
+    stage without LLM calls only the time no LLM stage runs (side by side, it costs
+    nothing); "" owns the time no stage runs. Stages running together share it."""
+    points = sorted({start, end, *(t for s, e, _ in spans.values() for t in (s, e))})
+    owned: dict[str, float] = {}
+    for a, b in itertools.pairwise(points):
+        if b <= start or a >= end:
+            continue
+        middle = (a + b) / 2
+        active = [stage for stage, (s, e, _) in spans.items() if s <= middle < e]
+        llm = [stage for stage in active if stage in STAGE_AGENT]
+        owners = llm or active or [""]
+        for owner in owners:
+            owned[owner] = owned.get(owner, 0.0) + (b - a) / len(owners)
+    return owned
+
+
 def timeline(started_at: float, wall_s: float, flow: TaskRun | None, tasks: list[TaskRun],
              calls: CallStats, analyzer_limit: int | None) -> Timeline | None:
     if flow is None or not tasks:
@@ -688,26 +707,17 @@ def timeline(started_at: float, wall_s: float, flow: TaskRun | None, tasks: list
     rows: list[tuple[str, str]] = [
         ("POST /complete -> flow run start", f"{rel(flow.start):.2f} s"),
     ]
-    gaps = 0.0
-    llm_excess: list[tuple[str, float]] = []
-    other: list[tuple[str, float]] = []
     previous_end = rel(flow.start)
     previous = "flow start"
-    for stage, (s, e, n) in spans.items():
-        rows.append((f"gap {previous} -> {stage} start", f"{s - previous_end:.2f} s"))
+    for stage, (s, e, n) in sorted(spans.items(), key=lambda item: item[1][0]):
+        gap = s - previous_end
+        rows.append((f"gap {previous} -> {stage} start" if gap >= 0 else
+                     f"{stage} starts before {previous} (side by side)", f"{gap:.2f} s"))
         rows.append((f"{stage} ({n} task run{'s' if n > 1 else ''})",
                      f"{s:.2f} -> {e:.2f} s ({e - s:.2f} s)"))
-        gaps += s - previous_end
-        agent = STAGE_AGENT.get(stage)
-        if agent is not None:
-            waves = calls.waves.get(agent, 0)
-            llm_excess.append((f"{stage}: span - {waves} x call latency",
-                               e - s - waves * latency_s))
-        else:
-            other.append((f"{stage} (no LLM call)", e - s))
-        previous_end, previous = e, f"{stage} end"
+        if e >= previous_end:
+            previous_end, previous = e, f"{stage} end"
     rows.append((f"gap {previous} -> flow run end", f"{rel(flow.end) - previous_end:.2f} s"))
-    gaps += rel(flow.end) - previous_end
     rows.append(("flow run end -> /rubric_status/wait answered",
                  f"{wall_s - rel(flow.end):.2f} s"))
     ends = sorted(rel(t.end) for t in tasks if stage_of(t.name) == "analyze")
@@ -722,14 +732,22 @@ def timeline(started_at: float, wall_s: float, flow: TaskRun | None, tasks: list
                      ", ".join(f"{w:.2f}" for w in wave_ends) + " s"))
         rows.append(("analyzer wave durations (ideal = 1 call latency "
                      f"{latency_s:.2f} s)", ", ".join(f"{d:.2f}" for d in steps) + " s"))
-    breakdown = [
+    owned = critical_path(spans, rel(flow.start), rel(flow.end))
+    breakdown: list[tuple[str, float]] = [
         ("POST /complete -> flow run start, flow run end -> wait answered",
          rel(flow.start) + wall_s - rel(flow.end)),
-        ("gaps between the flow's stages (Prefect task-run set-up, parameter handling)",
-         gaps),
-        *llm_excess,
-        *other,
+        ("gaps between the flow's stages (no task run running: Prefect task-run set-up, "
+         "parameter handling)", owned.pop("", 0.0)),
     ]
+    for stage in spans:
+        agent = STAGE_AGENT.get(stage)
+        if agent is not None:
+            waves = calls.waves.get(agent, 0)
+            breakdown.append((f"{stage}: time on the critical path - {waves} x call latency",
+                              owned.get(stage, 0.0) - waves * latency_s))
+        else:
+            breakdown.append((f"{stage} (no LLM call), while no LLM stage runs",
+                              owned.get(stage, 0.0)))
     return Timeline(rows, breakdown)
 
 
@@ -925,20 +943,21 @@ def section(r: Report, args: argparse.Namespace, started: datetime, load: str) -
 
 Command: `{command_line()}`
 
-Date: {started.strftime("%Y-%m-%d %H:%M UTC")}. Machine: {machine()}. Load average
-(1/5/15 min) at the start: {load}; right after the step: {r.load_after} (other work on
-the machine skews the figures).
+Date: {started.strftime("%Y-%m-%d %H:%M UTC")}. Machine: {machine()}.
+
+Load average (1/5/15 min) at the start: {load}; right after the step: {r.load_after}
+(other work on the machine skews the figures).
 
 Setup: `amaris offline-llm --latency-ms {args.latency_ms:g}` (every LLM call takes
 {args.latency_ms:g} ms) and `amaris serve` with every agent on it, the default MiniLM
 embedder, `concurrency.analyzer: {args.analyzer_concurrency}`,
-`pipeline.chunk_size: {CHUNK_SIZE}`, `pipeline.rollouts_per_step: null` (steps complete on
-`POST /complete`), `logging.level: WARNING`. A warm-up step ({WARMUP_STEP}, 4 rollouts)
-runs first so that neither the boot of amaris's Prefect server nor MiniLM's first load
-is measured. Then {r.rollouts} distinct rollouts of step {MEASURED_STEP} (groups of
-{GROUP_SIZE} per prompt: correct, wrong and several-candidate answers) are scored, and the
-step is timed from `POST /complete` to the answer of `GET /rubric_status/wait?step=
-{MEASURED_STEP}`.
+`pipeline.chunk_size: {CHUNK_SIZE}`, `pipeline.rollouts_per_step: null` (steps complete
+on `POST /complete`), `logging.level: WARNING`, its Prefect server on a free port. A
+warm-up step ({WARMUP_STEP}, 4 rollouts) runs first so that neither the boot of amaris's
+Prefect server nor MiniLM's first load is measured. Then {r.rollouts} distinct rollouts
+of step {MEASURED_STEP} (groups of {GROUP_SIZE} per prompt: correct, wrong and
+several-candidate answers) are scored, and the step is timed from `POST /complete` to
+the answer of `GET /rubric_status/wait?step={MEASURED_STEP}`.
 
 The lower bound is the step's LLM critical path, derived in the same run from the calls
 it made (`<memory.path>/logs/llm_calls.jsonl`, counted per agent and checked against the
@@ -949,10 +968,10 @@ and the update, one call latency each. That median includes amaris's own delay i
 reading answers while its event loop is busy, so a second bound uses the latency of the
 calls made alone (no other call in flight), closer to the LLM's own.
 
-`/score` latency: {args.probe_requests} unique rollouts of step {IDLE_PROBE_STEP} at
-{args.probe_concurrency} in flight before the step (idle), and the same load on step
-{BUSY_PROBE_STEP} from `POST /complete` until the wait answers (during the flow). The
-scorer calls the same {args.latency_ms:g} ms LLM, so the idle p99 is the floor.
+`/score` latency: {args.probe_requests} unique rollouts of step {IDLE_PROBE_STEP}, with
+{args.probe_concurrency} requests in flight, before the step (idle); the same load on
+step {BUSY_PROBE_STEP} from `POST /complete` until the wait answers (during the flow).
+The scorer calls the same {args.latency_ms:g} ms LLM, so the idle p99 is the floor.
 
 {figures_table(r)}
 

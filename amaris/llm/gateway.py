@@ -209,11 +209,10 @@ class LLMGateway:
                     if self._total is not None:
                         await stack.enter_async_context(self._total)
                     started = time.perf_counter()
-                    # The SDK enforces options.timeout per request; wait_for is the backstop
+                    # The SDK enforces options.timeout per request; this is the backstop
                     # for providers (and proxies) that ignore it.
-                    completion = await asyncio.wait_for(
-                        provider.complete(agent, messages, options), options.timeout + 5.0
-                    )
+                    async with asyncio.timeout(options.timeout + 5.0):
+                        completion = await provider.complete(agent, messages, options)
             except Exception as exc:
                 transient = is_transient(exc)
                 record.update(
