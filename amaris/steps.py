@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from amaris.memory.batched_append import BatchedAppender
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.settings import Settings
 
@@ -51,6 +52,7 @@ class StepCoordinator:
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_started: int | None = None
         self._lock = asyncio.Lock()
+        self._appender = BatchedAppender(rollouts)
 
     # -- start-up ------------------------------------------------------------------
     async def recover(self) -> list[int]:
@@ -86,7 +88,7 @@ class StepCoordinator:
         status = self._status.get(step)
         record = {**record, "step": step, "time": time.time(), "late": status not in
                   (None, "open")}
-        await asyncio.to_thread(self._rollouts.append, step, record)
+        await self._appender.append(step, record)
         if status is None:
             self._status[step] = "open"
             await asyncio.to_thread(self._steps.set, step, status="open")

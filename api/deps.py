@@ -9,8 +9,11 @@ from fastapi import Depends, HTTPException, Request, status
 
 from amaris.service import Services
 
+# Both dependencies are `async def` although they do no I/O: FastAPI runs a plain `def`
+# dependency in a worker thread, two thread round-trips per request on the hot path.
 
-def get_services(request: Request) -> Services:
+
+async def get_services(request: Request) -> Services:
     """The process's services, built at start-up."""
     services: Services = request.app.state.services
     return services
@@ -19,7 +22,7 @@ def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-def require_api_key(request: Request, services: ServicesDep) -> None:
+async def require_api_key(request: Request, services: ServicesDep) -> None:
     """Bearer-key check, active when ``server.api_key`` is set."""
     expected = services.settings.server.api_key
     if not expected:

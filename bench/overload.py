@@ -883,7 +883,8 @@ def verdict_lines(v: Verdicts) -> str:
                  f"| **{outcome(v.recovers, v.contention)}** |")
     lines.append("")
     if v.contention:
-        lines.append("Run contended: " + "; ".join(v.contention) + ".")
+        lines.append("Run contended (a PASS stands, a FAIL is reported INCONCLUSIVE): "
+                     + "; ".join(v.contention) + ".")
     else:
         lines.append(f"Run clean: the load generator kept its schedule (launch lag p99 <= "
                      f"{MAX_GENERATOR_LAG_MS:g} ms) and other processes used <= "
@@ -927,57 +928,75 @@ def gc_text(args: argparse.Namespace, stats: list[PhaseStats], probes: list[Prob
     return "\n".join(lines) + "\n"
 
 
+def counters_text(counters: dict[str, Any], stats: list[PhaseStats]) -> str:
+    """amaris's own counters, checked against the 429s the load generator saw."""
+    if not counters:
+        return "Server counters: not available."
+    seen = sum(s.refused for s in stats)
+    listed = ", ".join(f"`{k}` {v}" for k, v in sorted(counters.items()))
+    return (f"Server counters at the end (`/healthz`): {listed}; the load generator counted "
+            f"{seen} answers 429 (`overloaded` counts every refusal, warm-up included).")
+
+
 def section(stats: list[PhaseStats], samples: list[Sample], verdicts: Verdicts,
             capacity: float, args: argparse.Namespace, started: datetime,
             counters: dict[str, Any], probes: list[Probe]) -> str:
     phase_c = next(s.phase for s in stats if s.phase.name == "c")
+    rate_c = phase_c.rate
+    waves = math.ceil(MAX_PENDING / SCORER_CONCURRENCY)
+    drain_s = MAX_PENDING / (capacity - rate_c) if capacity > rate_c else float("inf")
+    probes_n = round(args.phase_seconds / PROBE_INTERVAL_S)
     return f"""{MARK_START}
 ## Overload: 4x the judge's capacity, then back
 
 Command: `{command_line()}`
 
-Date: {started.strftime("%Y-%m-%d %H:%M UTC")}. Machine: {machine()}. Load average
-(1 min) at start: {LOADAVG["start"]}, at end: {LOADAVG["end"]} (other work on the machine
-skews figures).
+Date: {started.strftime("%Y-%m-%d %H:%M UTC")}. Machine: {machine()}.
+Load average (1 min) at start: {LOADAVG["start"]}, at end: {LOADAVG["end"]} (other work on
+the machine skews figures; see "CPU others" below).
 
 Setup: `amaris offline-llm --latency-ms {JUDGE_LATENCY_MS:g}` and `amaris serve` judging
-through it with `concurrency.scorer: {SCORER_CONCURRENCY}`, `scoring.max_pending:
-{MAX_PENDING}`, `scoring.retry_after_seconds: {RETRY_AFTER_S}`, `scoring.cache_size: 0`,
-`memory.embedding_model: hashing`, `logging.level: WARNING`,
-`prefect.repair_interval_seconds: null` (other keys default, e.g.
+through it, configured with `concurrency.scorer: {SCORER_CONCURRENCY}`,
+`scoring.max_pending: {MAX_PENDING}`, `scoring.retry_after_seconds: {RETRY_AFTER_S}`,
+`scoring.cache_size: 0`, `memory.embedding_model: hashing`, `logging.level: WARNING`,
+`prefect.repair_interval_seconds: null`, other keys default (e.g.
 `scoring.timeout_seconds: 300`). Judge capacity = `concurrency.scorer` / judge latency =
 {SCORER_CONCURRENCY} / {JUDGE_LATENCY_MS / 1000:g} s = **{capacity:g} rollouts/s**.
-Open-loop load from the benchmark process (one `{args.http_client}.AsyncClient`, up to
-{CONNECTIONS} connections; a task per request launched on schedule whatever the answers; a
-unique rollout each), {WARMUP_S:g} s of warm-up at {WARMUP_LOAD:g}x, then three phases of
-{args.phase_seconds:g} s: (a) 0.5x, (b) 4x, (c) 0.5x capacity. A request's latency runs
-from its scheduled send time ("launch lag" is how late the generator launched it). A prober
-in its own process sends `GET /healthz` every {PROBE_INTERVAL_S * 1000:g} ms, one at a time.
+
+Load: open loop from the benchmark process (one `{args.http_client}.AsyncClient` allowing
+{CONNECTIONS} connections; one task per request, launched on schedule whatever the answers;
+a unique rollout each, so no cache or in-flight merge answers it): {WARMUP_S:g} s of
+warm-up at {WARMUP_LOAD:g}x, then three phases of {args.phase_seconds:g} s each: (a) 0.5x,
+(b) 4x, (c) 0.5x capacity. A request's latency runs from its scheduled send time; "load
+generator lag" is how late it was launched. A prober in its own process sends
+`GET /healthz` every {PROBE_INTERVAL_S * 1000:g} ms, one at a time (about {probes_n} probes
+a phase, whose p99 leaves out only the {probes_n - 1 - int(0.99 * (probes_n - 1))} slowest).
 All processes share the machine's {os.cpu_count()} cores.
 
 {results_table(stats, capacity)}
 
-Recovery: 1 s windows of (c)'s requests by send time, sliding by {WINDOW_STEP_S:g} s; a
+{counters_text(counters, stats)}
+{gc_text(args, stats, probes)}
+Recovery: 1 s windows of (c)'s requests by send time, sliding by {WINDOW_STEP_S:g} s. A
 window is good with no 429, no other outcome, and a `/score` p99 within
 {RECOVERY_P99_FACTOR:g}x (a)'s p99 = {fmt(verdicts.threshold_ms)} ms. Recovery time = the
-start of the first window from which every window of (c) is good. First seconds of (c):
+start of the first window from which every window of (c) is good. Expected: when (c)
+starts up to {MAX_PENDING} judge calls are queued, and the queue drains at capacity minus
+arrivals = {capacity - rate_c:g}/s, i.e. within {drain_s:.1f} s. First seconds of (c):
 
 {recovery_table(phase_c, samples, verdicts.threshold_ms)}
-
-Server counters at the end (`/healthz`): {counters or "-"}.
-{gc_text(args, stats, probes)}
 
 The bound on accepted `/score` latency during (b): at most `max_pending` = {MAX_PENDING}
 judge calls are admitted, served `concurrency.scorer` = {SCORER_CONCURRENCY} at a time in
 {JUDGE_LATENCY_MS:g} ms each, so an admitted request waits at most
-ceil({MAX_PENDING}/{SCORER_CONCURRENCY}) = {math.ceil(MAX_PENDING / SCORER_CONCURRENCY)}
-judge latencies = {math.ceil(MAX_PENDING / SCORER_CONCURRENCY) * JUDGE_LATENCY_MS:g} ms in
-the ideal case. The verdict allows {BOUND_FACTOR:g}x that ({fmt(verdicts.bound_ms, 0)} ms)
-for amaris's own per-request work on 2 shared cores (HTTP, validation, the durable rollout
-log), which `score_throughput` measures at hundreds of ms under load. An unbounded queue
-would instead grow by (4 - 1) x {capacity:g} = {3 * capacity:g} requests, i.e. 3 s of
-extra wait, per second of overload: over
-{args.phase_seconds:g} s of (b) its p99 would reach tens of seconds.
+ceil({MAX_PENDING}/{SCORER_CONCURRENCY}) = {waves} judge latencies =
+{waves * JUDGE_LATENCY_MS:g} ms in the ideal case (and, with the queue kept full, about
+that long on average). The verdict allows {BOUND_FACTOR:g}x that
+({fmt(verdicts.bound_ms, 0)} ms) for amaris's own per-request work on 2 shared cores (HTTP,
+validation, the durable rollout log; `score_throughput` measures it at hundreds of ms under
+load). Without the bound, the queue would grow by (4 - 1) x {capacity:g} =
+{3 * capacity:g} requests, i.e. 3 s of extra wait, per second of overload: tens of seconds
+by the end of (b).
 
 {verdict_lines(verdicts)}
 {MARK_END}
@@ -1166,7 +1185,7 @@ def main(argv: list[str] | None = None) -> int:
     phase_c = next(p for p in phases if p.name == "c")
     print(recovery_table(phase_c, samples, verdicts.threshold_ms))
     print()
-    print(f"server counters: {counters}")
+    print(counters_text(counters, stats))
     print()
     print(verdict_lines(verdicts))
     print(gc_text(args, stats, probes))

@@ -64,7 +64,7 @@ async def test_retry_after_is_honoured(tmp_path: Path, fake_llm: FakeLLM) -> Non
         assert await gateway.structured("scorer", MESSAGES, Verdict) == EXPECTED
         elapsed = time.perf_counter() - started
     assert len(fake_llm.requests) == 2
-    assert 0.4 <= elapsed < 2.0
+    assert elapsed >= 0.4  # waited as asked (an upper bound would only measure load)
 
 
 async def test_retry_after_is_capped_by_backoff_max(tmp_path: Path, fake_llm: FakeLLM) -> None:
@@ -72,7 +72,7 @@ async def test_retry_after_is_capped_by_backoff_max(tmp_path: Path, fake_llm: Fa
     async with open_gateway(tmp_path, fake_llm) as gateway:  # backoff_max_seconds: 0.05
         started = time.perf_counter()
         assert await gateway.structured("scorer", MESSAGES, Verdict) == EXPECTED
-        assert time.perf_counter() - started < 1.0
+        assert time.perf_counter() - started < 30  # capped, not 3600 s
     assert len(fake_llm.requests) == 2
 
 
@@ -136,7 +136,7 @@ async def test_timeout_is_transient(tmp_path: Path, fake_llm: FakeLLM, reply: Re
         assert await gateway.structured("scorer", MESSAGES, Verdict) == EXPECTED
         elapsed = time.perf_counter() - started
     assert len(fake_llm.requests) == 2
-    assert 0.3 <= elapsed < 1.0
+    assert elapsed >= 0.3
     first, second = call_log(tmp_path)
     assert first["outcome"] == "transient_error" and "Timeout" in first["error"]
     assert first["latency_ms"] >= 300
@@ -151,7 +151,7 @@ async def test_timeouts_exhaust_budget(tmp_path: Path, fake_llm: FakeLLM) -> Non
         started = time.perf_counter()
         with pytest.raises(LLMUnavailableError, match="2 attempts failed"):
             await gateway.structured("scorer", MESSAGES, Verdict)
-        assert time.perf_counter() - started < 1.5
+        assert time.perf_counter() - started < 30  # two 0.2 s timeouts, not a hang
     assert len(fake_llm.requests) == 2
 
 
@@ -205,29 +205,26 @@ async def test_per_agent_limit_leaves_others_free(tmp_path: Path, fake_llm: Fake
 async def test_waiting_calls_do_not_hold_total_slots(tmp_path: Path, fake_llm: FakeLLM) -> None:
     # Scorer calls queued behind their own limit must not take the total's slots from
     # other agents: with total 2 and scorer 1, the analyzer call runs beside the first
-    # scorer call instead of waiting for the scorer queue.
+    # scorer call instead of waiting for the scorer queue. Checked on the order in which
+    # requests reach the server, not on timings.
     await _drain(fake_llm)
     fake_llm.push(*[Reply(content=GOOD, delay_s=0.2)] * 4)
-    limits = {"concurrency.total": 2, "concurrency.scorer": 1}
+    limits = {"concurrency.total": 2, "concurrency.scorer": 1,
+              "agents.analyzer.model": "analyzer-model"}
     async with open_gateway(tmp_path, fake_llm, **limits) as gateway:
-        started = time.perf_counter()
-
-        async def analyzer_latency() -> float:
-            assert await gateway.structured("analyzer", MESSAGES, Verdict) == EXPECTED
-            return time.perf_counter() - started
-
         # Tasks start in creation order: the scorer calls queue up first.
         scorers = [
             asyncio.create_task(gateway.structured("scorer", MESSAGES, Verdict)) for _ in range(3)
         ]
-        analyzer = asyncio.create_task(analyzer_latency())
+        analyzer = asyncio.create_task(gateway.structured("analyzer", MESSAGES, Verdict))
         results = [await task for task in scorers]
-        analyzer_done = await analyzer
-        elapsed = time.perf_counter() - started
+        assert await analyzer == EXPECTED
     assert results == [EXPECTED] * 3
     assert fake_llm.max_in_flight == 2
-    assert analyzer_done < 0.35  # not queued behind scorer calls (0.4 s or later)
-    assert elapsed >= 0.6  # the scorer calls themselves stay serial
+    order = [r["model"] for r in fake_llm.requests]
+    # the analyzer went out with the first scorer call, before the queued scorer calls
+    assert order.index("analyzer-model") <= 1
+    assert order.count("analyzer-model") == 1
 
 
 async def test_retries_respect_concurrency_limit(tmp_path: Path, fake_llm: FakeLLM) -> None:

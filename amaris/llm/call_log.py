@@ -37,10 +37,15 @@ class CallLog:
         assert self.path is not None
         with self.path.open("a", encoding="utf-8") as handle:
             while True:
-                record = self._queue.get()
-                if record is None:
+                # Block for one record, then take whatever else is queued: one write and one
+                # flush per burst, so the writer holds the GIL as little as possible.
+                batch = [self._queue.get()]
+                while not self._queue.empty() and len(batch) < 1024:
+                    batch.append(self._queue.get_nowait())
+                records = [r for r in batch if r is not None]
+                if records:
+                    handle.write("".join(json.dumps(r, ensure_ascii=False, default=str) + "\n"
+                                         for r in records))
                     handle.flush()
+                if len(records) != len(batch):
                     return
-                handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-                if self._queue.empty():
-                    handle.flush()
