@@ -109,9 +109,14 @@ class PrefectServer:
 
 
 def recorded_server(home: Path) -> dict[str, str] | None:
-    """The server a running ``amaris serve`` recorded under ``home`` (for ``amaris ui``)."""
+    """The server a running ``amaris serve`` recorded under ``home`` (for ``amaris ui``);
+    None when there is none or its process is gone."""
     path = home / "amaris-server.json"
     if not path.is_file():
         return None
     data: dict[str, str] = json.loads(path.read_text())
+    try:
+        os.kill(int(data["pid"]), 0)  # left behind by a killed amaris: no server there
+    except (OSError, KeyError, ValueError):
+        return None
     return data

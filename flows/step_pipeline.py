@@ -83,9 +83,17 @@ async def _process_scope(
     metadata = dict(records[-1].get("metadata") or {})
     peers = _group_peers(records)
     analyze = analyze_rollout.with_options(**options)
-    analyses = await asyncio.gather(*(
-        analyze(record, criteria, peers[record["seq"]]) for record in records
-    ))
+    # Setting up hundreds of task runs at once delays the first LLM calls by seconds
+    # (measured: bench/step_pipeline.py) and stalls /score: keep about two waves live.
+    limits = ctx.settings.concurrency
+    live = asyncio.Semaphore(2 * (limits.analyzer or limits.total or 32))
+
+    async def analyze_one(record: dict[str, Any]) -> dict[str, Any]:
+        async with live:
+            result: dict[str, Any] = await analyze(record, criteria, peers[record["seq"]])
+            return result
+
+    analyses = await asyncio.gather(*(analyze_one(record) for record in records))
     scored = [{**a, "score": r.get("score")} for a, r in zip(analyses, records, strict=True)]
     size = pipeline.chunk_size if pipeline.use_chunking else len(scored)
     chunks = [scored[i:i + size] for i in range(0, len(scored), size)] or [[]]

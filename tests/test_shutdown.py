@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.fake_llm import free_port
-from tests.procs import amaris_process
+from tests.procs import amaris_process, run_amaris
 from tests.test_crash_safety import calls, score, start_serve, stop
 
 pytestmark = pytest.mark.slow
@@ -58,6 +58,8 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
             kids = children(server.pid)
+            ui = run_amaris(["ui", "--config", str(config)], tmp_path)
+            assert ui.stdout.strip() == f"http://127.0.0.1:{prefect_port}", ui.stderr
             for i in range(12):
                 assert score(url, 1, i).status_code == 200
             assert httpx.post(f"{url}/complete", timeout=10).json() == {"status": "complete"}
@@ -77,6 +79,7 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
             assert [k for k in kids if alive(k)] == []  # no orphaned Prefect server
             with pytest.raises(httpx.HTTPError):
                 httpx.get(f"http://127.0.0.1:{prefect_port}/api/health", timeout=2)
+            assert run_amaris(["ui", "--config", str(config)], tmp_path).returncode == 1
 
             # restart: step 1 was left completing and resumes
             server = start_serve(config, tmp_path, url, tmp_path / "serve.log")
