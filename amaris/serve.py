@@ -62,7 +62,10 @@ def run_server(settings: Settings) -> int:
         # the Prefect server and the repair worker and the exit code is 0.
         signal.signal(signal.SIGTERM, _exit_cleanly)
         uvicorn.run(app, host=settings.server.host, port=settings.server.port,
-                    log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30)
+                    log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30,
+                    # Longer than clients' pool keep-alive (httpx: 5 s), so the server never
+                    # closes a connection a client is about to reuse (a reset mid-request).
+                    timeout_keep_alive=75)
     finally:
         worker.stop()
         if server is not None:

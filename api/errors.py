@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -79,10 +80,19 @@ def install(app: FastAPI) -> None:
                     "; ".join(f"{d.field}: {d.message}" for d in detail))
         return error_response(422, "invalid_request", detail)
 
+    refused = {"count": 0, "logged_at": 0.0}
+
     @app.exception_handler(OverloadedError)
     async def _overloaded(request: Request, exc: OverloadedError) -> JSONResponse:
         retry_after = request.app.state.services.settings.scoring.retry_after_seconds
-        log.warning("429 %s %s: %s", request.method, request.url.path, exc)
+        # Under overload every refusal would be a log line (hundreds a second): log the
+        # first, then one summary every 10 s. /metrics counts each one.
+        refused["count"] += 1
+        now = time.monotonic()
+        if now - refused["logged_at"] >= 10:
+            log.warning("429 %s %s: %s (%d refused since the last report)", request.method,
+                        request.url.path, exc, refused["count"])
+            refused.update(count=0, logged_at=now)
         return error_response(429, "overloaded", [ErrorDetail(
             field="scoring.max_pending", message=f"{exc}; retry later")],
             headers={"Retry-After": str(retry_after)})

@@ -122,7 +122,6 @@ SETTLE_IDLE_CPU = 0.05
 
 QUESTION = "A shop sells pencils at 3 for 45 cents. How much do 7 pencils cost, in cents?"
 REFERENCE = "105"
-HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, httpx2.HTTPError, ValueError)
 LOADAVG: dict[str, str] = {"start": "-", "end": "-"}
 
 
@@ -501,6 +500,8 @@ class Sample:
     outcome: str
     """``scored``, ``unscored``, ``429``, ``HTTP <code>`` or an exception name."""
     retry_after: str | None = None
+    detail: str | None = None
+    """The exception's text, for an error (kept in ``--keep``'s ``samples.jsonl``)."""
 
 
 @dataclass
@@ -511,7 +512,7 @@ class Phase:
     start: float
     end: float
     cpu: dict[str, float | None] = field(default_factory=dict)
-    """Share of one core used by each process during the phase."""
+    """Cores used on average during the phase: by each process, the machine, the others."""
 
 
 def rollout_body(run: str, n: int) -> dict[str, Any]:
@@ -549,6 +550,7 @@ async def run_load(stack: Stack, capacity: float, phase_s: float,
         async def one(phase: str, scheduled: float) -> None:
             lag_ms = (loop.time() - scheduled) * 1000.0
             retry_after: str | None = None
+            detail: str | None = None
             try:
                 response = await client.post(url, json=rollout_body(run, next(counter)))
                 code = response.status_code
@@ -559,10 +561,11 @@ async def run_load(stack: Stack, capacity: float, phase_s: float,
                     retry_after = response.headers.get("retry-after")
                 else:
                     outcome = f"HTTP {code}"
-            except HTTP_ERRORS as exc:
+            except Exception as exc:  # recorded as an outcome: the run must go on
                 outcome = type(exc).__name__
-            samples.append(Sample(phase, scheduled, lag_ms,
-                                  (loop.time() - scheduled) * 1000.0, outcome, retry_after))
+                detail = repr(exc)[:300]
+            samples.append(Sample(phase, scheduled, lag_ms, (loop.time() - scheduled) * 1000.0,
+                                  outcome, retry_after, detail))
 
         async def cpu_probe() -> None:
             previous: dict[str, float | None] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import gc
 import logging
 import threading
 from collections.abc import Callable, Coroutine
@@ -46,6 +47,10 @@ class PipelineRunner:
                 log.exception("pipeline start-up failed")
                 self.ready.set_exception(exc)
             else:
+                # Prefect's warm-up loaded objects that live as long as the process: keep them
+                # out of full collections too (see Services.start).
+                gc.collect()
+                gc.freeze()
                 self.ready.set_result(None)
         else:
             self.ready.set_result(None)
