@@ -52,39 +52,54 @@ import itertools
 import json
 import math
 import os
-import platform
-import shlex
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
-import httpx
 import httpx2
 import yaml
+from _common import (
+    API_KEY,
+    CLK_TCK,
+    PY_SPY_FORMATS,
+    QUESTION,
+    REFERENCE,
+    ROOT,
+    Child,
+    amaris_executable,
+    child_env,
+    command_line,
+    cpu_seconds,
+    fmt,
+    free_port,
+    loadavg,
+    machine,
+    markers,
+    open_client,
+    py_spy,
+    raise_interrupt,
+    send_signal,
+    settle,
+    start_offline_llm,
+    stop_profiler,
+    wait_servers_ready,
+    write_doc,
+)
+from _common import percentile as pct
 
 from amaris.settings import Settings, load_settings
 
-ROOT = Path(__file__).resolve().parent.parent
-MARK_START = "<!-- overload:start -->"
-MARK_END = "<!-- overload:end -->"
-DOC_INTRO = (
-    "# Benchmarks\n\n"
-    "Figures measured on this machine (2 cores), with the command that produced them.\n"
-)
-API_KEY = "bench"
+MARK_START, MARK_END = markers("overload")
 
 # The setup the issue asks about.
 JUDGE_LATENCY_MS = 200.0
@@ -114,120 +129,10 @@ PROBE_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 30.0
 DRAIN_TIMEOUT_S = 40.0
 CONNECTIONS = 1024
-STARTUP_TIMEOUT_S = 90.0
-STOP_TIMEOUT_S = 20.0
-SETTLE_TIMEOUT_S = 60.0
-SETTLE_IDLE_CPU = 0.05
-"""Share of one core under which a freshly started server counts as idle."""
-
-QUESTION = "A shop sells pencils at 3 for 45 cents. How much do 7 pencils cost, in cents?"
-REFERENCE = "105"
 LOADAVG: dict[str, str] = {"start": "-", "end": "-"}
 
 
-# -- HTTP client ---------------------------------------------------------------------------
-class ResponseLike(Protocol):
-    """What the benchmark reads of an ``httpx``/``httpx2`` response."""
-
-    @property
-    def status_code(self) -> int: ...
-
-    @property
-    def headers(self) -> Any: ...
-
-    def json(self, **kwargs: Any) -> Any: ...
-
-
-class ClientLike(Protocol):
-    """What the benchmark uses of an ``httpx``/``httpx2`` ``AsyncClient``."""
-
-    async def post(self, url: str, *, json: Any = None) -> ResponseLike: ...
-
-
-@asynccontextmanager
-async def open_client(lib: str, connections: int) -> AsyncIterator[ClientLike]:
-    """One ``AsyncClient`` allowing ``connections`` concurrent keep-alive connections."""
-    if lib == "httpx":
-        async with httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=connections,
-                                max_keepalive_connections=connections),
-            timeout=httpx.Timeout(REQUEST_TIMEOUT_S), trust_env=False,
-        ) as client:
-            yield client
-    else:
-        async with httpx2.AsyncClient(
-            limits=httpx2.Limits(max_connections=connections,
-                                 max_keepalive_connections=connections),
-            timeout=httpx2.Timeout(REQUEST_TIMEOUT_S), trust_env=False,
-        ) as client2:
-            yield client2
-
-
 # -- processes -----------------------------------------------------------------------------
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def amaris_executable() -> str:
-    """The ``amaris`` console script next to this interpreter, else the one on PATH."""
-    beside = Path(sys.executable).parent / "amaris"
-    if beside.is_file():
-        return str(beside)
-    found = shutil.which("amaris")
-    if found is None:
-        raise SystemExit("cannot find the `amaris` console script; install the package first")
-    return found
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()
-
-
-def session_pids(sid: int) -> list[int]:
-    """Live processes of session ``sid``: a child started here and what it started."""
-    pids: list[int] = []
-    try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:
-        return pids
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        fields = _proc_stat(int(entry.name))
-        if fields is not None and fields[0] != "Z" and int(fields[3]) == sid:
-            pids.append(int(entry.name))
-    return pids
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def cpu_seconds(sid: int | None) -> float | None:
-    """CPU time (user + system) of session ``sid`` (a child and what it started), or of
-    this process for None; None when ``/proc`` is unavailable."""
-    if sid is None:
-        times = os.times()
-        return times.user + times.system
-    pids = session_pids(sid)
-    if not pids:
-        return None
-    total = 0.0
-    for pid in pids:
-        fields = _proc_stat(pid)
-        if fields is not None:
-            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
-    return total
-
-
 def machine_busy_seconds() -> float | None:
     """CPU time the whole machine spent busy (all cores, from ``/proc/stat``), or None."""
     try:
@@ -236,107 +141,7 @@ def machine_busy_seconds() -> float | None:
     except (OSError, ValueError):
         return None
     user, nice, system, _idle, _iowait, irq, softirq, steal = fields
-    return (user + nice + system + irq + softirq + steal) / _CLK_TCK
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-class Child:
-    """A subprocess this benchmark owns, in its own session; stopped by PID (terminate,
-    then kill), with whatever it left running in its session."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path,
-                 env: dict[str, str]) -> None:
-        self.name = name
-        self.log_path = log_path
-        with log_path.open("wb") as log:
-            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                          start_new_session=True)
-        self.pid = self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                print(f"  {self.name} (pid {self.pid}) ignored SIGTERM; killing it",
-                      file=sys.stderr)
-                self.popen.kill()
-                self.popen.wait(timeout=STOP_TIMEOUT_S)
-        leftovers = session_pids(self.pid)
-        if not leftovers:
-            return
-        print(f"  {self.name} (pid {self.pid}) left {len(leftovers)} process(es) running "
-              f"(pids {', '.join(map(str, leftovers))}); stopping them", file=sys.stderr)
-        for pid in leftovers:
-            _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while time.monotonic() < deadline and session_pids(self.pid):
-            time.sleep(0.1)
-        for pid in session_pids(self.pid):
-            _signal(pid, signal.SIGKILL)
-
-
-def wait_ready(child: Child, url: str, check: Callable[[httpx2.Response], bool]) -> None:
-    """Poll ``url`` until ``check`` accepts the answer; fail if the child dies or hangs."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if not child.alive():
-            raise RuntimeError(f"{child.name} exited with code {child.popen.returncode}:\n"
-                               f"{child.log_tail()}")
-        try:
-            response = httpx2.get(url, timeout=2.0, trust_env=False)
-            if response.status_code == 200 and check(response):
-                return
-            last = f"HTTP {response.status_code}: {response.text[:200]}"
-        except httpx2.HTTPError as exc:
-            last = f"{type(exc).__name__}: {exc}"
-        time.sleep(0.2)
-    raise RuntimeError(f"{child.name} not ready after {STARTUP_TIMEOUT_S:.0f}s ({last}):\n"
-                       f"{child.log_tail()}")
-
-
-def settle(child: Child) -> None:
-    """Wait until ``child`` (and what it started) is idle after start-up."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    used: float | None = None
-    while time.monotonic() < deadline:
-        before = cpu_seconds(child.pid)
-        time.sleep(1.0)
-        after = cpu_seconds(child.pid)
-        if before is None or after is None:
-            return
-        used = after - before
-        if used <= SETTLE_IDLE_CPU:
-            return
-    print(f"  {child.name} still uses {used or 0:.0%} of a core {SETTLE_TIMEOUT_S:.0f}s after "
-          "start-up; measuring anyway", file=sys.stderr)
-
-
-def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    # A developer's keys, endpoint or Prefect must not change what is measured.
-    for name in ("AMARIS_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "PREFECT_API_URL",
-                 "PREFECT_HOME"):
-        env.pop(name, None)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
 
 
 @dataclass
@@ -400,13 +205,8 @@ def running_stack(workdir: Path, gc_log: Path | None = None,
     env = child_env()
     children: list[Child] = []
     try:
-        llm_port = free_port()
-        llm = Child("offline-llm", [exe, "offline-llm", "--host", "127.0.0.1",
-                                    "--port", str(llm_port),
-                                    "--latency-ms", f"{JUDGE_LATENCY_MS:g}"],
-                    workdir / "offline-llm.log", workdir, env)
+        llm, llm_url = start_offline_llm(exe, JUDGE_LATENCY_MS, workdir, env)
         children.append(llm)
-        llm_url = f"http://127.0.0.1:{llm_port}/v1"
         config_path = workdir / "config.yaml"
         config_path.write_text(yaml.safe_dump(bench_config(llm_url, workdir / "data"),
                                               sort_keys=False), encoding="utf-8")
@@ -419,14 +219,11 @@ def running_stack(workdir: Path, gc_log: Path | None = None,
                        workdir / "amaris.log", workdir, env)
         children.append(amaris)
         amaris_url = f"http://127.0.0.1:{amaris_port}"
-        wait_ready(llm, f"{llm_url}/models", lambda r: bool(r.json().get("data")))
-        wait_ready(amaris, f"{amaris_url}/healthz",
-                   lambda r: r.json().get("judge_backend") == llm_url
-                   and r.json().get("offline_judge") is False)
+        wait_servers_ready(llm, llm_url, amaris, amaris_url)
         settle(amaris)
         if gc_freeze:
             # An experiment, not amaris's behaviour: freeze start-up objects out of the GC.
-            _signal(amaris.pid, signal.SIGUSR1)
+            send_signal(amaris.pid, signal.SIGUSR1)
             time.sleep(2.0)
             settle(amaris)
         probe_log = workdir / "probe.log"
@@ -545,7 +342,7 @@ async def run_load(stack: Stack, capacity: float, phase_s: float,
         phases.append(Phase(name, load, load * capacity, t, t + seconds))
         t += seconds
 
-    async with open_client(http_client, CONNECTIONS) as client:
+    async with open_client(http_client, CONNECTIONS, REQUEST_TIMEOUT_S) as client:
 
         async def one(phase: str, scheduled: float) -> None:
             lag_ms = (loop.time() - scheduled) * 1000.0
@@ -614,18 +411,6 @@ async def run_load(stack: Stack, capacity: float, phase_s: float,
             with suppress(asyncio.CancelledError):
                 await asyncio.gather(*pending, return_exceptions=True)
     return [p for p in phases if p.name != "warm-up"], samples, unanswered
-
-
-# -- statistics ----------------------------------------------------------------------------
-def pct(values: list[float], q: float) -> float:
-    """Percentile ``q`` (0-100), linear interpolation; NaN with no sample."""
-    data = sorted(values)
-    if not data:
-        return float("nan")
-    rank = (len(data) - 1) * q / 100.0
-    low = int(rank)
-    high = min(low + 1, len(data) - 1)
-    return data[low] + (data[high] - data[low]) * (rank - low)
 
 
 @dataclass
@@ -707,12 +492,6 @@ def recovery_time(phase_c: Phase, samples: list[Sample], threshold_ms: float) ->
 
 
 # -- report --------------------------------------------------------------------------------
-def fmt(value: float | None, digits: int = 1) -> str:
-    if value is None or value != value:
-        return "-"
-    return f"{value:.{digits}f}"
-
-
 def others_text(other: Counter[str]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in sorted(other.items())) or "0"
 
@@ -842,36 +621,6 @@ def outcome(passed: bool, contention: list[str]) -> str:
     if passed:
         return "PASS"
     return "INCONCLUSIVE (machine contended; rerun)" if contention else "FAIL"
-
-
-def loadavg() -> str:
-    try:
-        return f"{os.getloadavg()[0]:.2f}"
-    except OSError:
-        return "-"
-
-
-def machine() -> str:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    model = ""
-    with suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return (f"nproc {cores}{f' ({model})' if model else ''}, Python "
-            f"{platform.python_version()}, {platform.system()} {platform.release()}")
-
-
-def command_line() -> str:
-    def rel(path: str) -> str:
-        try:
-            return str(Path(path).relative_to(Path.cwd()))
-        except ValueError:
-            return path
-
-    return shlex.join([rel(sys.executable), rel(str(Path(sys.argv[0]).absolute())),
-                       *sys.argv[1:]])
 
 
 def verdict_lines(v: Verdicts) -> str:
@@ -1006,24 +755,6 @@ by the end of (b).
 """
 
 
-def write_doc(path: Path, text: str) -> None:
-    """Replace only this benchmark's section (re-reading the file right before)."""
-    if path.is_file():
-        current = path.read_text(encoding="utf-8")
-        start = current.find(MARK_START)
-        end = current.find(MARK_END, start + 1) if start >= 0 else -1
-        if start >= 0 and end >= 0:
-            updated = current[:start] + text.rstrip("\n") + current[end + len(MARK_END):]
-        else:
-            updated = current.rstrip("\n") + "\n\n" + text
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        updated = DOC_INTRO + "\n" + text
-    if not updated.endswith("\n"):
-        updated += "\n"
-    path.write_text(updated, encoding="utf-8")
-
-
 def timeline(phases: list[Phase], samples: list[Sample], probes: list[Probe]) -> str:
     """Per second of the run: sent, scored, refused, other, /score p99, /healthz max."""
     lines = ["  second  phase  sent  scored   429  other  score p99 ms  healthz max ms"]
@@ -1071,10 +802,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def fetch_counters(url: str) -> dict[str, Any]:
     try:
         response = httpx2.get(f"{url}/healthz", timeout=10.0, trust_env=False)
@@ -1113,14 +840,11 @@ def measure(workdir: Path, args: argparse.Namespace
     return phases, samples, probes, unanswered, capacity, counters
 
 
-PY_SPY_FORMATS = {".json": "chrometrace", ".svg": "flamegraph", ".speedscope": "speedscope"}
-
-
 def start_profiler(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None:
     """``py-spy record`` of amaris (``pid``; with native frames, e.g. the GC) into ``out``."""
     if out is None:
         return None
-    exe = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    exe = py_spy()
     if exe is None:
         raise SystemExit("--py-spy needs py-spy: .venv/bin/pip install py-spy")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -1133,18 +857,6 @@ def start_profiler(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None
     with out.with_suffix(".log").open("wb") as log:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
-    """Stop py-spy by its PID (SIGINT makes it write its output)."""
-    if profiler is None:
-        return
-    profiler.send_signal(signal.SIGINT)
-    try:
-        profiler.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        profiler.kill()
-        profiler.wait(timeout=STOP_TIMEOUT_S)
 
 
 def dump(folder: Path, phases: list[Phase], samples: list[Sample], probes: list[Probe]) -> None:
@@ -1163,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.probe:
         return probe_main(args.probe)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     started = datetime.now(UTC)
     LOADAVG["start"] = loadavg()
     try:
@@ -1193,7 +905,7 @@ def main(argv: list[str] | None = None) -> int:
     print(verdict_lines(verdicts))
     print(gc_text(args, stats, probes))
     write_doc(args.out, section(stats, samples, verdicts, capacity, args, started, counters,
-                                probes))
+                                probes), MARK_START, MARK_END)
     print(f"\nwritten to {args.out}")
     return 0 if verdicts.responsive and verdicts.recovers else 1
 

@@ -36,38 +36,53 @@ import argparse
 import asyncio
 import itertools
 import os
-import platform
-import shlex
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 import httpx2
 import yaml
+from _common import (
+    API_KEY,
+    QUESTION,
+    REFERENCE,
+    ROOT,
+    Child,
+    ClientLike,
+    amaris_executable,
+    child_env,
+    command_line,
+    cpu_seconds,
+    fmt,
+    free_port,
+    loadavg,
+    machine,
+    markers,
+    open_client,
+    percentile,
+    raise_interrupt,
+    settle,
+    start_offline_llm,
+    wait_servers_ready,
+    write_doc,
+)
 
 from amaris.prompts import data_message, load_prompts
 from amaris.settings import Settings, load_settings
 
-ROOT = Path(__file__).resolve().parent.parent
-MARK_START = "<!-- score_throughput:start -->"
-MARK_END = "<!-- score_throughput:end -->"
+MARK_START, MARK_END = markers("score_throughput")
 DOC_INTRO = (
     "# Benchmarks\n"
     "Figures measured on this machine (2 cores), with the command that produced them.\n"
 )
-API_KEY = "bench"
 LOADAVG: dict[str, str] = {"start": "-", "end": "-"}
 # Targets, checked at TARGET_CLIENTS clients and TARGET_LATENCY_MS judge latency.
 TARGET_CLIENTS = 64
@@ -79,59 +94,12 @@ TARGET_TEXT = (
     f"throughput >= {TARGET_THROUGHPUT_RATIO:.0%} of direct, p50 added latency <= "
     f"{TARGET_ADDED_P50_MS:g} ms"
 )
-STARTUP_TIMEOUT_S = 90.0
-STOP_TIMEOUT_S = 20.0
 REQUEST_TIMEOUT_S = 120.0
-SETTLE_TIMEOUT_S = 60.0
-SETTLE_IDLE_CPU = 0.05
-"""Share of one core under which a freshly started server counts as idle."""
-
-QUESTION = "A shop sells pencils at 3 for 45 cents. How much do 7 pencils cost, in cents?"
-REFERENCE = "105"
 
 HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError, httpx2.HTTPError, ValueError)
 
-
-class ResponseLike(Protocol):
-    """What the benchmark reads of an ``httpx``/``httpx2`` response."""
-
-    @property
-    def status_code(self) -> int: ...
-
-    @property
-    def text(self) -> str: ...
-
-    def json(self, **kwargs: Any) -> Any: ...
-
-
-class ClientLike(Protocol):
-    """What the benchmark uses of an ``httpx``/``httpx2`` ``AsyncClient``."""
-
-    async def post(self, url: str, *, json: Any = None,
-                   headers: dict[str, str] | None = None) -> ResponseLike: ...
-
-
 Send = Callable[[ClientLike, int], Awaitable[str | None]]
 """Sends request number ``n``; returns None on success, else a description of the error."""
-
-
-@asynccontextmanager
-async def open_client(lib: str, connections: int) -> AsyncIterator[ClientLike]:
-    """One ``AsyncClient`` allowing ``connections`` concurrent keep-alive connections."""
-    if lib == "httpx":
-        async with httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=connections,
-                                max_keepalive_connections=connections),
-            timeout=httpx.Timeout(REQUEST_TIMEOUT_S), trust_env=False,
-        ) as client:
-            yield client
-    else:
-        async with httpx2.AsyncClient(
-            limits=httpx2.Limits(max_connections=connections,
-                                 max_keepalive_connections=connections),
-            timeout=httpx2.Timeout(REQUEST_TIMEOUT_S), trust_env=False,
-        ) as client2:
-            yield client2
 
 
 # -- rollouts and requests ------------------------------------------------------------
@@ -217,148 +185,6 @@ def amaris_sender(amaris_url: str) -> Send:
 
 
 # -- processes -----------------------------------------------------------------------
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def amaris_executable() -> str:
-    """The ``amaris`` console script next to this interpreter, else the one on PATH."""
-    beside = Path(sys.executable).parent / "amaris"
-    if beside.is_file():
-        return str(beside)
-    found = shutil.which("amaris")
-    if found is None:
-        raise SystemExit("cannot find the `amaris` console script; install the package first")
-    return found
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of ``/proc/<pid>/stat`` after the command name (state first), or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()
-
-
-def session_pids(sid: int) -> list[int]:
-    """Live processes of session ``sid``: a child started here and what it started.
-
-    Each child runs in its own session (``start_new_session``), so its descendants
-    (e.g. a server amaris spawns) are found, and stopped, by this id. Empty off Linux.
-    """
-    pids: list[int] = []
-    try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:
-        return pids
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        fields = _proc_stat(int(entry.name))
-        if fields is not None and fields[0] != "Z" and int(fields[3]) == sid:
-            pids.append(int(entry.name))
-    return pids
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-class Child:
-    """A subprocess this benchmark owns, in its own session; stopped by PID (terminate,
-    then kill), with whatever it left running in its session."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path,
-                 env: dict[str, str]) -> None:
-        self.name = name
-        self.log_path = log_path
-        with log_path.open("wb") as log:
-            # Own session: a Ctrl-C in the terminal reaches only the benchmark, which
-            # then stops its children itself, in order.
-            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                          start_new_session=True)
-        self.pid = self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                print(f"  {self.name} (pid {self.pid}) ignored SIGTERM; killing it",
-                      file=sys.stderr)
-                self.popen.kill()
-                self.popen.wait(timeout=STOP_TIMEOUT_S)
-        # Processes the child started and left behind (same session), by their PIDs.
-        leftovers = session_pids(self.pid)
-        if not leftovers:
-            return
-        print(f"  {self.name} (pid {self.pid}) left {len(leftovers)} process(es) running "
-              f"(pids {', '.join(map(str, leftovers))}); stopping them", file=sys.stderr)
-        for pid in leftovers:
-            _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while time.monotonic() < deadline and session_pids(self.pid):
-            time.sleep(0.1)
-        for pid in session_pids(self.pid):
-            _signal(pid, signal.SIGKILL)
-
-
-def wait_ready(child: Child, url: str, check: Callable[[httpx2.Response], bool]) -> None:
-    """Poll ``url`` until ``check`` accepts the answer; fail if the child dies or hangs."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if not child.alive():
-            raise RuntimeError(f"{child.name} exited with code {child.popen.returncode}:\n"
-                               f"{child.log_tail()}")
-        try:
-            response = httpx2.get(url, timeout=2.0, trust_env=False)
-            if response.status_code == 200 and check(response):
-                return
-            last = f"HTTP {response.status_code}: {response.text[:200]}"
-        except httpx2.HTTPError as exc:
-            last = f"{type(exc).__name__}: {exc}"
-        time.sleep(0.2)
-    raise RuntimeError(f"{child.name} not ready after {STARTUP_TIMEOUT_S:.0f}s ({last}):\n"
-                       f"{child.log_tail()}")
-
-
-def settle(child: Child) -> None:
-    """Wait until ``child`` (and what it started) is idle: start-up work still running
-    after /healthz answers (e.g. amaris's Prefect server) would skew the first measurement."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    used: float | None = None
-    while time.monotonic() < deadline:
-        before = cpu_seconds(child.pid)
-        time.sleep(1.0)
-        after = cpu_seconds(child.pid)
-        if before is None or after is None:
-            return  # no /proc: nothing to wait for
-        used = after - before
-        if used <= SETTLE_IDLE_CPU:
-            return
-    print(f"  {child.name} still uses {used or 0:.0%} of a core {SETTLE_TIMEOUT_S:.0f}s after "
-          "start-up; measuring anyway", file=sys.stderr)
-
-
 @dataclass
 class Stack:
     """The offline LLM and amaris for one judge latency."""
@@ -371,17 +197,6 @@ class Stack:
     settings: Settings
 
 
-def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    # A developer's keys, endpoint or Prefect must not change what is measured (amaris
-    # keeps Prefect's home under memory.path, in the temporary folder, when unset).
-    for name in ("AMARIS_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "PREFECT_API_URL",
-                 "PREFECT_HOME"):
-        env.pop(name, None)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 @contextmanager
 def running_stack(latency_ms: float, workdir: Path) -> Iterator[Stack]:
     """Start the offline LLM and amaris; stop both on exit, whatever happens."""
@@ -391,12 +206,8 @@ def running_stack(latency_ms: float, workdir: Path) -> Iterator[Stack]:
     run_dir.mkdir(parents=True, exist_ok=True)
     children: list[Child] = []
     try:
-        llm_port = free_port()
-        llm = Child("offline-llm", [exe, "offline-llm", "--host", "127.0.0.1",
-                                    "--port", str(llm_port), "--latency-ms", f"{latency_ms:g}"],
-                    run_dir / "offline-llm.log", run_dir, env)
+        llm, llm_url = start_offline_llm(exe, latency_ms, run_dir, env)
         children.append(llm)
-        llm_url = f"http://127.0.0.1:{llm_port}/v1"
         config = {
             "client": {"default": {"base_url": llm_url, "api_key": API_KEY}},
             "memory": {"path": str(run_dir / "data")},
@@ -414,10 +225,7 @@ def running_stack(latency_ms: float, workdir: Path) -> Iterator[Stack]:
         amaris_url = f"http://127.0.0.1:{amaris_port}"
         print(f"judge latency {latency_ms:g} ms: started offline-llm (pid {llm.pid}) and amaris "
               f"(pid {amaris.pid}); waiting until they answer and amaris is idle", flush=True)
-        wait_ready(llm, f"{llm_url}/models", lambda r: bool(r.json().get("data")))
-        wait_ready(amaris, f"{amaris_url}/healthz",
-                   lambda r: r.json().get("judge_backend") == llm_url
-                   and r.json().get("offline_judge") is False)
+        wait_servers_ready(llm, llm_url, amaris, amaris_url)
         settle(amaris)
         print(f"  ready: offline-llm {llm_url}, amaris {amaris_url}, logs in {run_dir}",
               flush=True)
@@ -427,27 +235,6 @@ def running_stack(latency_ms: float, workdir: Path) -> Iterator[Stack]:
         # amaris first (it holds connections to the LLM), then the LLM.
         for child in reversed(children):
             child.stop()
-
-
-# -- CPU accounting --------------------------------------------------------------------
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def cpu_seconds(sid: int | None) -> float | None:
-    """CPU time (user + system, all threads) of session ``sid`` (a child and the processes
-    it started), or of this process for None; None when ``/proc`` is unavailable."""
-    if sid is None:
-        times = os.times()
-        return times.user + times.system
-    total = 0.0
-    pids = session_pids(sid)
-    if not pids:
-        return None
-    for pid in pids:
-        fields = _proc_stat(pid)
-        if fields is not None:
-            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
-    return total
 
 
 # -- load --------------------------------------------------------------------------------
@@ -471,13 +258,7 @@ class Result:
 
     def pct(self, q: float) -> float:
         """Latency percentile ``q`` (0-100), linear interpolation; NaN with no sample."""
-        data = sorted(self.latencies_ms)
-        if not data:
-            return float("nan")
-        rank = (len(data) - 1) * q / 100.0
-        low = int(rank)
-        high = min(low + 1, len(data) - 1)
-        return data[low] + (data[high] - data[low]) * (rank - low)
+        return percentile(self.latencies_ms, q)
 
 
 async def run_load(stack: Stack, mode: str, send: Send, clients: int, warmup_s: float,
@@ -491,7 +272,7 @@ async def run_load(stack: Stack, mode: str, send: Send, clients: int, warmup_s: 
     counter = itertools.count()
     pids: dict[str, int | None] = {"amaris": stack.amaris.pid, "llm": stack.llm.pid,
                                    "bench": None}
-    async with open_client(http_client, clients + 8) as client:
+    async with open_client(http_client, clients + 8, REQUEST_TIMEOUT_S) as client:
         loop = asyncio.get_running_loop()
         started = loop.time()
         window_start = started + warmup_s
@@ -553,12 +334,6 @@ async def measure_stack(stack: Stack, clients_list: list[int], warmup_s: float,
 
 
 # -- report ----------------------------------------------------------------------------
-def fmt(value: float | None, digits: int = 1) -> str:
-    if value is None or value != value:  # None or NaN
-        return "-"
-    return f"{value:.{digits}f}"
-
-
 def row_text(r: Result) -> str:
     cpu = r.cpu_ms_per_req
     return (f"latency {r.latency_ms:>4g} ms  clients {r.clients:>3}  {r.mode:<6}  "
@@ -637,38 +412,6 @@ def targets(comparisons: list[Comparison]) -> list[tuple[str, str, str]]:
     ]
 
 
-def loadavg() -> str:
-    try:
-        return f"{os.getloadavg()[0]:.2f}"
-    except OSError:
-        return "-"
-
-
-def machine() -> str:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"nproc {cores}{f' ({model})' if model else ''}, Python "
-            f"{platform.python_version()}, {platform.system()} {platform.release()}")
-
-
-def command_line() -> str:
-    def rel(path: str) -> str:
-        p = Path(path)
-        try:
-            return str(p.relative_to(Path.cwd()))
-        except ValueError:
-            return path
-
-    return shlex.join([rel(sys.executable), rel(str(Path(sys.argv[0]).absolute())),
-                       *sys.argv[1:]])
-
 
 def section(results: list[Result], args: argparse.Namespace, started: datetime) -> str:
     comparisons = compare(results)
@@ -722,24 +465,6 @@ Targets:
 """
 
 
-def write_doc(path: Path, text: str) -> None:
-    if path.is_file():
-        current = path.read_text(encoding="utf-8")
-        start = current.find(MARK_START)
-        end = current.find(MARK_END, start + 1) if start >= 0 else -1
-        if start >= 0 and end >= 0:
-            tail = current[end + len(MARK_END):]
-            updated = current[:start] + text.rstrip("\n") + tail
-        else:
-            updated = current.rstrip("\n") + "\n\n" + text
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        updated = DOC_INTRO + "\n" + text
-    if not updated.endswith("\n"):
-        updated += "\n"
-    path.write_text(updated, encoding="utf-8")
-
-
 # -- main ----------------------------------------------------------------------------------
 def _numbers(text: str, kind: type[int] | type[float]) -> list[Any]:
     try:
@@ -771,13 +496,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     started = datetime.now(UTC)
     LOADAVG["start"] = loadavg()
     results: list[Result] = []
@@ -807,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, value, verdict in targets(compare(results)):
         print(f"{verdict:<12} {name}: {value}")
     out: Path = args.out
-    write_doc(out, section(results, args, started))
+    write_doc(out, section(results, args, started), MARK_START, MARK_END, DOC_INTRO)
     print(f"\nwritten to {out}")
     return 0
 

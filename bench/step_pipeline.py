@@ -52,12 +52,8 @@ import itertools
 import json
 import math
 import os
-import platform
 import re
-import shlex
-import shutil
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -65,25 +61,41 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx2
 import yaml
-
-ROOT = Path(__file__).resolve().parent.parent
-MARK_START = "<!-- step_pipeline:start -->"
-MARK_END = "<!-- step_pipeline:end -->"
-DOC_INTRO = (
-    "# Benchmarks\n\n"
-    "Figures measured on this machine (2 cores), with the command that produced them.\n"
+from _common import (
+    API_KEY,
+    CLK_TCK,
+    PY_SPY_FORMATS,
+    ROOT,
+    Child,
+    amaris_executable,
+    child_env,
+    command_line,
+    free_port,
+    loadavg,
+    machine,
+    markers,
+    percentile,
+    proc_stat,
+    py_spy,
+    raise_interrupt,
+    session_pids,
+    settle,
+    start_offline_llm,
+    stop_profiler,
+    wait_servers_ready,
+    write_doc,
 )
-API_KEY = "bench"
+
+MARK_START, MARK_END = markers("step_pipeline")
 CHUNK_SIZE = 32
 TARGET_OVERHEAD = 0.10
 """Step wall time at most this share above the LLM critical-path lower bound."""
@@ -93,12 +105,7 @@ WARMUP_STEP = 0
 MEASURED_STEP = 1
 IDLE_PROBE_STEP = 1000
 BUSY_PROBE_STEP = 1001
-STARTUP_TIMEOUT_S = 90.0
-STOP_TIMEOUT_S = 20.0
 REQUEST_TIMEOUT_S = 300.0
-SETTLE_TIMEOUT_S = 60.0
-SETTLE_IDLE_CPU = 0.05
-"""Share of one core under which the server counts as idle."""
 PREFECT_SETTLE_S = 20.0
 """How long to wait for Prefect's server to record the step's task runs."""
 STAGES = ("load-rollouts", "analyze", "summarize", "meta-summarize", "remember",
@@ -155,85 +162,17 @@ def probe_rollout(step: int, n: int) -> dict[str, Any]:
             "supplemental_context": f"Answer: {answer}"}
 
 
-# -- processes (same approach as bench/score_throughput.py) ---------------------------
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def amaris_executable() -> str:
-    """The ``amaris`` console script next to this interpreter, else the one on PATH."""
-    beside = Path(sys.executable).parent / "amaris"
-    if beside.is_file():
-        return str(beside)
-    found = shutil.which("amaris")
-    if found is None:
-        raise SystemExit("cannot find the `amaris` console script; install the package first")
-    return found
-
-
-def _proc_stat(pid: int, tid: int | None = None) -> list[str] | None:
-    """Fields of ``/proc/<pid>/stat`` (of thread ``tid``: ``/proc/<pid>/task/<tid>/stat``)
-    after the command name (state first), or None."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    try:
-        stat = Path(path).read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()
-
-
-def session_pids(sid: int) -> list[int]:
-    """Live processes of session ``sid`` (a child started here and what it started)."""
-    pids: list[int] = []
-    try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:
-        return pids
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        fields = _proc_stat(int(entry.name))
-        if fields is not None and fields[0] != "Z" and int(fields[3]) == sid:
-            pids.append(int(entry.name))
-    return pids
-
-
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def cpu_seconds(sid: int) -> float | None:
-    """CPU time (user + system) of session ``sid``; None without ``/proc``."""
-    pids = session_pids(sid)
-    if not pids:
-        return None
-    total = 0.0
-    for pid in pids:
-        fields = _proc_stat(pid)
-        if fields is not None:
-            total += (int(fields[11]) + int(fields[12])) / _CLK_TCK
-    return total
-
-
+# -- processes ---------------------------------------------------------------------
 def thread_cpu(sid: int) -> dict[tuple[int, int], float]:
     """CPU seconds per (pid, tid) of every thread of session ``sid``."""
     out: dict[tuple[int, int], float] = {}
     for pid in session_pids(sid):
         with suppress(OSError):
             for entry in Path(f"/proc/{pid}/task").iterdir():
-                fields = _proc_stat(pid, int(entry.name)) if entry.name.isdigit() else None
+                fields = proc_stat(pid, int(entry.name)) if entry.name.isdigit() else None
                 if fields is not None:
-                    out[(pid, int(entry.name))] = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+                    out[(pid, int(entry.name))] = (int(fields[11]) + int(fields[12])) / CLK_TCK
     return out
-
-
-def py_spy() -> str | None:
-    """The ``py-spy`` next to this interpreter, else on PATH, else None."""
-    beside = Path(sys.executable).parent / "py-spy"
-    return str(beside) if beside.is_file() else shutil.which("py-spy")
 
 
 def thread_names(pid: int) -> dict[int, str]:
@@ -254,107 +193,6 @@ def thread_names(pid: int) -> dict[int, str]:
     return names
 
 
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-class Child:
-    """A subprocess this benchmark owns, in its own session; stopped by PID (terminate,
-    then kill), with whatever it left running in its session."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path,
-                 env: dict[str, str]) -> None:
-        self.name = name
-        self.log_path = log_path
-        with log_path.open("wb") as log:
-            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                          start_new_session=True)
-        self.pid = self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                print(f"  {self.name} (pid {self.pid}) ignored SIGTERM; killing it",
-                      file=sys.stderr)
-                self.popen.kill()
-                self.popen.wait(timeout=STOP_TIMEOUT_S)
-        leftovers = session_pids(self.pid)
-        if not leftovers:
-            return
-        print(f"  {self.name} (pid {self.pid}) left {len(leftovers)} process(es) running "
-              f"(pids {', '.join(map(str, leftovers))}); stopping them", file=sys.stderr)
-        for pid in leftovers:
-            _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while time.monotonic() < deadline and session_pids(self.pid):
-            time.sleep(0.1)
-        for pid in session_pids(self.pid):
-            _signal(pid, signal.SIGKILL)
-
-
-def wait_ready(child: Child, url: str, check: Callable[[httpx2.Response], bool]) -> None:
-    """Poll ``url`` until ``check`` accepts the answer; fail if the child dies or hangs."""
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    last = "no answer"
-    while time.monotonic() < deadline:
-        if not child.alive():
-            raise RuntimeError(f"{child.name} exited with code {child.popen.returncode}:\n"
-                               f"{child.log_tail()}")
-        try:
-            response = httpx2.get(url, timeout=2.0, trust_env=False)
-            if response.status_code == 200 and check(response):
-                return
-            last = f"HTTP {response.status_code}: {response.text[:200]}"
-        except httpx2.HTTPError as exc:
-            last = f"{type(exc).__name__}: {exc}"
-        time.sleep(0.2)
-    raise RuntimeError(f"{child.name} not ready after {STARTUP_TIMEOUT_S:.0f}s ({last}):\n"
-                       f"{child.log_tail()}")
-
-
-def settle(child: Child) -> None:
-    """Wait until ``child`` (and what it started) is idle."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    used: float | None = None
-    while time.monotonic() < deadline:
-        before = cpu_seconds(child.pid)
-        time.sleep(1.0)
-        after = cpu_seconds(child.pid)
-        if before is None or after is None:
-            return
-        used = after - before
-        if used <= SETTLE_IDLE_CPU:
-            return
-    print(f"  {child.name} still uses {used or 0:.0%} of a core; measuring anyway",
-          file=sys.stderr)
-
-
-def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    # A developer's keys, endpoint or Prefect must not change what is measured (amaris
-    # keeps Prefect's home under memory.path, in the temporary folder, when unset).
-    for name in ("AMARIS_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "PREFECT_API_URL",
-                 "PREFECT_HOME"):
-        env.pop(name, None)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 @dataclass
 class Stack:
     llm: Child
@@ -372,13 +210,8 @@ def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
     env = child_env()
     children: list[Child] = []
     try:
-        llm_port = free_port()
-        llm = Child("offline-llm", [exe, "offline-llm", "--host", "127.0.0.1",
-                                    "--port", str(llm_port),
-                                    "--latency-ms", f"{args.latency_ms:g}"],
-                    workdir / "offline-llm.log", workdir, env)
+        llm, llm_url = start_offline_llm(exe, args.latency_ms, workdir, env)
         children.append(llm)
-        llm_url = f"http://127.0.0.1:{llm_port}/v1"
         data_dir = workdir / "data"
         amaris_port = free_port()
         config: dict[str, Any] = {
@@ -398,10 +231,7 @@ def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
                        workdir / "amaris.log", workdir, env)
         children.append(amaris)
         amaris_url = f"http://127.0.0.1:{amaris_port}"
-        wait_ready(llm, f"{llm_url}/models", lambda r: bool(r.json().get("data")))
-        wait_ready(amaris, f"{amaris_url}/healthz",
-                   lambda r: r.json().get("judge_backend") == llm_url
-                   and r.json().get("offline_judge") is False)
+        wait_servers_ready(llm, llm_url, amaris, amaris_url)
         print(f"offline-llm pid {llm.pid} ({llm_url}, {args.latency_ms:g} ms/call), "
               f"amaris pid {amaris.pid} ({amaris_url}), files in {workdir}", flush=True)
         yield Stack(llm, amaris, llm_url, amaris_url, data_dir, config)
@@ -412,17 +242,6 @@ def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
 
 
 # -- HTTP ------------------------------------------------------------------------------
-def percentile(values: list[float], q: float) -> float:
-    """Percentile ``q`` (0-100), linear interpolation; NaN with no sample."""
-    data = sorted(values)
-    if not data:
-        return float("nan")
-    rank = (len(data) - 1) * q / 100.0
-    low = int(rank)
-    high = min(low + 1, len(data) - 1)
-    return data[low] + (data[high] - data[low]) * (rank - low)
-
-
 async def score(client: httpx2.AsyncClient, url: str, step: int,
                 rollout: dict[str, Any]) -> str | None:
     """POST /score; None when scored, else a description of the failure."""
@@ -905,36 +724,6 @@ def breakdown_table(r: Report) -> str:
     return "\n".join(lines)
 
 
-def machine() -> str:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    model = ""
-    with suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return (f"nproc {cores}{f' ({model})' if model else ''}, Python "
-            f"{platform.python_version()}, {platform.system()} {platform.release()}")
-
-
-def command_line() -> str:
-    def rel(path: str) -> str:
-        try:
-            return str(Path(path).relative_to(Path.cwd()))
-        except ValueError:
-            return path
-
-    return shlex.join([rel(sys.executable), rel(str(Path(sys.argv[0]).absolute())),
-                       *sys.argv[1:]])
-
-
-def loadavg() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "-"
-
-
 def section(r: Report, args: argparse.Namespace, started: datetime, load: str) -> str:
     verdicts = "\n".join(f"| {name} | {measured} | **{verdict}** |"
                          for name, measured, verdict in r.verdicts())
@@ -993,29 +782,7 @@ closer look; it was off for these figures.
 """
 
 
-def write_doc(path: Path, text: str) -> None:
-    """Replace only this benchmark's section (re-reading the file right before)."""
-    if path.is_file():
-        current = path.read_text(encoding="utf-8")
-        start = current.find(MARK_START)
-        end = current.find(MARK_END, start + 1) if start >= 0 else -1
-        if start >= 0 and end >= 0:
-            updated = current[:start] + text.rstrip("\n") + current[end + len(MARK_END):]
-        else:
-            updated = current.rstrip("\n") + "\n\n" + text
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        updated = DOC_INTRO + "\n" + text
-    if not updated.endswith("\n"):
-        updated += "\n"
-    path.write_text(updated, encoding="utf-8")
-
-
 # -- main ----------------------------------------------------------------------------------
-PY_SPY_FORMATS = {".json": "chrometrace", ".svg": "flamegraph", ".speedscope": "speedscope"}
-"""py-spy output format by the suffix of ``--py-spy FILE``; raw stacks otherwise."""
-
-
 def start_profiler(stack: Stack, out: Path | None) -> subprocess.Popen[bytes] | None:
     """``py-spy record`` of amaris and its children (raw stacks to ``out``) during the step."""
     if out is None:
@@ -1032,18 +799,6 @@ def start_profiler(stack: Stack, out: Path | None) -> subprocess.Popen[bytes] | 
         start_new_session=True)
 
 
-def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
-    """Stop ``py-spy record`` (by its PID) so that it writes its output."""
-    if profiler is None or profiler.poll() is not None:
-        return
-    profiler.send_signal(signal.SIGINT)
-    try:
-        profiler.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        profiler.kill()
-        profiler.wait(timeout=STOP_TIMEOUT_S)
-
-
 async def measure(stack: Stack, args: argparse.Namespace) -> Report:
     url = stack.amaris_url
     limits = httpx2.Limits(max_connections=128, max_keepalive_connections=128)
@@ -1055,7 +810,7 @@ async def measure(stack: Stack, args: argparse.Namespace) -> Report:
         await run_step(client, url, WARMUP_STEP)
         print(f"warm-up step {WARMUP_STEP} done in {time.perf_counter() - t0:.1f} s "
               "(Prefect boot, MiniLM load)", flush=True)
-        await asyncio.to_thread(settle, stack.amaris)
+        await asyncio.to_thread(settle, stack.amaris, after_startup=False)
 
         t0 = time.perf_counter()
         await score_many(client, url, MEASURED_STEP,
@@ -1063,14 +818,14 @@ async def measure(stack: Stack, args: argparse.Namespace) -> Report:
         scoring_s = time.perf_counter() - t0
         print(f"scored {args.rollouts} rollouts of step {MEASURED_STEP} in {scoring_s:.1f} s",
               flush=True)
-        await asyncio.to_thread(settle, stack.amaris)
+        await asyncio.to_thread(settle, stack.amaris, after_startup=False)
 
         numbers = itertools.count(100_000)
         idle = await probe_load(client, url, Probe("idle"), IDLE_PROBE_STEP, numbers,
                                 args.probe_concurrency, count=args.probe_requests)
         print(f"idle /score: {len(idle.latencies_ms)} ok, p50 {idle.pct(50):.0f} ms, "
               f"p99 {idle.pct(99):.0f} ms", flush=True)
-        await asyncio.to_thread(settle, stack.amaris)
+        await asyncio.to_thread(settle, stack.amaris, after_startup=False)
 
         profiler = start_profiler(stack, args.py_spy)
         try:
@@ -1089,7 +844,7 @@ async def measure(stack: Stack, args: argparse.Namespace) -> Report:
             cpu_after = {"amaris": thread_cpu(stack.amaris.pid),
                          "llm": thread_cpu(stack.llm.pid)}
             bench_s = sum(os.times()[:2]) - bench_before
-            load_after = loadavg()
+            load_after = loadavg(all_three=True)
         finally:
             stop_profiler(profiler)
         print(f"step {MEASURED_STEP}: {wall_s:.2f} s; /score during it: "
@@ -1139,15 +894,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     started = datetime.now(UTC)
-    load = loadavg()
+    load = loadavg(all_three=True)
     try:
         with tempfile.TemporaryDirectory(prefix="amaris-step-bench-") as tmp:
             workdir = Path(tmp)
@@ -1169,7 +920,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, measured, verdict in report.verdicts():
         print(f"{verdict:<5} {name}: {measured}")
     out: Path = args.out
-    write_doc(out, section(report, args, started, load))
+    write_doc(out, section(report, args, started, load), MARK_START, MARK_END)
     print(f"\nwritten to {out}")
     return 0
 

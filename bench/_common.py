@@ -1,0 +1,391 @@
+"""Helpers shared by the benchmark scripts of this folder.
+
+The scripts run as ``.venv/bin/python bench/<name>.py``: Python then puts ``bench/`` first on
+``sys.path``, so they import this module as ``_common``.
+
+Here: free ports, the subprocesses a benchmark owns (started in their own session, stopped by
+PID: terminate, then kill, with whatever they left in their session), their CPU time from
+``/proc``, waiting for HTTP readiness and for idleness, percentiles, the machine and the
+command line for a report, and writing one benchmark's marked section of
+``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+import httpx
+import httpx2
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC_INTRO = (
+    "# Benchmarks\n\n"
+    "Figures measured on this machine (2 cores), with the command that produced them.\n"
+)
+API_KEY = "bench"
+STARTUP_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+SETTLE_TIMEOUT_S = 60.0
+SETTLE_IDLE_CPU = 0.05
+"""Share of one core under which a freshly started server counts as idle."""
+
+QUESTION = "A shop sells pencils at 3 for 45 cents. How much do 7 pencils cost, in cents?"
+REFERENCE = "105"
+
+PY_SPY_FORMATS = {".json": "chrometrace", ".svg": "flamegraph", ".speedscope": "speedscope"}
+"""py-spy output format by the suffix of ``--py-spy FILE``; raw stacks otherwise."""
+
+
+# -- HTTP client ---------------------------------------------------------------------------
+class ResponseLike(Protocol):
+    """What the benchmarks read of an ``httpx``/``httpx2`` response."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def headers(self) -> Any: ...
+
+    def json(self, **kwargs: Any) -> Any: ...
+
+
+class ClientLike(Protocol):
+    """What the benchmarks use of an ``httpx``/``httpx2`` ``AsyncClient``."""
+
+    async def post(self, url: str, *, json: Any = None,
+                   headers: dict[str, str] | None = None) -> ResponseLike: ...
+
+
+@asynccontextmanager
+async def open_client(lib: str, connections: int,
+                      timeout_s: float) -> AsyncIterator[ClientLike]:
+    """One ``AsyncClient`` allowing ``connections`` concurrent keep-alive connections."""
+    if lib == "httpx":
+        async with httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=connections,
+                                max_keepalive_connections=connections),
+            timeout=httpx.Timeout(timeout_s), trust_env=False,
+        ) as client:
+            yield client
+    else:
+        async with httpx2.AsyncClient(
+            limits=httpx2.Limits(max_connections=connections,
+                                 max_keepalive_connections=connections),
+            timeout=httpx2.Timeout(timeout_s), trust_env=False,
+        ) as client2:
+            yield client2
+
+
+# -- processes -----------------------------------------------------------------------------
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def amaris_executable() -> str:
+    """The ``amaris`` console script next to this interpreter, else the one on PATH."""
+    beside = Path(sys.executable).parent / "amaris"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("amaris")
+    if found is None:
+        raise SystemExit("cannot find the `amaris` console script; install the package first")
+    return found
+
+
+def py_spy() -> str | None:
+    """The ``py-spy`` next to this interpreter, else on PATH, else None."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
+
+
+def proc_stat(pid: int, tid: int | None = None) -> list[str] | None:
+    """Fields of ``/proc/<pid>/stat`` (of thread ``tid``: ``/proc/<pid>/task/<tid>/stat``)
+    after the command name (state first), or None."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    try:
+        stat = Path(path).read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live processes of session ``sid``: a child started here and what it started.
+
+    Each child runs in its own session (``start_new_session``), so its descendants
+    (e.g. a server amaris spawns) are found, and stopped, by this id. Empty off Linux.
+    """
+    pids: list[int] = []
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return pids
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        fields = proc_stat(int(entry.name))
+        if fields is not None and fields[0] != "Z" and int(fields[3]) == sid:
+            pids.append(int(entry.name))
+    return pids
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(sid: int | None) -> float | None:
+    """CPU time (user + system, all threads) of session ``sid`` (a child and the processes
+    it started), or of this process for None; None when ``/proc`` is unavailable."""
+    if sid is None:
+        times = os.times()
+        return times.user + times.system
+    pids = session_pids(sid)
+    if not pids:
+        return None
+    total = 0.0
+    for pid in pids:
+        fields = proc_stat(pid)
+        if fields is not None:
+            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
+
+
+def send_signal(pid: int, sig: signal.Signals) -> None:
+    """``kill(pid, sig)``, ignoring a process already gone (or not ours)."""
+    with suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+class Child:
+    """A subprocess a benchmark owns, in its own session; stopped by PID (terminate,
+    then kill), with whatever it left running in its session."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path,
+                 env: dict[str, str]) -> None:
+        self.name = name
+        self.log_path = log_path
+        with log_path.open("wb") as log:
+            # Own session: a Ctrl-C in the terminal reaches only the benchmark, which
+            # then stops its children itself, in order.
+            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                                          start_new_session=True)
+        self.pid = self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                print(f"  {self.name} (pid {self.pid}) ignored SIGTERM; killing it",
+                      file=sys.stderr)
+                self.popen.kill()
+                self.popen.wait(timeout=STOP_TIMEOUT_S)
+        # Processes the child started and left behind (same session), by their PIDs.
+        leftovers = session_pids(self.pid)
+        if not leftovers:
+            return
+        print(f"  {self.name} (pid {self.pid}) left {len(leftovers)} process(es) running "
+              f"(pids {', '.join(map(str, leftovers))}); stopping them", file=sys.stderr)
+        for pid in leftovers:
+            send_signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while time.monotonic() < deadline and session_pids(self.pid):
+            time.sleep(0.1)
+        for pid in session_pids(self.pid):
+            send_signal(pid, signal.SIGKILL)
+
+
+def child_env() -> dict[str, str]:
+    """This environment, without what would change what is measured."""
+    env = dict(os.environ)
+    # A developer's keys, endpoint or Prefect must not change what is measured (amaris
+    # keeps Prefect's home under memory.path, in the temporary folder, when unset).
+    for name in ("AMARIS_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "PREFECT_API_URL",
+                 "PREFECT_HOME"):
+        env.pop(name, None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def start_offline_llm(exe: str, latency_ms: float, folder: Path,
+                      env: dict[str, str]) -> tuple[Child, str]:
+    """``amaris offline-llm`` on a free port, logging into ``folder``; (child, base URL)."""
+    port = free_port()
+    llm = Child("offline-llm", [exe, "offline-llm", "--host", "127.0.0.1",
+                                "--port", str(port), "--latency-ms", f"{latency_ms:g}"],
+                folder / "offline-llm.log", folder, env)
+    return llm, f"http://127.0.0.1:{port}/v1"
+
+
+def wait_ready(child: Child, url: str, check: Callable[[httpx2.Response], bool]) -> None:
+    """Poll ``url`` until ``check`` accepts the answer; fail if the child dies or hangs."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise RuntimeError(f"{child.name} exited with code {child.popen.returncode}:\n"
+                               f"{child.log_tail()}")
+        try:
+            response = httpx2.get(url, timeout=2.0, trust_env=False)
+            if response.status_code == 200 and check(response):
+                return
+            last = f"HTTP {response.status_code}: {response.text[:200]}"
+        except httpx2.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.2)
+    raise RuntimeError(f"{child.name} not ready after {STARTUP_TIMEOUT_S:.0f}s ({last}):\n"
+                       f"{child.log_tail()}")
+
+
+def wait_servers_ready(llm: Child, llm_url: str, amaris: Child, amaris_url: str) -> None:
+    """Wait until the offline LLM lists its models and amaris judges through it."""
+    wait_ready(llm, f"{llm_url}/models", lambda r: bool(r.json().get("data")))
+    wait_ready(amaris, f"{amaris_url}/healthz",
+               lambda r: r.json().get("judge_backend") == llm_url
+               and r.json().get("offline_judge") is False)
+
+
+def settle(child: Child, *, after_startup: bool = True) -> None:
+    """Wait until ``child`` (and what it started) is idle: start-up work still running
+    after /healthz answers (e.g. amaris's Prefect server) would skew the first measurement.
+    ``after_startup`` only words the warning printed when it does not settle."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    used: float | None = None
+    while time.monotonic() < deadline:
+        before = cpu_seconds(child.pid)
+        time.sleep(1.0)
+        after = cpu_seconds(child.pid)
+        if before is None or after is None:
+            return  # no /proc: nothing to wait for
+        used = after - before
+        if used <= SETTLE_IDLE_CPU:
+            return
+    when = f" {SETTLE_TIMEOUT_S:.0f}s after start-up" if after_startup else ""
+    print(f"  {child.name} still uses {used or 0:.0%} of a core{when}; measuring anyway",
+          file=sys.stderr)
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
+    """Stop ``py-spy record`` by its PID (SIGINT makes it write its output)."""
+    if profiler is None or profiler.poll() is not None:
+        return
+    profiler.send_signal(signal.SIGINT)
+    try:
+        profiler.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        profiler.kill()
+        profiler.wait(timeout=STOP_TIMEOUT_S)
+
+
+def raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM handler: unwind like Ctrl-C, so that every owned process is stopped."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# -- statistics and report -----------------------------------------------------------------
+def percentile(values: list[float], q: float) -> float:
+    """Percentile ``q`` (0-100), linear interpolation; NaN with no sample."""
+    data = sorted(values)
+    if not data:
+        return float("nan")
+    rank = (len(data) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(data) - 1)
+    return data[low] + (data[high] - data[low]) * (rank - low)
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    """``value`` with ``digits`` decimals; "-" for None or NaN."""
+    if value is None or value != value:
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def loadavg(all_three: bool = False) -> str:
+    """The 1-minute load average (with ``all_three``: 1, 5 and 15 minutes), or "-"."""
+    try:
+        averages = os.getloadavg()
+    except OSError:
+        return "-"
+    return " ".join(f"{v:.2f}" for v in (averages if all_three else averages[:1]))
+
+
+def machine() -> str:
+    """nproc (and CPU model), Python version and OS, for a report."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    model = ""
+    with suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return (f"nproc {cores}{f' ({model})' if model else ''}, Python "
+            f"{platform.python_version()}, {platform.system()} {platform.release()}")
+
+
+def command_line() -> str:
+    """This benchmark's command line, paths relative to the current folder when inside it."""
+    def rel(path: str) -> str:
+        try:
+            return str(Path(path).relative_to(Path.cwd()))
+        except ValueError:
+            return path
+
+    return shlex.join([rel(sys.executable), rel(str(Path(sys.argv[0]).absolute())),
+                       *sys.argv[1:]])
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The start and end markers of benchmark ``name``'s section of the document."""
+    return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def write_doc(path: Path, text: str, mark_start: str, mark_end: str,
+              intro: str = DOC_INTRO) -> None:
+    """Replace only the section between ``mark_start`` and ``mark_end`` (re-reading the file
+    right before); append it if absent; create the file (``intro`` first) if missing."""
+    if path.is_file():
+        current = path.read_text(encoding="utf-8")
+        start = current.find(mark_start)
+        end = current.find(mark_end, start + 1) if start >= 0 else -1
+        if start >= 0 and end >= 0:
+            updated = current[:start] + text.rstrip("\n") + current[end + len(mark_end):]
+        else:
+            updated = current.rstrip("\n") + "\n\n" + text
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        updated = intro + "\n" + text
+    if not updated.endswith("\n"):
+        updated += "\n"
+    path.write_text(updated, encoding="utf-8")
