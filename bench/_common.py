@@ -118,6 +118,15 @@ def py_spy() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("py-spy")
 
 
+def require_py_spy(out: Path) -> str:
+    """The ``py-spy`` to record into ``out`` (its folder created), else exit with a hint."""
+    exe = py_spy()
+    if exe is None:
+        raise SystemExit("--py-spy needs py-spy: .venv/bin/pip install py-spy")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return exe
+
+
 def proc_stat(pid: int, tid: int | None = None) -> list[str] | None:
     """Fields of ``/proc/<pid>/stat`` (of thread ``tid``: ``/proc/<pid>/task/<tid>/stat``)
     after the command name (state first), or None."""

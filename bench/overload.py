@@ -86,8 +86,8 @@ from _common import (
     machine,
     markers,
     open_client,
-    py_spy,
     raise_interrupt,
+    require_py_spy,
     send_signal,
     settle,
     start_offline_llm,
@@ -844,10 +844,7 @@ def start_profiler(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None
     """``py-spy record`` of amaris (``pid``; with native frames, e.g. the GC) into ``out``."""
     if out is None:
         return None
-    exe = py_spy()
-    if exe is None:
-        raise SystemExit("--py-spy needs py-spy: .venv/bin/pip install py-spy")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    exe = require_py_spy(out)
     print(f"  py-spy started at monotonic {time.monotonic():.3f}, log "
           f"{out.with_suffix('.log')}", flush=True)
     # Native frames (the GC, C extensions) need the blocking mode: py-spy pauses amaris

@@ -87,6 +87,7 @@ from _common import (
     proc_stat,
     py_spy,
     raise_interrupt,
+    require_py_spy,
     session_pids,
     settle,
     start_offline_llm,
@@ -787,10 +788,7 @@ def start_profiler(stack: Stack, out: Path | None) -> subprocess.Popen[bytes] | 
     """``py-spy record`` of amaris and its children (raw stacks to ``out``) during the step."""
     if out is None:
         return None
-    exe = py_spy()
-    if exe is None:
-        raise SystemExit("--py-spy needs py-spy: .venv/bin/pip install py-spy")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    exe = require_py_spy(out)
     return subprocess.Popen(
         [exe, "record", "--pid", str(stack.amaris.pid), "--subprocesses", "--threads",
          "--nonblocking", "--rate", "100", "--format", PY_SPY_FORMATS.get(out.suffix, "raw"),
