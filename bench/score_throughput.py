@@ -75,6 +75,7 @@ from _common import (
     write_doc,
 )
 
+from amaris.llm.providers import chat_body
 from amaris.prompts import data_message, load_prompts
 from amaris.settings import Settings, load_settings
 
@@ -132,19 +133,8 @@ def scorer_request_body(settings: Settings, prompt: str, fields: dict[str, str])
         {"role": "user",
          "content": data_message("scorer", {"criteria": criteria, "rollout": fields})},
     ]
-    options = settings.agents.for_agent("scorer")
-    body: dict[str, Any] = {"model": options.model, "messages": messages}
-    if options.temperature is not None:
-        body["temperature"] = options.temperature
-    if options.max_tokens is not None:
-        body["max_tokens"] = options.max_tokens
-    if options.response_format is not None:
-        body["response_format"] = options.response_format
-    if options.service_tier is not None:
-        body["service_tier"] = options.service_tier
-    if options.extra_body is not None:
-        body.update(options.extra_body)
-    return body
+    # The very function the provider uses: "direct" sends exactly what amaris sends.
+    return chat_body(messages, settings.agents.for_agent("scorer"))
 
 
 def direct_sender(llm_url: str, settings: Settings) -> Send:

@@ -33,6 +33,22 @@ class ChatProvider(Protocol):
     async def close(self) -> None: ...
 
 
+def chat_body(messages: list[dict[str, str]], options: ResolvedAgentOptions) -> dict[str, Any]:
+    """The JSON body of a chat-completion request with an agent's options."""
+    body: dict[str, Any] = {"model": options.model, "messages": messages}
+    if options.temperature is not None:
+        body["temperature"] = options.temperature
+    if options.max_tokens is not None:
+        body["max_tokens"] = options.max_tokens
+    if options.response_format is not None:
+        body["response_format"] = options.response_format
+    if options.service_tier is not None:
+        body["service_tier"] = options.service_tier
+    if options.extra_body is not None:
+        body.update(options.extra_body)
+    return body
+
+
 class OpenAIProvider:
     """An OpenAI-compatible endpoint through ``openai.AsyncOpenAI``.
 
@@ -58,17 +74,7 @@ class OpenAIProvider:
     async def complete(
         self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions
     ) -> Completion:
-        body: dict[str, Any] = {"model": options.model, "messages": messages}
-        if options.temperature is not None:
-            body["temperature"] = options.temperature
-        if options.max_tokens is not None:
-            body["max_tokens"] = options.max_tokens
-        if options.response_format is not None:
-            body["response_format"] = options.response_format
-        if options.service_tier is not None:
-            body["service_tier"] = options.service_tier
-        if options.extra_body is not None:
-            body.update(options.extra_body)
+        body = chat_body(messages, options)
         client = self._clients[self._next]
         self._next = (self._next + 1) % len(self._clients)
         response = await client.post(
