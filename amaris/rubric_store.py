@@ -70,6 +70,25 @@ class RubricStore:
         self._current[scope] = version
         return version
 
+    def refresh(self) -> list[str]:
+        """Re-read the pointers of the scopes held in memory (one read for all of them) and
+        load versions another process published. Returns the scopes that changed."""
+        scopes = list(self._current)
+        if not scopes:
+            return []
+        points = self._client.retrieve(
+            self._collection, ids=[_pointer_id(s) for s in scopes], with_payload=True
+        )
+        changed = []
+        for point in points:
+            payload = point.payload or {}
+            scope = str(payload.get("scope", "global"))
+            held = self._current.get(scope)
+            if held is not None and int(payload.get("current", held.version)) != held.version:
+                self._current[scope] = self.get(int(payload["current"]), scope)
+                changed.append(scope)
+        return changed
+
     def get(self, version: int, scope: str = "global") -> RubricVersion:
         """One version by number."""
         payload = self._retrieve(_version_id(scope, version))

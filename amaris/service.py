@@ -62,6 +62,7 @@ class Services:
     runner: PipelineRunner
     coordinator: StepCoordinator
     metrics: Metrics
+    _refresher: asyncio.Task[None] | None = None
 
     @property
     def offline(self) -> bool:
@@ -79,14 +80,31 @@ class Services:
         """Start the pipeline thread and resume steps a previous process left completing."""
         self.runner.start()
         await self.coordinator.recover()
+        interval = self.settings.memory.rubric_refresh_seconds
+        if interval is not None:
+            self._refresher = asyncio.create_task(self._refresh_rubrics(interval))
         # Everything loaded so far (Prefect, torch, the stores) lives as long as the process:
         # keep it out of the collector's full passes, which otherwise stall the event loop
         # for hundreds of milliseconds once the memory holds many points.
         gc.collect()
         gc.freeze()
 
+    async def _refresh_rubrics(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                changed = await asyncio.to_thread(self.store.refresh)
+            except Exception:  # a storage hiccup must not end the refresh loop
+                log.exception("rubric refresh failed; retrying in %s s", interval)
+                continue
+            if changed:
+                log.info("rubric version changed elsewhere for scopes %s", changed)
+
     async def stop(self) -> None:
         """Stop supervising steps, the pipeline thread and the gateways; close Qdrant."""
+        if self._refresher is not None:
+            self._refresher.cancel()
+            await asyncio.gather(self._refresher, return_exceptions=True)
         await self.coordinator.close()
         await asyncio.to_thread(self.runner.stop)
         await self.gateway.close()

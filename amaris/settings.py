@@ -165,6 +165,9 @@ class MemorySettings(_Section):
     """Accepted for AMARIS compatibility; amaris keeps per-instance state in Qdrant."""
     per_instance_rubrics_path: Path | None = None
     """JSON with rubrics preloaded per input id."""
+    rubric_refresh_seconds: float | None = Field(default=5.0, gt=0)
+    """How often the rubric version in force is re-read from Qdrant, so a version
+    published by another process (a replica, a rollback) is used; null = never."""
     rollout_retention_steps: int | None = Field(default=8, ge=1)
     """Steps whose rollouts stay in the rollout log after they are done (older ones are
     archived to ``<path>/rollouts/step-N.jsonl`` and dropped); null = keep all."""

@@ -83,3 +83,22 @@ def test_criterion_versions_are_frozen() -> None:
     criterion = Criterion(id="A1", text="x", weight=1.0, is_anchor=True)
     with pytest.raises(ValueError):
         criterion.weight = 2.0  # type: ignore[misc]
+
+
+def test_refresh_picks_up_a_version_published_by_another_process(tmp_path: Path) -> None:
+    # Two stores over one Qdrant: what two replicas see through a Qdrant server.
+    settings = make_settings(tmp_path)
+    client = open_qdrant(settings.memory)
+    replica_a = RubricStore(client, "amaris", None)
+    replica_b = RubricStore(client, "amaris", None)
+    first = replica_a.ensure_initialized(settings)
+    assert replica_b.current().version == 1
+    assert replica_a.refresh() == []
+    added = Criterion(id="R1", text="Offers one answer only.", weight=-1.0, is_anchor=False)
+    replica_b.publish(anchors=first.anchors, adaptive=[added], origin="updater", step=2,
+                      next_adaptive_id=2)
+    assert replica_a.current().version == 1  # cached until refreshed
+    assert replica_a.refresh() == ["global"]
+    assert replica_a.current().version == 2
+    assert replica_a.current().adaptive == (added,)
+    client.close()
