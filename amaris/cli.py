@@ -31,11 +31,6 @@ def _serve(args: argparse.Namespace) -> int:
     return run_server(_settings(args))
 
 
-def _api_base(settings: Settings, url: str | None) -> str:
-    host = "127.0.0.1" if settings.server.host in {"0.0.0.0", "::"} else settings.server.host
-    return (url or f"http://{host}:{settings.server.port}").rstrip("/")
-
-
 def _use_recorded_prefect(settings: Settings) -> bool:
     """Point this process at the Prefect server a running ``amaris serve`` started."""
     import os
@@ -66,7 +61,7 @@ def _repair(args: argparse.Namespace) -> int:
         os.environ.setdefault("AMARIS_API_KEY", settings.server.api_key)
     from flows.repair import repair_steps
 
-    outcome = asyncio.run(repair_steps(_api_base(settings, args.url)))
+    outcome = asyncio.run(repair_steps(cli_inspect.server_url(settings, args.url)))
     print(json.dumps({str(k): v for k, v in outcome.items()}) if outcome else "no failed steps")
     return 0 if all(v == "updated" for v in outcome.values()) else 1
 

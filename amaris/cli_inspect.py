@@ -40,13 +40,7 @@ class CommandError(RuntimeError):
 
 def server_url(settings: Settings, url: str | None = None) -> str:
     """``url``, else the configured server (a wildcard bind address is asked on loopback)."""
-    if url:
-        return url.rstrip("/")
-    host = settings.server.host
-    host = "127.0.0.1" if host in {"0.0.0.0", "::"} else host
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{settings.server.port}"
+    return url.rstrip("/") if url else settings.server.local_url
 
 
 def api_get(settings: Settings, url: str | None, path: str,

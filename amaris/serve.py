@@ -104,7 +104,6 @@ class RepairWorker:
         if self._stopped.is_set():
             return
         server = self._settings.server
-        host = "127.0.0.1" if server.host in {"0.0.0.0", "::"} else server.host
         env = dict(os.environ)
         if server.api_key:
             env["AMARIS_API_KEY"] = server.api_key
@@ -112,7 +111,7 @@ class RepairWorker:
         with (home / "repair-worker.log").open("ab") as out:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "amaris.cli", "repair-worker", "--url",
-                 f"http://{host}:{server.port}", "--interval",
+                 server.local_url, "--interval",
                  str(self._settings.prefect.repair_interval_seconds)],
                 env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,

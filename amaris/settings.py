@@ -205,6 +205,14 @@ class ServerSettings(_Section):
     max_batch_items: int = Field(default=1024, gt=0)
     """Most items one /batch_score request may carry."""
 
+    @property
+    def local_url(self) -> str:
+        """Where a process on this machine reaches the API (a wildcard bind on loopback)."""
+        host = "127.0.0.1" if self.host in {"0.0.0.0", "::"} else self.host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
 
 class PipelineSettings(_Section):
     """``pipeline:``: when and how a step's rubric evolution runs."""

@@ -8,7 +8,6 @@ as in production. Every request body is recorded for assertions on prompts.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,16 +19,9 @@ import uvicorn
 
 from amaris.offline.judge import respond
 from amaris.offline.server import Reply, create_llm_app
+from amaris.prefect_server import free_port
 
 Script = Reply | Callable[[dict[str, Any]], Reply]
-
-
-def free_port() -> int:
-    """An unused TCP port on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def offline_reply(body: dict[str, Any]) -> Reply:

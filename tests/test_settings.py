@@ -129,3 +129,13 @@ def test_derived_paths(tmp_path: Path) -> None:
     settings = load_settings(None, **{"memory.path": str(tmp_path)})
     assert settings.memory.rubrics_export_path == tmp_path / "rubrics.json"
     assert settings.log_dir == tmp_path / "logs"
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [("0.0.0.0", "http://127.0.0.1:9001"), ("::", "http://127.0.0.1:9001"),
+     ("10.0.0.5", "http://10.0.0.5:9001"), ("::1", "http://[::1]:9001")],
+)
+def test_local_url_reaches_the_api_from_this_machine(host: str, url: str) -> None:
+    settings = load_settings(None, **{"server.host": host, "server.port": 9001})
+    assert settings.server.local_url == url
