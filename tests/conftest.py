@@ -30,6 +30,25 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _restore_loggers() -> Iterator[None]:
+    """A test that configures amaris's logging (handlers bound to its captured stderr,
+    propagation off) must not leave it so: later tests read logs through caplog."""
+    import logging
+
+    saved = {
+        name: (list(lg.handlers), lg.level, lg.propagate)
+        for name in ("amaris", "api")
+        for lg in [logging.getLogger(name)]
+    }
+    yield
+    for name, (handlers, level, propagate) in saved.items():
+        lg = logging.getLogger(name)
+        lg.handlers[:] = handlers
+        lg.setLevel(level)
+        lg.propagate = propagate
+
+
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
     """One Prefect test server for the whole session (it boots in 7-16 s)."""
