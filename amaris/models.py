@@ -21,6 +21,11 @@ class Rollout(BaseModel):
     metadata: dict[str, Any] | None = Field(
         default=None, description="Free-form metadata, stored with the rollout."
     )
+    group_id: str | None = Field(
+        default=None, min_length=1, max_length=512,
+        description="Key of the rollout's group (the prompt id): the analyzer compares the "
+        "responses of one group. Default: rollouts with the same input form a group.",
+    )
 
 
 class TrainingMetadata(BaseModel):

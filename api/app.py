@@ -17,7 +17,7 @@ from amaris.settings import Settings
 from api import errors
 from api.deps import require_api_key
 from api.middleware import RequestGuard, RequestMetrics
-from api.routes import health, memory, metrics, rubrics, score, steps
+from api.routes import health, memory, metrics, openrlhf, rubrics, score, steps
 
 
 def create_app(
@@ -68,6 +68,7 @@ def create_app(
     protected = [Depends(require_api_key)]
     app.include_router(health.router)
     app.include_router(score.router, dependencies=protected)
+    app.include_router(openrlhf.router, dependencies=protected)
     app.include_router(rubrics.router, dependencies=protected)
     app.include_router(steps.router, dependencies=protected)
     app.include_router(memory.router, dependencies=protected)

@@ -1,0 +1,123 @@
+"""verl reward function: ``custom_reward_function.path`` pointing at this module.
+
+verl calls ``compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)``
+per sample (its reward loop awaits the async variant, :func:`compute_score_async`), with
+``custom_reward_function.reward_kwargs`` as keyword arguments. Both return
+``{"score": float, "rubric_version": int, "status": str}``; verl logs the extra keys.
+
+* **Prompt**: ``extra_info["prompt"]`` (text, or chat messages ``[{"role", "content"}]``),
+  else ``extra_info["question"]``; set one in your preprocessing. Missing: ValueError.
+* **Group** (the analyzer compares responses to one prompt): ``extra_info["uid"]``, else
+  ``data_source`` + ``extra_info["index"]``, else the prompt text.
+* **Step**: ``reward_kwargs.step``, else ``extra_info["global_steps"]`` (set by reward
+  managers that forward the trainer's step), else ``AMARIS_STEP``, else the step amaris
+  has open (use ``pipeline.rollouts_per_step`` = train_batch_size x rollout.n).
+* **Server**: ``reward_kwargs.url`` / ``api_key``, else ``AMARIS_URL`` / ``AMARIS_API_KEY``.
+* **Unscored**: verl needs a float. While amaris answers 503 (no verdict yet) the sample is
+  retried for ``retry_seconds`` (default 60); then :class:`RewardUnavailableError` is
+  raised and the training step stops, unless ``reward_kwargs.unscored_score`` is set: that
+  value is returned with ``status: "unscored"`` so verl logs it. Under
+  ``scoring.on_failure: neutral`` amaris answers the neutral score, also as ``unscored``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from amaris.integrations._remote import (
+    Rewards,
+    RewardUnavailableError,
+    Target,
+    env_step,
+    get_rewards,
+    get_rewards_async,
+    optional_float,
+)
+from amaris.integrations.text import render
+
+__all__ = ["RewardUnavailableError", "compute_score", "compute_score_async"]
+
+_RUN_KEYS = ("high_level_goal", "model_size", "total_steps", "other_context")
+
+
+def _prompt(extra_info: Mapping[str, Any]) -> str:
+    for key in ("prompt", "question"):
+        value = extra_info.get(key)
+        if value:
+            return render(value)
+    raise ValueError("verl extra_info needs the prompt: set extra_info['prompt'] (or "
+                     "'question') in your dataset preprocessing")
+
+
+def _group(data_source: str, extra_info: Mapping[str, Any]) -> str | None:
+    if extra_info.get("uid") is not None:
+        return str(extra_info["uid"])
+    if extra_info.get("index") is not None:
+        return f"{data_source}/{extra_info['index']}"
+    return None
+
+
+def _step(extra_info: Mapping[str, Any], kwargs: Mapping[str, Any]) -> int | None:
+    for value in (kwargs.get("step"), extra_info.get("global_steps")):
+        if value is not None:
+            return int(value)
+    return env_step()
+
+
+def _request(data_source: str, solution_str: str, ground_truth: Any,
+             extra_info: Mapping[str, Any] | None, kwargs: Mapping[str, Any]
+             ) -> tuple[Target, dict[str, Any], int | None]:
+    info = extra_info or {}
+    prompt = _prompt(info)
+    run = {key: kwargs[key] for key in _RUN_KEYS if kwargs.get(key) is not None}
+    group = _group(data_source, info)
+    body = {
+        "query": [prompt + solution_str],
+        "prompts": [prompt],
+        "labels": [ground_truth],
+        "group_ids": [group] if group is not None else None,
+        "amaris_metadata": run or None,
+    }
+    target = Target.resolve(kwargs.get("url"), kwargs.get("api_key"), kwargs.get("timeout"),
+                            kwargs.get("retry_seconds"))
+    return target, body, _step(info, kwargs)
+
+
+def _result(result: Rewards) -> dict[str, Any]:
+    return {"score": result.values()[0], "rubric_version": result.rubric_versions[0] or 0,
+            "status": result.statuses[0]}
+
+
+def _fallback(error: RewardUnavailableError, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    value = optional_float("unscored_score", kwargs.get("unscored_score"))
+    if value is None:
+        raise error
+    return {"score": value, "rubric_version": error.result.rubric_versions[0] or 0,
+            "status": "unscored"}
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: Any,
+                  extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+    """The amaris reward of one verl sample (blocking); see the module docstring.
+
+    Raises:
+        RewardUnavailableError: unscored after the retry budget, without ``unscored_score``.
+        ValueError: ``extra_info`` has no prompt.
+    """
+    target, body, step = _request(data_source, solution_str, ground_truth, extra_info, kwargs)
+    try:
+        return _result(get_rewards(target, body, step))
+    except RewardUnavailableError as error:
+        return _fallback(error, kwargs)
+
+
+async def compute_score_async(data_source: str, solution_str: str, ground_truth: Any,
+                              extra_info: Mapping[str, Any] | None = None, **kwargs: Any
+                              ) -> dict[str, Any]:
+    """Async :func:`compute_score`, for verl's reward loop."""
+    target, body, step = _request(data_source, solution_str, ground_truth, extra_info, kwargs)
+    try:
+        return _result(await get_rewards_async(target, body, step))
+    except RewardUnavailableError as error:
+        return _fallback(error, kwargs)

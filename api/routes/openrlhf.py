@@ -1,0 +1,206 @@
+"""``POST /get_reward``: OpenRLHF's remote reward model protocol (``--remote_rm_url``).
+
+OpenRLHF posts ``{"query": [...], "prompts": [...], "labels": [...]}`` where ``query[i]``
+is ``prompts[i]`` followed by the response, and reads ``rewards`` (advantages), ``scores``
+(dynamic filtering) and ``extra_logs`` (per-sample values it logs). The items are scored
+by :func:`api.routes.score.batch_score` itself: same rollout log, step counting, cache and
+concurrency limit as ``/batch_score``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from amaris.models import BatchScoreRequest, ErrorDetail, ScoreResponse
+from amaris.steps import StepCoordinator
+from api.deps import ServicesDep
+from api.errors import INPUT_ERRORS, error_response
+from api.routes.score import batch_score
+
+router = APIRouter(tags=["trainers"])
+
+STEP_HEADER = "X-Amaris-Step"
+
+
+class RunMetadata(BaseModel):
+    """What amaris knows of the run (the step comes from the header or query)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    high_level_goal: str | None = None
+    model_size: str | None = None
+    total_steps: int | None = Field(default=None, ge=0)
+    other_context: str | None = None
+
+
+class GetRewardRequest(BaseModel):
+    """OpenRLHF's body, plus optional amaris fields its trainer never sends."""
+
+    # OpenRLHF versions and forks add fields of their own (metadata, datasources, token
+    # ids...): they are ignored rather than refused, so any of them can post here.
+    model_config = ConfigDict(extra="ignore")
+
+    query: list[str] = Field(min_length=1, description="Prompt + response, per sample.")
+    prompts: list[str] = Field(description="The prompt each query starts with.")
+    labels: list[Any] | None = Field(
+        default=None, description="Reference answers (supplemental_context); null: none.")
+    group_ids: list[str] | None = Field(
+        default=None, description="amaris: the group (prompt id) of each sample; "
+        "default: its prompt.")
+    amaris_metadata: RunMetadata | None = Field(
+        default=None, description="amaris: the run's goal, model size, total steps.")
+
+
+class GetRewardResponse(BaseModel):
+    """What OpenRLHF reads, plus the step the rollouts were logged under."""
+
+    rewards: list[float | None]
+    scores: list[float | None]
+    extra_logs: dict[str, list[float]] = Field(
+        description="Per sample: amaris_rubric_version, amaris_unscored (1/0), amaris_cached.")
+    step: int
+    statuses: list[str]
+
+
+class UnscoredBatchResponse(GetRewardResponse):
+    """The 503 body: which samples have no reward (null), and why."""
+
+    error: str = "unscored"
+    detail: list[ErrorDetail]
+
+
+def current_step(coordinator: StepCoordinator) -> int:
+    """The step a request without one belongs to: the open step, else the next one.
+
+    Trainers that do not say which step they are at rely on amaris completing steps by
+    itself (``pipeline.rollouts_per_step``): once a step starts completing, new rollouts
+    go to the step after it.
+    """
+    steps = coordinator.snapshot()
+    opened = [step for step, status in steps.items() if status == "open"]
+    if opened:
+        return max(opened)
+    return max(steps) + 1 if steps else 0
+
+
+def _label(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _response_of(query: str, prompt: str) -> str | None:
+    """The response in ``query``: what follows ``prompt`` (which may come after a BOS
+    token the tokenizer's decode added); None when the prompt is not in the query."""
+    if query.startswith(prompt):
+        return query[len(prompt):]
+    at = query.find(prompt) if prompt else -1
+    return query[at + len(prompt):] if at >= 0 else None
+
+
+def _length_errors(body: GetRewardRequest) -> list[ErrorDetail]:
+    expected = len(body.query)
+    lists = {"prompts": body.prompts, "labels": body.labels, "group_ids": body.group_ids}
+    return [ErrorDetail(field=name, message=f"has {len(values)} items; query has {expected}")
+            for name, values in lists.items()
+            if values is not None and len(values) != expected]
+
+
+def _items(body: GetRewardRequest, step: int) -> tuple[list[dict[str, Any]], list[ErrorDetail]]:
+    metadata = {**(body.amaris_metadata.model_dump() if body.amaris_metadata else {}),
+                "current_step": step}
+    items: list[dict[str, Any]] = []
+    errors: list[ErrorDetail] = []
+    for i, (query, prompt) in enumerate(zip(body.query, body.prompts, strict=True)):
+        response = _response_of(query, prompt)
+        if response is None:
+            errors.append(ErrorDetail(field=f"query[{i}]", message=(
+                f"does not contain prompts[{i}]: a query is the prompt followed by the "
+                "response")))
+            continue
+        rollout = {
+            "id": f"get_reward-{uuid.uuid4().hex[:16]}",
+            "input": prompt,
+            "output": response,
+            "supplemental_context": _label(body.labels[i]) if body.labels else None,
+            "group_id": body.group_ids[i] if body.group_ids else prompt,
+        }
+        items.append({"rollout": rollout, "metadata": metadata})
+    return items, errors
+
+
+def _field_of(index: int, reason: str | None) -> str:
+    """``items[i].rollout.input: ...`` -> the /get_reward field the problem came from."""
+    text = reason or ""
+    for part, field in (("rollout.input", "prompts"), ("rollout.supplemental_context", "labels"),
+                        ("rollout.group_id", "group_ids")):
+        if part in text.split(":", 1)[0]:
+            return f"{field}[{index}]"
+    return f"query[{index}]"
+
+
+def _answer(results: list[ScoreResponse], step: int) -> GetRewardResponse:
+    rewards = [r.score for r in results]
+    unscored = [1.0 if r.status != "scored" else 0.0 for r in results]
+    return GetRewardResponse(
+        rewards=rewards, scores=list(rewards), step=step,
+        statuses=[r.status for r in results],
+        extra_logs={
+            "amaris_rubric_version": [float(r.rubric_version or 0) for r in results],
+            "amaris_unscored": unscored,
+            "amaris_cached": [1.0 if r.cached else 0.0 for r in results],
+        },
+    )
+
+
+@router.post(
+    "/get_reward",
+    response_model=GetRewardResponse,
+    responses={**INPUT_ERRORS, 503: {
+        "model": UnscoredBatchResponse,
+        "description": "Some samples are unscored and `scoring.on_failure` is not `neutral`."}},
+)
+async def get_reward(
+    body: GetRewardRequest,
+    services: ServicesDep,
+    step_header: Annotated[int | None, Header(alias=STEP_HEADER, ge=0)] = None,
+    step_query: Annotated[int | None, Query(alias="step", ge=0)] = None,
+) -> GetRewardResponse | JSONResponse:
+    """Score OpenRLHF's batch; one reward per query, in order.
+
+    The step is the ``X-Amaris-Step`` header, else the ``step`` query parameter, else the
+    step amaris has open (see :func:`current_step`). OpenRLHF needs a number for every
+    sample: when one is unscored, the whole batch answers 503 with ``Retry-After``
+    (OpenRLHF retries it), unless ``scoring.on_failure`` is ``neutral``, whose
+    ``neutral_score`` is then the reward, flagged in ``extra_logs.amaris_unscored``.
+    """
+    errors = _length_errors(body)
+    if errors:
+        return error_response(422, "invalid_request", errors)
+    step = step_header if step_header is not None else step_query
+    if step is None:
+        step = current_step(services.coordinator)
+    items, errors = _items(body, step)
+    if errors:
+        return error_response(422, "invalid_request", errors)
+    batch = await batch_score(BatchScoreRequest(items=items), services)
+    invalid = [ErrorDetail(field=_field_of(i, r.reason), message=r.reason or "invalid")
+               for i, r in enumerate(batch.results) if r.status == "invalid"]
+    if invalid:
+        return error_response(422, "invalid_request", invalid)
+    answer = _answer(batch.results, step)
+    policy = services.settings.scoring
+    missing = [ErrorDetail(field=f"query[{i}]", message=r.reason or "unscored")
+               for i, r in enumerate(batch.results) if r.score is None]
+    if missing and policy.on_failure != "neutral":
+        unscored = UnscoredBatchResponse(**answer.model_dump(), detail=missing)
+        return JSONResponse(jsonable_encoder(unscored), status_code=503,
+                            headers={"Retry-After": str(policy.retry_after_seconds)})
+    return answer
