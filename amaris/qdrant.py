@@ -137,6 +137,14 @@ def ensure_collection(client: QdrantClient, name: str, vector_size: int | None) 
     tune_local_collection(client, name)
 
 
+def ensure_payload_index(client: QdrantClient, name: str, field: str) -> None:
+    """An integer payload index on ``field`` (filters on a Qdrant server use it; embedded
+    Qdrant ignores indexes and filters in Python)."""
+    if isinstance(getattr(client, "_client", None), QdrantLocal):
+        return
+    client.create_payload_index(name, field, field_schema=models.PayloadSchemaType.INTEGER)
+
+
 def delete_points(client: QdrantClient, name: str, ids: list[models.ExtendedPointId]) -> None:
     """Delete points by id; absent ids are ignored.
 

@@ -20,6 +20,7 @@ from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.memory.store import MemoryStore
 from amaris.metrics import Metrics
 from amaris.models import ScoreRequest, ScoreResponse
+from amaris.pipeline.deployment import DeploymentExecutor
 from amaris.pipeline.runner import PipelineRunner
 from amaris.prompts import load_prompts
 from amaris.qdrant import open_qdrant
@@ -62,6 +63,7 @@ class Services:
     runner: PipelineRunner
     coordinator: StepCoordinator
     metrics: Metrics
+    owns_qdrant: bool = True
     _refresher: asyncio.Task[None] | None = None
 
     @property
@@ -109,7 +111,8 @@ class Services:
         await asyncio.to_thread(self.runner.stop)
         await self.gateway.close()
         await self.pipeline_gateway.close()
-        await asyncio.to_thread(self.qdrant.close)
+        if self.owns_qdrant:
+            await asyncio.to_thread(self.qdrant.close)
 
 
 def build_services(
@@ -121,29 +124,36 @@ def build_services(
     warm_prefect: bool = False,
     prefect_ready: Callable[[], None] | None = None,
     metrics: Metrics | None = None,
+    qdrant: QdrantClient | None = None,
 ) -> Services:
     """Open storage, initialise the rubric and wire everything (blocking; no I/O to LLMs).
 
     Prefect is imported when the first step runs (or at start with ``warm_prefect``);
     ``prefect_ready`` blocks until a Prefect server started beside amaris answers.
     ``metrics``: the registry to record into (the app's); default a new one.
+    ``qdrant``: a client to share (it stays open on stop): replicas of one store in one
+    process, as tests run them; default: opened from ``memory``.
     """
     from amaris.prefect_env import configure_prefect
 
     configure_prefect(settings)
     providers = providers or build_providers(settings)
     prompts = load_prompts(settings.prompts)
-    qdrant = open_qdrant(settings.memory, location=qdrant_location)
+    owns_qdrant = qdrant is None
+    qdrant = qdrant or open_qdrant(settings.memory, location=qdrant_location)
     try:
         prefix = settings.memory.collection
         store = RubricStore(qdrant, prefix, settings.memory.rubrics_export_path)
         store.ensure_initialized(settings)
         memory = MemoryStore(qdrant, prefix, embedder or build_embedder(settings.memory,
                                                                          settings.client))
-        rollouts = RolloutLog(qdrant, prefix)
+        shared = settings.pipeline.executor == "deployment"
+        replica = settings.server.replica if shared else ""
+        rollouts = RolloutLog(qdrant, prefix, writer=replica)
         steps = StepRegistry(qdrant, prefix)
     except Exception:
-        qdrant.close()
+        if owns_qdrant:
+            qdrant.close()
         raise
     call_log = CallLog(settings.log_dir)
     metrics = metrics or Metrics()
@@ -175,18 +185,28 @@ def build_services(
             async with get_client() as client:
                 await client.api_healthcheck()
 
-    runner = PipelineRunner(on_start=warm_up)
+    async def after_step(step: int) -> None:
+        await asyncio.to_thread(enforce_retention, settings, rollouts, memory, step)
 
-    def run_step(step: int) -> Any:
+    executor = DeploymentExecutor(steps, replica, on_done=after_step) if shared else None
+
+    async def start_pipeline() -> None:
+        await warm_up()
+        if executor is not None:
+            await executor.start()
+
+    runner = PipelineRunner(on_start=start_pipeline)
+
+    def run_step(step: int, new_attempt: bool) -> Any:
+        if executor is not None:
+            return runner.submit(executor.run(step, new_attempt))
         from flows.step_pipeline import step_pipeline
 
         return runner.submit(step_pipeline(step))
 
-    async def after_step(step: int) -> None:
-        await asyncio.to_thread(enforce_retention, settings, rollouts, memory, step)
-
     coordinator = StepCoordinator(settings, rollouts, steps, run_step, on_done=after_step,
-                                  on_finished=metrics.observe_step)
+                                  on_finished=metrics.observe_step, shared=shared,
+                                  replica=replica)
     metrics.watch({"score": gateway, "pipeline": pipeline_gateway}, scorer, store, coordinator)
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
@@ -194,7 +214,7 @@ def build_services(
         settings=settings, qdrant=qdrant, store=store, gateway=gateway,
         pipeline_gateway=pipeline_gateway, scorer=scorer, providers=providers, scopes=scopes,
         rollouts=rollouts, steps=steps, memory=memory, prompts=prompts, runner=runner,
-        coordinator=coordinator, metrics=metrics,
+        coordinator=coordinator, metrics=metrics, owns_qdrant=owns_qdrant,
     )
 
 

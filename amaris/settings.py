@@ -204,6 +204,18 @@ class ServerSettings(_Section):
     """Larger request bodies get 413."""
     max_batch_items: int = Field(default=1024, gt=0)
     """Most items one /batch_score request may carry."""
+    replica_id: str | None = Field(default=None, min_length=1, max_length=128,
+                                   pattern=r"^[A-Za-z0-9_.:-]+$")
+    """This replica's name when ``pipeline.executor`` is ``deployment`` (its rollout-log
+    sequence and the step runs it executes); null = ``<hostname>:<port>``. Keep it stable
+    across restarts of one replica and distinct between replicas."""
+
+    @property
+    def replica(self) -> str:
+        """``replica_id``, or ``<hostname>:<port>``."""
+        import socket
+
+        return self.replica_id or f"{socket.gethostname()}:{self.port}"
 
     @property
     def local_url(self) -> str:
@@ -218,6 +230,10 @@ class PipelineSettings(_Section):
     """``pipeline:``: when and how a step's rubric evolution runs."""
 
     mode: Literal["async", "sync"] = "async"
+    executor: Literal["local", "deployment"] = "local"
+    """``local``: step flows run in this process (one replica). ``deployment``: steps are
+    submitted as runs of the ``amaris-step/steps`` Prefect deployment, which every replica
+    serves; counts and step status are read from the shared store (several replicas)."""
     rollouts_per_step: int | None = Field(default=None, gt=0)
     """Complete a step by itself after this many rollouts; null = manual /complete."""
     use_chunking: bool = True

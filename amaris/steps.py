@@ -3,7 +3,8 @@
 A step is ``open`` while rollouts arrive, ``completing`` while its flow runs, then
 ``done`` or ``failed``. Status lives in Qdrant (``StepRegistry``) so a restart
 resumes steps that were completing; the asyncio events here only wake waiters of
-this process.
+this process. With ``shared`` (``pipeline.executor: deployment``, several replicas),
+counts and statuses are read from the store, never from this process's memory alone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from amaris.settings import Settings
 
 log = logging.getLogger("amaris.steps")
 
-RunStep = Callable[[int], concurrent.futures.Future[dict[str, Any]]]
+RunStep = Callable[[int, bool], concurrent.futures.Future[dict[str, Any]]]
+"""Runs a step's flow (``True``: as a new attempt after a failure); the outcome."""
+_STATUS_TTL = 1.0
+"""Seconds a shared replica trusts its view of an open step's status."""
+_WAIT_POLL = 0.5
 
 
 class StepCoordinator:
@@ -37,8 +42,17 @@ class StepCoordinator:
         run_step: RunStep,
         on_done: Callable[[int], Coroutine[Any, Any, None]] | None = None,
         on_finished: Callable[[str, float], None] | None = None,
+        shared: bool = False, replica: str = "",
     ) -> None:
-        """``on_finished`` (metrics) gets ``done`` or ``failed`` and the pipeline's seconds."""
+        """``on_finished`` (metrics) gets ``done`` or ``failed`` and the pipeline's seconds.
+
+        ``shared``: other replicas log and complete steps too; the executor of a step (not
+        this coordinator) records its outcome and runs ``on_done``. ``replica``: this
+        process's name in the registry's ``executor`` field.
+        """
+        self._shared = shared
+        self._replica = replica
+        self._checked: dict[int, float] = {}
         self._settings = settings
         self._rollouts = rollouts
         self._steps = steps
@@ -75,9 +89,13 @@ class StepCoordinator:
                                         "scopes": entry.get("scopes")}
             if status == "completing":
                 resumed.append(step)
+        by_step = {int(e["step"]): e for e in entries}
         for step in resumed:
+            # Shared: a step another replica executes is only watched; one this replica was
+            # executing when it stopped gets a new attempt.
+            mine = not self._shared or by_step[step].get("executor") == self._replica
             log.warning("resuming step %s, interrupted while completing", step)
-            await self._start(step, resume=True)
+            await self._start(step, resume=True, new_attempt=self._shared and mine)
         started = [s for s, st in self._status.items() if st != "open"]
         self._last_started = max(started) if started else None
         return resumed
@@ -85,21 +103,46 @@ class StepCoordinator:
     # -- hot path -----------------------------------------------------------------
     async def record(self, step: int, record: dict[str, Any]) -> None:
         """Append a scored rollout to the log (durably, before the response is sent)."""
-        status = self._status.get(step)
+        status = await self._open_status(step)
         record = {**record, "step": step, "time": time.time(), "late": status not in
                   (None, "open")}
         await self._appender.append(step, record)
         if status is None:
             self._status[step] = "open"
-            await asyncio.to_thread(self._steps.set, step, status="open")
+            await asyncio.to_thread(self._register_open, step)
         if record["late"]:
             log.warning("rollout %s arrived after step %s was completed; logged, not analysed",
                         record["rollout"]["id"], step)
             return
         self._counts[step] = self._counts.get(step, 0) + 1
         target = self._settings.pipeline.rollouts_per_step
-        if target is not None and self._counts[step] >= target:
+        if target is None:
+            return
+        # Shared: every replica's rollouts count (their writers' counts are in the store).
+        count = (await asyncio.to_thread(self._rollouts.count, step) if self._shared
+                 else self._counts[step])
+        if count >= target:
             await self._start(step)
+
+    async def _open_status(self, step: int) -> str | None:
+        """The step's status; shared replicas re-read an open step at most every second,
+        so a step another replica completed is seen (its late rollouts flagged)."""
+        status = self._status.get(step)
+        if not self._shared or status not in (None, "open"):
+            return status
+        now = time.monotonic()
+        if now - self._checked.get(step, 0.0) < _STATUS_TTL:
+            return status
+        self._checked[step] = now
+        record = await asyncio.to_thread(self._steps.get, step)
+        if record is not None:
+            self._status[step] = status = str(record["status"])
+        return status
+
+    def _register_open(self, step: int) -> None:
+        # Shared: never turn another replica's ``completing`` back into ``open``.
+        if not self._shared or self._steps.get(step) is None:
+            self._steps.set(step, status="open")
 
     # -- control ------------------------------------------------------------------
     async def complete(self, step: int | None = None) -> str:
@@ -107,22 +150,36 @@ class StepCoordinator:
         flow of ``step`` (default: every open step) and answer ``complete``."""
         if self._settings.pipeline.rollouts_per_step is not None:
             return "noop"
+        await self._sync_from_store()
         if step is not None:
-            if self._status.get(step) in (None, "open", "failed"):
-                await self._start(step)
+            status = self._status.get(step)
+            if status in (None, "open", "failed"):
+                await self._start(step, new_attempt=status == "failed")
             return "complete"
         for open_step in sorted(s for s, st in self._status.items() if st == "open"):
             await self._start(open_step)
         return "complete"
 
+    async def _sync_from_store(self) -> None:
+        """Shared: adopt the statuses other replicas wrote (steps they opened or ran)."""
+        if not self._shared:
+            return
+        for entry in await asyncio.to_thread(self._steps.list, None, 10_000):
+            step, status = int(entry["step"]), str(entry["status"])
+            if self._status.get(step) != "completing" or status in ("done", "failed"):
+                self._status[step] = status
+            if status != "open":
+                self._last_started = max(step, self._last_started or step)
+
     async def rerun(self, step: int) -> str:
         """Re-run a failed step (repair): ``started``, or why not (``unknown``, ``running``,
         ``done``, ``open``)."""
+        await self._sync_from_store()
         status = self._status.get(step)
         if status is None:
             return "unknown"
         if status == "failed":
-            await self._start(step)
+            await self._start(step, new_attempt=True)
             return "started"
         return "running" if status == "completing" else status
 
@@ -140,6 +197,7 @@ class StepCoordinator:
         Returns ``{"status": "updated" | "failed" | "pending", "step", ...}``;
         ``pending`` only when ``timeout`` seconds passed first.
         """
+        await self._sync_from_store()
         target = step if step is not None else self._last_started
         mode = self._settings.memory.rubrics_mode
         if target is None:
@@ -148,7 +206,11 @@ class StepCoordinator:
         if self._status.get(target) in (None, "open") and step is None:
             return {"status": "updated", "mode": mode, "step": target}
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                if self._shared:
+                    await self._poll_final(target, event)
+                else:
+                    await event.wait()
         except TimeoutError:
             return {"status": "pending", "mode": mode, "step": target,
                     "step_status": self._status.get(target, "unknown")}
@@ -156,6 +218,22 @@ class StepCoordinator:
         status = "failed" if self._status.get(target) == "failed" else "updated"
         return {"status": status, "mode": mode, "step": target,
                 "error": outcome.get("error"), "scopes": outcome.get("scopes")}
+
+    async def _poll_final(self, step: int, event: asyncio.Event) -> None:
+        """Shared: until the registry says ``done`` or ``failed`` (whichever replica ran
+        the step) or this process's own supervision ends."""
+        while not event.is_set():
+            record = await asyncio.to_thread(self._steps.get, step) or {}
+            if record.get("status") in ("done", "failed"):
+                self._status[step] = str(record["status"])
+                self._outcomes[step] = {"error": record.get("error"),
+                                        "scopes": record.get("scopes")}
+                return
+            try:
+                async with asyncio.timeout(_WAIT_POLL):
+                    await event.wait()
+            except TimeoutError:
+                pass
 
     def status(self, step: int) -> str | None:
         """The step's status as this process knows it."""
@@ -171,42 +249,50 @@ class StepCoordinator:
             self._events[step] = asyncio.Event()
         return self._events[step]
 
-    async def _start(self, step: int, resume: bool = False) -> None:
+    async def _start(self, step: int, resume: bool = False, new_attempt: bool = False) -> None:
         async with self._lock:
             if not resume and self._status.get(step) == "completing":
                 return
+            if self._shared and not resume and not new_attempt:
+                record = await asyncio.to_thread(self._steps.get, step) or {}
+                if record.get("status") in ("completing", "done"):
+                    # Another replica completed it: watch it, do not start it again.
+                    self._status[step] = str(record["status"])
+                    return
             self._status[step] = "completing"
             self._event(step).clear()
             self._last_started = max(step, self._last_started or step)
             await asyncio.to_thread(self._steps.set, step, status="completing",
                                     rollout_count=self._counts.get(step, 0), error=None)
-        task = asyncio.create_task(self._supervise(step), name=f"step-{step}")
+        task = asyncio.create_task(self._supervise(step, new_attempt), name=f"step-{step}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _supervise(self, step: int) -> None:
+    async def _supervise(self, step: int, new_attempt: bool = False) -> None:
         started = time.monotonic()
         try:
-            outcome = await asyncio.wrap_future(self._run_step(step))
+            outcome = await asyncio.wrap_future(self._run_step(step, new_attempt))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("step %s failed: %s", step, exc)
+            error = str(exc) if self._shared else f"{type(exc).__name__}: {exc}"
+            log.error("step %s failed: %s", step, error)
             self._status[step] = "failed"
-            self._outcomes[step] = {"error": f"{type(exc).__name__}: {exc}"}
+            self._outcomes[step] = {"error": error}
             self._finished("failed", started)
-            await asyncio.to_thread(self._steps.set, step, status="failed",
-                                    error=f"{type(exc).__name__}: {exc}")
+            if not self._shared:  # shared: the executing replica recorded it
+                await asyncio.to_thread(self._steps.set, step, status="failed", error=error)
         else:
             self._status[step] = "done"
             self._outcomes[step] = outcome
             self._finished("done", started)
-            await asyncio.to_thread(self._steps.set, step, status="done",
-                                    duration_s=round(time.monotonic() - started, 3),
-                                    scopes=outcome.get("scopes"))
             log.info("step %s done in %.1f s", step, time.monotonic() - started)
-            if self._on_done is not None:
-                await self._on_done(step)
+            if not self._shared:
+                await asyncio.to_thread(self._steps.set, step, status="done",
+                                        duration_s=round(time.monotonic() - started, 3),
+                                        scopes=outcome.get("scopes"))
+                if self._on_done is not None:
+                    await self._on_done(step)
         finally:
             self._counts.pop(step, None)
             self._event(step).set()

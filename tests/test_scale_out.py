@@ -1,0 +1,106 @@
+"""Several replicas of one store (``pipeline.executor: deployment``): no correctness
+depends on one process's memory.
+
+Two amaris apps share one Qdrant store (one client in this process: the machine has no
+Qdrant server binary) and the session's Prefect server. Rollouts of a step arrive at
+both; the step completes once their sum reaches ``rollouts_per_step``, runs once as a
+deployment run, and both replicas see it done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from qdrant_client import QdrantClient
+
+from amaris.service import build_services
+from api.app import create_app
+from tests.conftest import make_settings
+from tests.pipeline_helpers import metadata, rollout
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+
+@contextmanager
+def replicas(tmp_path: Path, names: list[str], **overrides: Any) -> Iterator[list[TestClient]]:
+    shared = QdrantClient(location=":memory:")
+    with ExitStack() as stack:
+        clients = []
+        for name in names:
+            settings = make_settings(tmp_path, **{
+                "pipeline.executor": "deployment", "server.replica_id": name,
+                "memory.collection": f"scale_{tmp_path.name}"[:60], **overrides})
+            services = build_services(settings, qdrant=shared)
+            clients.append(stack.enter_context(TestClient(create_app(settings,
+                                                                     services=services))))
+        yield clients
+    shared.close()
+
+
+def score(client: TestClient, step: int, index: int, behaviour: str = "correct") -> None:
+    body = {"rollout": rollout(step, index, behaviour), "metadata": metadata(step)}
+    response = client.post("/score", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "scored"
+
+
+async def step_runs(step: int) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    async with get_client() as client:
+        deployment = await client.read_deployment_by_name("amaris-step/steps")
+        runs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[f"step-{step}"])))
+    return [r for r in runs if r.deployment_id == deployment.id
+            and r.parameters == {"step": step}]
+
+
+def test_step_counted_across_replicas_runs_once(tmp_path: Path) -> None:
+    step = 9001  # a step number no other test of the session's Prefect server uses
+    with replicas(tmp_path, ["r1", "r2"], **{"pipeline.rollouts_per_step": 6}) as (a, b):
+        for i in range(3):  # neither replica alone reaches 6
+            score(a, step, 2 * i)
+            score(b, step, 2 * i + 1)
+        for client in (b, a):
+            done = client.get("/rubric_status/wait",
+                              params={"step": step, "timeout": 120}).json()
+            assert done["status"] == "updated", done
+            assert done["scopes"]["global"]["rollouts"] == 6
+        services = [c.app.state.services for c in (a, b)]  # type: ignore[attr-defined]
+        records = services[0].rollouts.load_step(step)
+        assert sorted(r["rollout"]["id"] for r in records) == sorted(
+            rollout(step, i, "correct")["id"] for i in range(6))
+        assert [r["seq"] for r in records] == list(range(6))
+        entry = services[1].steps.get(step)
+        assert entry["status"] == "done" and entry["executor"] in {"r1", "r2"}
+        # a late rollout at the replica that did not execute the step is flagged late
+        score(b, step, 6)
+        assert services[0].rollouts.count(step) == 7
+        late = {r["rollout"]["id"]: r["late"] for r in services[0].rollouts.load_step(step)}
+        assert late == {**{rollout(step, i, "correct")["id"]: False for i in range(6)},
+                        rollout(step, 6, "correct")["id"]: True}
+    runs = asyncio.run(step_runs(step))
+    assert len(runs) == 1 and runs[0].state.is_completed()
+
+
+def test_manual_complete_at_one_replica_wakes_the_other(tmp_path: Path) -> None:
+    step = 9002
+    with replicas(tmp_path, ["r1", "r2"]) as (a, b):
+        for i in range(4):
+            score(a, step, i)
+        assert b.post("/complete", json={"step": step}).json() == {"status": "complete"}
+        # a second /complete elsewhere starts nothing new
+        assert a.post("/complete", json={"step": step}).json() == {"status": "complete"}
+        done = a.get("/rubric_status/wait", params={"step": step, "timeout": 120}).json()
+        assert done["status"] == "updated", done
+        assert done["scopes"]["global"]["rollouts"] == 4
+        assert b.get("/rubric_status/wait").json()["step"] == step
+    runs = asyncio.run(step_runs(step))
+    assert len(runs) == 1 and runs[0].state.is_completed()
