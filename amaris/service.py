@@ -158,16 +158,12 @@ def build_services(
     call_log = CallLog(settings.log_dir)
     metrics = metrics or Metrics()
     gateway = LLMGateway(settings, providers, call_log, observer=metrics.llm_observer("score"))
-    # The step path's one retry layer is Prefect's task retries: its gateway tries once.
-    pipeline_settings = settings.model_copy(
-        update={"gateway": settings.gateway.model_copy(update={"max_attempts": 1})}
-    )
-    pipeline_gateway = LLMGateway(pipeline_settings, _fresh(providers, settings), call_log,
+    pipeline_gateway = LLMGateway(pipeline_gateway_settings(settings),
+                                  _fresh(providers, settings), call_log,
                                   observer=metrics.llm_observer("pipeline"))
     scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"])
     scopes = ScopeResolver(settings, store)
-    namespace = f"{os.path.abspath(settings.memory.qdrant_url or settings.memory.path)}" \
-                f"/{prefix}"
+    namespace = store_namespace(settings)
 
     async def warm_up() -> None:
         from amaris.pipeline.context import PipelineContext, set_context
@@ -188,7 +184,9 @@ def build_services(
     async def after_step(step: int) -> None:
         await asyncio.to_thread(enforce_retention, settings, rollouts, memory, step)
 
-    executor = DeploymentExecutor(steps, replica, on_done=after_step) if shared else None
+    executor = DeploymentExecutor(
+        steps, replica, on_done=after_step, work_pool=settings.pipeline.work_pool,
+    ) if shared else None
 
     async def start_pipeline() -> None:
         await warm_up()
@@ -215,6 +213,53 @@ def build_services(
         pipeline_gateway=pipeline_gateway, scorer=scorer, providers=providers, scopes=scopes,
         rollouts=rollouts, steps=steps, memory=memory, prompts=prompts, runner=runner,
         coordinator=coordinator, metrics=metrics, owns_qdrant=owns_qdrant,
+    )
+
+
+def pipeline_gateway_settings(settings: Settings) -> Settings:
+    """The step path's one retry layer is Prefect's task retries: its gateway tries once."""
+    return settings.model_copy(
+        update={"gateway": settings.gateway.model_copy(update={"max_attempts": 1})}
+    )
+
+
+def store_namespace(settings: Settings) -> str:
+    """The store and collection prefix, as pipeline cache keys name them."""
+    where = os.path.abspath(settings.memory.qdrant_url or settings.memory.path)
+    return f"{where}/{settings.memory.collection}"
+
+
+def pipeline_context_from_config() -> Any:
+    """A worker process's pipeline context, from the file ``AMARIS_CONFIG`` names.
+
+    A Prefect worker of ``pipeline.work_pool`` runs step flows in processes of its own:
+    they open the shared store (``memory.qdrant_url``) and the judge themselves.
+
+    Raises:
+        RuntimeError: ``AMARIS_CONFIG`` is not set.
+    """
+    from pathlib import Path
+
+    from amaris.pipeline.context import PipelineContext
+    from amaris.settings import load_settings
+
+    path = os.environ.get("AMARIS_CONFIG")
+    if not path:
+        raise RuntimeError("amaris pipeline context is not set in this process, and "
+                           "AMARIS_CONFIG does not name a configuration to build it from")
+    settings = load_settings(Path(path))
+    qdrant = open_qdrant(settings.memory)
+    prefix = settings.memory.collection
+    writer = settings.server.replica if settings.pipeline.executor == "deployment" else ""
+    return PipelineContext(
+        settings=settings,
+        gateway=LLMGateway(pipeline_gateway_settings(settings), build_providers(settings),
+                           CallLog(settings.log_dir)),
+        memory=MemoryStore(qdrant, prefix, build_embedder(settings.memory, settings.client)),
+        rollouts=RolloutLog(qdrant, prefix, writer=writer),
+        steps=StepRegistry(qdrant, prefix),
+        rubrics=RubricStore(qdrant, prefix, settings.memory.rubrics_export_path),
+        prompts=load_prompts(settings.prompts), namespace=store_namespace(settings),
     )
 
 

@@ -234,6 +234,10 @@ class PipelineSettings(_Section):
     """``local``: step flows run in this process (one replica). ``deployment``: steps are
     submitted as runs of the ``amaris-step/steps`` Prefect deployment, which every replica
     serves; counts and step status are read from the shared store (several replicas)."""
+    work_pool: str | None = Field(default=None, min_length=1)
+    """With ``executor: deployment``: the Prefect work pool the step deployment goes to.
+    Its workers run the steps (in processes of their own, which read ``AMARIS_CONFIG``)
+    and the replicas only submit runs; null = the replicas serve the deployment."""
     rollouts_per_step: int | None = Field(default=None, gt=0)
     """Complete a step by itself after this many rollouts; null = manual /complete."""
     use_chunking: bool = True

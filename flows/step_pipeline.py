@@ -67,6 +67,8 @@ async def step_pipeline(step: int) -> dict[str, Any]:
         for scope, scope_records in sorted(by_scope.items())
     ))
     outcome = {"step": step, "rollouts": len(records), "scopes": dict(results)}
+    # In the shared registry too: a replica that did not run this flow reads it there.
+    await asyncio.to_thread(ctx.steps.set, step, scopes=outcome["scopes"])
     if any(r.get("outcome") == "published" for _, r in results):
         await asyncio.to_thread(ctx.rubrics.export)
     await hacking_table_artifact(step, outcome)

@@ -104,3 +104,63 @@ def test_manual_complete_at_one_replica_wakes_the_other(tmp_path: Path) -> None:
         assert b.get("/rubric_status/wait").json()["step"] == step
     runs = asyncio.run(step_runs(step))
     assert len(runs) == 1 and runs[0].state.is_completed()
+
+
+def test_work_pool_runs_are_left_to_the_pool_workers(tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.flow_engine import run_flow_async
+
+    from flows.step_pipeline import step_pipeline
+
+    step, pool = 9003, "amaris-test-pool"
+
+    async def create_pool() -> None:
+        async with get_client() as client:
+            await client.create_work_pool(WorkPoolCreate(name=pool, type="process"),
+                                          overwrite=True)
+
+    asyncio.run(create_pool())
+    with replicas(tmp_path, ["r1"], **{"pipeline.work_pool": pool}) as (a,):
+        for i in range(3):
+            score(a, step, i)
+        assert a.post("/complete", json={"step": step}).json() == {"status": "complete"}
+        # the replica submits the run but does not run it: it waits for the pool's workers
+        pending = a.get("/rubric_status/wait", params={"step": step, "timeout": 2}).json()
+        assert pending["status"] == "pending", pending
+        (run,) = asyncio.run(step_runs(step))
+        assert run.work_pool_name == pool and run.state.is_scheduled()
+        # be the pool's worker: run the flow run as its process would
+        asyncio.run(run_flow_async(step_pipeline, flow_run=run, parameters=run.parameters))
+        done = a.get("/rubric_status/wait", params={"step": step, "timeout": 60}).json()
+        assert done["status"] == "updated", done
+        assert done["scopes"]["global"]["rollouts"] == 3
+
+
+def test_worker_process_builds_its_context_from_amaris_config(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    data = tmp_path / "data"
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "memory": {"path": str(data), "embedding_model": "hashing"},
+        "pipeline": {"executor": "deployment"}, "server": {"replica_id": "w1"},
+    }))
+    settings = make_settings(tmp_path, **{"pipeline.executor": "deployment",
+                                          "server.replica_id": "w1"})
+    with TestClient(create_app(settings)) as client:
+        for i in range(2):
+            score(client, 7, i)
+    probe = ("from amaris.pipeline.context import get_context; c = get_context(); "
+             "print(c.rollouts.count(7), c.rubrics.current('global').version, c.namespace)")
+    env = {**__import__("os").environ, "AMARIS_CONFIG": str(config)}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout.split()
+    assert out[:2] == ["2", "1"] and out[2].endswith("/amaris")
+    failed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=120, env={k: v for k, v in env.items()
+                                              if k != "AMARIS_CONFIG"})
+    assert failed.returncode != 0 and "AMARIS_CONFIG" in failed.stderr

@@ -59,11 +59,16 @@ def set_context(context: PipelineContext | None) -> None:
 
 
 def get_context() -> PipelineContext:
-    """The registered context.
+    """The registered context; in a process of its own (a work-pool worker's flow run),
+    built once from the configuration ``AMARIS_CONFIG`` names.
 
     Raises:
-        RuntimeError: no amaris pipeline is set up in this process.
+        RuntimeError: no amaris pipeline is set up in this process, and no
+            ``AMARIS_CONFIG`` to build one from.
     """
+    global _context
     if _context is None:
-        raise RuntimeError("amaris pipeline context is not set in this process")
+        from amaris.service import pipeline_context_from_config
+
+        _context = pipeline_context_from_config()
     return _context

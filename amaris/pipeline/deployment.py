@@ -38,8 +38,11 @@ class DeploymentExecutor:
     def __init__(
         self, steps: StepRegistry, replica: str,
         on_done: Callable[[int], Coroutine[Any, Any, None]] | None = None,
-        poll_seconds: float = POLL_SECONDS,
+        poll_seconds: float = POLL_SECONDS, work_pool: str | None = None,
     ) -> None:
+        """``work_pool``: the deployment's Prefect work pool; its workers, not this
+        replica, run the steps, and the replica that submitted a run records its end."""
+        self._work_pool = work_pool
         self._steps = steps
         self.replica = replica
         self._on_done = on_done
@@ -56,10 +59,11 @@ class DeploymentExecutor:
             name=DEPLOYMENT_NAME, tags=["amaris"],
             description="One run per training step; served by the amaris replicas.",
         )
-        self._deployment_id = await deployment.aapply()
+        self._deployment_id = await deployment.aapply(work_pool_name=self._work_pool)
         self._ready.set()
-        task = asyncio.create_task(self._serve(), name="amaris-step-worker")
-        self._running.add(task)
+        if self._work_pool is None:
+            task = asyncio.create_task(self._serve(), name="amaris-step-worker")
+            self._running.add(task)
 
     async def run(self, step: int, new_attempt: bool = False) -> dict[str, Any]:
         """Have ``step`` run (once across replicas) and wait for its outcome.
@@ -83,7 +87,35 @@ class DeploymentExecutor:
                 idempotency_key=f"step-{step}-{attempt}", tags=["amaris"],
             )
         await asyncio.to_thread(self._steps.set, step, flow_run_id=str(run.id))
+        if self._work_pool is not None:
+            await self._record_pool_run(step, run.id)
         return await self.wait_final(step)
+
+    async def _record_pool_run(self, step: int, flow_run_id: UUID) -> None:
+        """A work pool's worker ran the step: record how its run ended (every replica
+        that submitted it writes the same outcome)."""
+        from prefect.client.orchestration import get_client
+
+        started = time.monotonic()
+        while True:
+            async with get_client() as client:
+                run = await client.read_flow_run(flow_run_id)
+            state = run.state
+            if state is not None and state.is_final():
+                break
+            await asyncio.sleep(self._poll_seconds)
+        if state.is_completed():
+            # The flow stored its outcome in the registry: its persisted result lives in the
+            # worker's result storage, which this replica may not reach.
+            await asyncio.to_thread(
+                self._steps.set, step, status="done", error=None,
+                duration_s=round(time.monotonic() - started, 3),
+            )
+            if self._on_done is not None:
+                await self._on_done(step)
+        else:
+            await asyncio.to_thread(self._steps.set, step, status="failed",
+                                    error=f"step run ended {state.type.value}: {state.message}")
 
     async def wait_final(self, step: int) -> dict[str, Any]:
         """The step's outcome once the registry says ``done``; raises when ``failed``."""

@@ -43,6 +43,8 @@ class PipelineRunner:
         if self._on_start is not None:
             try:
                 self._loop.run_until_complete(self._on_start())
+            except asyncio.CancelledError:  # stop() during start-up: nothing to report
+                self.ready.set_exception(RuntimeError("the pipeline stopped during start-up"))
             except Exception as exc:  # reported through `ready`; the API stays up
                 log.exception("pipeline start-up failed")
                 self.ready.set_exception(exc)
