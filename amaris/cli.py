@@ -219,6 +219,85 @@ def _add_memory(sub: Any) -> None:
     search.set_defaults(func=_with_settings(cli_inspect.memory_search))
 
 
+def _sim_command(name: str) -> Callable[[argparse.Namespace], int]:
+    """A command of :mod:`amaris.sim.commands`, imported when it runs (matplotlib, httpx)."""
+
+    def command(args: argparse.Namespace) -> int:
+        from amaris.client import AmarisError
+        from amaris.sim import commands
+        from amaris.sim.driver import DriverError
+        from amaris.sim.server import ServerError
+
+        function: Callable[[Settings, argparse.Namespace], int] = getattr(commands, name)
+        try:
+            return function(_settings(args), args)
+        except (AmarisError, DriverError, ServerError, TimeoutError, OSError) as exc:
+            raise cli_inspect.CommandError(f"{name}: {exc}", 1) from exc
+
+    return command
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is below 0")
+    return value
+
+
+MEMORY_MODES = ("none", "static", "dynamic", "both")
+"""The memory modes ``amaris replay`` compares (see docs/simulation.md)."""
+
+
+def _modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MEMORY_MODES]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(
+            f"unknown memory mode {', '.join(map(repr, unknown)) or repr(text)} "
+            f"(known: {', '.join(MEMORY_MODES)})")
+    if len(set(modes)) != len(modes):
+        raise argparse.ArgumentTypeError(f"a memory mode is repeated in {text!r}")
+    return modes
+
+
+def _add_sim(sub: Any) -> None:
+    simulate = sub.add_parser(
+        "simulate", help="simulated RL training loop against amaris; writes a report folder")
+    simulate.add_argument("--config", type=Path, default=None,
+                          help="config of the server started here (default: ./config.yaml if "
+                          "present, else built-ins: the offline judge)")
+    simulate.add_argument("--url", default=None,
+                          help="use this running server instead of starting one")
+    simulate.add_argument("--steps", type=_bounded(1, 1000), default=10,
+                          help="training steps (default 10)")
+    simulate.add_argument("--rollouts-per-step", type=_bounded(1, 1024), default=32,
+                          help="rollouts per step (default 32)")
+    simulate.add_argument("--seed", type=int, default=0, help="seed of tasks and mix (default 0)")
+    simulate.add_argument("--learning-rate", type=_non_negative, default=2.0,
+                          help="how fast the mix follows reward (default 2.0; 0: fixed mix)")
+    simulate.add_argument("--out", type=Path, default=Path("sim-report"),
+                          help="report folder (default ./sim-report)")
+    simulate.set_defaults(func=_sim_command("simulate"))
+
+    replay = sub.add_parser(
+        "replay", help="re-run the evolution over recorded rollouts under each memory mode")
+    replay.add_argument("rollouts", type=Path, metavar="ROLLOUTS.jsonl",
+                        help="rollout-log records, as `amaris export` writes them")
+    replay.add_argument("--config", type=Path, default=None,
+                        help="config of the servers started here (default: ./config.yaml if "
+                        "present, else built-ins)")
+    replay.add_argument("--modes", type=_modes, default=list(MEMORY_MODES),
+                        help="comma-separated memory modes (default none,static,dynamic,both)")
+    replay.add_argument("--out", type=Path, default=Path("replay-report"),
+                        help="report folder (default ./replay-report)")
+    replay.set_defaults(func=_sim_command("replay"))
+
+    export = sub.add_parser("export", help="write the rollout log as JSONL")
+    _store_options(export, json_output=False)
+    export.add_argument("--out", default="-", help="file to write (default -: stdout)")
+    export.set_defaults(func=_sim_command("export"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every sub-command."""
     parser = argparse.ArgumentParser(prog="amaris", description=__doc__)
@@ -233,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_rubrics(sub)
     _add_memory(sub)
+    _add_sim(sub)
 
     llm = sub.add_parser("offline-llm", help="serve the offline judge as an OpenAI-compatible API")
     llm.add_argument("--host", default="127.0.0.1")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from amaris.memory.batched_append import BatchedAppender
-from amaris.memory.rollout_log import RolloutLog, StepRegistry
+from amaris.memory.rollout_log import RolloutLog, StepRegistry, step_records
 from amaris.settings import Settings
 
 log = logging.getLogger("amaris.steps")
@@ -328,12 +327,7 @@ def enforce_retention(settings: Settings, rollouts: RolloutLog, memory: Any,
     if analysis_keep is None or finished_step - analysis_keep < 0:
         return
     old = finished_step - analysis_keep
-    archive = folder / f"step-{old:06d}.jsonl"
-    if archive.is_file():
-        records = [json.loads(line) for line in archive.read_text(encoding="utf-8").splitlines()
-                   if line.strip()]
-    else:
-        records = rollouts.load_step(old)
+    records = step_records(rollouts, settings.memory.path, old)
     by_scope: dict[str, list[str]] = {}
     for record in records:
         by_scope.setdefault(record["scope"], []).append(record["rollout"]["id"])

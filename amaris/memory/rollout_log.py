@@ -62,6 +62,8 @@ class RolloutLog:
         self._next: dict[int, int] = {}
         self._lock = threading.Lock()
         ensure_collection(client, self._collection, None)
+        # A reader of a store replicas wrote (e.g. `amaris export`) sees their writers too.
+        self._multi = bool(writer) or client.collection_exists(self._writers)
         if writer:
             ensure_collection(client, self._writers, None)
             ensure_payload_index(client, self._writers, "step")
@@ -139,7 +141,7 @@ class RolloutLog:
         """Caller holds the lock. Writer -> count of every writer of ``step``: the embedded
         writer ``""`` always, and the replicas registered in the writers collection."""
         counts = {"": self._next_seq(step, "")} if not self.writer else {}
-        if self.writer:
+        if self._multi:
             points, _ = self._client.scroll(
                 self._writers, limit=10_000, with_payload=True,
                 scroll_filter=models.Filter(must=[models.FieldCondition(
@@ -148,8 +150,9 @@ class RolloutLog:
             for point in points:
                 payload = point.payload or {}
                 counts[str(payload["writer"])] = int(payload["count"])
-            # This writer's own count is exact in memory (its latest write may be in flight).
-            counts[self.writer] = self._next_seq(step)
+            if self.writer:
+                # Its own count is exact in memory (its latest write may be in flight).
+                counts[self.writer] = self._next_seq(step)
         return counts
 
     def count(self, step: int) -> int:
@@ -192,7 +195,7 @@ class RolloutLog:
                         for seq in range(start, min(start + _BATCH, total))
                     ]
                     delete_points(self._client, self._collection, ids)
-            if self.writer:
+            if self._multi:
                 delete_points(self._client, self._writers,
                               [_writer_id(step, writer) for writer in writers])
             # Probing finds nothing now; forgetting the step keeps this dict small.
@@ -216,6 +219,23 @@ class RolloutLog:
             os.fsync(handle.fileno())
         os.replace(tmp, target)
         return target
+
+
+def archive_path(data_path: Path, step: int) -> Path:
+    """Where retention archives the records of ``step`` (``<memory.path>/rollouts``)."""
+    return Path(data_path) / "rollouts" / f"step-{step:06d}.jsonl"
+
+
+def step_records(rollouts: RolloutLog, data_path: Path, step: int) -> list[dict[str, Any]]:
+    """Every record of ``step`` in append order: from the rollout log, else its archive."""
+    records = rollouts.load_step(step)
+    if records:
+        return records
+    archive = archive_path(data_path, step)
+    if not archive.is_file():
+        return []
+    lines = archive.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 class StepRegistry:

@@ -1,16 +1,30 @@
-"""Step control: ``POST /complete`` and ``GET /rubric_status/wait`` (AMARIS API)."""
+"""Step control: ``POST /complete`` and ``GET /rubric_status/wait`` (AMARIS API); a step's
+logged rollouts and per-rollout analyses (read-only)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, HTTPException, Query
+from fastapi import APIRouter, Body, HTTPException, Path, Query
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from amaris.memory.rollout_log import step_records
+from amaris.models import ErrorDetail, ErrorResponse
+from amaris.service import Services
 from api.deps import ServicesDep
-from api.errors import INPUT_ERRORS
+from api.errors import AUTH_ERRORS, INPUT_ERRORS, error_response
 
 router = APIRouter(tags=["steps"])
+
+_LOOKUP_ERRORS: dict[int | str, dict[str, Any]] = {
+    **AUTH_ERRORS,
+    404: {"model": ErrorResponse, "description": "No step of that number."},
+    422: INPUT_ERRORS[422],
+}
+
+StepNumber = Annotated[int, Path(ge=0, description="Training step.")]
 
 
 class CompleteRequest(BaseModel):
@@ -109,3 +123,93 @@ async def rerun_step(step: int, services: ServicesDep) -> RerunResponse:
     if outcome == "unknown":
         raise HTTPException(status_code=404, detail=f"step {step} is unknown")
     return RerunResponse.model_validate({"step": step, "status": outcome})
+
+
+StepStatusName = Literal["open", "completing", "done", "failed"]
+
+
+class StepRollouts(BaseModel):
+    """Answer of ``GET /steps/{step}/rollouts``."""
+
+    step: int
+    status: StepStatusName
+    records: list[dict[str, Any]] = Field(
+        description="The rollout log's records of the step, in arrival order: rollout, "
+        "metadata, score, status, rubric_version, verdicts, scope, seq, late, time."
+    )
+
+
+class RolloutAnalysis(BaseModel):
+    """The analyzer's verdict on one rollout of a step."""
+
+    rollout_id: str
+    scope: str
+    analysis: dict[str, Any] = Field(
+        description="IndividualAnalysis (amaris/agents/schemas.py): reward_hacking_analysis "
+        "(detected, severity, behaviours with tag and evidence), rubric_evaluation, ..."
+    )
+
+
+class StepAnalyses(BaseModel):
+    """Answer of ``GET /steps/{step}/analyses``."""
+
+    step: int
+    status: StepStatusName
+    rollouts: int = Field(description="Rollouts of the step the pipeline analyses (not late).")
+    analyses: list[RolloutAnalysis] = Field(
+        description="Stored analyses, in arrival order; empty until the step's flow has "
+        "analysed it, and once past memory.analysis_retention_steps."
+    )
+
+
+def _unknown_step(services: Services, step: int) -> JSONResponse | None:
+    if services.coordinator.status(step) is not None:
+        return None
+    return error_response(404, "not_found", [ErrorDetail(field="step",
+                                                         message=f"step {step} is unknown")])
+
+
+def _records(services: Services, step: int) -> list[dict[str, Any]]:
+    return step_records(services.rollouts, services.settings.memory.path, step)
+
+
+@router.get("/steps/{step}/rollouts", response_model=StepRollouts, responses=_LOOKUP_ERRORS)
+async def step_rollouts(step: StepNumber, services: ServicesDep) -> StepRollouts | JSONResponse:
+    """The step's rollout-log records (from Qdrant, or its archive past retention);
+    what `amaris export` writes."""
+    unknown = _unknown_step(services, step)
+    if unknown is not None:
+        return unknown
+    records = await asyncio.to_thread(_records, services, step)
+    return StepRollouts.model_validate({"step": step, "status": services.coordinator.status(step),
+                                        "records": records})
+
+
+def _analyses(services: Services, step: int, scope: str | None) -> tuple[int, list[Any]]:
+    records = [r for r in _records(services, step) if not r.get("late")
+               and (scope is None or r["scope"] == scope)]
+    by_scope: dict[str, list[str]] = {}
+    for record in records:
+        by_scope.setdefault(record["scope"], []).append(record["rollout"]["id"])
+    stored = {name: services.memory.get_analyses(name, step, ids)
+              for name, ids in by_scope.items()}
+    found = [{"rollout_id": r["rollout"]["id"], "scope": r["scope"],
+              "analysis": stored[r["scope"]][r["rollout"]["id"]]}
+             for r in records if r["rollout"]["id"] in stored[r["scope"]]]
+    return len(records), found
+
+
+@router.get("/steps/{step}/analyses", response_model=StepAnalyses, responses=_LOOKUP_ERRORS)
+async def step_analyses(
+    step: StepNumber,
+    services: ServicesDep,
+    scope: Annotated[str | None, Query(min_length=1, max_length=200,
+                                       description="Only this scope (default: all).")] = None,
+) -> StepAnalyses | JSONResponse:
+    """The per-rollout analyses of a step (reward-hacking findings per rollout)."""
+    unknown = _unknown_step(services, step)
+    if unknown is not None:
+        return unknown
+    count, found = await asyncio.to_thread(_analyses, services, step, scope)
+    return StepAnalyses.model_validate({"step": step, "status": services.coordinator.status(step),
+                                        "rollouts": count, "analyses": found})

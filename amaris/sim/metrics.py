@@ -1,0 +1,106 @@
+"""The numbers of a report, computed from a run's raw results (pure functions).
+
+Per step: mean reward overall and by behaviour (unscored rollouts left out of the means,
+counted apart), and how many rollouts the analyses flagged with each reward-hacking
+tag. Over the run: per behaviour and tag, the share of its analysed rollouts flagged
+with that tag. Rubric: every version with the step that produced it, the first step
+scored under it, and what changed from its parent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from amaris.sim.driver import RolloutResult, RunResult
+from amaris.sim.policy import BEHAVIOURS
+
+
+def mean(values: Iterable[float]) -> float | None:
+    """The mean, or None without values."""
+    data = list(values)
+    return sum(data) / len(data) if data else None
+
+
+def behaviours_of(run: RunResult) -> list[str]:
+    """Behaviours seen in the run: the simulator's order first, then others sorted."""
+    seen = {r.behaviour for s in run.steps for r in s.rollouts}
+    return [b for b in BEHAVIOURS if b in seen] + sorted(seen - set(BEHAVIOURS))
+
+
+def tags_of(run: RunResult) -> list[str]:
+    """Every reward-hacking tag any analysis of the run named, sorted."""
+    return sorted({tag for s in run.steps for r in s.rollouts for tag in r.flags})
+
+
+def _group(rollouts: list[RolloutResult], tags: list[str]) -> dict[str, Any]:
+    analysed = [r for r in rollouts if r.analysed]
+    return {
+        "rollouts": len(rollouts),
+        "unscored": sum(r.reward is None for r in rollouts),
+        "mean_reward": mean(r.reward for r in rollouts if r.reward is not None),
+        "analysed": len(analysed),
+        "flagged": {tag: sum(tag in r.flags for r in analysed) for tag in tags},
+    }
+
+
+def first_steps(run: RunResult) -> dict[int, int]:
+    """The first step scored under each rubric version."""
+    first: dict[int, int] = {}
+    for step in run.steps:
+        first.setdefault(step.rubric_version, step.step)
+    return first
+
+
+def rubric_changes(run: RunResult) -> list[dict[str, Any]]:
+    """Every version after the first: its step, first step in force, and its diff."""
+    by_b = {int(d["b"]): d for d in run.diffs}
+    first = first_steps(run)
+    changes = []
+    for version in run.history:
+        number = int(version["version"])
+        if version.get("parent") is None or number not in by_b:
+            continue
+        diff = by_b[number]
+        changes.append({
+            "version": number, "parent": version["parent"], "origin": version["origin"],
+            "step": version.get("step"), "in_force_from_step": first.get(number),
+            "added": diff["added"], "removed": diff["removed"], "changed": diff["changed"],
+        })
+    return changes
+
+
+def run_metrics(run: RunResult) -> dict[str, Any]:
+    """Every figure of one run, as JSON-ready data (``metrics.json`` holds one per run)."""
+    behaviours, tags = behaviours_of(run), tags_of(run)
+    steps = []
+    for step in run.steps:
+        entry = {"step": step.step, "rubric_version": step.rubric_version,
+                 **_group(step.rollouts, tags)}
+        entry["by_behaviour"] = {
+            b: _group([r for r in step.rollouts if r.behaviour == b], tags) for b in behaviours
+        }
+        steps.append(entry)
+    everything = [r for s in run.steps for r in s.rollouts]
+    flag_rates: dict[str, dict[str, float | None]] = {}
+    for b in behaviours:
+        group = _group([r for r in everything if r.behaviour == b], tags)
+        flag_rates[b] = {tag: (count / group["analysed"] if group["analysed"] else None)
+                         for tag, count in group["flagged"].items()}
+    return {
+        "label": run.label,
+        "judge": run.judge,
+        "memory": run.memory,
+        "wall_seconds": round(run.wall_s, 2),
+        "behaviours": behaviours,
+        "tags": tags,
+        "steps": steps,
+        "overall": _group(everything, tags),
+        "flag_rates": flag_rates,
+        "rubric_versions": [
+            {"version": v["version"], "parent": v.get("parent"), "origin": v["origin"],
+             "step": v.get("step"), "adaptive": v.get("adaptive", [])}
+            for v in run.history
+        ],
+        "rubric_changes": rubric_changes(run),
+    }

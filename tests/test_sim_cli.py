@@ -1,0 +1,53 @@
+"""``amaris simulate`` / ``replay`` / ``export``: bad arguments and inputs are named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from amaris.cli import main
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["simulate", "--steps", "0"], "argument --steps: 0 is below 1"),
+    (["simulate", "--rollouts-per-step", "2000"], "argument --rollouts-per-step: 2000 is above"),
+    (["simulate", "--rollouts-per-step", "many"], "argument --rollouts-per-step: invalid"),
+    (["simulate", "--learning-rate", "-1"], "argument --learning-rate: -1 is below 0"),
+    (["simulate", "--seed", "x"], "argument --seed: invalid int value"),
+    (["replay", "r.jsonl", "--modes", "none,dynamc"],
+     "argument --modes: unknown memory mode 'dynamc' (known: none, static, dynamic, both)"),
+    (["replay", "r.jsonl", "--modes", "both,both"], "argument --modes: a memory mode is repeated"),
+    (["replay"], "the following arguments are required: ROLLOUTS.jsonl"),
+])
+def test_argument_errors_name_the_argument(argv: list[str], named: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_replay_input_errors_name_the_line_and_field(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["replay", "missing.jsonl"]) == 2
+    assert "ROLLOUTS: missing.jsonl: cannot read" in capsys.readouterr().err
+
+    good = {"step": 0, "rollout": {"id": "r1", "input": "What is 2 + 2?", "output": "4"}}
+    bad = {"step": -1, "rollout": {"id": "r2", "input": "What is 2 + 3?"}}
+    records = tmp_path / "records.jsonl"
+    records.write_text(json.dumps(good) + "\n\n" + json.dumps(bad) + "\n")
+    assert main(["replay", str(records)]) == 2
+    err = capsys.readouterr().err
+    assert f"{records} line 3:" in err
+    assert "step: Input should be greater than or equal to 0" in err
+    assert "rollout.output: Field required" in err
+
+    late = tmp_path / "late.jsonl"
+    late.write_text(json.dumps({**good, "late": True}) + "\n")
+    assert main(["replay", str(late)]) == 2
+    assert "no rollout to replay" in capsys.readouterr().err
+    assert not (tmp_path / "replay-report").exists()
