@@ -418,6 +418,19 @@ def _apply_environment(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.c`` in a raw configuration mapping, creating the sections on the way."""
+    node = raw
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[leaf] = value
+
+
 def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
     """Read, merge with the environment and validate the configuration.
 
@@ -443,15 +456,7 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
     for dotted, value in overrides.items():
         if value is None:
             continue
-        node = raw
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
-        node[leaf] = value
+        set_dotted(raw, dotted, value)
     raw = _apply_environment(raw)
     try:
         return Settings.model_validate(raw)

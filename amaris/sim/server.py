@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import yaml
 
-from amaris.settings import load_settings
+from amaris.settings import load_settings, set_dotted
 
 STARTUP_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
@@ -35,18 +35,6 @@ def free_port() -> int:
         return port
 
 
-def _deep_set(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    node = raw
-    *parents, leaf = dotted.split(".")
-    for part in parents:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = {}
-            node[part] = child
-        node = child
-    node[leaf] = value
-
-
 def write_config(base: Path | None, folder: Path, overrides: Mapping[str, Any]) -> Path:
     """``base`` (or the built-ins) with dotted-key ``overrides``, validated, written to
     ``<folder>/config.yaml``.
@@ -58,7 +46,7 @@ def write_config(base: Path | None, folder: Path, overrides: Mapping[str, Any]) 
     if base is not None:
         raw = yaml.safe_load(Path(base).read_text(encoding="utf-8")) or {}
     for dotted, value in overrides.items():
-        _deep_set(raw, dotted, value)
+        set_dotted(raw, dotted, value)
     path = folder / "config.yaml"
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
