@@ -317,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     llm = sub.add_parser("offline-llm", help="serve the offline judge as an OpenAI-compatible API")
     llm.add_argument("--host", default="127.0.0.1")
     llm.add_argument("--port", type=int, default=8011)
-    llm.add_argument("--latency-ms", type=float, default=0.0)
+    llm.add_argument("--latency-ms", type=float, default=0.0,
+                     help="answer each request after this many ms (its rules' own work included)")
     llm.add_argument("--error-rate", type=float, default=0.0)
     llm.add_argument("--timeout-rate", type=float, default=0.0)
     llm.add_argument("--malformed-rate", type=float, default=0.0)

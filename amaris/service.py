@@ -33,6 +33,9 @@ from amaris.steps import StepCoordinator, enforce_retention
 
 log = logging.getLogger("amaris")
 
+GC_THRESHOLDS = (700, 10, 100)
+"""Python's collector thresholds while amaris serves (generations 0, 1, 2)."""
+
 OFFLINE_BANNER = (
     "\n"
     "============================================================================\n"
@@ -90,6 +93,11 @@ class Services:
         # for hundreds of milliseconds once the memory holds many points.
         gc.collect()
         gc.freeze()
+        # Full collections walk every object not frozen; with the default thresholds
+        # (700, 10, 10) a step's allocations set off several, of 50-160 ms each, stalling
+        # every thread (measured with a gc callback during bench/step_pipeline.py).
+        # A tenth as many: cyclic garbage lives a little longer.
+        gc.set_threshold(*GC_THRESHOLDS)
 
     async def _refresh_rubrics(self, interval: float) -> None:
         while True:
@@ -204,7 +212,7 @@ def build_services(
 
     coordinator = StepCoordinator(settings, rollouts, steps, run_step, on_done=after_step,
                                   on_finished=metrics.observe_step, shared=shared,
-                                  replica=replica)
+                                  replica=replica, after_wake=settle_heap)
     metrics.watch({"score": gateway, "pipeline": pipeline_gateway}, scorer, store, coordinator)
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
@@ -214,6 +222,18 @@ def build_services(
         rollouts=rollouts, steps=steps, memory=memory, prompts=prompts, runner=runner,
         coordinator=coordinator, metrics=metrics, owns_qdrant=owns_qdrant,
     )
+
+
+def settle_heap() -> None:
+    """Collect, then freeze what survives (caches, loaded models, warmed-up Prefect).
+
+    Full collections walk every object not frozen: without this, objects a step leaves
+    behind make each later full collection stall every thread for 50-160 ms, several
+    times a step (measured with a gc callback during ``bench/step_pipeline.py``). Called
+    once a step is over, after its waiters are answered: one collection per step.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def pipeline_gateway_settings(settings: Settings) -> Settings:

@@ -42,14 +42,17 @@ class StepCoordinator:
         on_done: Callable[[int], Coroutine[Any, Any, None]] | None = None,
         on_finished: Callable[[str, float], None] | None = None,
         shared: bool = False, replica: str = "",
+        after_wake: Callable[[], None] | None = None,
     ) -> None:
         """``on_finished`` (metrics) gets ``done`` or ``failed`` and the pipeline's seconds.
 
+        ``after_wake``: called (on the loop) once a step's waiters are woken.
         ``shared``: other replicas log and complete steps too; the executor of a step (not
         this coordinator) records its outcome and runs ``on_done``. ``replica``: this
         process's name in the registry's ``executor`` field.
         """
         self._shared = shared
+        self._after_wake = after_wake
         self._replica = replica
         self._checked: dict[int, float] = {}
         self._settings = settings
@@ -295,6 +298,9 @@ class StepCoordinator:
         finally:
             self._counts.pop(step, None)
             self._event(step).set()
+            if self._after_wake is not None:
+                # After waiters are woken: not on the step's critical path.
+                asyncio.get_running_loop().call_soon(self._after_wake)
 
     def _finished(self, outcome: str, started: float) -> None:
         if self._on_finished is not None:

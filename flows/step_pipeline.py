@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar, cast
 
 from prefect import flow
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+from prefect.utilities.annotations import quote
 
 from amaris.pipeline.context import get_context
 from amaris.rubric import RubricVersion
 from flows.artifacts import hacking_table, rubric_diff_markdown, summary_markdown
 from tasks._common import criteria_payload
-from tasks.analyze import analyze_rollout
+from tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from tasks.generate_queries import generate_queries
 from tasks.load_rollouts import load_step_rollouts
 from tasks.meta_summarize import meta_summarize
@@ -22,6 +24,8 @@ from tasks.remember import remember
 from tasks.retrieve_memory import retrieve_memory
 from tasks.summarize import summarize_chunk
 from tasks.update_rubric import propose_update
+
+T = TypeVar("T")
 
 
 def is_update_step(step: int, frequency: int | None) -> bool:
@@ -84,26 +88,33 @@ async def _process_scope(
     criteria = criteria_payload(rubric)
     metadata = dict(records[-1].get("metadata") or {})
     peers = _group_peers(records)
-    analyze = analyze_rollout.with_options(**options)
-    # Setting up hundreds of task runs at once delays the first LLM calls by seconds
-    # (measured: bench/step_pipeline.py) and stalls /score: keep about two waves live.
-    limits = ctx.settings.concurrency
-    live = asyncio.Semaphore(2 * (limits.analyzer or limits.total or 32))
-
-    async def analyze_one(record: dict[str, Any]) -> dict[str, Any]:
-        async with live:
-            result: dict[str, Any] = await analyze(record, criteria, peers[record["seq"]])
-            return result
-
-    analyses = await asyncio.gather(*(analyze_one(record) for record in records))
-    scored = [{**a, "score": r.get("score")} for a, r in zip(analyses, records, strict=True)]
-    size = pipeline.chunk_size if pipeline.use_chunking else len(scored)
-    chunks = [scored[i:i + size] for i in range(0, len(scored), size)] or [[]]
+    # One analyze task per chunk, every chunk at once: the gateway's analyzer limit keeps
+    # the calls to concurrency.analyzer, with no gap between waves. With chunking, a
+    # chunk's summary starts as soon as its analyses are in, beside the later analyses.
+    analyze = analyze_chunk.with_options(**options)
     summarize = summarize_chunk.with_options(**options)
-    summaries = await asyncio.gather(*(
-        summarize(step, scope, index, metadata, criteria, chunk)
-        for index, chunk in enumerate(chunks)
-    ))
+    size = pipeline.chunk_size
+    parts = [records[i:i + size] for i in range(0, len(records), size)]
+
+    async def analyze_part(index: int, part: list[dict[str, Any]]
+                           ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        groups = [peers[r["seq"]] for r in part]
+        found = await analyze(index, part, criteria, groups)
+        # Prefect holds the chunk's result now: its per-rollout files are redundant.
+        await asyncio.to_thread(forget_analyses, ctx.settings.memory.path, [
+            analysis_key(r, criteria, g) for r, g in zip(part, groups, strict=True)])
+        if not pipeline.use_chunking:
+            return found, None
+        return found, await summarize(step, scope, index, metadata, criteria,
+                                      _with_scores(found, part))
+
+    done = await asyncio.gather(*(analyze_part(i, part) for i, part in enumerate(parts)))
+    analyses = [analysis for chunk, _ in done for analysis in chunk]
+    if pipeline.use_chunking and done:
+        summaries = [summary for _, summary in done if summary is not None]
+    else:
+        summaries = [await summarize(step, scope, 0, metadata, criteria,
+                                     _with_scores(analyses, records))]
     meta: dict[str, Any] | None = None
     if len(summaries) > 1:
         meta = await meta_summarize.with_options(**options)(
@@ -116,18 +127,44 @@ async def _process_scope(
     }
     # Remembering this step (embedding included) and updating the rubric run side by
     # side: retrieval reads earlier steps only, so the update never waits for it.
-    update = _update(step, scope, rubric, metadata, criteria, summary, options) \
-        if is_update_step(step, pipeline.rubric_update_frequency) else _skip(rubric)
-    _, _, outcome = await asyncio.gather(
-        remember(step, scope, list(analyses), list(summaries), meta),
+    queried = asyncio.Event()
+    if is_update_step(step, pipeline.rubric_update_frequency):
+        update = _update(step, scope, rubric, metadata, criteria, summary, options, queried)
+    else:
+        queried.set()
+        update = _skip(rubric)
+    # Remembering waits until memory is retrieved, then runs beside the updater's call:
+    # its CPU work (parameters, embeddings) would otherwise slow the query generation's
+    # answer and the retrieval, which are on the critical path.
+    outcome, _, _ = await asyncio.gather(
+        update,
+        # quote(): Prefect would walk every analysis looking for futures (~0.1 s of the
+        # loop); remember is never cached, so nothing needs to see inside.
+        _after(queried, remember(step, scope, _unwalked(list(analyses)),
+                                 _unwalked(list(summaries)), meta)),
         acreate_markdown_artifact(
             key=f"summary-step-{step}-{_slug(scope)}",
             markdown=summary_markdown(step, scope, summary),
             description=f"Step {step} summary ({scope})"),
-        update,
     )
     result.update(outcome)
     return scope, result
+
+
+def _with_scores(analyses: list[dict[str, Any]], records: list[dict[str, Any]]
+                 ) -> list[dict[str, Any]]:
+    """Analyses with the reward each rollout got, as the summarizer reads them."""
+    return [{**a, "score": r.get("score")} for a, r in zip(analyses, records, strict=True)]
+
+
+def _unwalked(value: T) -> T:
+    """``value`` as a task parameter Prefect passes on without walking it (``quote``)."""
+    return cast(T, quote(value))
+
+
+async def _after(event: asyncio.Event, work: Coroutine[Any, Any, T]) -> T:
+    await event.wait()
+    return await work
 
 
 async def _skip(rubric: RubricVersion) -> dict[str, Any]:
@@ -137,12 +174,19 @@ async def _skip(rubric: RubricVersion) -> dict[str, Any]:
 async def _update(
     step: int, scope: str, rubric: RubricVersion, metadata: dict[str, Any],
     criteria: list[dict[str, Any]], summary: dict[str, Any], options: dict[str, Any],
+    queried: asyncio.Event,
 ) -> dict[str, Any]:
-    """Queries -> retrieval -> proposal -> guardrails and publication, plus the diff."""
+    """Queries -> retrieval -> proposal -> guardrails and publication, plus the diff.
+
+    ``queried`` is set once memory is retrieved (or that failed): the updater's call
+    follows at once."""
     ctx = get_context()
-    queries = await generate_queries.with_options(**options)(
-        step, scope, metadata, criteria, summary)
-    memory = await retrieve_memory(step, scope, queries)
+    try:
+        queries = await generate_queries.with_options(**options)(
+            step, scope, metadata, criteria, summary)
+        memory = await retrieve_memory(step, scope, queries)
+    finally:
+        queried.set()
     proposal = await propose_update.with_options(**options)(
         step, scope, rubric.version, metadata, criteria, summary, memory)
     outcome = await publish_update(step, scope, rubric.version, proposal)

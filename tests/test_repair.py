@@ -56,6 +56,50 @@ def test_repair_completes_a_failed_step_reusing_work(tmp_path: Path, fake_llm: F
         fake_llm.default = offline_reply
 
 
+@pytest.mark.usefixtures("prefect_harness")
+def test_rerun_asks_only_for_the_analyses_a_failed_chunk_lacked(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    # One rollout's analysis fails (judge 503) in a chunk of four: the chunk task fails,
+    # its three finished analyses are kept, and the re-run asks for the fourth only.
+    unlucky = rollout(4, 2, HACKED[2])["id"]
+
+    def down_for_one(body: dict[str, Any]) -> Reply:
+        if agent_of(body) == "analyzer" and unlucky in body["messages"][-1]["content"]:
+            return Reply(status=503)
+        return offline_reply(body)
+
+    fake_llm.default = down_for_one
+    settings = llm_settings(tmp_path, fake_llm, **{
+        "pipeline.task_retries": 0, "pipeline.chunk_size": 4,
+        "memory.embedding_model": "hashing"})
+    try:
+        with serve_in_thread(create_app(settings, qdrant_location=":memory:")) as url:
+            items = [{"rollout": rollout(4, i, b), "metadata": metadata(4)}
+                     for i, b in enumerate(HACKED)]
+            assert httpx.post(f"{url}/batch_score", json={"items": items}).status_code == 200
+            fake_llm.requests.clear()
+            httpx.post(f"{url}/complete")
+            failed = httpx.get(f"{url}/rubric_status/wait", params={"step": 4, "timeout": 60},
+                               timeout=90).json()
+            assert failed["status"] == "failed"
+            # (the chunks that succeeded may have been summarised meanwhile)
+            assert calls_by_agent(fake_llm)["analyzer"] == len(HACKED)
+            fake_llm.default = offline_reply
+            fake_llm.requests.clear()
+            assert httpx.post(f"{url}/steps/4/rerun").json() == {"step": 4, "status": "started"}
+            done = httpx.get(f"{url}/rubric_status/wait", params={"step": 4, "timeout": 60},
+                             timeout=90).json()
+            assert done["status"] == "updated", done
+            calls = calls_by_agent(fake_llm)
+            assert calls["analyzer"] == 1
+            assert unlucky in fake_llm.requests[0]["messages"][-1]["content"]
+            # the per-rollout files of the failed chunk served; once done they are gone
+            assert list((settings.memory.path / "pipeline-cache").glob("*.json")) == []
+    finally:
+        fake_llm.default = offline_reply
+
+
 @pytest.mark.slow
 def test_serve_schedules_the_repair_on_its_prefect_server(tmp_path: Path) -> None:
     port, prefect_port = free_port(), free_port()

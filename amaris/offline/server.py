@@ -59,13 +59,16 @@ def offline_responder(profile: FaultProfile) -> Responder:
         if draw < profile.timeout_rate:
             return Reply(hang=True)
         draw -= profile.timeout_rate
+        started = time.monotonic()
         try:
             content = respond(body.get("messages") or [])
         except OfflineJudgeError as exc:
             return Reply(status=400, content=str(exc), delay_s=delay)
         if draw < profile.malformed_rate:
             content = "Sure! Here is my verdict: " + content[: max(1, len(content) // 2)]
-        return Reply(content=content, delay_s=delay)
+        # The latency is the whole answer time, the rules' own work included (tens of ms
+        # for a long update request), as for an LLM of fixed latency.
+        return Reply(content=content, delay_s=max(0.0, delay - (time.monotonic() - started)))
 
     return responder
 
