@@ -224,6 +224,10 @@ def build_services(
     )
 
 
+UNFREEZE_EVERY = 50
+_settled = 0
+
+
 def settle_heap() -> None:
     """Collect, then freeze what survives (caches, loaded models, warmed-up Prefect).
 
@@ -231,7 +235,13 @@ def settle_heap() -> None:
     behind make each later full collection stall every thread for 50-160 ms, several
     times a step (measured with a gc callback during ``bench/step_pipeline.py``). Called
     once a step is over, after its waiters are answered: one collection per step.
+    Every ``UNFREEZE_EVERY`` steps the frozen objects are collected too, so cycles that
+    died after being frozen are not kept for the whole run.
     """
+    global _settled
+    _settled += 1
+    if _settled % UNFREEZE_EVERY == 0:
+        gc.unfreeze()
     gc.collect()
     gc.freeze()
 
