@@ -7,7 +7,7 @@ import logging
 
 from fastapi import APIRouter
 from fastapi.encoders import jsonable_encoder
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from amaris.models import (
@@ -32,7 +32,7 @@ log = logging.getLogger("amaris.api")
         503: {"model": ScoreResponse, "description": "Unscored with `scoring.on_failure: error`."},
     },
 )
-async def score(body: ScoreRequest, services: ServicesDep) -> ScoreResponse | JSONResponse:
+async def score(body: ScoreRequest, services: ServicesDep) -> Response:
     """Score one rollout against the rubric in force.
 
     ``status`` is ``scored`` or ``unscored`` (the judge gave no valid verdict; ``reason``
@@ -46,7 +46,8 @@ async def score(body: ScoreRequest, services: ServicesDep) -> ScoreResponse | JS
             status_code=503,
             headers={"Retry-After": str(policy.retry_after_seconds)},
         )
-    return result
+    # Already a validated ScoreResponse: serialised once, not re-validated by FastAPI.
+    return Response(result.model_dump_json(), media_type="application/json")
 
 
 @router.post("/batch_score", response_model=BatchScoreResponse, responses=_ERRORS)
