@@ -62,6 +62,17 @@ async def step_runs(step: int) -> list[Any]:
             and r.parameters == {"step": step}]
 
 
+async def running_run(step: int) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    async with get_client() as client:
+        deployment = await client.read_deployment_by_name("amaris-step/steps")
+        await client.create_flow_run_from_deployment(
+            deployment.id, parameters={"step": step}, name=f"step-{step}",
+            idempotency_key=f"step-{step}-0", state=Running())
+
+
 def test_step_counted_across_replicas_runs_once(tmp_path: Path) -> None:
     step = 9001  # a step number no other test of the session's Prefect server uses
     with replicas(tmp_path, ["r1", "r2"], **{"pipeline.rollouts_per_step": 6}) as (a, b):
@@ -164,3 +175,44 @@ def test_worker_process_builds_its_context_from_amaris_config(tmp_path: Path) ->
                             timeout=120, env={k: v for k, v in env.items()
                                               if k != "AMARIS_CONFIG"})
     assert failed.returncode != 0 and "AMARIS_CONFIG" in failed.stderr
+
+
+def test_replica_restart_gives_its_interrupted_step_a_new_attempt(tmp_path: Path) -> None:
+    step = 9004
+    shared = QdrantClient(location=":memory:")
+
+    def app(name: str) -> TestClient:
+        settings = make_settings(tmp_path, **{
+            "pipeline.executor": "deployment", "server.replica_id": name,
+            "memory.collection": f"scale_{tmp_path.name}"[:60]})
+        return TestClient(create_app(settings, services=build_services(settings,
+                                                                        qdrant=shared)))
+
+    try:
+        with app("r1") as first:
+            for i in range(3):
+                score(first, step, i)
+            registry = first.app.state.services.steps  # type: ignore[attr-defined]
+            # the step deployment is registered once the pipeline has started
+            first.app.state.services.runner.ready.result(timeout=120)  # type: ignore[attr-defined]
+        # r1 "was killed" while it ran the step: its run stays Running, the registry
+        # names it the executor
+        asyncio.run(running_run(step))
+        registry.set(step, status="completing", executor="r1")
+        with app("r2") as other:
+            # another replica only watches a step r1 was running
+            pending = other.get("/rubric_status/wait",
+                                params={"step": step, "timeout": 2}).json()
+            assert pending["status"] == "pending", pending
+            with app("r1") as restarted:
+                # r1 restarts (same replica_id) and gives the step its next attempt
+                done = other.get("/rubric_status/wait",
+                                 params={"step": step, "timeout": 120}).json()
+                assert done["status"] == "updated", done
+                assert done["scopes"]["global"]["rollouts"] == 3
+                entry = restarted.app.state.services.steps.get(step)  # type: ignore[attr-defined]
+                assert entry["attempt"] == 1 and entry["status"] == "done"
+    finally:
+        shared.close()
+    runs = {r.idempotency_key: r.state.type.value for r in asyncio.run(step_runs(step))}
+    assert runs == {f"step-{step}-0": "RUNNING", f"step-{step}-1": "COMPLETED"}

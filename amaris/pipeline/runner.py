@@ -44,19 +44,28 @@ class PipelineRunner:
             try:
                 self._loop.run_until_complete(self._on_start())
             except asyncio.CancelledError:  # stop() during start-up: nothing to report
-                self.ready.set_exception(RuntimeError("the pipeline stopped during start-up"))
+                self._settle_ready(RuntimeError("the pipeline stopped during start-up"))
             except Exception as exc:  # reported through `ready`; the API stays up
                 log.exception("pipeline start-up failed")
-                self.ready.set_exception(exc)
+                self._settle_ready(exc)
             else:
                 # Prefect's warm-up loaded objects that live as long as the process: keep them
                 # out of full collections too (see Services.start).
                 gc.collect()
                 gc.freeze()
-                self.ready.set_result(None)
+                self._settle_ready(None)
         else:
-            self.ready.set_result(None)
+            self._settle_ready(None)
         self._loop.run_forever()
+
+    def _settle_ready(self, error: BaseException | None) -> None:
+        # A waiter cancelled while start-up ran may have cancelled `ready` with it.
+        if self.ready.done():
+            return
+        if error is None:
+            self.ready.set_result(None)
+        else:
+            self.ready.set_exception(error)
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Run ``coro`` on the pipeline loop, once start-up (Prefect warm-up) is over."""
