@@ -21,14 +21,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
 import httpx
 import httpx2
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_INTRO = (
@@ -283,6 +285,56 @@ def wait_servers_ready(llm: Child, llm_url: str, amaris: Child, amaris_url: str)
     wait_ready(amaris, f"{amaris_url}/healthz",
                lambda r: r.json().get("judge_backend") == llm_url
                and r.json().get("offline_judge") is False)
+
+
+@dataclass
+class Stack:
+    """The offline LLM and an ``amaris serve`` judging through it."""
+
+    llm: Child
+    amaris: Child
+    llm_url: str
+    amaris_url: str
+    data_dir: Path
+    config: dict[str, Any]
+
+
+@contextmanager
+def running_stack(latency_ms: float, workdir: Path, sections: dict[str, dict[str, Any]]
+                  ) -> Iterator[Stack]:
+    """Start the offline LLM (``latency_ms`` per call) and amaris judging through it, with
+    its data under ``workdir`` and WARNING logs, ``sections`` merged into its config; stop
+    both by PID on exit, whatever happens (amaris first: it holds connections to the LLM).
+    """
+    exe = amaris_executable()
+    env = child_env()
+    children: list[Child] = []
+    try:
+        llm, llm_url = start_offline_llm(exe, latency_ms, workdir, env)
+        children.append(llm)
+        data_dir = workdir / "data"
+        port = free_port()
+        config: dict[str, Any] = {
+            "server": {"host": "127.0.0.1", "port": port},
+            "client": {"default": {"base_url": llm_url, "api_key": API_KEY}},
+            "memory": {"path": str(data_dir), "embedding_model": None},
+            "logging": {"level": "WARNING"},
+        }
+        for name, values in sections.items():
+            config[name] = {**config.get(name, {}), **values}
+        path = workdir / "config.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        amaris = Child("amaris", [exe, "serve", "--config", str(path)], workdir / "amaris.log",
+                       workdir, env)
+        children.append(amaris)
+        url = f"http://127.0.0.1:{port}"
+        wait_servers_ready(llm, llm_url, amaris, url)
+        print(f"offline-llm pid {llm.pid} ({llm_url}, {latency_ms:g} ms/call), amaris pid "
+              f"{amaris.pid} ({url}), files in {workdir}", flush=True)
+        yield Stack(llm, amaris, llm_url, url, data_dir, config)
+    finally:
+        for child in reversed(children):
+            child.stop()
 
 
 def settle(child: Child, *, after_startup: bool = True) -> None:

@@ -48,29 +48,21 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-import yaml
 from _common import (
-    API_KEY,
     ROOT,
     Child,
-    amaris_executable,
-    child_env,
     command_line,
-    free_port,
     loadavg,
     machine,
     markers,
     raise_interrupt,
+    running_stack,
     settle,
-    start_offline_llm,
-    wait_servers_ready,
     write_doc,
 )
 
@@ -98,39 +90,6 @@ class Block:
     variant: str
     steps: list[StepTiming] = field(default_factory=list)
     drain_s: float = 0.0
-
-
-@contextmanager
-def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Child, str]]:
-    """The offline LLM and amaris; both stopped by PID on exit, whatever happens."""
-    exe = amaris_executable()
-    env = child_env()
-    children: list[Child] = []
-    try:
-        llm, llm_url = start_offline_llm(exe, args.latency_ms, workdir, env)
-        children.append(llm)
-        port = free_port()
-        config = {
-            "server": {"host": "127.0.0.1", "port": port},
-            "client": {"default": {"base_url": llm_url, "api_key": API_KEY}},
-            "memory": {"path": str(workdir / "data"), "embedding_model": None},
-            "pipeline": {"mode": "async", "rollouts_per_step": None},
-            "logging": {"level": "WARNING"},
-            "prefect": {"port": None, "repair_interval_seconds": None},
-        }
-        path = workdir / "config.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        amaris = Child("amaris", [exe, "serve", "--config", str(path)], workdir / "amaris.log",
-                       workdir, env)
-        children.append(amaris)
-        url = f"http://127.0.0.1:{port}"
-        wait_servers_ready(llm, llm_url, amaris, url)
-        print(f"offline-llm pid {llm.pid} ({args.latency_ms:g} ms/call), amaris pid "
-              f"{amaris.pid} ({url}), files in {workdir}", flush=True)
-        yield amaris, url
-    finally:
-        for child in reversed(children):
-            child.stop()
 
 
 async def train_step(client: RewardClient, http: httpx.AsyncClient, policy: Policy, step: int,
@@ -303,7 +262,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.keep is not None:
                 workdir = args.keep.resolve()
                 workdir.mkdir(parents=True, exist_ok=True)
-            with running_stack(args, workdir) as (amaris, url):
+            with running_stack(args.latency_ms, workdir, {
+                "pipeline": {"mode": "async", "rollouts_per_step": None},
+                "prefect": {"port": None, "repair_interval_seconds": None},
+            }) as stack:
+                amaris, url = stack.amaris, stack.amaris_url
                 blocks = asyncio.run(measure(url, amaris, args))
     except KeyboardInterrupt:
         print("interrupted; servers stopped, nothing written", file=sys.stderr)

@@ -62,24 +62,19 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx2
-import yaml
 from _common import (
-    API_KEY,
     CLK_TCK,
     PY_SPY_FORMATS,
     ROOT,
-    Child,
-    amaris_executable,
-    child_env,
+    Stack,
     command_line,
-    free_port,
     loadavg,
     machine,
     markers,
@@ -88,11 +83,10 @@ from _common import (
     py_spy,
     raise_interrupt,
     require_py_spy,
+    running_stack,
     session_pids,
     settle,
-    start_offline_llm,
     stop_profiler,
-    wait_servers_ready,
     write_doc,
 )
 
@@ -192,54 +186,6 @@ def thread_names(pid: int) -> dict[int, str]:
         if match:
             names[int(match.group(1))] = match.group(2)
     return names
-
-
-@dataclass
-class Stack:
-    llm: Child
-    amaris: Child
-    llm_url: str
-    amaris_url: str
-    data_dir: Path
-    config: dict[str, Any]
-
-
-@contextmanager
-def running_stack(args: argparse.Namespace, workdir: Path) -> Iterator[Stack]:
-    """Start the offline LLM and amaris; stop both (by PID) on exit, whatever happens."""
-    exe = amaris_executable()
-    env = child_env()
-    children: list[Child] = []
-    try:
-        llm, llm_url = start_offline_llm(exe, args.latency_ms, workdir, env)
-        children.append(llm)
-        data_dir = workdir / "data"
-        amaris_port = free_port()
-        config: dict[str, Any] = {
-            "server": {"host": "127.0.0.1", "port": amaris_port},
-            "client": {"default": {"base_url": llm_url, "api_key": API_KEY}},
-            "memory": {"path": str(data_dir), "embedding_model": None},
-            "concurrency": {"analyzer": args.analyzer_concurrency},
-            "pipeline": {"rollouts_per_step": None, "chunk_size": CHUNK_SIZE},
-            "logging": {"level": "WARNING"},
-            # A free port for amaris's Prefect server: the default (4200) is shared by
-            # every amaris on the machine, and another one's server could answer ours.
-            "prefect": {"port": None},
-        }
-        config_path = workdir / "config.yaml"
-        config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        amaris = Child("amaris", [exe, "serve", "--config", str(config_path)],
-                       workdir / "amaris.log", workdir, env)
-        children.append(amaris)
-        amaris_url = f"http://127.0.0.1:{amaris_port}"
-        wait_servers_ready(llm, llm_url, amaris, amaris_url)
-        print(f"offline-llm pid {llm.pid} ({llm_url}, {args.latency_ms:g} ms/call), "
-              f"amaris pid {amaris.pid} ({amaris_url}), files in {workdir}", flush=True)
-        yield Stack(llm, amaris, llm_url, amaris_url, data_dir, config)
-    finally:
-        # amaris first (it holds connections to the LLM), then the LLM.
-        for child in reversed(children):
-            child.stop()
 
 
 # -- HTTP ------------------------------------------------------------------------------
@@ -903,7 +849,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.keep is not None:
                 workdir = args.keep.resolve()
                 workdir.mkdir(parents=True, exist_ok=True)
-            with running_stack(args, workdir) as stack:
+            with running_stack(args.latency_ms, workdir, {
+                "concurrency": {"analyzer": args.analyzer_concurrency},
+                "pipeline": {"rollouts_per_step": None, "chunk_size": CHUNK_SIZE},
+                # A free port for amaris's Prefect server: the default (4200) is shared by
+                # every amaris on the machine, and another one's server could answer ours.
+                "prefect": {"port": None},
+            }) as stack:
                 report = asyncio.run(measure(stack, args))
     except KeyboardInterrupt:
         print("interrupted; servers stopped, nothing written", file=sys.stderr)
