@@ -10,6 +10,7 @@ deployment run, and both replicas see it done.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -133,13 +134,18 @@ def test_work_pool_runs_are_left_to_the_pool_workers(tmp_path: Path) -> None:
 
     asyncio.run(create_pool())
     with replicas(tmp_path, ["r1"], **{"pipeline.work_pool": pool}) as (a,):
+        # the deployment is registered once the pipeline has started (seconds under load)
+        a.app.state.services.runner.ready.result(timeout=120)  # type: ignore[attr-defined]
         for i in range(3):
             score(a, step, i)
         assert a.post("/complete", json={"step": step}).json() == {"status": "complete"}
         # the replica submits the run but does not run it: it waits for the pool's workers
         pending = a.get("/rubric_status/wait", params={"step": step, "timeout": 2}).json()
         assert pending["status"] == "pending", pending
-        (run,) = asyncio.run(step_runs(step))
+        deadline = time.monotonic() + 60
+        while not (runs := asyncio.run(step_runs(step))) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (run,) = runs
         assert run.work_pool_name == pool and run.state.is_scheduled()
         # be the pool's worker: run the flow run as its process would
         asyncio.run(run_flow_async(step_pipeline, flow_run=run, parameters=run.parameters))
