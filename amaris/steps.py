@@ -55,6 +55,8 @@ class StepCoordinator:
         self._after_wake = after_wake
         self._replica = replica
         self._checked: dict[int, float] = {}
+        self._supervised: set[int] = set()
+        """Steps whose run this process awaits (their event is set when it ends)."""
         self._settings = settings
         self._rollouts = rollouts
         self._steps = steps
@@ -152,15 +154,26 @@ class StepCoordinator:
         flow of ``step`` (default: every open step) and answer ``complete``."""
         if self._settings.pipeline.rollouts_per_step is not None:
             return "noop"
-        await self._sync_from_store()
         if step is not None:
-            status = self._status.get(step)
+            status = await self._stored_status(step)
             if status in (None, "open", "failed"):
                 await self._start(step, new_attempt=status == "failed")
             return "complete"
+        await self._sync_from_store()
         for open_step in sorted(s for s, st in self._status.items() if st == "open"):
             await self._start(open_step)
         return "complete"
+
+    async def _stored_status(self, step: int) -> str | None:
+        """The step's status; shared replicas read the registry's (one record), unless
+        this process supervises the step's run itself."""
+        if self._shared and step not in self._supervised:
+            record = await asyncio.to_thread(self._steps.get, step)
+            if record is not None:
+                self._status[step] = str(record["status"])
+                if record["status"] != "open":
+                    self._last_started = max(step, self._last_started or step)
+        return self._status.get(step)
 
     async def _sync_from_store(self) -> None:
         """Shared: adopt the statuses other replicas wrote (steps they opened or ran)."""
@@ -176,8 +189,7 @@ class StepCoordinator:
     async def rerun(self, step: int) -> str:
         """Re-run a failed step (repair): ``started``, or why not (``unknown``, ``running``,
         ``done``, ``open``)."""
-        await self._sync_from_store()
-        status = self._status.get(step)
+        status = await self._stored_status(step)
         if status is None:
             return "unknown"
         if status == "failed":
@@ -199,7 +211,10 @@ class StepCoordinator:
         Returns ``{"status": "updated" | "failed" | "pending", "step", ...}``;
         ``pending`` only when ``timeout`` seconds passed first.
         """
-        await self._sync_from_store()
+        if step is None:
+            await self._sync_from_store()
+        else:
+            await self._stored_status(step)
         target = step if step is not None else self._last_started
         mode = self._settings.memory.rubrics_mode
         if target is None:
@@ -209,7 +224,7 @@ class StepCoordinator:
             return {"status": "updated", "mode": mode, "step": target}
         try:
             async with asyncio.timeout(timeout):
-                if self._shared:
+                if self._shared and target not in self._supervised:
                     await self._poll_final(target, event)
                 else:
                     await event.wait()
@@ -264,8 +279,12 @@ class StepCoordinator:
             self._status[step] = "completing"
             self._event(step).clear()
             self._last_started = max(step, self._last_started or step)
+            # Shared: the count of every replica's rollouts, not this one's.
+            count = (await asyncio.to_thread(self._rollouts.count, step) if self._shared
+                     else self._counts.get(step, 0))
             await asyncio.to_thread(self._steps.set, step, status="completing",
-                                    rollout_count=self._counts.get(step, 0), error=None)
+                                    rollout_count=count, error=None)
+            self._supervised.add(step)
         task = asyncio.create_task(self._supervise(step, new_attempt), name=f"step-{step}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -297,6 +316,7 @@ class StepCoordinator:
                     await self._on_done(step)
         finally:
             self._counts.pop(step, None)
+            self._supervised.discard(step)
             self._event(step).set()
             if self._after_wake is not None:
                 # After waiters are woken: not on the step's critical path.
