@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
@@ -285,6 +286,17 @@ def wait_servers_ready(llm: Child, llm_url: str, amaris: Child, amaris_url: str)
     wait_ready(amaris, f"{amaris_url}/healthz",
                lambda r: r.json().get("judge_backend") == llm_url
                and r.json().get("offline_judge") is False)
+
+
+@contextmanager
+def work_folder(prefix: str, keep: Path | None) -> Iterator[Path]:
+    """``keep`` (created, kept afterwards) or a temporary folder removed on exit."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep.resolve()
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield Path(tmp)
 
 
 @dataclass

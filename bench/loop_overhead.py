@@ -46,7 +46,6 @@ import asyncio
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -63,6 +62,7 @@ from _common import (
     raise_interrupt,
     running_stack,
     settle,
+    work_folder,
     write_doc,
 )
 
@@ -257,17 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     load_start = loadavg()
     try:
-        with tempfile.TemporaryDirectory(prefix="amaris-loop-bench-") as tmp:
-            workdir = Path(tmp)
-            if args.keep is not None:
-                workdir = args.keep.resolve()
-                workdir.mkdir(parents=True, exist_ok=True)
-            with running_stack(args.latency_ms, workdir, {
-                "pipeline": {"mode": "async", "rollouts_per_step": None},
-                "prefect": {"port": None, "repair_interval_seconds": None},
-            }) as stack:
-                amaris, url = stack.amaris, stack.amaris_url
-                blocks = asyncio.run(measure(url, amaris, args))
+        config = {"pipeline": {"mode": "async", "rollouts_per_step": None},
+                  "prefect": {"port": None, "repair_interval_seconds": None}}
+        with work_folder("amaris-loop-bench-", args.keep) as workdir, \
+                running_stack(args.latency_ms, workdir, config) as stack:
+            blocks = asyncio.run(measure(stack.amaris_url, stack.amaris, args))
     except KeyboardInterrupt:
         print("interrupted; servers stopped, nothing written", file=sys.stderr)
         return 130

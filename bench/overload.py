@@ -55,7 +55,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -93,6 +92,7 @@ from _common import (
     start_offline_llm,
     stop_profiler,
     wait_servers_ready,
+    work_folder,
     write_doc,
 )
 from _common import percentile as pct
@@ -876,12 +876,8 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     LOADAVG["start"] = loadavg()
     try:
-        if args.keep is not None:
-            args.keep.mkdir(parents=True, exist_ok=True)
-            measured = measure(args.keep.resolve(), args)
-        else:
-            with tempfile.TemporaryDirectory(prefix="amaris-overload-") as tmp:
-                measured = measure(Path(tmp), args)
+        with work_folder("amaris-overload-", args.keep) as workdir:
+            measured = measure(workdir, args)
     except KeyboardInterrupt:
         print("interrupted; servers stopped, nothing written", file=sys.stderr)
         return 130

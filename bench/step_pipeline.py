@@ -58,7 +58,6 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -87,6 +86,7 @@ from _common import (
     session_pids,
     settle,
     stop_profiler,
+    work_folder,
     write_doc,
 )
 
@@ -844,19 +844,16 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     load = loadavg(all_three=True)
     try:
-        with tempfile.TemporaryDirectory(prefix="amaris-step-bench-") as tmp:
-            workdir = Path(tmp)
-            if args.keep is not None:
-                workdir = args.keep.resolve()
-                workdir.mkdir(parents=True, exist_ok=True)
-            with running_stack(args.latency_ms, workdir, {
-                "concurrency": {"analyzer": args.analyzer_concurrency},
-                "pipeline": {"rollouts_per_step": None, "chunk_size": CHUNK_SIZE},
-                # A free port for amaris's Prefect server: the default (4200) is shared by
-                # every amaris on the machine, and another one's server could answer ours.
-                "prefect": {"port": None},
-            }) as stack:
-                report = asyncio.run(measure(stack, args))
+        config = {
+            "concurrency": {"analyzer": args.analyzer_concurrency},
+            "pipeline": {"rollouts_per_step": None, "chunk_size": CHUNK_SIZE},
+            # A free port for amaris's Prefect server: the default (4200) is shared by
+            # every amaris on the machine, and another one's server could answer ours.
+            "prefect": {"port": None},
+        }
+        with work_folder("amaris-step-bench-", args.keep) as workdir, \
+                running_stack(args.latency_ms, workdir, config) as stack:
+            report = asyncio.run(measure(stack, args))
     except KeyboardInterrupt:
         print("interrupted; servers stopped, nothing written", file=sys.stderr)
         return 130
