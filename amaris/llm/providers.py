@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import httpx2
 import openai
-from openai.types.chat import ChatCompletion
 
+from amaris.llm.transport import ConnectionPool, JsonEndpoint, lean_transport_applies
 from amaris.settings import ResolvedAgentOptions
 
 
@@ -50,49 +52,66 @@ def chat_body(messages: list[dict[str, str]], options: ResolvedAgentOptions) -> 
 
 
 class OpenAIProvider:
-    """An OpenAI-compatible endpoint through ``openai.AsyncOpenAI``.
+    """An OpenAI-compatible endpoint, configured as an ``openai.AsyncOpenAI`` client.
 
-    Two measured costs on the hot path shape this class (``docs/benchmarks.md``): the
-    HTTP pool checks every pooled connection on each request, so requests are spread
-    over ``shards`` clients with smaller pools; and the SDK's reflective request
-    transform costs ~0.4 ms a call, so the body is sent as the plain JSON it already is
-    through the client's own ``post`` (same auth, errors, timeouts and response model).
+    The client holds the endpoint's configuration (base URL, key, auth and platform
+    headers) and defines the errors. Requests go through
+    :class:`~amaris.llm.transport.JsonEndpoint`, which sends the body with those headers
+    and raises those errors at a fifth of the SDK request path's CPU (measured in
+    ``docs/benchmarks.md``); where an environment proxy applies, through the client's
+    own ``post``. Either way the answer is read from the response's JSON.
     """
 
     offline = False
 
-    def __init__(self, api_key: str | None, base_url: str | None, shards: int = 8) -> None:
+    def __init__(self, api_key: str | None, base_url: str | None) -> None:
         # max_retries=0: retries live in exactly one layer, the gateway's, so the
         # attempt budget written in GatewaySettings is the real one.
-        self._clients = [
-            openai.AsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url, max_retries=0)
-            for _ in range(max(1, shards))
-        ]
-        self._next = 0
+        self._client = openai.AsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url,
+                                          max_retries=0)
+        self._pool = ConnectionPool()
+        self._endpoint = (JsonEndpoint(self._client, self._pool)
+                          if lean_transport_applies(base_url) else None)
         self.description = base_url or "https://api.openai.com/v1"
 
     async def complete(
         self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions
     ) -> Completion:
         body = chat_body(messages, options)
-        client = self._clients[self._next]
-        self._next = (self._next + 1) % len(self._clients)
-        response = await client.post(
-            "/chat/completions", cast_to=ChatCompletion, body=body,
+        if self._endpoint is not None:
+            return parse_completion(
+                await self._endpoint.post("chat/completions", body, options.timeout))
+        response = await self._client.post(
+            "/chat/completions", cast_to=httpx2.Response, body=body,
             options={"timeout": options.timeout},
         )
-        if not response.choices:
-            return Completion(content="")
-        usage = response.usage
-        return Completion(
-            content=response.choices[0].message.content or "",
-            prompt_tokens=usage.prompt_tokens if usage else None,
-            completion_tokens=usage.completion_tokens if usage else None,
-        )
+        return parse_completion(response.content)
 
     async def close(self) -> None:
-        for client in self._clients:
-            await client.close()
+        self._pool.close()
+        await self._client.close()
+
+
+def parse_completion(raw: bytes) -> Completion:
+    """The first choice's text and the token usage of a chat-completion response body.
+
+    Raises:
+        ValueError: the body is not a chat-completion JSON object.
+    """
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("the chat-completion response is not a JSON object")
+    choices = data.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    return Completion(
+        content=content if isinstance(content, str) else "",
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+    )
 
 
 class OfflineProvider:

@@ -1,0 +1,278 @@
+"""The judge's HTTP client (``amaris.llm.transport``) against real sockets on 127.0.0.1.
+
+A raw asyncio server answers with scripted bytes, so the cases the fake LLM cannot
+produce are covered: keep-alive reuse, a server closing an idle connection, a connection
+lost mid-response, chunked, close-delimited and gzip bodies, malformed HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import openai
+import pytest
+
+from amaris.llm.providers import OpenAIProvider, parse_completion
+from amaris.llm.transport import lean_transport_applies
+from amaris.prefect_server import free_port
+from amaris.settings import Settings
+
+ANSWER = {"choices": [{"message": {"role": "assistant", "content": '{"ok": true}'}}],
+          "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def ok(body: bytes = json.dumps(ANSWER).encode(), extra: bytes = b"") -> bytes:
+    """A 200 response with a Content-Length body."""
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + extra
+            + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+
+Handler = Callable[[bytes, asyncio.StreamWriter], bytes | None]
+"""Given one request's bytes, the response bytes (None: close without answering)."""
+
+
+@dataclass
+class RawServer:
+    """Answers each request on a connection with ``handler``; records what it saw."""
+
+    handler: Handler
+    url: str = ""
+    connections: int = 0
+    requests: list[bytes] = field(default_factory=list)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                request = head + await reader.readexactly(length)
+                self.requests.append(request)
+                answer = self.handler(request, writer)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the client left, or the test is over
+        finally:
+            writer.close()
+
+
+@asynccontextmanager
+async def raw_server(handler: Handler) -> AsyncIterator[RawServer]:
+    state = RawServer(handler)
+    server = await asyncio.start_server(state.serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    state.url = f"http://127.0.0.1:{port}/v1"
+    try:
+        yield state
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def complete(url: str, timeout: float = 5.0) -> str:
+    provider = OpenAIProvider("sk-test", url)
+    options = Settings().agents.for_agent("scorer").model_copy(update={"timeout": timeout})
+    try:
+        return (await provider.complete("scorer", MESSAGES, options)).content
+    finally:
+        await provider.close()
+
+
+async def test_request_carries_the_sdk_headers_and_the_json_body() -> None:
+    async with raw_server(lambda request, _: ok()) as server:
+        assert await complete(server.url) == '{"ok": true}'
+    head, _, body = server.requests[0].partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    assert lines[0] == "POST /v1/chat/completions HTTP/1.1"
+    assert headers["authorization"] == "Bearer sk-test"
+    assert headers["host"] == server.url.split("/")[2]
+    assert headers["content-type"] == "application/json"
+    assert headers["user-agent"].startswith("AsyncOpenAI/Python")
+    assert json.loads(body)["messages"] == MESSAGES
+
+
+async def test_keep_alive_connection_is_reused() -> None:
+    async with raw_server(lambda request, _: ok()) as server:
+        provider = OpenAIProvider("k", server.url)
+        options = Settings().agents.for_agent("scorer")
+        for _ in range(5):
+            assert (await provider.complete("scorer", MESSAGES, options)).prompt_tokens == 7
+        await provider.close()
+    assert (len(server.requests), server.connections) == (5, 1)
+
+
+async def test_connection_the_server_closed_while_idle_is_not_reused() -> None:
+    def answer_then_close(request: bytes, writer: asyncio.StreamWriter) -> bytes | None:
+        writer.write(ok())
+        return None  # as a server whose keep-alive timer ran out
+
+    async with raw_server(answer_then_close) as server:
+        provider = OpenAIProvider("k", server.url)
+        options = Settings().agents.for_agent("scorer")
+        for _ in range(3):
+            assert (await provider.complete("scorer", MESSAGES, options)).content
+            await asyncio.sleep(0.05)  # idle: the close reaches the client
+        await provider.close()
+    assert (len(server.requests), server.connections) == (3, 3)
+
+
+async def test_reused_connection_closed_without_an_answer_is_a_connection_error() -> None:
+    # Not resent here: the gateway's retry layer decides (and counts the attempt).
+    answered: set[int] = set()
+
+    def once_per_connection(request: bytes, writer: asyncio.StreamWriter) -> bytes | None:
+        if id(writer) in answered:
+            return None
+        answered.add(id(writer))
+        return ok()
+
+    async with raw_server(once_per_connection) as server:
+        provider = OpenAIProvider("k", server.url)
+        options = Settings().agents.for_agent("scorer")
+        assert (await provider.complete("scorer", MESSAGES, options)).content
+        with pytest.raises(openai.APIConnectionError, match="without sending a response"):
+            await provider.complete("scorer", MESSAGES, options)
+        assert (await provider.complete("scorer", MESSAGES, options)).content
+        await provider.close()
+    assert (len(server.requests), server.connections) == (3, 2)
+
+
+async def test_partial_response_then_silence_is_a_timeout() -> None:
+    async with raw_server(lambda request, _: ok()[:60]) as server:
+        with pytest.raises(openai.APITimeoutError):
+            await complete(server.url, timeout=0.3)
+
+
+async def test_server_closing_mid_response_is_a_connection_error() -> None:
+    def partial_then_close(request: bytes, writer: asyncio.StreamWriter) -> bytes | None:
+        writer.write(ok()[:60])
+        return None
+
+    async with raw_server(partial_then_close) as server:
+        with pytest.raises(openai.APIConnectionError) as caught:
+            await complete(server.url)
+    assert not isinstance(caught.value, openai.APITimeoutError)
+    assert "mid-response" in str(caught.value)
+
+
+async def test_refused_connection_is_a_connection_error_not_a_timeout() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(openai.APIConnectionError) as caught:
+        await complete(url)
+    assert not isinstance(caught.value, openai.APITimeoutError)
+    assert "cannot connect" in str(caught.value)
+
+
+async def test_silent_server_is_a_timeout() -> None:
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        await asyncio.sleep(5)
+        writer.close()
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(openai.APITimeoutError):
+            await complete(f"http://127.0.0.1:{port}/v1", timeout=0.3)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("status, error", [
+    (429, openai.RateLimitError), (500, openai.InternalServerError),
+    (400, openai.BadRequestError), (401, openai.AuthenticationError),
+])
+async def test_status_errors_are_the_sdk_classes_with_their_headers(
+    status: int, error: type[openai.APIStatusError]
+) -> None:
+    body = json.dumps({"error": {"message": "slow down"}}).encode()
+    answer = (b"HTTP/1.1 %d Nope\r\nRetry-After: 2\r\nContent-Length: %d\r\n\r\n"
+              % (status, len(body)) + body)
+    async with raw_server(lambda request, _: answer) as server:
+        with pytest.raises(error) as caught:
+            await complete(server.url)
+    assert caught.value.status_code == status
+    assert caught.value.response.headers["retry-after"] == "2"
+    assert "slow down" in str(caught.value)
+
+
+async def test_chunked_body() -> None:
+    body = json.dumps(ANSWER).encode()
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:10], body[10:]))
+    answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked + b"0\r\n\r\n"
+    async with raw_server(lambda request, _: answer) as server:
+        assert await complete(server.url) == '{"ok": true}'
+
+
+async def test_body_delimited_by_connection_close() -> None:
+    body = json.dumps(ANSWER).encode()
+
+    def close_delimited(request: bytes, writer: asyncio.StreamWriter) -> bytes | None:
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body)
+        return None
+
+    async with raw_server(close_delimited) as server:
+        assert await complete(server.url) == '{"ok": true}'
+
+
+async def test_gzip_body_is_decoded() -> None:
+    answer = ok(gzip.compress(json.dumps(ANSWER).encode()), b"Content-Encoding: gzip\r\n")
+    async with raw_server(lambda request, _: answer) as server:
+        assert await complete(server.url) == '{"ok": true}'
+
+
+async def test_malformed_http_is_a_connection_error() -> None:
+    async with raw_server(lambda request, _: b"SMTP ready\r\n\r\n") as server:
+        with pytest.raises(openai.APIConnectionError, match="Connection error"):
+            await complete(server.url)
+
+
+def test_parse_completion_reads_the_first_choice_and_usage() -> None:
+    parsed = parse_completion(json.dumps(ANSWER).encode())
+    assert (parsed.content, parsed.prompt_tokens, parsed.completion_tokens) == (
+        '{"ok": true}', 7, 3)
+    assert parse_completion(b'{"choices": []}').content == ""
+    assert parse_completion(b'{"choices": [{"message": {"content": null}}]}').content == ""
+    with pytest.raises(ValueError):
+        parse_completion(b"[1, 2]")
+    with pytest.raises(ValueError):
+        parse_completion(b"<html>")
+
+
+def clear_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy",
+                 "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_environment_proxy_decides_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_proxies(monkeypatch)
+    assert lean_transport_applies("https://api.example.com/v1")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    assert not lean_transport_applies("https://api.example.com/v1")
+    assert lean_transport_applies("http://vllm.local:8000/v1")  # only https is proxied
+    monkeypatch.setenv("NO_PROXY", "api.example.com")
+    assert lean_transport_applies("https://api.example.com/v1")
+
+
+async def test_request_through_an_environment_proxy_goes_via_the_sdk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clear_proxies(monkeypatch)
+    async with raw_server(lambda request, _: ok()) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url.removesuffix("/v1"))
+        assert await complete("http://judge.invalid:8000/v1") == '{"ok": true}'
+    # Absolute-form request line: the SDK's client sent it to the proxy.
+    assert proxy.requests[0].startswith(
+        b"POST http://judge.invalid:8000/v1/chat/completions HTTP/1.1")
