@@ -67,6 +67,7 @@ def create_app(
     errors.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)
+    app.include_router(score.score_router, dependencies=protected)  # checked by its handler
     app.include_router(score.router, dependencies=protected)
     app.include_router(openrlhf.router, dependencies=protected)
     app.include_router(rubrics.router, dependencies=protected)

@@ -24,7 +24,11 @@ ServicesDep = Annotated[Services, Depends(get_services)]
 
 async def require_api_key(request: Request, services: ServicesDep) -> None:
     """Bearer-key check, active when ``server.api_key`` is set."""
-    expected = services.settings.server.api_key
+    check_api_key(request, services.settings.server.api_key)
+
+
+def check_api_key(request: Request, expected: str | None) -> None:
+    """Raise 401 unless ``expected`` is unset or the request bears it."""
     if not expected:
         return
     header = request.headers.get("authorization", "")

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
 from amaris.models import (
@@ -17,14 +21,46 @@ from amaris.models import (
     ScoreResponse,
 )
 from amaris.scoring import OverloadedError, OversizeError
-from api.deps import ServicesDep
+from amaris.service import Services
+from api.deps import ServicesDep, check_api_key
 from api.errors import INPUT_ERRORS as _ERRORS
 from api.errors import validation_details
 
-router = APIRouter(tags=["scoring"])
 log = logging.getLogger("amaris.api")
 
-@router.post(
+
+class ScoreRoute(APIRoute):
+    """``POST /score`` without FastAPI's per-request dependency solving.
+
+    FastAPI resolves a route's dependencies and validates its body through its own layers
+    on every request: about a third of the app's CPU per ``/score``, the hot path
+    (``docs/benchmarks.md``). This handler does the same work directly: the bearer check
+    (the router's ``require_api_key``, applied here), one ``model_validate_json`` of the
+    body (errors answered as FastAPI's 422), then the endpoint with its two parameters.
+    The endpoint's signature still defines the route's OpenAPI schema.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        endpoint = self.endpoint
+
+        async def handle(request: Request) -> Response:
+            services: Services = request.app.state.services
+            check_api_key(request, services.settings.server.api_key)
+            try:
+                body = ScoreRequest.model_validate_json(await request.body())
+            except ValidationError as exc:
+                raise RequestValidationError(exc.errors(include_url=False)) from None
+            response: Response = await endpoint(body=body, services=services)
+            return response
+
+        return handle
+
+
+router = APIRouter(tags=["scoring"])
+score_router = APIRouter(tags=["scoring"], route_class=ScoreRoute)
+"""``/score`` alone, with its lean handler (:class:`ScoreRoute`)."""
+
+@score_router.post(
     "/score",
     response_model=ScoreResponse,
     responses={
