@@ -2,17 +2,21 @@
 
 A raw asyncio server answers with scripted bytes, so the cases the fake LLM cannot
 produce are covered: keep-alive reuse, a server closing an idle connection, a connection
-lost mid-response, chunked, close-delimited and gzip bodies, malformed HTTP.
+lost mid-response, chunked, close-delimited and gzip bodies, malformed HTTP, TLS.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import gzip
+import ipaddress
 import json
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import openai
 import pytest
@@ -276,3 +280,49 @@ async def test_request_through_an_environment_proxy_goes_via_the_sdk(
     # Absolute-form request line: the SDK's client sent it to the proxy.
     assert proxy.requests[0].startswith(
         b"POST http://judge.invalid:8000/v1/chat/completions HTTP/1.1")
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (PEM files)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+async def test_https_endpoint_verifies_its_certificate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clear_proxies(monkeypatch)
+    cert, key = self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    state = RawServer(lambda request, _: ok())
+    server = await asyncio.start_server(state.serve, "127.0.0.1", 0, ssl=context)
+    url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    try:
+        with pytest.raises(openai.APIConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+            await complete(url)  # not signed by a trusted authority
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        assert await complete(url) == '{"ok": true}'
+    finally:
+        server.close()
+    assert b"Authorization: Bearer sk-test" in state.requests[-1]
