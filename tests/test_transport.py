@@ -193,6 +193,26 @@ async def test_silent_server_is_a_timeout() -> None:
         server.close()
 
 
+async def test_read_timeout_is_between_bytes_not_for_the_whole_answer() -> None:
+    answer = ok()
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        for start in range(0, len(answer), len(answer) // 5 + 1):
+            writer.write(answer[start:start + len(answer) // 5 + 1])
+            await writer.drain()
+            await asyncio.sleep(0.15)  # 5 pieces: ~0.75 s in all, each gap under 0.4 s
+        await reader.read(65536)
+        writer.close()
+
+    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        assert await complete(f"http://127.0.0.1:{port}/v1", timeout=0.4) == '{"ok": true}'
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize("status, error", [
     (429, openai.RateLimitError), (500, openai.InternalServerError),
     (400, openai.BadRequestError), (401, openai.AuthenticationError),

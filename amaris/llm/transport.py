@@ -59,7 +59,7 @@ class _Connection(asyncio.Protocol):
         self.got_bytes = False
         self._headers_done = False
         self._delimited = False
-        self.complete = False
+        self._timer: asyncio.TimerHandle | None = None
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
@@ -119,20 +119,20 @@ class _Connection(asyncio.Protocol):
         """Send one request and wait for its whole response (status, headers, body)."""
         assert self.transport is not None
         self._waiter = self._loop.create_future()
-        self.got_bytes = self._headers_done = self._delimited = self.complete = False
+        self.got_bytes = self._headers_done = self._delimited = False
         self.status, self.headers, self.body = 0, [], []
         self.last_read = self._loop.time()
         self.transport.write(head + body if len(body) < 65536 else head)
         if len(body) >= 65536:
             self.transport.write(body)
-        timer = None
         if read_timeout is not None:
-            timer = self._loop.call_later(read_timeout, self._check_timeout, read_timeout)
+            self._timer = self._loop.call_later(read_timeout, self._check_timeout, read_timeout)
         try:
             await self._waiter
         finally:
-            if timer is not None:
-                timer.cancel()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             self._waiter = None
 
     def _check_timeout(self, read_timeout: float) -> None:
@@ -142,13 +142,13 @@ class _Connection(asyncio.Protocol):
             return
         quiet = self._loop.time() - self.last_read
         if quiet < read_timeout:
-            self._loop.call_later(read_timeout - quiet, self._check_timeout, read_timeout)
+            self._timer = self._loop.call_later(read_timeout - quiet, self._check_timeout,
+                                                read_timeout)
             return
         self._fail(httpx2.ReadTimeout(f"no response bytes for {read_timeout:g} s"))
         self.close()
 
     def _message_done(self) -> None:
-        self.complete = True
         if not self._parser.should_keep_alive():
             self.closed = True
         if self._waiter is not None and not self._waiter.done():
