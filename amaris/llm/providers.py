@@ -57,7 +57,7 @@ class OpenAIProvider:
     The client holds the endpoint's configuration (base URL, key, auth and platform
     headers) and defines the errors. Requests go through
     :class:`~amaris.llm.transport.JsonEndpoint`, which sends the body with those headers
-    and raises those errors at a fifth of the SDK request path's CPU (measured in
+    and raises those errors at a ninth of the SDK request path's CPU (measured in
     ``docs/benchmarks.md``); where an environment proxy applies, through the client's
     own ``post``. Either way the answer is read from the response's JSON.
     """
