@@ -5,8 +5,8 @@ added to a judge call (``docs/benchmarks.md``): building an ``httpx2`` request (
 parsing, header objects, options models) and the default ``httpcore2`` transport (anyio
 cancel scopes, socket-liveness probes, a scan of every pooled connection) cost 1.87 ms
 of CPU a call at 64 in flight, against 0.21 ms here (``bench/judge_call_cpu.py``).
-:class:`JsonEndpoint` posts the JSON body with the headers of an ``openai.AsyncOpenAI`` client (its auth, user agent and
-platform headers, computed once) over a keep-alive pool parsed with ``httptools``, and
+:class:`JsonEndpoint` posts the JSON body with the headers of an ``openai.AsyncOpenAI``
+client (its auth, user agent and platform headers, computed once) over a keep-alive pool parsed with ``httptools``, and
 raises the SDK's own exceptions: ``APIStatusError`` and its subclasses (built by the
 client, from the response), ``APITimeoutError``, ``APIConnectionError``.
 
