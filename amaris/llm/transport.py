@@ -6,9 +6,10 @@ parsing, header objects, options models) and the default ``httpcore2`` transport
 cancel scopes, socket-liveness probes, a scan of every pooled connection) cost 1.87 ms
 of CPU a call at 64 in flight, against 0.21 ms here (``bench/judge_call_cpu.py``).
 :class:`JsonEndpoint` posts the JSON body with the headers of an ``openai.AsyncOpenAI``
-client (its auth, user agent and platform headers, computed once) over a keep-alive pool parsed with ``httptools``, and
-raises the SDK's own exceptions: ``APIStatusError`` and its subclasses (built by the
-client, from the response), ``APITimeoutError``, ``APIConnectionError``.
+client (its auth, user agent and platform headers, computed once) over a keep-alive
+pool parsed with ``httptools``, and raises the SDK's own exceptions: ``APIStatusError``
+and its subclasses (built by the client, from the response), ``APITimeoutError``,
+``APIConnectionError``.
 
 Not covered, so :func:`lean_transport_applies` leaves those endpoints to the SDK's own
 ``post``: HTTP proxies from the environment, and URL schemes other than http(s).
