@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx2
 import openai
 import pytest
 
@@ -83,7 +84,7 @@ async def raw_server(handler: Handler) -> AsyncIterator[RawServer]:
         await server.wait_closed()
 
 
-async def complete(url: str, timeout: float = 5.0) -> str:
+async def complete(url: str | None, timeout: float = 5.0) -> str:
     provider = OpenAIProvider("sk-test", url)
     options = Settings().agents.for_agent("scorer").model_copy(update={"timeout": timeout})
     try:
@@ -282,12 +283,13 @@ def clear_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_environment_proxy_decides_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
     clear_proxies(monkeypatch)
-    assert lean_transport_applies("https://api.example.com/v1")
+    api, vllm = httpx2.URL("https://api.example.com/v1"), httpx2.URL("http://vllm.local:8000/v1")
+    assert lean_transport_applies(api)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
-    assert not lean_transport_applies("https://api.example.com/v1")
-    assert lean_transport_applies("http://vllm.local:8000/v1")  # only https is proxied
+    assert not lean_transport_applies(api)
+    assert lean_transport_applies(vllm)  # only https is proxied
     monkeypatch.setenv("NO_PROXY", "api.example.com")
-    assert lean_transport_applies("https://api.example.com/v1")
+    assert lean_transport_applies(api)
 
 
 async def test_request_through_an_environment_proxy_goes_via_the_sdk(
@@ -346,3 +348,17 @@ async def test_https_endpoint_verifies_its_certificate(
     finally:
         server.close()
     assert b"Authorization: Bearer sk-test" in state.requests[-1]
+
+
+async def test_endpoint_from_openai_base_url_is_proxied_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No base_url configured: the SDK takes OPENAI_BASE_URL, and the proxy decision must be
+    # about that host, not api.openai.com.
+    clear_proxies(monkeypatch)
+    async with raw_server(lambda request, _: ok()) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url.removesuffix("/v1"))
+        monkeypatch.setenv("OPENAI_BASE_URL", "http://judge.invalid:8000/v1")
+        assert await complete(None) == '{"ok": true}'
+    assert proxy.requests[0].startswith(
+        b"POST http://judge.invalid:8000/v1/chat/completions HTTP/1.1")

@@ -71,7 +71,7 @@ class OpenAIProvider:
                                           max_retries=0)
         self._pool = ConnectionPool()
         self._endpoint = (JsonEndpoint(self._client, self._pool)
-                          if lean_transport_applies(base_url) else None)
+                          if lean_transport_applies(self._client.base_url) else None)
         self.description = base_url or "https://api.openai.com/v1"
 
     async def complete(

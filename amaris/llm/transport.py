@@ -36,15 +36,17 @@ _KEEPALIVE_EXPIRY_S = 4.0
 after 5 s, and a request sent as the server closes would fail."""
 
 
-def lean_transport_applies(base_url: str | None) -> bool:
-    """False when an environment proxy would apply to ``base_url`` (not handled here)."""
-    url = httpx2.URL(base_url or "https://api.openai.com/v1")
-    if url.scheme not in ("http", "https"):
+def lean_transport_applies(base_url: httpx2.URL) -> bool:
+    """False when an environment proxy would apply to ``base_url`` (not handled here).
+
+    ``base_url`` is the SDK client's resolved one (``OPENAI_BASE_URL`` when none is set).
+    """
+    if base_url.scheme not in ("http", "https"):
         return False
     proxies = urllib.request.getproxies()
-    if not (proxies.get(url.scheme) or proxies.get("all")):
+    if not (proxies.get(base_url.scheme) or proxies.get("all")):
         return True
-    return bool(urllib.request.proxy_bypass(url.host))
+    return bool(urllib.request.proxy_bypass(base_url.host))
 
 
 class _Connection(asyncio.Protocol):
@@ -123,9 +125,7 @@ class _Connection(asyncio.Protocol):
         self.got_bytes = self._headers_done = self._delimited = False
         self.status, self.headers, self.body = 0, [], []
         self.last_read = self._loop.time()
-        self.transport.write(head + body if len(body) < 65536 else head)
-        if len(body) >= 65536:
-            self.transport.write(body)
+        self.transport.writelines((head, body))
         if read_timeout is not None:
             self._timer = self._loop.call_later(read_timeout, self._check_timeout, read_timeout)
         try:
