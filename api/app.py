@@ -67,7 +67,8 @@ def create_app(
     errors.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)
-    app.include_router(score.score_router, dependencies=protected)  # checked by its handler
+    # No router dependencies: its handler checks the bearer key itself (ScoreRoute).
+    app.include_router(score.score_router)
     app.include_router(score.router, dependencies=protected)
     app.include_router(openrlhf.router, dependencies=protected)
     app.include_router(rubrics.router, dependencies=protected)

@@ -33,12 +33,26 @@ class ScoreRoute(APIRoute):
     """``POST /score`` without FastAPI's per-request dependency solving.
 
     FastAPI resolves a route's dependencies and validates its body through its own layers
-    on every request: about a third of the app's CPU per ``/score``, the hot path
-    (``docs/benchmarks.md``). This handler does the same work directly: the bearer check
-    (the router's ``require_api_key``, applied here), one ``model_validate_json`` of the
-    body (errors answered as FastAPI's 422), then the endpoint with its two parameters.
-    The endpoint's signature still defines the route's OpenAPI schema.
+    on every request: about a third of the event loop's CPU per ``/score`` inside the app
+    (``bench/score_app_cpu.py``, ``docs/benchmarks.md``). This handler does the same work
+    directly: the bearer check (what ``require_api_key`` does for the other routes), one
+    ``model_validate_json`` of the body (errors answered as FastAPI's 422), then the
+    endpoint with its two parameters. The endpoint's signature still defines the route's
+    OpenAPI schema. Any other dependency would be skipped, so the route refuses one, and
+    the app includes its router without dependencies.
     """
+
+    _HANDLED = frozenset({"require_api_key", "get_services"})
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        skipped = sorted(
+            getattr(dep.call, "__name__", repr(dep.call))
+            for dep in self.dependant.dependencies
+            if getattr(dep.call, "__name__", None) not in self._HANDLED
+        )
+        if skipped:
+            raise TypeError(f"ScoreRoute {path} would skip dependencies {skipped}")
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         endpoint = self.endpoint
@@ -59,6 +73,7 @@ class ScoreRoute(APIRoute):
 router = APIRouter(tags=["scoring"])
 score_router = APIRouter(tags=["scoring"], route_class=ScoreRoute)
 """``/score`` alone, with its lean handler (:class:`ScoreRoute`)."""
+
 
 @score_router.post(
     "/score",
