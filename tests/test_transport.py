@@ -292,13 +292,18 @@ def test_environment_proxy_decides_the_path(monkeypatch: pytest.MonkeyPatch) -> 
     assert lean_transport_applies(api)
 
 
+@pytest.mark.parametrize("configured", ["http://judge.invalid:8000/v1", None],
+                         ids=["base_url", "OPENAI_BASE_URL"])
 async def test_request_through_an_environment_proxy_goes_via_the_sdk(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, configured: str | None,
 ) -> None:
+    # With no base_url configured the SDK takes OPENAI_BASE_URL: the proxy decision must be
+    # about that host, not api.openai.com.
     clear_proxies(monkeypatch)
     async with raw_server(lambda request, _: ok()) as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url.removesuffix("/v1"))
-        assert await complete("http://judge.invalid:8000/v1") == '{"ok": true}'
+        monkeypatch.setenv("OPENAI_BASE_URL", "http://judge.invalid:8000/v1")
+        assert await complete(configured) == '{"ok": true}'
     # Absolute-form request line: the SDK's client sent it to the proxy.
     assert proxy.requests[0].startswith(
         b"POST http://judge.invalid:8000/v1/chat/completions HTTP/1.1")
@@ -348,17 +353,3 @@ async def test_https_endpoint_verifies_its_certificate(
     finally:
         server.close()
     assert b"Authorization: Bearer sk-test" in state.requests[-1]
-
-
-async def test_endpoint_from_openai_base_url_is_proxied_too(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # No base_url configured: the SDK takes OPENAI_BASE_URL, and the proxy decision must be
-    # about that host, not api.openai.com.
-    clear_proxies(monkeypatch)
-    async with raw_server(lambda request, _: ok()) as proxy:
-        monkeypatch.setenv("HTTP_PROXY", proxy.url.removesuffix("/v1"))
-        monkeypatch.setenv("OPENAI_BASE_URL", "http://judge.invalid:8000/v1")
-        assert await complete(None) == '{"ok": true}'
-    assert proxy.requests[0].startswith(
-        b"POST http://judge.invalid:8000/v1/chat/completions HTTP/1.1")
