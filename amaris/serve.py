@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from amaris.redact import redact_url
 from amaris.settings import Settings
 
 log = logging.getLogger("amaris")
@@ -49,7 +50,7 @@ def run_server(settings: Settings) -> int:
         os.environ["PREFECT_API_URL"] = server.api_url
         log.warning("Prefect UI: %s (step runs, task runs, artifacts)", server.url)
     else:
-        log.warning("using the Prefect API at %s", os.environ["PREFECT_API_URL"])
+        log.warning("using the Prefect API at %s", redact_url(os.environ["PREFECT_API_URL"]))
     worker = RepairWorker(settings, server)
     worker.start_when_ready()
     try:

@@ -10,6 +10,7 @@ import httpx2
 import openai
 
 from amaris.llm.transport import ConnectionPool, JsonEndpoint, lean_transport_applies
+from amaris.redact import redact_url
 from amaris.settings import ResolvedAgentOptions
 
 
@@ -72,7 +73,8 @@ class OpenAIProvider:
         self._pool = ConnectionPool()
         self._endpoint = (JsonEndpoint(self._client, self._pool)
                           if lean_transport_applies(self._client.base_url) else None)
-        self.description = base_url or "https://api.openai.com/v1"
+        # Shown in /healthz and written in every call-log line: no credentials in it.
+        self.description = redact_url(base_url or "https://api.openai.com/v1")
 
     async def complete(
         self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions

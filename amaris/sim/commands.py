@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from amaris.cli_inspect import CommandError, api_get, server_url
+from amaris.redact import redact_url
 from amaris.settings import Settings
 from amaris.sim.driver import RunResult, StepResult, run
 from amaris.sim.policy import PlannedRollout, Policy
@@ -127,7 +128,7 @@ def simulate(settings: Settings, args: argparse.Namespace) -> int:
                         args.learning_rate)
         source = SimulatedSource(policy, args.steps, first)
         print(f"amaris simulate: {args.steps} steps x {args.rollouts_per_step} rollouts from "
-              f"step {first}, seed {args.seed}, server {url}", file=sys.stderr)
+              f"step {first}, seed {args.seed}, server {redact_url(url)}", file=sys.stderr)
         result = asyncio.run(run(url, source, label="simulate", api_key=key,
                                  progress=progress))
         records = [r for r in api_records(settings, url) if r["step"] in source.steps()]
