@@ -47,7 +47,8 @@ def run_server(settings: Settings) -> int:
         server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
         server.start()
         # Before prefect is imported in this process: its settings read the environment once.
-        os.environ["PREFECT_API_URL"] = server.api_url
+        # The children (repair worker, its runs) inherit the address and the auth string.
+        os.environ.update(server.client_env())
         log.warning("Prefect UI: %s (step runs, task runs, artifacts)", server.url)
     else:
         log.warning("using the Prefect API at %s", redact_url(os.environ["PREFECT_API_URL"]))
@@ -105,14 +106,16 @@ class RepairWorker:
         if self._stopped.is_set():
             return
         server = self._settings.server
+        # The repair runs' only target is this service: its address and key reach them
+        # through the environment (inherited by the runs' processes), never a parameter.
         env = dict(os.environ)
+        env["AMARIS_REPAIR_URL"] = server.local_url
         if server.api_key:
             env["AMARIS_API_KEY"] = server.api_key
         home = Path(os.environ["PREFECT_HOME"])
         with (home / "repair-worker.log").open("ab") as out:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "amaris.cli", "repair-worker", "--url",
-                 server.local_url, "--interval",
+                [sys.executable, "-m", "amaris.cli", "repair-worker", "--interval",
                  str(self._settings.prefect.repair_interval_seconds)],
                 env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
