@@ -99,6 +99,7 @@ class StepCoordinator:
         self._last_started: int | None = None
         self._opening: dict[int, int] = {}
         """Rollouts admitted to a step not yet known, per step, until they are logged."""
+        self._steps_synced = 0.0
         self._waiting = 0
         self._closing = False
         self._lock = asyncio.Lock()
@@ -159,13 +160,18 @@ class StepCoordinator:
         A step is refused past ``pipeline.max_step``; a step amaris does not know yet also
         when it is more than ``pipeline.max_steps_ahead`` past the newest step it knows
         (any step when it knows none), or when ``pipeline.max_open_steps`` are open.
-        Shared replicas re-read the registry before refusing.
+        Shared replicas re-read the registry (at most every second) for a step they do not
+        know.
         """
-        refusal = self._refusal(step)
-        if refusal is not None and self._shared and step <= self._settings.pipeline.max_step:
-            # Other replicas open steps too: refuse on the registry's view, not a stale one.
+        if (self._shared and step not in self._status
+                and step <= self._settings.pipeline.max_step
+                and time.monotonic() - self._steps_synced >= _STATUS_TTL):
+            # Other replicas open steps too: judge a step new to this replica on the
+            # registry's view (re-read at most every second: a flood of new or refused
+            # steps is no flood of reads).
+            self._steps_synced = time.monotonic()
             await self._sync_from_store()
-            refusal = self._refusal(step)
+        refusal = self._refusal(step)
         if refusal is not None:
             raise refusal
 

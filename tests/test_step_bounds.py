@@ -20,6 +20,7 @@ from amaris.settings import Settings
 from api.app import create_app
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
+from tests.test_scale_out import replicas
 
 BOUNDS = {"pipeline.max_step": 100, "pipeline.max_steps_ahead": 10, "pipeline.max_open_steps": 3}
 
@@ -231,3 +232,26 @@ def test_complete_past_max_step_is_refused_even_when_steps_complete_by_themselve
         refused(client.post("/complete", json={"step": 101}), 422, "step", "pipeline.max_step")
         assert client.post("/complete", json={"step": 7}).json() == {"status": "noop"}
         assert steps(client) == {}
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_replica_bounds_new_steps_on_the_shared_registry(tmp_path: Path) -> None:
+    bounds = {**BOUNDS, "pipeline.max_open_steps": 2}
+    with replicas(tmp_path, ["r1", "r2"], **bounds) as (a, b):
+        for step in (50, 51):
+            assert a.post("/score", json=body(step, f"a{step}")).status_code == 200
+        # b has taken no rollout: what it knows of the steps comes from the registry
+        refused(
+            b.post("/score", json=body(62, "b62")),
+            422,
+            "metadata.current_step",
+            "past the newest step (51)",
+        )
+        refused(
+            b.post("/score", json=body(52, "b52")),
+            409,
+            "metadata.current_step",
+            "pipeline.max_open_steps",
+        )
+        assert b.post("/score", json=body(51, "b51")).status_code == 200
+        assert steps(a) == {50: "open", 51: "open"}
