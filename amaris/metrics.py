@@ -145,6 +145,10 @@ class _StateCollector(Collector):
         for status in sorted({*STEP_STATUSES, *known}):
             steps.add_metric([status], known.count(status))
         yield steps
+        yield GaugeMetricFamily(
+            "amaris_step_waiters",
+            "Requests waiting for a step's pipeline (/rubric_status/wait, sync-mode /score).",
+            value=self._coordinator.waiters)
 
     def _llm(self) -> Iterable[Metric]:
         families = {kind: CounterMetricFamily(name, text, labels=["agent", "path"])

@@ -34,13 +34,19 @@ async def score_rollout(
     coordinator: StepCoordinator,
     sync: bool,
 ) -> ScoreResponse:
-    """Score, log durably (before answering), and in sync mode wait for the step's update
-    and score again under the rubric it produced."""
-    scope = scopes.scope_of(request.rollout.input)
-    rubric = await scopes.rubric(scope)
-    result = await scorer.score(request, rubric)
+    """Admit the rollout's step, score, log durably (before answering), and in sync mode
+    wait for the step's update and score again under the rubric it produced.
+
+    Raises:
+        StepRefusedError: the step is refused (before any judge call, rubric creation or
+            log write).
+    """
     step = request.metadata.current_step
-    await coordinator.record(step, log_record(request, result, scope))
+    async with coordinator.admission(step):
+        scope = scopes.scope_of(request.rollout.input)
+        rubric = await scopes.rubric(scope)
+        result = await scorer.score(request, rubric)
+        await coordinator.record(step, log_record(request, result, scope))
     if sync:
         await coordinator.wait(step)
         updated = await scopes.rubric(scope)

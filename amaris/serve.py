@@ -9,8 +9,11 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import uvicorn
 
 from amaris.redact import redact_url
 from amaris.settings import Settings
@@ -30,8 +33,6 @@ def _port_free(port: int) -> bool:
 def run_server(settings: Settings) -> int:
     """Serve until SIGINT/SIGTERM; then finish in-flight requests (30 s at most), leave
     running steps resumable and stop the Prefect server child."""
-    import uvicorn
-
     from amaris.logs import configure_logging
     from amaris.prefect_env import configure_prefect
     from amaris.prefect_server import PrefectServer, free_port
@@ -63,11 +64,15 @@ def run_server(settings: Settings) -> int:
         # found installed: make that handler a clean exit, so the `finally` below stops
         # the Prefect server and the repair worker and the exit code is 0.
         signal.signal(signal.SIGTERM, _exit_cleanly)
-        uvicorn.run(app, host=settings.server.host, port=settings.server.port,
-                    log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30,
-                    # Longer than clients' pool keep-alive (httpx: 5 s), so the server never
-                    # closes a connection a client is about to reuse (a reset mid-request).
-                    timeout_keep_alive=75)
+        config = uvicorn.Config(
+            app, host=settings.server.host, port=settings.server.port,
+            log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30,
+            # Longer than clients' pool keep-alive (httpx: 5 s), so the server never
+            # closes a connection a client is about to reuse (a reset mid-request).
+            timeout_keep_alive=75)
+        # uvicorn drains requests before the app's shutdown: end step waits first, or
+        # long polls would hold the drain for up to its 30 s.
+        WaitEndingServer(config, services.coordinator.end_waits).run()
     finally:
         worker.stop()
         if server is not None:
@@ -77,6 +82,18 @@ def run_server(settings: Settings) -> int:
 
 def _exit_cleanly(signum: int, frame: object) -> None:
     raise SystemExit(0)
+
+
+class WaitEndingServer(uvicorn.Server):
+    """uvicorn that calls ``end_waits`` as its shutdown starts, before draining requests."""
+
+    def __init__(self, config: uvicorn.Config, end_waits: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._end_waits = end_waits
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._end_waits()
+        await super().shutdown(sockets)
 
 
 class RepairWorker:

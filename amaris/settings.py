@@ -204,6 +204,9 @@ class ServerSettings(_Section):
     """Larger request bodies get 413."""
     max_batch_items: int = Field(default=1024, gt=0)
     """Most items one /batch_score request may carry."""
+    max_wait_seconds: float = Field(default=300.0, gt=0, le=86400)
+    """Longest one ``GET /rubric_status/wait`` is held open (a longer or absent
+    ``timeout`` is capped; the answer is then ``pending`` and the client asks again)."""
     replica_id: str | None = Field(default=None, min_length=1, max_length=128,
                                    pattern=r"^[A-Za-z0-9_.:-]+$")
     """This replica's name when ``pipeline.executor`` is ``deployment`` (its rollout-log
@@ -240,6 +243,13 @@ class PipelineSettings(_Section):
     and the replicas only submit runs; null = the replicas serve the deployment."""
     rollouts_per_step: int | None = Field(default=None, gt=0)
     """Complete a step by itself after this many rollouts; null = manual /complete."""
+    max_step: int = Field(default=10_000_000, ge=0)
+    """Largest step number accepted (a rollout's ``current_step``, ``/complete``'s
+    ``step``); training runs stay under 10^6 steps."""
+    max_steps_ahead: int = Field(default=1000, ge=1)
+    """How far past the newest step amaris knows a rollout may open a new step."""
+    max_open_steps: int = Field(default=64, ge=1)
+    """Most steps open at once; a rollout that would open one more is refused (409)."""
     use_chunking: bool = True
     chunk_size: int = Field(default=32, gt=0)
     rubric_update_frequency: int | None = Field(default=1, gt=0)

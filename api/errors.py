@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from amaris.models import ErrorDetail, ErrorResponse
 from amaris.scoring import OverloadedError, OversizeError
+from amaris.steps import StepRefusedError
 
 log = logging.getLogger("amaris.api")
 
@@ -30,6 +31,19 @@ INPUT_ERRORS: dict[int | str, dict[str, Any]] = {
     429: {"model": ErrorResponse, "description": "Too much judge work queued; see Retry-After."},
 }
 """OpenAPI responses of protected routes that take input."""
+
+STEP_ERRORS: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorResponse, "description": "The step is refused in the current state: "
+          "`pipeline.max_open_steps` steps are open, or (`/complete`) the step has no "
+          "rollouts and is not the next step."},
+    422: {"model": ErrorResponse, "description": "Invalid input; `detail` names each field "
+          "(a step past `pipeline.max_step` or `pipeline.max_steps_ahead` included)."},
+}
+"""OpenAPI responses of routes that take a step number which may open or complete a step."""
+
+_STEP_REFUSALS = {"out_of_range": (422, "invalid_request"),
+                  "too_many_open": (409, "too_many_open_steps"),
+                  "not_next": (409, "nothing_to_complete")}
 
 
 def field_name(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
@@ -70,6 +84,13 @@ def error_response(
     return JSONResponse(jsonable_encoder(body), status_code=status_code, headers=headers)
 
 
+def step_refused(exc: StepRefusedError, field: str | None = None) -> JSONResponse:
+    """The answer to a refused step (its ``field``, or the one the error names)."""
+    status, error = _STEP_REFUSALS[exc.reason]
+    return error_response(status, error, [ErrorDetail(field=field or exc.field,
+                                                      message=str(exc))])
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers."""
 
@@ -96,6 +117,12 @@ def install(app: FastAPI) -> None:
         return error_response(429, "overloaded", [ErrorDetail(
             field="scoring.max_pending", message=f"{exc}; retry later")],
             headers={"Retry-After": str(retry_after)})
+
+    @app.exception_handler(StepRefusedError)
+    async def _step_refused(request: Request, exc: StepRefusedError) -> JSONResponse:
+        log.warning("%s %s %s: %s: %s", _STEP_REFUSALS[exc.reason][0], request.method,
+                    request.url.path, exc.field, exc)
+        return step_refused(exc)
 
     @app.exception_handler(OversizeError)
     async def _oversize(request: Request, exc: OversizeError) -> JSONResponse:

@@ -10,6 +10,7 @@ concurrency limit as ``/batch_score``.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Annotated, Any
 
@@ -19,12 +20,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from amaris.models import BatchScoreRequest, ErrorDetail, ScoreResponse
-from amaris.steps import StepCoordinator
+from amaris.steps import StepCoordinator, StepRefusedError
 from api.deps import ServicesDep
-from api.errors import INPUT_ERRORS, error_response
+from api.errors import INPUT_ERRORS, STEP_ERRORS, error_response, step_refused
 from api.routes.score import batch_score
 
 router = APIRouter(tags=["trainers"])
+log = logging.getLogger("amaris.api")
 
 STEP_HEADER = "X-Amaris-Step"
 
@@ -76,14 +78,16 @@ class UnscoredBatchResponse(GetRewardResponse):
     detail: list[ErrorDetail]
 
 
-def current_step(coordinator: StepCoordinator) -> int:
+def current_step(coordinator: StepCoordinator, max_step: int) -> int:
     """The step a request without one belongs to: the open step, else the next one.
 
     Trainers that do not say which step they are at rely on amaris completing steps by
     itself (``pipeline.rollouts_per_step``): once a step starts completing, new rollouts
-    go to the step after it.
+    go to the step after it. Steps over ``max_step`` (``pipeline.max_step``; only a store
+    written before that bound can hold them) are left out.
     """
-    steps = coordinator.snapshot()
+    steps = {step: status for step, status in coordinator.snapshot().items()
+             if step <= max_step}
     opened = [step for step, status in steps.items() if status == "open"]
     if opened:
         return max(opened)
@@ -163,7 +167,7 @@ def _answer(results: list[ScoreResponse], step: int) -> GetRewardResponse:
 @router.post(
     "/get_reward",
     response_model=GetRewardResponse,
-    responses={**INPUT_ERRORS, 503: {
+    responses={**INPUT_ERRORS, **STEP_ERRORS, 503: {
         "model": UnscoredBatchResponse,
         "description": "Some samples are unscored and `scoring.on_failure` is not `neutral`."}},
 )
@@ -176,7 +180,9 @@ async def get_reward(
     """Score OpenRLHF's batch; one reward per query, in order.
 
     The step is the ``X-Amaris-Step`` header, else the ``step`` query parameter, else the
-    step amaris has open (see :func:`current_step`). OpenRLHF needs a number for every
+    step amaris has open (see :func:`current_step`); a refused step (``pipeline.max_step``,
+    ``max_steps_ahead``, ``max_open_steps``) answers 422 or 409 naming the header or the
+    query parameter, before anything is judged. OpenRLHF needs a number for every
     sample: when one is unscored, the whole batch answers 503 with ``Retry-After``
     (OpenRLHF retries it), unless ``scoring.on_failure`` is ``neutral``, whose
     ``neutral_score`` is then the reward, flagged in ``extra_logs.amaris_unscored``.
@@ -186,7 +192,14 @@ async def get_reward(
         return error_response(422, "invalid_request", errors)
     step = step_header if step_header is not None else step_query
     if step is None:
-        step = current_step(services.coordinator)
+        step = current_step(services.coordinator, services.settings.pipeline.max_step)
+    try:
+        await services.coordinator.check(step)
+    except StepRefusedError as exc:
+        field = "step" if step_header is None and step_query is not None else STEP_HEADER
+        refused = step_refused(exc, field)
+        log.warning("%s POST /get_reward: %s: %s", refused.status_code, field, exc)
+        return refused
     items, errors = _items(body, step)
     if errors:
         return error_response(422, "invalid_request", errors)

@@ -22,9 +22,10 @@ from amaris.models import (
 )
 from amaris.scoring import OverloadedError, OversizeError
 from amaris.service import Services
+from amaris.steps import StepRefusedError
 from api.deps import ServicesDep, check_api_key
 from api.errors import INPUT_ERRORS as _ERRORS
-from api.errors import validation_details
+from api.errors import STEP_ERRORS, validation_details
 
 log = logging.getLogger("amaris.api")
 
@@ -80,6 +81,7 @@ score_router = APIRouter(tags=["scoring"], route_class=ScoreRoute)
     response_model=ScoreResponse,
     responses={
         **_ERRORS,
+        **STEP_ERRORS,
         503: {"model": ScoreResponse, "description": "Unscored with `scoring.on_failure: error`."},
     },
 )
@@ -87,7 +89,9 @@ async def score(body: ScoreRequest, services: ServicesDep) -> Response:
     """Score one rollout against the rubric in force.
 
     ``status`` is ``scored`` or ``unscored`` (the judge gave no valid verdict; ``reason``
-    says why and ``score`` follows ``scoring.on_failure``).
+    says why and ``score`` follows ``scoring.on_failure``). A refused
+    ``metadata.current_step`` (see ``pipeline.max_step``, ``max_steps_ahead``,
+    ``max_open_steps``) answers 422 or 409 before the judge is asked.
     """
     result = await services.score(body)
     policy = services.settings.scoring
@@ -105,8 +109,9 @@ async def score(body: ScoreRequest, services: ServicesDep) -> Response:
 async def batch_score(body: BatchScoreRequest, services: ServicesDep) -> BatchScoreResponse:
     """Score many rollouts concurrently. Each item has its own status.
 
-    An item that does not validate (or is oversized) gets ``status: invalid`` with a
-    reason naming ``items[i].<field>``; the other items are scored normally.
+    An item that does not validate (or is oversized, or its step is refused) gets
+    ``status: invalid`` with a reason naming ``items[i].<field>``; the other items are
+    scored normally.
     """
     max_items = services.settings.server.max_batch_items
     if len(body.items) > max_items:
@@ -129,7 +134,7 @@ async def batch_score(body: BatchScoreRequest, services: ServicesDep) -> BatchSc
         except ValidationError as exc:
             details = validation_details(list(exc.errors()), prefix=f"items[{index}]")
             reason = "; ".join(f"{d.field}: {d.message}" for d in details)
-        except OversizeError as exc:
+        except (OversizeError, StepRefusedError) as exc:
             reason = f"items[{index}].{exc.field}: {exc}"
         except OverloadedError as exc:
             return ScoreResponse(score=None, rubric_version=None, status="unscored",
