@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 from typing import Any
 
 import httpx
@@ -70,15 +71,20 @@ async def find_broken_steps() -> list[int]:
 
 @task(name="rerun-step", cache_policy=NO_CACHE, task_run_name="rerun-step-{step}")
 async def rerun_step(step: int, wait_seconds: float) -> dict[str, Any]:
-    """Ask amaris to re-run ``step`` and wait for its outcome."""
+    """Ask amaris to re-run ``step`` and wait for its outcome (``wait_seconds`` at most:
+    the server answers ``pending`` at its own ``server.max_wait_seconds``, so ask again)."""
+    deadline = time.monotonic() + wait_seconds
     async with _amaris_api(timeout=wait_seconds + 30) as http:
         started = await http.post(f"/steps/{step}/rerun")
         started.raise_for_status()
-        done = await http.get("/rubric_status/wait",
-                              params={"step": step, "timeout": wait_seconds})
-        done.raise_for_status()
-        result: dict[str, Any] = done.json()
-        return result
+        while True:
+            left = deadline - time.monotonic()
+            done = await http.get("/rubric_status/wait",
+                                  params={"step": step, "timeout": max(left, 0.001)})
+            done.raise_for_status()
+            result: dict[str, Any] = done.json()
+            if result.get("status") != "pending" or left <= 0:
+                return result
 
 
 @flow(name="amaris-repair", flow_run_name="repair")
