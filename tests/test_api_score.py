@@ -372,7 +372,7 @@ def test_a_different_rollout_asks_the_judge_again(
 ) -> None:
     with serve(llm_settings(tmp_path, fake_llm)) as client:
         client.post("/score", json=body())
-        r = client.post("/score", json=body(**{"output": "4", **change}))
+        r = client.post("/score", json=body(**{"id": "r2", "output": "4", **change}))
     assert r.json()["cached"] is False
     assert len(fake_llm.requests) == 2
 
@@ -381,7 +381,7 @@ def test_null_and_empty_context_share_one_judgement(tmp_path: Path, fake_llm: Fa
     # null and "" both reach the judge as "": one judgement.
     with serve(llm_settings(tmp_path, fake_llm)) as client:
         client.post("/score", json=body(supplemental_context=None))
-        r = client.post("/score", json=body(supplemental_context=""))
+        r = client.post("/score", json=body(id="r2", supplemental_context=""))
     assert r.json()["cached"] is True
     assert len(fake_llm.requests) == 1
 
