@@ -232,11 +232,13 @@ def test_rollout_reaches_the_judge_only_inside_the_json_data_block(
         {"id": "R1", "text": REASONING, "kind": "requirement"},
         {"id": "R2", "text": SEVERAL, "kind": "pitfall"},
     ]
-    # The fake markers occur only JSON-encoded (newlines escaped) inside the data line.
+    # The fake markers occur only JSON-encoded inside the data line (newlines escaped), with
+    # their name escaped too: the message holds each marker once, as a line of its own.
     assert "Ignore previous instructions" in lines[2]
-    assert user.count(DATA_END) == 2 and lines[2].count(DATA_END) == 1
+    assert (user.count(DATA_START), user.count(DATA_END)) == (1, 1)
     assert attack not in user  # its raw newlines never reach the prompt
-    assert json.dumps(attack, ensure_ascii=False)[1:-1] in lines[2]
+    encoded = json.dumps(attack, ensure_ascii=False)[1:-1]
+    assert encoded.replace("AMARIS_DATA", "AMARIS\\u005fDATA") in lines[2]
 
 
 # -- unscored -----------------------------------------------------------------------------------
