@@ -12,6 +12,19 @@ from datetime import UTC, datetime
 
 from amaris.context import request_id_var
 
+LOGGED_CHARS = 120
+"""Longest part of a client-supplied value (a rollout id...) written in a log line."""
+
+
+def loggable(value: object, limit: int = LOGGED_CHARS) -> str:
+    """A client-supplied value (rollout id, field name...) as a log line may show it:
+    quoted, every control or line-breaking character escaped (``repr``), at most
+    ``limit`` characters of it, so it cannot forge or flood log lines."""
+    text = str(value)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}...(+{len(text) - limit} chars)"
+
 
 class _RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:

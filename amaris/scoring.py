@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from amaris.aggregate import aggregate
 from amaris.llm.gateway import LLMGateway, LLMOutputError, LLMUnavailableError
+from amaris.logs import loggable
 from amaris.models import CriterionResult, ScoreRequest, ScoreResponse
 from amaris.prompts import data_message
 from amaris.rubric import RubricVersion
@@ -24,6 +25,7 @@ from amaris.settings import ScoringSettings
 log = logging.getLogger("amaris.scoring")
 
 _FIELDS = ("input", "output", "supplemental_context")
+_JUDGED = frozenset(f"rollout.{name}" for name in _FIELDS)
 
 
 class Verdict(BaseModel):
@@ -106,8 +108,24 @@ class Scorer:
         """Distinct judge calls queued or in flight."""
         return len(self._inflight)
 
+    def check(self, request: ScoreRequest) -> None:
+        """Refuse a request with a free-text field over ``scoring.max_field_chars``.
+
+        Every free-text field counts (:meth:`ScoreRequest.text_sizes`: metadata included);
+        with ``scoring.oversize: truncate`` the three judged fields are cut instead (by
+        :meth:`prepare`). Called before anything is judged or stored.
+
+        Raises:
+            OversizeError: the first field over the limit.
+        """
+        limit = self._settings.max_field_chars
+        cut = self._settings.oversize == "truncate"
+        for field, size in request.text_sizes():
+            if size > limit and not (cut and field in _JUDGED):
+                raise OversizeError(field, size, limit)
+
     def prepare(self, request: ScoreRequest) -> tuple[dict[str, str], list[str]]:
-        """Apply the size limit to the rollout fields.
+        """Apply the size limit to the judged fields.
 
         Returns:
             The judged fields and the names of the fields that were truncated.
@@ -135,6 +153,7 @@ class Scorer:
 
         Never fabricates: judge failures give ``status: unscored``. The breakdown is
         always filled in (the rollout log keeps it); the API drops it unless asked.
+        Call :meth:`check` first: this checks only the judged fields.
         """
         fields, truncated = self.prepare(request)
         rubric = rubric or self._store.current()
@@ -168,7 +187,7 @@ class Scorer:
                 kind = "judge_invalid"
             self.counters["unscored"] += 1
             self.counters[f"unscored.{kind}"] += 1
-            log.warning("unscored rollout %s: %s", request.rollout.id, exc)
+            log.warning("unscored rollout %s: %s", loggable(request.rollout.id), exc)
             return ScoreResponse(
                 score=self._settings.neutral_score if self._settings.on_failure == "neutral"
                 else None,

@@ -25,6 +25,7 @@ from amaris.pipeline.runner import PipelineRunner
 from amaris.prompts import load_prompts
 from amaris.qdrant import open_qdrant
 from amaris.reward import score_rollout
+from amaris.rollout_ids import RolloutIds
 from amaris.rubric_store import RubricStore
 from amaris.scopes import ScopeResolver
 from amaris.scoring import Scorer
@@ -66,6 +67,7 @@ class Services:
     runner: PipelineRunner
     coordinator: StepCoordinator
     metrics: Metrics
+    ids: RolloutIds
     owns_qdrant: bool = True
     _refresher: asyncio.Task[None] | None = None
 
@@ -78,7 +80,7 @@ class Services:
         """The hot path of one rollout (see :func:`amaris.reward.score_rollout`)."""
         return await score_rollout(
             request, scopes=self.scopes, scorer=self.scorer, coordinator=self.coordinator,
-            sync=self.settings.pipeline.mode == "sync",
+            ids=self.ids, sync=self.settings.pipeline.mode == "sync",
         )
 
     async def start(self) -> None:
@@ -220,7 +222,8 @@ def build_services(
         settings=settings, qdrant=qdrant, store=store, gateway=gateway,
         pipeline_gateway=pipeline_gateway, scorer=scorer, providers=providers, scopes=scopes,
         rollouts=rollouts, steps=steps, memory=memory, prompts=prompts, runner=runner,
-        coordinator=coordinator, metrics=metrics, owns_qdrant=owns_qdrant,
+        coordinator=coordinator, metrics=metrics, ids=RolloutIds(rollouts),
+        owns_qdrant=owns_qdrant,
     )
 
 

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+from amaris.logs import loggable
 from amaris.memory.batched_append import BatchedAppender
 from amaris.memory.rollout_log import RolloutLog, StepRegistry, step_records
 from amaris.settings import Settings
@@ -205,7 +206,7 @@ class StepCoordinator:
             await asyncio.to_thread(self._register_open, step)
         if record["late"]:
             log.warning("rollout %s arrived after step %s was completed; logged, not analysed",
-                        record["rollout"]["id"], step)
+                        loggable(record["rollout"]["id"]), step)
             return
         self._counts[step] = self._counts.get(step, 0) + 1
         target = self._settings.pipeline.rollouts_per_step

@@ -12,7 +12,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from amaris.logs import loggable
 from amaris.models import ErrorDetail, ErrorResponse
+from amaris.rollout_ids import RolloutConflictError
 from amaris.scoring import OverloadedError, OversizeError
 from amaris.steps import StepRefusedError
 
@@ -46,8 +48,19 @@ _STEP_REFUSALS = {"out_of_range": (422, "invalid_request"),
                   "not_next": (409, "nothing_to_complete")}
 
 
+CONFLICT_ERRORS: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorResponse,
+          "description": "The rollout id is already in its step with other content."},
+}
+"""OpenAPI responses of the route that logs one rollout per request."""
+
+
 def field_name(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
-    """``("body", "rollout", "output")`` -> ``rollout.output``; list indexes as ``[i]``."""
+    """``("body", "rollout", "output")`` -> ``rollout.output``; list indexes as ``[i]``.
+
+    A part that came from the body (an unknown key) is cut to 100 characters, and a lone
+    surrogate in it escaped: the name is sent back in a JSON body and logged.
+    """
     parts: list[str] = [prefix] if prefix else []
     for part in loc:
         if part == "body" and not parts:
@@ -55,7 +68,8 @@ def field_name(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
         if isinstance(part, int):
             parts[-1:] = [f"{parts[-1]}[{part}]"] if parts else [f"[{part}]"]
         else:
-            parts.append(str(part))
+            text = str(part)[:100]
+            parts.append(text.encode("utf-8", "backslashreplace").decode("utf-8"))
     return ".".join(parts) or "body"
 
 
@@ -97,8 +111,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         detail = validation_details(list(exc.errors()))
-        log.warning("422 %s %s: %s", request.method, request.url.path,
-                    "; ".join(f"{d.field}: {d.message}" for d in detail))
+        log.warning("422 %s %s: %s", request.method, loggable(request.url.path),
+                    loggable("; ".join(f"{d.field}: {d.message}" for d in detail), limit=1000))
         return error_response(422, "invalid_request", detail)
 
     refused = {"count": 0, "logged_at": 0.0}
@@ -126,9 +140,16 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(OversizeError)
     async def _oversize(request: Request, exc: OversizeError) -> JSONResponse:
-        log.warning("413 %s %s: %s", request.method, request.url.path, exc)
+        log.warning("413 %s %s: %s", request.method, loggable(request.url.path),
+                    loggable(exc, limit=1000))
         return error_response(413, "payload_too_large", [ErrorDetail(field=exc.field,
                                                                       message=str(exc))])
+
+    @app.exception_handler(RolloutConflictError)
+    async def _conflict(request: Request, exc: RolloutConflictError) -> JSONResponse:
+        # The message quotes the id escaped and bounded (amaris.logs.loggable).
+        log.warning("409 %s %s: %s", request.method, loggable(request.url.path), exc)
+        return error_response(409, "conflict", [ErrorDetail(field=exc.field, message=str(exc))])
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

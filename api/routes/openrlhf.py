@@ -2,9 +2,11 @@
 
 OpenRLHF posts ``{"query": [...], "prompts": [...], "labels": [...]}`` where ``query[i]``
 is ``prompts[i]`` followed by the response, and reads ``rewards`` (advantages), ``scores``
-(dynamic filtering) and ``extra_logs`` (per-sample values it logs). The items are scored
-by :func:`api.routes.score.batch_score` itself: same rollout log, step counting, cache and
-concurrency limit as ``/batch_score``.
+(dynamic filtering) and ``extra_logs`` (per-sample values it logs). The items are checked
+and scored as ``/batch_score`` items (:func:`api.routes.score.check_item`,
+:func:`api.routes.score.score_items`): same rollout log, step counting, cache and
+concurrency limit. Every sample is checked before any is scored: one bad sample refuses
+the batch (422) with nothing judged or logged.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from amaris.models import BatchScoreRequest, ErrorDetail, ScoreResponse
+from amaris.models import ErrorDetail, JSONValue, ScoreRequest, ScoreResponse, Text
+from amaris.service import Services
 from amaris.steps import StepCoordinator, StepRefusedError
 from api.deps import ServicesDep
 from api.errors import INPUT_ERRORS, STEP_ERRORS, error_response, step_refused
-from api.routes.score import batch_score
+from api.routes.score import admit_batch, check_item, score_items
 
 router = APIRouter(tags=["trainers"])
 log = logging.getLogger("amaris.api")
@@ -36,10 +39,10 @@ class RunMetadata(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    high_level_goal: str | None = None
-    model_size: str | None = None
+    high_level_goal: Text | None = None
+    model_size: Text | None = None
     total_steps: int | None = Field(default=None, ge=0)
-    other_context: str | None = None
+    other_context: Text | None = None
 
 
 class GetRewardRequest(BaseModel):
@@ -49,11 +52,11 @@ class GetRewardRequest(BaseModel):
     # ids...): they are ignored rather than refused, so any of them can post here.
     model_config = ConfigDict(extra="ignore")
 
-    query: list[str] = Field(min_length=1, description="Prompt + response, per sample.")
-    prompts: list[str] = Field(description="The prompt each query starts with.")
-    labels: list[Any] | None = Field(
+    query: list[Text] = Field(min_length=1, description="Prompt + response, per sample.")
+    prompts: list[Text] = Field(description="The prompt each query starts with.")
+    labels: list[JSONValue] | None = Field(
         default=None, description="Reference answers (supplemental_context); null: none.")
-    group_ids: list[str] | None = Field(
+    group_ids: list[Text] | None = Field(
         default=None, description="amaris: the group (prompt id) of each sample; "
         "default: its prompt.")
     amaris_metadata: RunMetadata | None = Field(
@@ -117,15 +120,15 @@ def _length_errors(body: GetRewardRequest) -> list[ErrorDetail]:
             if values is not None and len(values) != expected]
 
 
-def _items(body: GetRewardRequest, step: int) -> tuple[list[dict[str, Any]], list[ErrorDetail]]:
+def _items(body: GetRewardRequest, step: int) -> list[dict[str, Any] | ErrorDetail]:
+    """Each sample as a /batch_score item, or what is wrong with it."""
     metadata = {**(body.amaris_metadata.model_dump() if body.amaris_metadata else {}),
                 "current_step": step}
-    items: list[dict[str, Any]] = []
-    errors: list[ErrorDetail] = []
+    items: list[dict[str, Any] | ErrorDetail] = []
     for i, (query, prompt) in enumerate(zip(body.query, body.prompts, strict=True)):
         response = _response_of(query, prompt)
         if response is None:
-            errors.append(ErrorDetail(field=f"query[{i}]", message=(
+            items.append(ErrorDetail(field=f"query[{i}]", message=(
                 f"does not contain prompts[{i}]: a query is the prompt followed by the "
                 "response")))
             continue
@@ -137,17 +140,40 @@ def _items(body: GetRewardRequest, step: int) -> tuple[list[dict[str, Any]], lis
             "group_id": body.group_ids[i] if body.group_ids else prompt,
         }
         items.append({"rollout": rollout, "metadata": metadata})
-    return items, errors
+    return items
 
 
 def _field_of(index: int, reason: str | None) -> str:
     """``items[i].rollout.input: ...`` -> the /get_reward field the problem came from."""
     text = reason or ""
+    head = text.split(":", 1)[0]
     for part, field in (("rollout.input", "prompts"), ("rollout.supplemental_context", "labels"),
                         ("rollout.group_id", "group_ids")):
-        if part in text.split(":", 1)[0]:
+        if part in head:
             return f"{field}[{index}]"
+    if f"items[{index}].metadata" in head:
+        return "amaris_metadata"
     return f"query[{index}]"
+
+
+def _checked(items: list[dict[str, Any] | ErrorDetail], services: Services
+             ) -> tuple[list[ScoreRequest], list[ErrorDetail]]:
+    """Every sample checked as a /batch_score item: the requests, or every problem."""
+    requests: list[ScoreRequest] = []
+    errors: list[ErrorDetail] = []
+    for i, item in enumerate(items):
+        if isinstance(item, ErrorDetail):
+            errors.append(item)
+            continue
+        checked = check_item(i, item, False, services)
+        if isinstance(checked, ScoreRequest):
+            requests.append(checked)
+            continue
+        field = _field_of(i, checked.reason)
+        # The run metadata is the same for every sample: one error for it is enough.
+        if field != "amaris_metadata" or all(e.field != field for e in errors):
+            errors.append(ErrorDetail(field=field, message=checked.reason or "invalid"))
+    return requests, errors
 
 
 def _answer(results: list[ScoreResponse], step: int) -> GetRewardResponse:
@@ -200,18 +226,19 @@ async def get_reward(
         refused = step_refused(exc, field)
         log.warning("%s POST /get_reward: %s: %s", refused.status_code, field, exc)
         return refused
-    items, errors = _items(body, step)
+    admit_batch("query", len(body.query), services)
+    requests, errors = _checked(_items(body, step), services)
     if errors:
         return error_response(422, "invalid_request", errors)
-    batch = await batch_score(BatchScoreRequest(items=items), services)
+    results = await score_items(requests, services)
     invalid = [ErrorDetail(field=_field_of(i, r.reason), message=r.reason or "invalid")
-               for i, r in enumerate(batch.results) if r.status == "invalid"]
+               for i, r in enumerate(results) if r.status == "invalid"]
     if invalid:
         return error_response(422, "invalid_request", invalid)
-    answer = _answer(batch.results, step)
+    answer = _answer(results, step)
     policy = services.settings.scoring
     missing = [ErrorDetail(field=f"query[{i}]", message=r.reason or "unscored")
-               for i, r in enumerate(batch.results) if r.score is None]
+               for i, r in enumerate(results) if r.score is None]
     if missing and policy.on_failure != "neutral":
         unscored = UnscoredBatchResponse(**answer.model_dump(), detail=missing)
         return JSONResponse(jsonable_encoder(unscored), status_code=503,
