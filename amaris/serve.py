@@ -65,7 +65,9 @@ def run_server(settings: Settings) -> int:
                     log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30,
                     # Longer than clients' pool keep-alive (httpx: 5 s), so the server never
                     # closes a connection a client is about to reuse (a reset mid-request).
-                    timeout_keep_alive=75)
+                    timeout_keep_alive=75,
+                    # A request arriving with this many connections open gets 503.
+                    limit_concurrency=settings.server.max_connections)
     finally:
         worker.stop()
         if server is not None:
