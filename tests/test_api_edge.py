@@ -61,6 +61,7 @@ def test_every_route_but_healthz_needs_the_key(tmp_path: Path) -> None:
     with TestClient(app) as client:
         for route in iter_route_contexts(app.routes):  # included routers' routes too
             assert route.path is not None
+            assert route.methods, f"{route.path}: not an HTTP route, whose key check this misses"
             for method in sorted(route.methods or ()):
                 path = _concrete(route.path)
                 for headers in ({}, {"Authorization": "Bearer wrong"}):
