@@ -69,7 +69,9 @@ def run_server(settings: Settings) -> int:
             log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30,
             # Longer than clients' pool keep-alive (httpx: 5 s), so the server never
             # closes a connection a client is about to reuse (a reset mid-request).
-            timeout_keep_alive=75)
+            timeout_keep_alive=75,
+            # A request arriving with this many connections open gets 503.
+            limit_concurrency=settings.server.max_connections)
         # uvicorn drains requests before the app's shutdown: end step waits first, or
         # long polls would hold the drain for up to its 30 s.
         WaitEndingServer(config, services.coordinator.end_waits).run()

@@ -199,9 +199,15 @@ class ServerSettings(_Section):
     """Bind address; ``0.0.0.0`` exposes the service to the network."""
     port: int = Field(default=8002, ge=1, le=65535)
     api_key: str | None = None
-    """When set (or ``AMARIS_API_KEY``), every endpoint but /healthz needs ``Bearer <key>``."""
+    """When set (or ``AMARIS_API_KEY``), every path but /healthz needs ``Bearer <key>``
+    (the OpenAPI schema and docs included)."""
     max_body_bytes: int = Field(default=4_000_000, gt=0)
-    """Larger request bodies get 413."""
+    """Larger request bodies get 413 (by their Content-Length, else as they stream in)."""
+    body_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    """A request body must have arrived whole this long after its headers, else 408."""
+    max_connections: int = Field(default=1024, gt=0)
+    """Connection cap (uvicorn's ``limit_concurrency``): a request arriving while this many
+    connections are open (its own included) or this many requests run gets 503."""
     max_batch_items: int = Field(default=1024, gt=0)
     """Most items one /batch_score request may carry."""
     max_wait_seconds: float = Field(default=300.0, gt=0, le=86400)

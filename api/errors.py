@@ -6,7 +6,7 @@ import logging
 import time
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -19,6 +19,16 @@ from amaris.scoring import OverloadedError, OversizeError
 from amaris.steps import StepRefusedError
 
 log = logging.getLogger("amaris.api")
+
+
+class BodyError(HTTPException):
+    """The request body refused while it streams in: 413 over ``server.max_body_bytes``,
+    408 not whole within ``server.body_timeout_seconds``.
+
+    Raised by the body's receive channel (:class:`api.middleware.RequestGuard`) into the
+    handler reading the body; FastAPI re-raises an ``HTTPException`` from its body read,
+    so the app's handler answers it, with the field ``body``.
+    """
 
 
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -154,8 +164,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         log.warning("%s %s %s: %s", exc.status_code, request.method, request.url.path, exc.detail)
-        names = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}
-        field = "Authorization" if exc.status_code == 401 else "path"
+        names = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
+                 408: "request_timeout", 413: "payload_too_large"}
+        field = ("Authorization" if exc.status_code == 401
+                 else "body" if isinstance(exc, BodyError) else "path")
         return error_response(
             exc.status_code,
             names.get(exc.status_code, "http_error"),

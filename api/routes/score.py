@@ -27,7 +27,7 @@ from amaris.rollout_ids import RolloutConflictError
 from amaris.scoring import OverloadedError, OversizeError
 from amaris.service import Services
 from amaris.steps import StepRefusedError
-from api.deps import ServicesDep, check_api_key
+from api.deps import ServicesDep
 from api.errors import CONFLICT_ERRORS, STEP_ERRORS, validation_details
 from api.errors import INPUT_ERRORS as _ERRORS
 
@@ -40,14 +40,14 @@ class ScoreRoute(APIRoute):
     FastAPI resolves a route's dependencies and validates its body through its own layers
     on every request: about a third of the event loop's CPU per ``/score`` inside the app
     (``bench/score_app_cpu.py``, ``docs/benchmarks.md``). This handler does the same work
-    directly: the bearer check (what ``require_api_key`` does for the other routes), one
-    ``model_validate_json`` of the body (errors answered as FastAPI's 422), then the
-    endpoint with its two parameters. The endpoint's signature still defines the route's
-    OpenAPI schema. Any other dependency would be skipped, so the route refuses one, and
-    the app includes its router without dependencies.
+    directly: one ``model_validate_json`` of the body (errors answered as FastAPI's 422),
+    then the endpoint with its two parameters (the bearer key and the body's type were
+    checked at the edge, :class:`api.middleware.RequestGuard`). The endpoint's signature
+    still defines the route's OpenAPI schema. Any other dependency would be skipped, so
+    the route refuses one.
     """
 
-    _HANDLED = frozenset({"require_api_key", "get_services"})
+    _HANDLED = frozenset({"get_services"})
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)
@@ -64,7 +64,6 @@ class ScoreRoute(APIRoute):
 
         async def handle(request: Request) -> Response:
             services: Services = request.app.state.services
-            check_api_key(request, services.settings.server.api_key)
             raw = await request.body()
             try:
                 body = ScoreRequest.model_validate_json(raw)
