@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,9 @@ def test_serve_schedules_the_repair_on_its_prefect_server(tmp_path: Path) -> Non
         "prefect": {"port": prefect_port, "repair_interval_seconds": 10},
     }))
     env_url = f"http://127.0.0.1:{prefect_port}/api"
+    # Other tests of this session may have run the repair on the same Prefect home: only
+    # runs started by this amaris count.
+    since = datetime.now(UTC).isoformat()
     with amaris_process(["serve", "--config", str(config)], tmp_path,
                         f"http://127.0.0.1:{port}/healthz", tmp_path / "serve.log"):
         home = Path(os.environ.get("PREFECT_HOME") or tmp_path / "data" / "prefect")
@@ -126,7 +130,8 @@ def test_serve_schedules_the_repair_on_its_prefect_server(tmp_path: Path) -> Non
             try:
                 found = httpx.post(f"{env_url}/flow_runs/filter", json={
                     "flows": {"name": {"any_": ["amaris-repair"]}},
-                    "flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}},
+                    "flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}},
+                                  "start_time": {"after_": since}},
                     "limit": 10, "sort": "START_TIME_DESC"}, auth=auth, timeout=5)
                 runs = found.json() if found.status_code == 200 else []
             except httpx.HTTPError:
