@@ -4,8 +4,10 @@ Attempt budget of one :meth:`LLMGateway.structured` call: up to
 ``gateway.max_attempts`` requests for transient failures (429, 5xx, timeouts,
 connection errors), with capped exponential backoff and full jitter; then, if the
 output does not validate, one corrective re-ask with its own ``max_attempts``.
-At most ``2 * max_attempts`` requests. Nothing else retries: the SDK's own retries
-are off and callers do not retry.
+At most ``2 * max_attempts`` requests, plus at most two at once when an endpoint refuses
+a structured-output mode (``json_schema``, then ``json_object``; see
+:mod:`amaris.llm.output_mode`): a refused mode is never asked again. Nothing else retries:
+the SDK's own retries are off and callers do not retry.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import json_repair
 import openai
@@ -26,8 +28,16 @@ from pydantic import BaseModel, ValidationError
 
 from amaris.context import request_id_var
 from amaris.llm.call_log import CallLog
+from amaris.llm.output_mode import (
+    ModeState,
+    OutputMode,
+    OutputModes,
+    refuses_format,
+    response_format,
+)
 from amaris.llm.providers import ChatProvider, Completion
-from amaris.settings import Settings
+from amaris.llm.schema import strict_schema
+from amaris.settings import ResolvedAgentOptions, Settings
 
 T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger("amaris.llm")
@@ -99,8 +109,11 @@ class LLMGateway:
         providers: dict[str, ChatProvider],
         call_log: CallLog | None = None,
         observer: Callable[[str, float], None] | None = None,
+        output_modes: OutputModes | None = None,
     ) -> None:
         self._settings = settings
+        self.output_modes = output_modes or OutputModes()
+        """Structured-output modes per endpoint (shared by the service's two gateways)."""
         self._observer = observer
         """Called with (agent, seconds) after each successful request (metrics)."""
         self._providers = providers
@@ -119,6 +132,22 @@ class LLMGateway:
         """The provider serving ``agent``."""
         return self._providers[agent]
 
+    def output_mode(self, agent: str) -> ModeState:
+        """The structured-output mode ``agent``'s requests are sent in now, and why."""
+        provider = self._providers[agent]
+        if provider.offline:
+            return ModeState("none", "offline judge: no response_format is sent")
+        options = self._settings.agents.for_agent(agent)
+        return self._mode(provider, options)
+
+    def _mode(self, provider: ChatProvider, options: ResolvedAgentOptions) -> ModeState:
+        if options.response_format is not None:
+            return ModeState("configured", "agents.<agent>.response_format is sent as is")
+        if options.structured_output != "auto":
+            return ModeState(options.structured_output,
+                             f"configured (structured_output: {options.structured_output})")
+        return self.output_modes.auto(provider.description, options.model)
+
     async def structured(
         self,
         agent: str,
@@ -127,14 +156,20 @@ class LLMGateway:
         *,
         step: int | None = None,
         check: Callable[[T], None] | None = None,
+        json_schema: dict[str, Any] | None = None,
     ) -> T:
         """One structured call: returns output validated by ``schema`` (and ``check``).
+
+        The request asks for ``json_schema`` (default: ``schema``'s strict JSON schema) in
+        the agent's structured-output mode.
 
         Raises:
             LLMUnavailableError: transient failures outlasted the budget, or a permanent error.
             LLMOutputError: invalid output after the corrective re-ask.
         """
-        completion = await self._complete(agent, messages, step)
+        output = (schema.__name__, json_schema if json_schema is not None
+                  else strict_schema(schema))
+        completion = await self._complete(agent, messages, step, output)
         try:
             return self._validate(agent, completion, schema, check, step)
         except (ValueError, ValidationError) as first:
@@ -151,7 +186,7 @@ class LLMGateway:
                     ),
                 },
             ]
-            second = await self._complete(agent, retry_messages, step, reask=True)
+            second = await self._complete(agent, retry_messages, step, output, reask=True)
             try:
                 return self._validate(agent, second, schema, check, step)
             except (ValueError, ValidationError) as exc:
@@ -181,13 +216,23 @@ class LLMGateway:
         return result
 
     async def _complete(
-        self, agent: str, messages: list[dict[str, str]], step: int | None, reask: bool = False
+        self, agent: str, messages: list[dict[str, str]], step: int | None,
+        output: tuple[str, dict[str, Any]], reask: bool = False,
     ) -> Completion:
         provider = self._providers[agent]
         options = self._settings.agents.for_agent(agent)
         budget = self._settings.gateway
         last_error: BaseException | None = None
-        for attempt in range(1, budget.max_attempts + 1):
+        attempt = 0
+        while attempt < budget.max_attempts:
+            attempt += 1
+            mode: OutputMode | Literal["configured"] = "none"
+            request_format: dict[str, Any] | None = None
+            if not provider.offline:
+                state = self._mode(provider, options)
+                mode = state.mode
+                request_format = (options.response_format if mode == "configured"
+                                  else response_format(mode, *output))
             started = time.perf_counter()
             record: dict[str, Any] = {
                 "time": time.time(),
@@ -198,6 +243,7 @@ class LLMGateway:
                 "request_id": request_id_var.get(),
                 "attempt": attempt,
                 "reask": reask,
+                "structured_output": mode,
             }
             try:
                 async with AsyncExitStack() as stack:
@@ -212,8 +258,20 @@ class LLMGateway:
                     # The SDK enforces options.timeout per request; this is the backstop
                     # for providers (and proxies) that ignore it.
                     async with asyncio.timeout(options.timeout + 5.0):
-                        completion = await provider.complete(agent, messages, options)
+                        completion = await provider.complete(agent, messages, options,
+                                                             request_format)
             except Exception as exc:
+                if (options.structured_output == "auto" and mode != "configured"
+                        and refuses_format(exc) and self.output_modes.fall_back(
+                            provider.description, options.model, mode, _short(exc))):
+                    # Not a failed attempt: the endpoint told us what it cannot do, and
+                    # the next request asks for less.
+                    record.update(latency_ms=round((time.perf_counter() - started) * 1000, 2),
+                                  outcome="format_refused", error=_short(exc))
+                    self._log.write(record)
+                    self.stats[f"{agent}.format_fallbacks"] += 1
+                    attempt -= 1
+                    continue
                 transient = is_transient(exc)
                 record.update(
                     latency_ms=round((time.perf_counter() - started) * 1000, 2),

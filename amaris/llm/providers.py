@@ -29,21 +29,26 @@ class ChatProvider(Protocol):
     offline: bool
 
     async def complete(
-        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions
+        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
+        response_format: dict[str, Any] | None = None,
     ) -> Completion: ...
 
     async def close(self) -> None: ...
 
 
-def chat_body(messages: list[dict[str, str]], options: ResolvedAgentOptions) -> dict[str, Any]:
-    """The JSON body of a chat-completion request with an agent's options."""
+def chat_body(messages: list[dict[str, str]], options: ResolvedAgentOptions,
+              response_format: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON body of a chat-completion request with an agent's options.
+
+    ``response_format`` is the one the gateway chose (see :mod:`amaris.llm.output_mode`).
+    """
     body: dict[str, Any] = {"model": options.model, "messages": messages}
     if options.temperature is not None:
         body["temperature"] = options.temperature
     if options.max_tokens is not None:
         body["max_tokens"] = options.max_tokens
-    if options.response_format is not None:
-        body["response_format"] = options.response_format
+    if response_format is not None:
+        body["response_format"] = response_format
     if options.service_tier is not None:
         body["service_tier"] = options.service_tier
     if options.extra_body is not None:
@@ -75,9 +80,10 @@ class OpenAIProvider:
         self.description = base_url or "https://api.openai.com/v1"
 
     async def complete(
-        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions
+        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
+        response_format: dict[str, Any] | None = None,
     ) -> Completion:
-        body = chat_body(messages, options)
+        body = chat_body(messages, options, response_format)
         if self._endpoint is not None:
             return parse_completion(
                 await self._endpoint.post("chat/completions", body, options.timeout))
@@ -121,7 +127,8 @@ class OfflineProvider:
     description = "offline (rule-based, NOT an LLM)"
 
     async def complete(
-        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions
+        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
+        response_format: dict[str, Any] | None = None,
     ) -> Completion:
         from amaris.offline.judge import respond
 
