@@ -14,7 +14,13 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from amaris.aggregate import aggregate
-from amaris.llm.gateway import LLMGateway, LLMOutputError, LLMUnavailableError
+from amaris.llm.gateway import (
+    LLMContextOverflowError,
+    LLMGateway,
+    LLMOutputError,
+    LLMTruncatedError,
+    LLMUnavailableError,
+)
 from amaris.llm.schema import strict_schema
 from amaris.models import CriterionResult, ScoreRequest, ScoreResponse
 from amaris.prompts import data_message
@@ -179,8 +185,12 @@ class Scorer:
             if isinstance(exc, TimeoutError):
                 kind, exc = "judge_timeout", TimeoutError(
                     f"no verdict within scoring.timeout_seconds ({self._settings.timeout_seconds})")
+            elif isinstance(exc, LLMContextOverflowError):
+                kind = "judge_context_overflow"
             elif isinstance(exc, LLMUnavailableError):
                 kind = "judge_unavailable"
+            elif isinstance(exc, LLMTruncatedError):
+                kind = "judge_truncated"
             else:
                 kind = "judge_invalid"
             self.counters["unscored"] += 1

@@ -8,6 +8,7 @@ as in production. Every request body is recorded for assertions on prompts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -69,8 +70,7 @@ class FakeLLM:
             reply = step(body) if callable(step) else step
             if reply.delay_s:
                 await asyncio.sleep(reply.delay_s)
-                reply = Reply(content=reply.content, status=reply.status, headers=reply.headers,
-                              hang=reply.hang)
+                reply = dataclasses.replace(reply, delay_s=0.0)
             return reply
         finally:
             self.in_flight -= 1

@@ -16,10 +16,12 @@ import asyncio
 import json
 import logging
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
 import json_repair
@@ -36,6 +38,7 @@ from amaris.llm.output_mode import (
     response_format,
 )
 from amaris.llm.providers import ChatProvider, Completion
+from amaris.llm.reasoning import split_reasoning
 from amaris.llm.schema import strict_schema
 from amaris.settings import ResolvedAgentOptions, Settings
 
@@ -43,6 +46,8 @@ T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger("amaris.llm")
 
 _TRANSIENT_STATUS = {408, 409, 425, 429}
+_LOGGED_REASONING_CHARS = 4000
+"""Reasoning text kept in the call log per request."""
 # Every other 5xx is transient (500-504, and the 52x/529 of proxies and overloaded
 # providers), except the two that say the server will never handle this request.
 _PERMANENT_SERVER_STATUS = {501, 505}
@@ -56,8 +61,30 @@ class LLMTransientError(LLMUnavailableError):
     """Every attempt failed with a transient error: worth trying again later."""
 
 
+class LLMContextOverflowError(LLMUnavailableError):
+    """The endpoint refused the request as longer than the model's context window."""
+
+
 class LLMOutputError(RuntimeError):
     """The model's output did not validate, even after the corrective re-ask."""
+
+
+class LLMTruncatedError(LLMOutputError):
+    """The reply was cut by ``max_tokens`` (``finish_reason: length``), or held reasoning
+    and no answer: no verdict to parse, and not the model's mistake to re-ask about."""
+
+
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[ _]length|context window|maximum context|too many tokens|prompt is too long",
+    re.IGNORECASE,
+)
+
+
+def is_context_overflow(exc: BaseException) -> bool:
+    """A 400 (or 413) saying the request does not fit the model's context window (OpenAI's
+    ``context_length_exceeded``, vLLM's "maximum context length is N tokens")."""
+    return (isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 413)
+            and _CONTEXT_OVERFLOW.search(str(exc)) is not None)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -169,15 +196,15 @@ class LLMGateway:
         """
         output = (schema.__name__, json_schema if json_schema is not None
                   else strict_schema(schema))
-        completion = await self._complete(agent, messages, step, output)
+        answer = self._answer(agent, await self._complete(agent, messages, step, output), step)
         try:
-            return self._validate(agent, completion, schema, check, step)
+            return self._validate(agent, answer, schema, check, step)
         except (ValueError, ValidationError) as first:
             if not self._settings.gateway.reask_on_invalid:
                 raise LLMOutputError(f"{agent}: invalid output: {_short(first)}") from first
             retry_messages = [
                 *messages,
-                {"role": "assistant", "content": completion.content[:4000]},
+                {"role": "assistant", "content": answer[:4000]},
                 {
                     "role": "user",
                     "content": (
@@ -186,7 +213,8 @@ class LLMGateway:
                     ),
                 },
             ]
-            second = await self._complete(agent, retry_messages, step, output, reask=True)
+            second = self._answer(
+                agent, await self._complete(agent, retry_messages, step, output, reask=True), step)
             try:
                 return self._validate(agent, second, schema, check, step)
             except (ValueError, ValidationError) as exc:
@@ -194,16 +222,33 @@ class LLMGateway:
                     f"{agent}: invalid output after re-ask: {_short(exc)}"
                 ) from exc
 
+    def _answer(self, agent: str, completion: Completion, step: int | None) -> str:
+        """The answer of ``completion`` (:meth:`_complete` took its reasoning out).
+
+        Raises:
+            LLMTruncatedError: cut by ``max_tokens``, or reasoning and no answer.
+        """
+        answer, reasoning = completion.content, completion.reasoning
+        if completion.finish_reason == "length" or (reasoning is not None
+                                                    and not answer.strip()):
+            self.stats[f"{agent}.truncated"] += 1
+            why = ("cut by max_tokens (finish_reason: length)"
+                   if completion.finish_reason == "length" else "reasoning and no answer")
+            log.warning("%s: reply %s (step %s)", agent, why, step)
+            raise LLMTruncatedError(f"{agent}: reply {why}; {len(answer)} answer characters "
+                                    f"after {len(reasoning or '')} of reasoning")
+        return answer
+
     def _validate(
         self,
         agent: str,
-        completion: Completion,
+        answer: str,
         schema: type[T],
         check: Callable[[T], None] | None,
         step: int | None,
     ) -> T:
         try:
-            data, repaired = parse_json_object(completion.content)
+            data, repaired = parse_json_object(answer)
             result = schema.model_validate(data)
             if check is not None:
                 check(result)
@@ -273,30 +318,47 @@ class LLMGateway:
                     attempt -= 1
                     continue
                 transient = is_transient(exc)
+                overflow = not transient and is_context_overflow(exc)
                 record.update(
                     latency_ms=round((time.perf_counter() - started) * 1000, 2),
-                    outcome="transient_error" if transient else "error",
+                    outcome="transient_error" if transient
+                    else "context_overflow" if overflow else "error",
                     error=f"{type(exc).__name__}: {_short(exc)}",
                 )
                 self._log.write(record)
                 self.stats[f"{agent}.errors"] += 1
                 last_error = exc
+                if overflow:
+                    raise LLMContextOverflowError(f"{agent}: {_short(exc)}") from exc
                 if not transient:
                     raise LLMUnavailableError(f"{agent}: {_short(exc)}") from exc
                 if attempt < budget.max_attempts:
                     await asyncio.sleep(self._backoff(attempt, exc))
                 continue
             elapsed = time.perf_counter() - started
+            answer, inline = split_reasoning(completion.content)
+            if inline is not None:
+                completion = replace(completion, content=answer,
+                                     reasoning=completion.reasoning or inline)
             record.update(
                 latency_ms=round(elapsed * 1000, 2),
                 outcome="ok",
+                finish_reason=completion.finish_reason,
                 prompt_tokens=completion.prompt_tokens,
                 completion_tokens=completion.completion_tokens,
+                reasoning_tokens=completion.reasoning_tokens,
             )
+            if completion.reasoning:
+                # Logged, never parsed: the answer is the content alone.
+                record["reasoning_chars"] = len(completion.reasoning)
+                record["reasoning"] = completion.reasoning[:_LOGGED_REASONING_CHARS]
+                log.debug("%s reasoning (step %s): %s", agent, step,
+                          completion.reasoning[:_LOGGED_REASONING_CHARS])
             self._log.write(record)
             self.stats[f"{agent}.calls"] += 1
             self.stats[f"{agent}.prompt_tokens"] += completion.prompt_tokens or 0
             self.stats[f"{agent}.completion_tokens"] += completion.completion_tokens or 0
+            self.stats[f"{agent}.reasoning_tokens"] += completion.reasoning_tokens or 0
             if self._observer is not None:
                 self._observer(agent, elapsed)
             return completion

@@ -15,11 +15,17 @@ from amaris.settings import ResolvedAgentOptions
 
 @dataclass(frozen=True)
 class Completion:
-    """Text of one chat completion and its token usage."""
+    """Text of one chat completion, its reasoning, why it ended, and its token usage."""
 
     content: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    reasoning: str | None = None
+    """The ``reasoning_content`` (or ``reasoning``) field, when the server returns one."""
+    finish_reason: str | None = None
+    """``stop``, ``length`` (cut by ``max_tokens``)..., as the server reports it."""
+    reasoning_tokens: int | None = None
+    """``usage.completion_tokens_details.reasoning_tokens``, when reported."""
 
 
 class ChatProvider(Protocol):
@@ -99,7 +105,8 @@ class OpenAIProvider:
 
 
 def parse_completion(raw: bytes) -> Completion:
-    """The first choice's text and the token usage of a chat-completion response body.
+    """The first choice's text, reasoning and finish reason, and the token usage of a
+    chat-completion response body.
 
     Raises:
         ValueError: the body is not a chat-completion JSON object.
@@ -110,13 +117,22 @@ def parse_completion(raw: bytes) -> Completion:
     choices = data.get("choices")
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
-    content = message.get("content") if isinstance(message, dict) else None
+    message = message if isinstance(message, dict) else {}
+    content = message.get("content")
+    # vLLM and DeepSeek name it reasoning_content; OpenRouter and newer vLLM, reasoning.
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    finish_reason = first.get("finish_reason") if isinstance(first, dict) else None
     usage = data.get("usage")
     usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("completion_tokens_details")
+    reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
     return Completion(
         content=content if isinstance(content, str) else "",
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
+        reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+        reasoning_tokens=reasoning_tokens if isinstance(reasoning_tokens, int) else None,
     )
 
 
