@@ -25,7 +25,7 @@ def split_reasoning(content: str) -> tuple[str, str | None]:
     ``</think>`` with no opening tag (templates that open the block in the prompt, as
     DeepSeek-R1's and Qwen3's do).
     """
-    if "think>" not in content.lower():
+    if "hink>" not in content and "HINK>" not in content:  # the hot path: no tags at all
         return content, None
     reasoning: list[str] = []
 
