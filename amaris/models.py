@@ -244,6 +244,17 @@ class RubricPublic(BaseModel):
     adaptive: list[CriterionPublic]
 
 
+class StructuredOutputStatus(BaseModel):
+    """How one agent's replies are constrained now."""
+
+    mode: Literal["json_schema", "json_object", "none", "configured"] = Field(
+        description="json_schema, json_object, none (the prompt alone) or configured "
+        "(agents.<agent>.response_format sent as is)."
+    )
+    reason: str = Field(description="Why: the default, the configuration, or the refusal "
+                        "that made amaris fall back.")
+
+
 class HealthResponse(BaseModel):
     """Answer of ``GET /healthz``."""
 
@@ -255,6 +266,9 @@ class HealthResponse(BaseModel):
     rubric_version: int
     counters: dict[str, int] = Field(
         default_factory=dict, description="Scored, cached and unscored rewards since start."
+    )
+    structured_output: dict[str, StructuredOutputStatus] = Field(
+        default_factory=dict, description="Per agent: the structured-output mode in use and why."
     )
 
 

@@ -14,6 +14,7 @@ from qdrant_client import QdrantClient
 
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
+from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
 from amaris.memory.embedder import Embedder, build_embedder
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
@@ -167,10 +168,14 @@ def build_services(
         raise
     call_log = CallLog(settings.log_dir)
     metrics = metrics or Metrics()
-    gateway = LLMGateway(settings, providers, call_log, observer=metrics.llm_observer("score"))
+    # One registry of structured-output modes: a fallback found on either path holds for both.
+    output_modes = OutputModes()
+    gateway = LLMGateway(settings, providers, call_log, observer=metrics.llm_observer("score"),
+                         output_modes=output_modes)
     pipeline_gateway = LLMGateway(pipeline_gateway_settings(settings),
                                   _fresh(providers, settings), call_log,
-                                  observer=metrics.llm_observer("pipeline"))
+                                  observer=metrics.llm_observer("pipeline"),
+                                  output_modes=output_modes)
     scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"])
     scopes = ScopeResolver(settings, store)
     namespace = store_namespace(settings)

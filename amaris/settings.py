@@ -23,6 +23,9 @@ AGENTS: tuple[str, ...] = (
 )
 """The six LLM agents of the AMARIS method."""
 
+StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
+"""``agents.<agent>.structured_output``."""
+
 AgentName = Literal[
     "scorer", "analyzer", "summarizer", "meta_summarizer", "query_generator", "updater"
 ]
@@ -74,8 +77,12 @@ class AgentOptions(_Section):
     """Upper bound on completion tokens."""
     timeout: float | None = Field(default=None, gt=0)
     """Seconds before one HTTP attempt is abandoned (then retried as transient)."""
+    structured_output: StructuredOutput | None = None
+    """How the reply is constrained: ``auto`` asks for the agent's strict JSON schema and
+    falls back per endpoint to ``json_object``, then to the prompt alone, when refused;
+    ``json_schema``, ``json_object``, ``none``: that mode only."""
     response_format: dict[str, Any] | None = None
-    """Passed to the API as is, e.g. ``{type: json_object}``."""
+    """Sent as is instead of what ``structured_output`` would send (no fallback)."""
     service_tier: str | None = None
     """OpenAI service tier, e.g. ``flex``."""
     extra_body: dict[str, Any] | None = None
@@ -89,6 +96,7 @@ class ResolvedAgentOptions(_Section):
     temperature: float | None
     max_tokens: int | None
     timeout: float
+    structured_output: StructuredOutput
     response_format: dict[str, Any] | None
     service_tier: str | None
     extra_body: dict[str, Any] | None
@@ -98,14 +106,15 @@ _BUILTIN_AGENT_OPTIONS: dict[str, Any] = {
     "model": "gpt-4o-mini",
     "temperature": 0.0,
     "timeout": 60.0,
-    "response_format": {"type": "json_object"},
+    "structured_output": "auto",
 }
 """The base layer under ``agents.default``: a field left unset anywhere takes this value."""
 
 
 class AgentsSettings(_Section):
     """``agents:``: default options plus per-agent overrides, merged field by field over
-    the built-in base (model gpt-4o-mini, temperature 0, timeout 60 s, JSON object output)."""
+    the built-in base (model gpt-4o-mini, temperature 0, timeout 60 s, structured output
+    ``auto``)."""
 
     default: AgentOptions = AgentOptions()
     scorer: AgentOptions | None = None
@@ -119,7 +128,7 @@ class AgentsSettings(_Section):
         """Options of ``agent``: its override, then ``default``, then the built-in base."""
         merged: dict[str, Any] = {
             "max_tokens": None, "service_tier": None, "extra_body": None,
-            **_BUILTIN_AGENT_OPTIONS,
+            "response_format": None, **_BUILTIN_AGENT_OPTIONS,
         }
         merged.update(self.default.model_dump(exclude_none=True))
         override: AgentOptions | None = getattr(self, agent)

