@@ -23,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +32,8 @@ import httpx
 log = logging.getLogger("amaris.prefect")
 
 _PR_SET_PDEATHSIG = 1
+STOP_TIMEOUT_S = 3.0
+"""How long the server has to stop on SIGTERM before it is killed."""
 
 AUTH_FILE = "auth-string"
 """The file under the Prefect home holding the server's auth string."""
@@ -110,6 +113,7 @@ class PrefectServer:
         self.api_url = f"{self.url}/api"
         self.auth_string = ensure_auth_string(home)
         self._proc: subprocess.Popen[bytes] | None = None
+        self._stopped = threading.Event()
 
     def client_env(self) -> dict[str, str]:
         """The environment that points a Prefect client (this process, a child) here."""
@@ -145,27 +149,32 @@ class PrefectServer:
         log.info("Prefect server starting on %s (pid %s)", self.url, self._proc.pid)
 
     def wait_ready(self, timeout: float = 90.0) -> None:
-        """Block until ``/api/health`` answers.
+        """Block until ``/api/health`` answers; return at once when :meth:`stop` is called.
 
         Raises:
-            RuntimeError: the process exited or did not answer in time.
+            RuntimeError: the process exited, was stopped, or did not answer in time.
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                raise RuntimeError(f"Prefect server exited with {self._proc.returncode}; "
+            proc = self._proc
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"Prefect server exited with {proc.returncode}; "
                                    f"see {self.home / 'server.log'}")
+            if self._stopped.is_set():
+                raise RuntimeError("Prefect server stopped before it answered")
             try:
                 # /health needs no credentials (Prefect's choice, for probes)
                 if httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.25)
+            self._stopped.wait(0.25)
         raise RuntimeError(f"Prefect server did not answer within {timeout} s")
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """Stop the child: SIGTERM, then SIGKILL after ``timeout``."""
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop the child: SIGTERM, then SIGKILL after ``timeout``; :meth:`wait_ready`
+        callers return at once."""
+        self._stopped.set()
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -173,6 +182,8 @@ class PrefectServer:
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            log.warning("Prefect server (pid %s) still running %s s after SIGTERM; killing it",
+                        proc.pid, timeout)
             proc.kill()
             proc.wait(5)
         (self.home / "amaris-server.json").unlink(missing_ok=True)

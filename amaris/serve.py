@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ from amaris.redact import redact_url
 from amaris.settings import Settings
 
 log = logging.getLogger("amaris")
+
+PREFECT_FLUSH_TIMEOUT_S = 1.5
+"""How long Prefect's log and event queues have to reach its server on shutdown."""
 
 
 def _port_free(port: int) -> bool:
@@ -32,38 +36,43 @@ def _port_free(port: int) -> bool:
 
 def run_server(settings: Settings) -> int:
     """Serve until SIGINT/SIGTERM; then finish in-flight requests (30 s at most), leave
-    running steps resumable and stop the Prefect server child."""
+    running steps resumable and stop the Prefect server child.
+
+    A signal during start-up (the Prefect server booting, storage opening) stops it there:
+    the children started so far are stopped and the exit code is 0.
+    """
     from amaris.logs import configure_logging
     from amaris.prefect_env import configure_prefect
     from amaris.prefect_server import PrefectServer, free_port
     from amaris.service import build_services
     from api.app import create_app
 
-    configure_logging(settings.logging.level, settings.logging.format)
-    configure_prefect(settings)
+    # First: a signal from here on unwinds to the `finally` below, which stops the children.
+    _exit_on_signal()
     server: PrefectServer | None = None
-    if not os.environ.get("PREFECT_API_URL"):
-        wanted = settings.prefect.port
-        port = wanted if wanted is not None and _port_free(wanted) else free_port()
-        server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
-        server.start()
-        # Before prefect is imported in this process: its settings read the environment once.
-        # The children (repair worker, its runs) inherit the address and the auth string.
-        os.environ.update(server.client_env())
-        log.warning("Prefect UI: %s (step runs, task runs, artifacts)", server.url)
-    else:
-        log.warning("using the Prefect API at %s", redact_url(os.environ["PREFECT_API_URL"]))
-    worker = RepairWorker(settings, server)
-    worker.start_when_ready()
+    worker: RepairWorker | None = None
     try:
+        configure_logging(settings.logging.level, settings.logging.format)
+        configure_prefect(settings)
+        if not os.environ.get("PREFECT_API_URL"):
+            wanted = settings.prefect.port
+            port = wanted if wanted is not None and _port_free(wanted) else free_port()
+            server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
+            server.start()
+            # Before prefect is imported in this process: its settings read the environment
+            # once. The children (repair worker, its runs) inherit the address and the auth
+            # string.
+            os.environ.update(server.client_env())
+            log.warning("Prefect UI: %s (step runs, task runs, artifacts)", server.url)
+        else:
+            log.warning("using the Prefect API at %s",
+                        redact_url(os.environ["PREFECT_API_URL"]))
+        worker = RepairWorker(settings, server)
+        worker.start_when_ready()
         services = build_services(
             settings, warm_prefect=True, prefect_ready=server.wait_ready if server else None
         )
         app = create_app(settings, services=services)
-        # uvicorn drains requests on SIGTERM, then re-raises the signal with the handler it
-        # found installed: make that handler a clean exit, so the `finally` below stops
-        # the Prefect server and the repair worker and the exit code is 0.
-        signal.signal(signal.SIGTERM, _exit_cleanly)
         config = uvicorn.Config(
             app, host=settings.server.host, port=settings.server.port,
             log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30,
@@ -73,17 +82,53 @@ def run_server(settings: Settings) -> int:
             # A request arriving with this many connections open gets 503.
             limit_concurrency=settings.server.max_connections)
         # uvicorn drains requests before the app's shutdown: end step waits first, or
-        # long polls would hold the drain for up to its 30 s.
+        # long polls would hold the drain for up to its 30 s. It handles the signals while
+        # it runs, then re-raises the one it got with the handler it found installed (ours:
+        # a clean exit through `finally`).
         WaitEndingServer(config, services.coordinator.end_waits).run()
     finally:
-        worker.stop()
+        # Stopping the server also ends the threads still waiting for it to answer.
+        _flush_prefect()
+        log.info("stopping the repair worker and the Prefect server")
+        stopper = threading.Thread(target=worker.stop) if worker is not None else None
+        if stopper is not None:
+            stopper.start()
         if server is not None:
             server.stop()
+        if stopper is not None:
+            stopper.join()
+        log.info("stopped")
     return 0
 
 
-def _exit_cleanly(signum: int, frame: object) -> None:
-    raise SystemExit(0)
+def _flush_prefect() -> None:
+    """Send the logs and events Prefect still queues (of step runs just cancelled) while its
+    server answers: at exit, with the server gone, each queue waits on failed connections."""
+    if "prefect" not in sys.modules:
+        return  # never imported (stopped during start-up): nothing queued
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    deadline = time.monotonic() + PREFECT_FLUSH_TIMEOUT_S
+    for service in (APILogWorker, EventsWorker):
+        service.drain_all(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _exit_on_signal() -> None:
+    """Make the first SIGTERM or SIGINT a ``SystemExit(0)`` in the main thread, and ignore
+    later ones, which would otherwise cut the stopping of the children short."""
+    received = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        if received.is_set():
+            log.warning("signal %s: already stopping", signum)
+            return
+        received.set()
+        log.warning("signal %s: stopping", signum)
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
 
 
 class WaitEndingServer(uvicorn.Server):
