@@ -48,10 +48,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`configure_logging` installs (and replaces when called again)."""
+
+
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     """Log amaris's events to stderr, as text (``time level logger [request id] message``)
-    or as JSON lines."""
-    handler = logging.StreamHandler()
+    or as JSON lines. Handlers others attached (Prefect's, sending the lines logged
+    inside step runs to those runs) stay."""
+    handler = _StderrHandler()
     handler.addFilter(_RequestIdFilter())
     handler.setFormatter(
         JsonFormatter() if fmt == "json" else
@@ -59,6 +64,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     )
     for name in ("amaris", "api"):
         logger = logging.getLogger(name)
-        logger.handlers[:] = [handler]
+        logger.handlers[:] = [h for h in logger.handlers if not isinstance(h, _StderrHandler)]
+        logger.addHandler(handler)
         logger.setLevel(level)
         logger.propagate = False

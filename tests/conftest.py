@@ -10,6 +10,9 @@ import tempfile
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="amaris-test-prefect-")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.pop("PREFECT_API_URL", None)
+from amaris.prefect_env import RUN_LOGS  # imports no Prefect
+
+os.environ.update(RUN_LOGS)  # as `amaris serve` sets them: amaris's lines in step runs
 
 from collections.abc import Iterator
 from pathlib import Path
