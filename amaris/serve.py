@@ -39,7 +39,7 @@ def run_server(settings: Settings) -> int:
     running steps resumable and stop the Prefect server child.
 
     A signal during start-up (the Prefect server booting, storage opening) stops it there:
-    the children started so far are stopped and the exit code is 0.
+    the children started so far are stopped and the exit code is 0 (:class:`_Signals`).
     """
     from amaris.logs import configure_logging
     from amaris.prefect_env import configure_prefect
@@ -47,8 +47,8 @@ def run_server(settings: Settings) -> int:
     from amaris.service import build_services
     from api.app import create_app
 
-    # First: a signal from here on unwinds to the `finally` below, which stops the children.
-    _exit_on_signal()
+    signals = _Signals()
+    signals.install()
     server: PrefectServer | None = None
     worker: RepairWorker | None = None
     try:
@@ -57,7 +57,7 @@ def run_server(settings: Settings) -> int:
         if not os.environ.get("PREFECT_API_URL"):
             wanted = settings.prefect.port
             port = wanted if wanted is not None and _port_free(wanted) else free_port()
-            server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
+            server = signals.server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
             server.start()
             # Before prefect is imported in this process: its settings read the environment
             # once. The children (repair worker, its runs) inherit the address and the auth
@@ -67,7 +67,7 @@ def run_server(settings: Settings) -> int:
         else:
             log.warning("using the Prefect API at %s",
                         redact_url(os.environ["PREFECT_API_URL"]))
-        worker = RepairWorker(settings, server)
+        worker = signals.worker = RepairWorker(settings, server)
         worker.start_when_ready()
         services = build_services(
             settings, warm_prefect=True, prefect_ready=server.wait_ready if server else None
@@ -83,22 +83,28 @@ def run_server(settings: Settings) -> int:
             limit_concurrency=settings.server.max_connections)
         # uvicorn drains requests before the app's shutdown: end step waits first, or
         # long polls would hold the drain for up to its 30 s. It handles the signals while
-        # it runs, then re-raises the one it got with the handler it found installed (ours:
-        # a clean exit through `finally`).
+        # it runs, then re-raises the one it got with the handler it found installed.
+        signals.serving()
         WaitEndingServer(config, services.coordinator.end_waits).run()
     finally:
-        # Stopping the server also ends the threads still waiting for it to answer.
+        signals.stopping()
         _flush_prefect()
-        log.info("stopping the repair worker and the Prefect server")
-        stopper = threading.Thread(target=worker.stop) if worker is not None else None
-        if stopper is not None:
-            stopper.start()
-        if server is not None:
-            server.stop()
-        if stopper is not None:
-            stopper.join()
-        log.info("stopped")
+        _stop_children(worker, server)
     return 0
+
+
+def _stop_children(worker: RepairWorker | None, server: Any) -> None:
+    """Stop the repair worker and the Prefect server side by side. Stopping the server
+    also ends the threads still waiting for it to answer."""
+    log.info("stopping the repair worker and the Prefect server")
+    stopper = threading.Thread(target=worker.stop) if worker is not None else None
+    if stopper is not None:
+        stopper.start()
+    if server is not None:
+        server.stop()
+    if stopper is not None:
+        stopper.join()
+    log.info("stopped")
 
 
 def _flush_prefect() -> None:
@@ -114,21 +120,54 @@ def _flush_prefect() -> None:
         service.drain_all(timeout=max(0.0, deadline - time.monotonic()))
 
 
-def _exit_on_signal() -> None:
-    """Make the first SIGTERM or SIGINT a ``SystemExit(0)`` in the main thread, and ignore
-    later ones, which would otherwise cut the stopping of the children short."""
-    received = threading.Event()
+class _Signals:
+    """What SIGTERM and SIGINT do in ``amaris serve``.
 
-    def handler(signum: int, frame: object) -> None:
-        if received.is_set():
+    During start-up nothing has been served: the handler stops the children started so
+    far and ends the process at once, exit code 0. It does not raise: an exception raised
+    by a signal handler surfaces wherever the main thread is, and in a callback whose
+    exceptions Python ignores (importlib's module-lock callback, seen here) it is lost,
+    the signal with it, and an import lock may be left behind. While serving, uvicorn
+    handles the signals (drain, shutdown) and then re-raises the one it got: then the
+    handler raises ``SystemExit(0)`` in plain code, through ``run_server``'s ``finally``.
+    Once stopping, further signals are ignored: they would cut the stopping short.
+    """
+
+    def __init__(self) -> None:
+        self.server: Any = None
+        self.worker: RepairWorker | None = None
+        self._serving = False
+        self._stopping = False
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def serving(self) -> None:
+        """From now on uvicorn answers the signals first."""
+        self._serving = True
+
+    def stopping(self) -> None:
+        """The process is stopping its children: ignore further signals."""
+        self._stopping = True
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self._stopping:
             log.warning("signal %s: already stopping", signum)
             return
-        received.set()
+        self._stopping = True
         log.warning("signal %s: stopping", signum)
-        raise SystemExit(0)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, handler)
+        if self._serving:
+            raise SystemExit(0)
+        # One after the other: starting a thread here could wait forever on a lock the
+        # interrupted main thread holds.
+        if self.worker is not None:
+            self.worker.stop()
+        if self.server is not None:
+            self.server.stop()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 class WaitEndingServer(uvicorn.Server):
