@@ -27,14 +27,6 @@ from tests.fake_llm import FakeLLM, running_fake_llm
 from tests.real_llm import RealLLM, default_cache_dir, fetch_gguf, running_real_llm
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # One xdist worker runs every real_model test (--dist loadgroup), so the session
-    # loads the real model once and its decoding does not compete with a second copy.
-    for item in items:
-        if item.get_closest_marker("real_model") is not None:
-            item.add_marker(pytest.mark.xdist_group("real_model"))
-
-
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # A developer's real key must never reach a test (or make it call a real endpoint).

@@ -19,6 +19,8 @@ from api.app import create_app
 from tests.conftest import make_settings
 from tests.real_llm import MODEL_ID, RealLLM, sample_rollouts
 
+# One xdist worker runs every test of this file (--dist loadfile in pyproject.toml): the
+# session loads the model once. Keep the tier's tests in this file.
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
 ROLLOUTS = 20
