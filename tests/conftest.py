@@ -13,11 +13,14 @@ os.environ.pop("PREFECT_API_URL", None)
 from amaris.prefect_env import RUN_LOGS  # imports no Prefect
 
 os.environ.update(RUN_LOGS)  # as `amaris serve` sets them: amaris's lines in step runs
-
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# Prefect sets up its logging (its run-log handler on amaris's logger, from RUN_LOGS) when
+# prefect.main is first imported: now, so `_restore_loggers` keeps that handler instead of
+# dropping it after whichever test first imported Prefect.
+import prefect.main  # noqa: F401
 import pytest
 from fastapi.testclient import TestClient
 

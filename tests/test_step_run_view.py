@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,14 +20,17 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 BEHAVIOURS = ["correct"] * 4 + ["hacking"] * 4
 
 
-async def _step_run(name: str) -> tuple[list[Any], list[Any]]:
-    """The logs and artifacts of the flow run called ``name``, through Prefect's client."""
+async def _step_run(name: str, since: datetime) -> tuple[list[Any], list[Any]]:
+    """The logs and artifacts of the flow run called ``name`` that started after ``since``
+    (other test files on this worker run steps of that number on the same Prefect
+    server), through Prefect's client."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         ArtifactFilter,
         ArtifactFilterFlowRunId,
         FlowRunFilter,
         FlowRunFilterName,
+        FlowRunFilterStartTime,
         LogFilter,
         LogFilterFlowRunId,
     )
@@ -35,7 +39,8 @@ async def _step_run(name: str) -> tuple[list[Any], list[Any]]:
     await APILogHandler.aflush()  # the logs still queued in this process
     async with get_client() as prefect:
         runs = await prefect.read_flow_runs(
-            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name]))
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name]),
+                                          start_time=FlowRunFilterStartTime(after_=since))
         )
         assert len(runs) == 1
         logs = await prefect.read_logs(
@@ -58,12 +63,13 @@ def step_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], list[
         settings = make_settings(
             tmp_path_factory.mktemp("view"), **{"pipeline.rollouts_per_step": None}
         )
+        since = datetime.now(UTC)
         with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
             score_step(client, 1, BEHAVIOURS)
             assert client.post("/complete").json() == {"status": "complete"}
             done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120}).json()
             assert done["status"] == "updated", done
-            return asyncio.run(_step_run("step-1"))
+            return asyncio.run(_step_run("step-1", since))
     finally:
         amaris.setLevel(level)
 
