@@ -31,20 +31,30 @@ def _serve(args: argparse.Namespace) -> int:
     return run_server(_settings(args))
 
 
-def _use_recorded_prefect(settings: Settings) -> bool:
-    """Point this process at the Prefect server a running ``amaris serve`` started."""
+def _prefect_home(settings: Settings) -> Path:
     import os
 
-    from amaris.prefect_server import recorded_server
+    return Path(os.environ.get("PREFECT_HOME") or Path(settings.memory.path).resolve() / "prefect")
+
+
+def _use_recorded_prefect(settings: Settings) -> bool:
+    """Point this process at the Prefect server a running ``amaris serve`` started, with
+    its auth string."""
+    import os
+
+    from amaris.prefect_server import read_auth_string, recorded_server
 
     if os.environ.get("PREFECT_API_URL"):
         return True
-    home = Path(os.environ.get("PREFECT_HOME") or Path(settings.memory.path).resolve() / "prefect")
+    home = _prefect_home(settings)
     recorded = recorded_server(home)
     if recorded is None:
         return False
     os.environ["PREFECT_HOME"] = str(home)
     os.environ["PREFECT_API_URL"] = recorded["api_url"]
+    auth = read_auth_string(home)
+    if auth is not None:
+        os.environ["PREFECT_API_AUTH_STRING"] = auth
     return True
 
 
@@ -57,11 +67,13 @@ def _repair(args: argparse.Namespace) -> int:
         print("amaris: no Prefect server for this data folder; is `amaris serve` running?",
               file=sys.stderr)
         return 1
+    # The operator's own run: the flow repairs the server this command names.
+    os.environ["AMARIS_REPAIR_URL"] = cli_inspect.server_url(settings, args.url)
     if settings.server.api_key:
         os.environ.setdefault("AMARIS_API_KEY", settings.server.api_key)
     from flows.repair import repair_steps
 
-    outcome = asyncio.run(repair_steps(cli_inspect.server_url(settings, args.url)))
+    outcome = asyncio.run(repair_steps())
     print(json.dumps({str(k): v for k, v in outcome.items()}) if outcome else "no failed steps")
     return 0 if all(v == "updated" for v in outcome.values()) else 1
 
@@ -69,23 +81,27 @@ def _repair(args: argparse.Namespace) -> int:
 def _repair_worker(args: argparse.Namespace) -> int:
     from deployments.repair import serve_repair
 
-    serve_repair(args.url, args.interval)
+    serve_repair(args.interval)
     return 0
 
 
 def _ui(args: argparse.Namespace) -> int:
     import os
 
-    from amaris.prefect_server import recorded_server
+    from amaris.prefect_server import AUTH_FILE, recorded_server
+    from amaris.redact import redact_url
 
     settings = _settings(args)
     api_url = os.environ.get("PREFECT_API_URL")
-    home = Path(os.environ.get("PREFECT_HOME") or Path(settings.memory.path).resolve() / "prefect")
+    home = _prefect_home(settings)
     recorded = recorded_server(home)
     if api_url:
-        print(api_url.removesuffix("/").removesuffix("/api"))
+        print(redact_url(api_url.removesuffix("/").removesuffix("/api")))
     elif recorded is not None:
         print(recorded["url"])
+        auth = home / AUTH_FILE
+        print(f"log in with the auth string in {auth} (`cat {auth}`; paste the whole line "
+              "into the UI's password field)", file=sys.stderr)
     else:
         print("no Prefect server is running for this data folder; start `amaris serve`",
               file=sys.stderr)
@@ -168,8 +184,8 @@ def _add_rubrics(sub: Any) -> None:
     repair.add_argument("--url", default=None, help="amaris API (default: from server:)")
     repair.set_defaults(func=_repair)
 
+    # Started by `amaris serve`, which sets AMARIS_REPAIR_URL (and AMARIS_API_KEY).
     worker = sub.add_parser("repair-worker", help=argparse.SUPPRESS)
-    worker.add_argument("--url", required=True)
     worker.add_argument("--interval", type=int, required=True)
     worker.set_defaults(func=_repair_worker)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from amaris.redact import redact_url
 from amaris.settings import Settings
 
 if TYPE_CHECKING:
@@ -68,7 +69,8 @@ def api_get(settings: Settings, url: str | None, path: str,
         problems = [d["message"] for d in response.json()["detail"]]
     except (ValueError, KeyError, TypeError):
         problems = [response.text or response.reason_phrase]
-    raise CommandError(f"{'; '.join(problems)} (HTTP {response.status_code} from {base})")
+    raise CommandError(
+        f"{'; '.join(problems)} (HTTP {response.status_code} from {redact_url(base)})")
 
 
 def read_store(settings: Settings, url: str | None, local: Callable[[QdrantClient], Any],

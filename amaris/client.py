@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 from typing import Any
 
@@ -124,26 +125,41 @@ class RewardClient:
                        ) -> dict[str, Any]:
         """Block until the step's rubric evolution finished (default: the latest step).
 
+        The server holds one wait open for ``server.max_wait_seconds`` at most, then
+        answers ``pending``: this asks again (for the step the first answer named) until
+        the step is done, or ``timeout`` seconds (None: no limit) have passed.
+
         Raises:
             StepFailedError: the step's pipeline failed.
             TimeoutError: ``timeout`` seconds passed first.
+            InvalidRequestError: 404, the server does not know ``step``.
         """
-        params = _wait_params(step, timeout)
+        path = "/rubric_status/wait"
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._sync_client(timeout) as http:
-            result = self._check("/rubric_status/wait",
-                                 _send(http.get, "/rubric_status/wait", params=params))
-        return _wait_result(result)
+            while True:
+                result = self._check(path, _send(http.get, path,
+                                                 params=_wait_params(step, _left(deadline))))
+                if not _ask_again(result, deadline):
+                    return _wait_result(result)
+                step = result.get("step", step)
 
     async def rubric_updated_async(self, step: int | None = None, timeout: float | None = None
                                    ) -> dict[str, Any]:
         """Async :meth:`rubric_updated`."""
         path = "/rubric_status/wait"
-        try:
-            response = await self._http.get(path, params=_wait_params(step, timeout),
-                                            timeout=_http_timeout(self._timeout, timeout))
-        except httpx.TransportError as exc:
-            raise ServerUnavailableError(f"{path}: {exc}") from exc
-        return _wait_result(self._check(path, response))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                response = await self._http.get(
+                    path, params=_wait_params(step, _left(deadline)),
+                    timeout=_http_timeout(self._timeout, timeout))
+            except httpx.TransportError as exc:
+                raise ServerUnavailableError(f"{path}: {exc}") from exc
+            result = self._check(path, response)
+            if not _ask_again(result, deadline):
+                return _wait_result(result)
+            step = result.get("step", step)
 
     def _sync_client(self, wait: float | None = None) -> httpx.Client:
         return httpx.Client(base_url=self._base_url, headers=self._headers,
@@ -196,6 +212,17 @@ def _wait_params(step: int | None, timeout: float | None) -> dict[str, Any]:
     if timeout is not None:
         params["timeout"] = timeout
     return params
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (at least a millisecond), None for no deadline."""
+    return None if deadline is None else max(deadline - time.monotonic(), 0.001)
+
+
+def _ask_again(result: dict[str, Any], deadline: float | None) -> bool:
+    """A ``pending`` answer came before the caller's own deadline (the server's cap)."""
+    return result.get("status") == "pending" and (
+        deadline is None or time.monotonic() < deadline)
 
 
 def _http_timeout(default: float, wait: float | None) -> float | None:

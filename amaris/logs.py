@@ -12,6 +12,19 @@ from datetime import UTC, datetime
 
 from amaris.context import request_id_var
 
+LOGGED_CHARS = 120
+"""Longest part of a client-supplied value (a rollout id...) written in a log line."""
+
+
+def loggable(value: object, limit: int = LOGGED_CHARS) -> str:
+    """A client-supplied value (rollout id, field name...) as a log line may show it:
+    quoted, every control or line-breaking character escaped (``repr``), at most
+    ``limit`` characters of it, so it cannot forge or flood log lines."""
+    text = str(value)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}...(+{len(text) - limit} chars)"
+
 
 class _RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
@@ -35,10 +48,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`configure_logging` installs (and replaces when called again)."""
+
+
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     """Log amaris's events to stderr, as text (``time level logger [request id] message``)
-    or as JSON lines."""
-    handler = logging.StreamHandler()
+    or as JSON lines. Handlers others attached (Prefect's, sending the lines logged
+    inside step runs to those runs) stay."""
+    handler = _StderrHandler()
     handler.addFilter(_RequestIdFilter())
     handler.setFormatter(
         JsonFormatter() if fmt == "json" else
@@ -46,6 +64,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     )
     for name in ("amaris", "api"):
         logger = logging.getLogger(name)
-        logger.handlers[:] = [handler]
+        logger.handlers[:] = [h for h in logger.handlers if not isinstance(h, _StderrHandler)]
+        logger.addHandler(handler)
         logger.setLevel(level)
         logger.propagate = False

@@ -37,7 +37,8 @@ STEP_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
 """Seconds, 1 s to 1 h: a step's flow analyses every rollout of the step."""
 
 STEP_STATUSES = ("open", "completing", "done", "failed")
-UNSCORED_REASONS = ("judge_unavailable", "judge_invalid")
+UNSCORED_REASONS = ("judge_unavailable", "judge_invalid", "judge_truncated",
+                    "judge_context_overflow")
 
 
 class Metrics:
@@ -145,6 +146,10 @@ class _StateCollector(Collector):
         for status in sorted({*STEP_STATUSES, *known}):
             steps.add_metric([status], known.count(status))
         yield steps
+        yield GaugeMetricFamily(
+            "amaris_step_waiters",
+            "Requests waiting for a step's pipeline (/rubric_status/wait, sync-mode /score).",
+            value=self._coordinator.waiters)
 
     def _llm(self) -> Iterable[Metric]:
         families = {kind: CounterMetricFamily(name, text, labels=["agent", "path"])
@@ -157,7 +162,7 @@ class _StateCollector(Collector):
             for agent in sorted(agents):
                 for kind, family in families.items():
                     family.add_metric([agent, path], stats.get(f"{agent}.{kind}", 0))
-                for kind in ("prompt", "completion"):
+                for kind in ("prompt", "completion", "reasoning"):
                     tokens.add_metric([agent, path, kind], stats.get(f"{agent}.{kind}_tokens", 0))
         yield from families.values()
         yield tokens

@@ -2,9 +2,96 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+import math
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of a free-form JSON value (``rollout.metadata``, the training metadata's
+extra fields, ``/get_reward`` labels): ``{}`` and ``[]`` are one level."""
+MAX_EXTRA_NAME = 200
+"""Longest name of an extra field of the training metadata."""
+
+
+def valid_text(value: str) -> str:
+    """``value``, if it is Unicode text that can be stored and sent back (UTF-8).
+
+    Raises:
+        PydanticCustomError: it holds a lone surrogate (``"\\ud800"`` in JSON), which no
+            UTF-8 encoder accepts: stored, it would fail every later read of its step.
+    """
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise PydanticCustomError(
+                "invalid_text",
+                "has a lone surrogate (U+{code}) at character {at}: not valid Unicode text",
+                {"code": f"{ord(value[exc.start]):04X}", "at": exc.start},
+            ) from None
+    return value
+
+
+def valid_json(value: Any) -> Any:
+    """``value``, if it is a JSON value amaris can store: strings (keys too) valid text,
+    numbers finite, nesting at most :data:`MAX_JSON_DEPTH` levels.
+
+    Iterative, so a deep value cannot exhaust the stack here.
+
+    Raises:
+        PydanticCustomError: the first problem found, with where it is (``$.key[0]``).
+    """
+    stack: list[tuple[Any, int, str]] = [(value, 0, "$")]
+    while stack:
+        item, depth, where = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                raise PydanticCustomError(
+                    "json_too_deep", "is nested deeper than {limit} levels (at {where})",
+                    {"limit": MAX_JSON_DEPTH, "where": _short(where)})
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    _text_at(str(key), f"a key of {where}")
+                    stack.append((child, depth + 1, f"{where}.{key}"))
+            else:
+                stack.extend((child, depth + 1, f"{where}[{i}]") for i, child in enumerate(item))
+        elif isinstance(item, str):
+            _text_at(item, where)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise PydanticCustomError(
+                "json_number", "has {value} at {where}: NaN and Infinity are not JSON numbers",
+                {"value": str(item), "where": _short(where)})
+    return value
+
+
+def _text_at(text: str, where: str) -> None:
+    try:
+        valid_text(text)
+    except PydanticCustomError as exc:
+        raise PydanticCustomError("invalid_text", "{problem} (in {where})",
+                                  {"where": _short(where), "problem": exc.message()}) from None
+
+
+def _short(where: str) -> str:
+    return where if len(where) <= 120 else where[:117] + "..."
+
+
+def json_chars(value: Any) -> int:
+    """Size of a JSON value as amaris counts it against ``scoring.max_field_chars``: the
+    characters of its compact JSON encoding."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+Text = Annotated[str, AfterValidator(valid_text)]
+"""A string field of a request: valid Unicode text (see :func:`valid_text`)."""
+JSONValue = Annotated[Any, AfterValidator(valid_json)]
+"""A free-form JSON value of a request (see :func:`valid_json`)."""
+JSONObject = Annotated[dict[str, Any], AfterValidator(valid_json)]
+"""A free-form JSON object of a request (see :func:`valid_json`)."""
 
 
 class Rollout(BaseModel):
@@ -12,16 +99,17 @@ class Rollout(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(min_length=1, max_length=512, description="Unique rollout id.")
-    input: str = Field(description="The prompt the policy answered.")
-    output: str = Field(description="The policy's response.")
-    supplemental_context: str | None = Field(
+    id: Text = Field(min_length=1, max_length=512,
+                     description="Unique rollout id within its step.")
+    input: Text = Field(description="The prompt the policy answered.")
+    output: Text = Field(description="The policy's response.")
+    supplemental_context: Text | None = Field(
         default=None, description="Ground truth, reference solution or grading notes."
     )
-    metadata: dict[str, Any] | None = Field(
+    metadata: JSONObject | None = Field(
         default=None, description="Free-form metadata, stored with the rollout."
     )
-    group_id: str | None = Field(
+    group_id: Text | None = Field(
         default=None, min_length=1, max_length=512,
         description="Key of the rollout's group (the prompt id): the analyzer compares the "
         "responses of one group. Default: rollouts with the same input form a group.",
@@ -32,14 +120,24 @@ class TrainingMetadata(BaseModel):
     """Where the trainer is (AMARIS ``metadata``)."""
 
     model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, JSONValue] = Field(init=False)
 
-    high_level_goal: str | None = Field(default=None, description="Training objective.")
-    model_size: str | None = Field(default=None, description="Policy size, e.g. 7B.")
+    high_level_goal: Text | None = Field(default=None, description="Training objective.")
+    model_size: Text | None = Field(default=None, description="Policy size, e.g. 7B.")
     current_step: int = Field(default=0, ge=0, description="Training step of this rollout.")
     total_steps: int | None = Field(default=None, ge=0, description="Planned training steps.")
-    other_context: str | None = Field(
+    other_context: Text | None = Field(
         default=None, description="Anything else about the run; stored with the rollout."
     )
+
+    @model_validator(mode="after")
+    def _extra_names(self) -> TrainingMetadata:
+        for name in self.model_extra or {}:
+            if len(name) > MAX_EXTRA_NAME:
+                raise PydanticCustomError(
+                    "extra_name", "an extra field's name has {size} characters; the limit "
+                    "is {limit}", {"size": len(name), "limit": MAX_EXTRA_NAME})
+        return self
 
 
 class ScoreRequest(BaseModel):
@@ -52,6 +150,29 @@ class ScoreRequest(BaseModel):
     include_breakdown: bool = Field(
         default=False, description="Add the per-criterion verdicts to the response."
     )
+
+    def text_sizes(self) -> Iterator[tuple[str, int]]:
+        """Every free-text field that is set, with its size in characters (a JSON value:
+        :func:`json_chars`), named as in the request (``rollout.output``,
+        ``metadata.<extra field>``)."""
+        rollout = self.rollout
+        for name in ("id", "input", "output", "supplemental_context", "group_id"):
+            value = getattr(rollout, name)
+            if value is not None:
+                yield f"rollout.{name}", len(value)
+        if rollout.metadata is not None:
+            yield "rollout.metadata", json_chars(rollout.metadata)
+        meta = self.metadata
+        for name in ("high_level_goal", "model_size", "other_context"):
+            value = getattr(meta, name)
+            if value is not None:
+                yield f"metadata.{name}", len(value)
+        extras = meta.model_extra or {}
+        for key, extra in extras.items():
+            yield f"metadata.{key}", len(extra) if isinstance(extra, str) else json_chars(extra)
+        if len(extras) > 1:
+            # Many small extra fields: the analyzer reads them all with every rollout.
+            yield "metadata", json_chars(extras)
 
 
 class CriterionResult(BaseModel):
@@ -123,6 +244,17 @@ class RubricPublic(BaseModel):
     adaptive: list[CriterionPublic]
 
 
+class StructuredOutputStatus(BaseModel):
+    """How one agent's replies are constrained now."""
+
+    mode: Literal["json_schema", "json_object", "none", "configured"] = Field(
+        description="json_schema, json_object, none (the prompt alone) or configured "
+        "(agents.<agent>.response_format sent as is)."
+    )
+    reason: str = Field(description="Why: the default, the configuration, or the refusal "
+                        "that made amaris fall back.")
+
+
 class HealthResponse(BaseModel):
     """Answer of ``GET /healthz``."""
 
@@ -134,6 +266,9 @@ class HealthResponse(BaseModel):
     rubric_version: int
     counters: dict[str, int] = Field(
         default_factory=dict, description="Scored, cached and unscored rewards since start."
+    )
+    structured_output: dict[str, StructuredOutputStatus] = Field(
+        default_factory=dict, description="Per agent: the structured-output mode in use and why."
     )
 
 

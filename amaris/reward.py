@@ -6,6 +6,7 @@ from typing import Any
 
 from amaris.context import request_id_var
 from amaris.models import ScoreRequest, ScoreResponse
+from amaris.rollout_ids import RolloutIds
 from amaris.scopes import ScopeResolver
 from amaris.scoring import Scorer
 from amaris.steps import StepCoordinator
@@ -32,15 +33,32 @@ async def score_rollout(
     scopes: ScopeResolver,
     scorer: Scorer,
     coordinator: StepCoordinator,
+    ids: RolloutIds,
     sync: bool,
 ) -> ScoreResponse:
-    """Score, log durably (before answering), and in sync mode wait for the step's update
-    and score again under the rubric it produced."""
-    scope = scopes.scope_of(request.rollout.input)
-    rubric = await scopes.rubric(scope)
-    result = await scorer.score(request, rubric)
+    """Check, admit the rollout's step, score, log durably (before answering), and in sync
+    mode wait for the step's update and score again under the rubric it produced.
+
+    Nothing is judged, created or stored before the request passed its checks.
+
+    Raises:
+        OversizeError: a free-text field is over ``scoring.max_field_chars``.
+        StepRefusedError: the step is refused.
+        RolloutConflictError: the rollout id is in the step with other content.
+    """
+    scorer.check(request)
     step = request.metadata.current_step
-    await coordinator.record(step, log_record(request, result, scope))
+    async with coordinator.admission(step):
+        claim = await ids.claim(step, request.rollout)
+        stored = False
+        try:
+            scope = scopes.scope_of(request.rollout.input)
+            rubric = await scopes.rubric(scope)
+            result = await scorer.score(request, rubric)
+            await coordinator.record(step, log_record(request, result, scope))
+            stored = True
+        finally:
+            ids.release(claim, stored)
     if sync:
         await coordinator.wait(step)
         updated = await scopes.rubric(scope)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import logging
 from collections import Counter, OrderedDict
@@ -13,7 +14,15 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from amaris.aggregate import aggregate
-from amaris.llm.gateway import LLMGateway, LLMOutputError, LLMUnavailableError
+from amaris.llm.gateway import (
+    LLMContextOverflowError,
+    LLMGateway,
+    LLMOutputError,
+    LLMTruncatedError,
+    LLMUnavailableError,
+)
+from amaris.llm.schema import strict_schema
+from amaris.logs import loggable
 from amaris.models import CriterionResult, ScoreRequest, ScoreResponse
 from amaris.prompts import data_message
 from amaris.rubric import RubricVersion
@@ -24,6 +33,9 @@ from amaris.settings import ScoringSettings
 log = logging.getLogger("amaris.scoring")
 
 _FIELDS = ("input", "output", "supplemental_context")
+_JUDGED = frozenset(f"rollout.{name}" for name in _FIELDS)
+_SCHEMA_CACHE = 1024
+"""Per-rubric scorer schemas kept."""
 
 
 class Verdict(BaseModel):
@@ -75,6 +87,18 @@ def _check_ids(rubric: RubricVersion) -> Callable[[JudgeVerdicts], None]:
     return check
 
 
+def verdicts_schema(criterion_ids: tuple[str, ...]) -> dict[str, Any]:
+    """The scorer's strict JSON schema for one rubric: one verdict per criterion, ids from
+    the rubric's, scores on the integer scale."""
+    schema = copy.deepcopy(strict_schema(JudgeVerdicts))
+    verdicts = schema["properties"]["verdicts"]
+    verdicts["minItems"] = verdicts["maxItems"] = len(criterion_ids)
+    item = verdicts["items"]["properties"]
+    item["id"] = {"type": "string", "enum": list(criterion_ids)}
+    item["score"] = {"type": "integer", "enum": list(range(SCALE_MIN, SCALE_MAX + 1))}
+    return schema
+
+
 def _truncate(text: str, limit: int) -> str:
     """Head and tail of ``text`` around a marker, ``limit`` characters in all."""
     marker = "\n[... truncated by amaris ...]\n"
@@ -98,6 +122,7 @@ class Scorer:
         self._prompt = prompt
         self._cache: OrderedDict[str, _Judged] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[_Judged]] = {}
+        self._schemas: OrderedDict[tuple[str, ...], dict[str, Any]] = OrderedDict()
         self.counters: Counter[str] = Counter()
         """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``."""
 
@@ -106,8 +131,24 @@ class Scorer:
         """Distinct judge calls queued or in flight."""
         return len(self._inflight)
 
+    def check(self, request: ScoreRequest) -> None:
+        """Refuse a request with a free-text field over ``scoring.max_field_chars``.
+
+        Every free-text field counts (:meth:`ScoreRequest.text_sizes`: metadata included);
+        with ``scoring.oversize: truncate`` the three judged fields are cut instead (by
+        :meth:`prepare`). Called before anything is judged or stored.
+
+        Raises:
+            OversizeError: the first field over the limit.
+        """
+        limit = self._settings.max_field_chars
+        cut = self._settings.oversize == "truncate"
+        for field, size in request.text_sizes():
+            if size > limit and not (cut and field in _JUDGED):
+                raise OversizeError(field, size, limit)
+
     def prepare(self, request: ScoreRequest) -> tuple[dict[str, str], list[str]]:
-        """Apply the size limit to the rollout fields.
+        """Apply the size limit to the judged fields.
 
         Returns:
             The judged fields and the names of the fields that were truncated.
@@ -135,6 +176,7 @@ class Scorer:
 
         Never fabricates: judge failures give ``status: unscored``. The breakdown is
         always filled in (the rollout log keeps it); the API drops it unless asked.
+        Call :meth:`check` first: this checks only the judged fields.
         """
         fields, truncated = self.prepare(request)
         rubric = rubric or self._store.current()
@@ -162,13 +204,17 @@ class Scorer:
             if isinstance(exc, TimeoutError):
                 kind, exc = "judge_timeout", TimeoutError(
                     f"no verdict within scoring.timeout_seconds ({self._settings.timeout_seconds})")
+            elif isinstance(exc, LLMContextOverflowError):
+                kind = "judge_context_overflow"
             elif isinstance(exc, LLMUnavailableError):
                 kind = "judge_unavailable"
+            elif isinstance(exc, LLMTruncatedError):
+                kind = "judge_truncated"
             else:
                 kind = "judge_invalid"
             self.counters["unscored"] += 1
             self.counters[f"unscored.{kind}"] += 1
-            log.warning("unscored rollout %s: %s", request.rollout.id, exc)
+            log.warning("unscored rollout %s: %s", loggable(request.rollout.id), exc)
             return ScoreResponse(
                 score=self._settings.neutral_score if self._settings.on_failure == "neutral"
                 else None,
@@ -217,7 +263,8 @@ class Scorer:
                                                                 "rollout": fields})},
         ]
         result = await self._gateway.structured(
-            "scorer", messages, JudgeVerdicts, step=step, check=_check_ids(rubric)
+            "scorer", messages, JudgeVerdicts, step=step, check=_check_ids(rubric),
+            json_schema=self._schema(rubric),
         )
         by_id = {v.id: v for v in result.verdicts}
         breakdown = tuple(
@@ -233,6 +280,16 @@ class Scorer:
         )
         score = aggregate([c.weight for c in breakdown], [c.verdict for c in breakdown])
         return _Judged(score=score, breakdown=breakdown)
+
+    def _schema(self, rubric: RubricVersion) -> dict[str, Any]:
+        # Built once per rubric (a few hundred rubrics in per_instance mode, at most).
+        ids = tuple(c.id for c in rubric.criteria)
+        schema = self._schemas.get(ids)
+        if schema is None:
+            schema = self._schemas[ids] = verdicts_schema(ids)
+            while len(self._schemas) > _SCHEMA_CACHE:
+                self._schemas.popitem(last=False)
+        return schema
 
     @staticmethod
     def _key(rubric: RubricVersion, fields: dict[str, str]) -> str:

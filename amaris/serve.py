@@ -9,12 +9,20 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import uvicorn
+
+from amaris.redact import redact_url
 from amaris.settings import Settings
 
 log = logging.getLogger("amaris")
+
+PREFECT_FLUSH_TIMEOUT_S = 1.5
+"""How long Prefect's log and event queues have to reach its server on shutdown."""
 
 
 def _port_free(port: int) -> bool:
@@ -28,53 +36,150 @@ def _port_free(port: int) -> bool:
 
 def run_server(settings: Settings) -> int:
     """Serve until SIGINT/SIGTERM; then finish in-flight requests (30 s at most), leave
-    running steps resumable and stop the Prefect server child."""
-    import uvicorn
+    running steps resumable and stop the Prefect server child.
 
+    A signal during start-up (the Prefect server booting, storage opening) stops it there:
+    the children started so far are stopped and the exit code is 0 (:class:`_Signals`).
+    """
     from amaris.logs import configure_logging
     from amaris.prefect_env import configure_prefect
     from amaris.prefect_server import PrefectServer, free_port
     from amaris.service import build_services
     from api.app import create_app
 
-    configure_logging(settings.logging.level, settings.logging.format)
-    configure_prefect(settings)
+    signals = _Signals()
+    signals.install()
     server: PrefectServer | None = None
-    if not os.environ.get("PREFECT_API_URL"):
-        wanted = settings.prefect.port
-        port = wanted if wanted is not None and _port_free(wanted) else free_port()
-        server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
-        server.start()
-        # Before prefect is imported in this process: its settings read the environment once.
-        os.environ["PREFECT_API_URL"] = server.api_url
-        log.warning("Prefect UI: %s (step runs, task runs, artifacts)", server.url)
-    else:
-        log.warning("using the Prefect API at %s", os.environ["PREFECT_API_URL"])
-    worker = RepairWorker(settings, server)
-    worker.start_when_ready()
+    worker: RepairWorker | None = None
     try:
+        configure_logging(settings.logging.level, settings.logging.format)
+        configure_prefect(settings)
+        if not os.environ.get("PREFECT_API_URL"):
+            wanted = settings.prefect.port
+            port = wanted if wanted is not None and _port_free(wanted) else free_port()
+            server = signals.server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
+            server.start()
+            # Before prefect is imported in this process: its settings read the environment
+            # once. The children (repair worker, its runs) inherit the address and the auth
+            # string.
+            os.environ.update(server.client_env())
+            log.warning("Prefect UI: %s (step runs, task runs, artifacts)", server.url)
+        else:
+            log.warning("using the Prefect API at %s",
+                        redact_url(os.environ["PREFECT_API_URL"]))
+        worker = signals.worker = RepairWorker(settings, server)
+        worker.start_when_ready()
         services = build_services(
             settings, warm_prefect=True, prefect_ready=server.wait_ready if server else None
         )
         app = create_app(settings, services=services)
-        # uvicorn drains requests on SIGTERM, then re-raises the signal with the handler it
-        # found installed: make that handler a clean exit, so the `finally` below stops
-        # the Prefect server and the repair worker and the exit code is 0.
-        signal.signal(signal.SIGTERM, _exit_cleanly)
-        uvicorn.run(app, host=settings.server.host, port=settings.server.port,
-                    log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30,
-                    # Longer than clients' pool keep-alive (httpx: 5 s), so the server never
-                    # closes a connection a client is about to reuse (a reset mid-request).
-                    timeout_keep_alive=75)
+        config = uvicorn.Config(
+            app, host=settings.server.host, port=settings.server.port,
+            log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30,
+            # Longer than clients' pool keep-alive (httpx: 5 s), so the server never
+            # closes a connection a client is about to reuse (a reset mid-request).
+            timeout_keep_alive=75,
+            # A request arriving with this many connections open gets 503.
+            limit_concurrency=settings.server.max_connections)
+        # uvicorn drains requests before the app's shutdown: end step waits first, or
+        # long polls would hold the drain for up to its 30 s. It handles the signals while
+        # it runs, then re-raises the one it got with the handler it found installed.
+        signals.serving()
+        WaitEndingServer(config, services.coordinator.end_waits).run()
     finally:
-        worker.stop()
-        if server is not None:
-            server.stop()
+        signals.stopping()
+        _flush_prefect()
+        _stop_children(worker, server)
     return 0
 
 
-def _exit_cleanly(signum: int, frame: object) -> None:
-    raise SystemExit(0)
+def _stop_children(worker: RepairWorker | None, server: Any) -> None:
+    """Stop the repair worker and the Prefect server side by side. Stopping the server
+    also ends the threads still waiting for it to answer."""
+    log.info("stopping the repair worker and the Prefect server")
+    stopper = threading.Thread(target=worker.stop) if worker is not None else None
+    if stopper is not None:
+        stopper.start()
+    if server is not None:
+        server.stop()
+    if stopper is not None:
+        stopper.join()
+    log.info("stopped")
+
+
+def _flush_prefect() -> None:
+    """Send the logs and events Prefect still queues (of step runs just cancelled) while its
+    server answers: at exit, with the server gone, each queue waits on failed connections."""
+    if "prefect" not in sys.modules:
+        return  # never imported (stopped during start-up): nothing queued
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    deadline = time.monotonic() + PREFECT_FLUSH_TIMEOUT_S
+    for service in (APILogWorker, EventsWorker):
+        service.drain_all(timeout=max(0.0, deadline - time.monotonic()))
+
+
+class _Signals:
+    """What SIGTERM and SIGINT do in ``amaris serve``.
+
+    During start-up nothing has been served: the handler stops the children started so
+    far and ends the process at once, exit code 0. It does not raise: an exception raised
+    by a signal handler surfaces wherever the main thread is, and in a callback whose
+    exceptions Python ignores (importlib's module-lock callback, seen here) it is lost,
+    the signal with it, and an import lock may be left behind. While serving, uvicorn
+    handles the signals (drain, shutdown) and then re-raises the one it got: then the
+    handler raises ``SystemExit(0)`` in plain code, through ``run_server``'s ``finally``.
+    Once stopping, further signals are ignored: they would cut the stopping short.
+    """
+
+    def __init__(self) -> None:
+        self.server: Any = None
+        self.worker: RepairWorker | None = None
+        self._serving = False
+        self._stopping = False
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def serving(self) -> None:
+        """From now on uvicorn answers the signals first."""
+        self._serving = True
+
+    def stopping(self) -> None:
+        """The process is stopping its children: ignore further signals."""
+        self._stopping = True
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self._stopping:
+            log.warning("signal %s: already stopping", signum)
+            return
+        self._stopping = True
+        log.warning("signal %s: stopping", signum)
+        if self._serving:
+            raise SystemExit(0)
+        # One after the other: starting a thread here could wait forever on a lock the
+        # interrupted main thread holds.
+        if self.worker is not None:
+            self.worker.stop()
+        if self.server is not None:
+            self.server.stop()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+class WaitEndingServer(uvicorn.Server):
+    """uvicorn that calls ``end_waits`` as its shutdown starts, before draining requests."""
+
+    def __init__(self, config: uvicorn.Config, end_waits: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._end_waits = end_waits
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._end_waits()
+        await super().shutdown(sockets)
 
 
 class RepairWorker:
@@ -104,14 +209,16 @@ class RepairWorker:
         if self._stopped.is_set():
             return
         server = self._settings.server
+        # The repair runs' only target is this service: its address and key reach them
+        # through the environment (inherited by the runs' processes), never a parameter.
         env = dict(os.environ)
+        env["AMARIS_REPAIR_URL"] = server.local_url
         if server.api_key:
             env["AMARIS_API_KEY"] = server.api_key
         home = Path(os.environ["PREFECT_HOME"])
         with (home / "repair-worker.log").open("ab") as out:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "amaris.cli", "repair-worker", "--url",
-                 server.local_url, "--interval",
+                [sys.executable, "-m", "amaris.cli", "repair-worker", "--interval",
                  str(self._settings.prefect.repair_interval_seconds)],
                 env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,

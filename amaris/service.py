@@ -14,6 +14,7 @@ from qdrant_client import QdrantClient
 
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
+from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
 from amaris.memory.embedder import Embedder, build_embedder
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
@@ -25,6 +26,7 @@ from amaris.pipeline.runner import PipelineRunner
 from amaris.prompts import load_prompts
 from amaris.qdrant import open_qdrant
 from amaris.reward import score_rollout
+from amaris.rollout_ids import RolloutIds
 from amaris.rubric_store import RubricStore
 from amaris.scopes import ScopeResolver
 from amaris.scoring import Scorer
@@ -66,6 +68,7 @@ class Services:
     runner: PipelineRunner
     coordinator: StepCoordinator
     metrics: Metrics
+    ids: RolloutIds
     owns_qdrant: bool = True
     _refresher: asyncio.Task[None] | None = None
 
@@ -78,7 +81,7 @@ class Services:
         """The hot path of one rollout (see :func:`amaris.reward.score_rollout`)."""
         return await score_rollout(
             request, scopes=self.scopes, scorer=self.scorer, coordinator=self.coordinator,
-            sync=self.settings.pipeline.mode == "sync",
+            ids=self.ids, sync=self.settings.pipeline.mode == "sync",
         )
 
     async def start(self) -> None:
@@ -165,10 +168,14 @@ def build_services(
         raise
     call_log = CallLog(settings.log_dir)
     metrics = metrics or Metrics()
-    gateway = LLMGateway(settings, providers, call_log, observer=metrics.llm_observer("score"))
+    # One registry of structured-output modes: a fallback found on either path holds for both.
+    output_modes = OutputModes()
+    gateway = LLMGateway(settings, providers, call_log, observer=metrics.llm_observer("score"),
+                         output_modes=output_modes)
     pipeline_gateway = LLMGateway(pipeline_gateway_settings(settings),
                                   _fresh(providers, settings), call_log,
-                                  observer=metrics.llm_observer("pipeline"))
+                                  observer=metrics.llm_observer("pipeline"),
+                                  output_modes=output_modes)
     scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"])
     scopes = ScopeResolver(settings, store)
     namespace = store_namespace(settings)
@@ -220,7 +227,8 @@ def build_services(
         settings=settings, qdrant=qdrant, store=store, gateway=gateway,
         pipeline_gateway=pipeline_gateway, scorer=scorer, providers=providers, scopes=scopes,
         rollouts=rollouts, steps=steps, memory=memory, prompts=prompts, runner=runner,
-        coordinator=coordinator, metrics=metrics, owns_qdrant=owns_qdrant,
+        coordinator=coordinator, metrics=metrics, ids=RolloutIds(rollouts),
+        owns_qdrant=owns_qdrant,
     )
 
 

@@ -23,6 +23,9 @@ AGENTS: tuple[str, ...] = (
 )
 """The six LLM agents of the AMARIS method."""
 
+StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
+"""``agents.<agent>.structured_output``."""
+
 AgentName = Literal[
     "scorer", "analyzer", "summarizer", "meta_summarizer", "query_generator", "updater"
 ]
@@ -74,8 +77,12 @@ class AgentOptions(_Section):
     """Upper bound on completion tokens."""
     timeout: float | None = Field(default=None, gt=0)
     """Seconds before one HTTP attempt is abandoned (then retried as transient)."""
+    structured_output: StructuredOutput | None = None
+    """How the reply is constrained: ``auto`` asks for the agent's strict JSON schema and
+    falls back per endpoint to ``json_object``, then to the prompt alone, when refused;
+    ``json_schema``, ``json_object``, ``none``: that mode only."""
     response_format: dict[str, Any] | None = None
-    """Passed to the API as is, e.g. ``{type: json_object}``."""
+    """Sent as is instead of what ``structured_output`` would send (no fallback)."""
     service_tier: str | None = None
     """OpenAI service tier, e.g. ``flex``."""
     extra_body: dict[str, Any] | None = None
@@ -89,6 +96,7 @@ class ResolvedAgentOptions(_Section):
     temperature: float | None
     max_tokens: int | None
     timeout: float
+    structured_output: StructuredOutput
     response_format: dict[str, Any] | None
     service_tier: str | None
     extra_body: dict[str, Any] | None
@@ -98,14 +106,15 @@ _BUILTIN_AGENT_OPTIONS: dict[str, Any] = {
     "model": "gpt-4o-mini",
     "temperature": 0.0,
     "timeout": 60.0,
-    "response_format": {"type": "json_object"},
+    "structured_output": "auto",
 }
 """The base layer under ``agents.default``: a field left unset anywhere takes this value."""
 
 
 class AgentsSettings(_Section):
     """``agents:``: default options plus per-agent overrides, merged field by field over
-    the built-in base (model gpt-4o-mini, temperature 0, timeout 60 s, JSON object output)."""
+    the built-in base (model gpt-4o-mini, temperature 0, timeout 60 s, structured output
+    ``auto``)."""
 
     default: AgentOptions = AgentOptions()
     scorer: AgentOptions | None = None
@@ -119,7 +128,7 @@ class AgentsSettings(_Section):
         """Options of ``agent``: its override, then ``default``, then the built-in base."""
         merged: dict[str, Any] = {
             "max_tokens": None, "service_tier": None, "extra_body": None,
-            **_BUILTIN_AGENT_OPTIONS,
+            "response_format": None, **_BUILTIN_AGENT_OPTIONS,
         }
         merged.update(self.default.model_dump(exclude_none=True))
         override: AgentOptions | None = getattr(self, agent)
@@ -199,11 +208,20 @@ class ServerSettings(_Section):
     """Bind address; ``0.0.0.0`` exposes the service to the network."""
     port: int = Field(default=8002, ge=1, le=65535)
     api_key: str | None = None
-    """When set (or ``AMARIS_API_KEY``), every endpoint but /healthz needs ``Bearer <key>``."""
+    """When set (or ``AMARIS_API_KEY``), every path but /healthz needs ``Bearer <key>``
+    (the OpenAPI schema and docs included)."""
     max_body_bytes: int = Field(default=4_000_000, gt=0)
-    """Larger request bodies get 413."""
+    """Larger request bodies get 413 (by their Content-Length, else as they stream in)."""
+    body_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    """A request body must have arrived whole this long after its headers, else 408."""
+    max_connections: int = Field(default=1024, gt=0)
+    """Connection cap (uvicorn's ``limit_concurrency``): a request arriving while this many
+    connections are open (its own included) or this many requests run gets 503."""
     max_batch_items: int = Field(default=1024, gt=0)
     """Most items one /batch_score request may carry."""
+    max_wait_seconds: float = Field(default=300.0, gt=0, le=86400)
+    """Longest one ``GET /rubric_status/wait`` is held open (a longer or absent
+    ``timeout`` is capped; the answer is then ``pending`` and the client asks again)."""
     replica_id: str | None = Field(default=None, min_length=1, max_length=128,
                                    pattern=r"^[A-Za-z0-9_.:-]+$")
     """This replica's name when ``pipeline.executor`` is ``deployment`` (its rollout-log
@@ -240,6 +258,13 @@ class PipelineSettings(_Section):
     and the replicas only submit runs; null = the replicas serve the deployment."""
     rollouts_per_step: int | None = Field(default=None, gt=0)
     """Complete a step by itself after this many rollouts; null = manual /complete."""
+    max_step: int = Field(default=10_000_000, ge=0)
+    """Largest step number accepted (a rollout's ``current_step``, ``/complete``'s
+    ``step``); training runs stay under 10^6 steps."""
+    max_steps_ahead: int = Field(default=1000, ge=1)
+    """How far past the newest step amaris knows a rollout may open a new step."""
+    max_open_steps: int = Field(default=64, ge=1)
+    """Most steps open at once; a rollout that would open one more is refused (409)."""
     use_chunking: bool = True
     chunk_size: int = Field(default=32, gt=0)
     rubric_update_frequency: int | None = Field(default=1, gt=0)

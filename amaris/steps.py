@@ -13,10 +13,12 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from amaris.logs import loggable
 from amaris.memory.batched_append import BatchedAppender
 from amaris.memory.rollout_log import RolloutLog, StepRegistry, step_records
 from amaris.settings import Settings
@@ -28,6 +30,33 @@ RunStep = Callable[[int, bool], concurrent.futures.Future[dict[str, Any]]]
 _STATUS_TTL = 1.0
 """Seconds a shared replica trusts its view of an open step's status."""
 _WAIT_POLL = 0.5
+
+Refusal = Literal["out_of_range", "too_many_open", "not_next"]
+
+
+class StepRefusedError(ValueError):
+    """A step amaris does not accept; nothing was judged, logged or opened.
+
+    ``reason``: ``out_of_range`` (past ``pipeline.max_step``, or more than
+    ``pipeline.max_steps_ahead`` past the newest step), ``too_many_open``
+    (``pipeline.max_open_steps`` are open), ``not_next`` (``/complete`` of a step without
+    rollouts that is not the next step). ``field``: the request field that held the step.
+    """
+
+    def __init__(self, reason: Refusal, message: str,
+                 field: str = "metadata.current_step") -> None:
+        super().__init__(message)
+        self.reason: Refusal = reason
+        self.field = field
+
+
+class UnknownStepError(LookupError):
+    """No rollout was logged for the step and it was never completed."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"step {step} is unknown: no rollout was logged for it and it was "
+                         "never completed")
+        self.step = step
 
 
 class StepCoordinator:
@@ -69,6 +98,11 @@ class StepCoordinator:
         self._outcomes: dict[int, dict[str, Any]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_started: int | None = None
+        self._opening: dict[int, int] = {}
+        """Rollouts admitted to a step not yet known, per step, until they are logged."""
+        self._steps_synced = 0.0
+        self._waiting = 0
+        self._closing = False
         self._lock = asyncio.Lock()
         self._appender = BatchedAppender(rollouts)
 
@@ -105,6 +139,62 @@ class StepCoordinator:
         return resumed
 
     # -- hot path -----------------------------------------------------------------
+    @asynccontextmanager
+    async def admission(self, step: int) -> AsyncIterator[None]:
+        """Refuse a rollout's step before anything is judged or logged (see :meth:`check`);
+        while the block runs, an admitted new step counts as open."""
+        await self.check(step)
+        new = step not in self._status
+        if new:  # no await since the check: the count it used is still true
+            self._opening[step] = self._opening.get(step, 0) + 1
+        try:
+            yield
+        finally:
+            if new:
+                left = self._opening.pop(step) - 1
+                if left:
+                    self._opening[step] = left
+
+    async def check(self, step: int) -> None:
+        """Raise :class:`StepRefusedError` if a rollout may not go to ``step``.
+
+        A step is refused past ``pipeline.max_step``; a step amaris does not know yet also
+        when it is more than ``pipeline.max_steps_ahead`` past the newest step it knows
+        (any step when it knows none), or when ``pipeline.max_open_steps`` are open.
+        Shared replicas re-read the registry (at most every second) for a step they do not
+        know.
+        """
+        if (self._shared and step not in self._status
+                and step <= self._settings.pipeline.max_step
+                and time.monotonic() - self._steps_synced >= _STATUS_TTL):
+            # Other replicas open steps too: judge a step new to this replica on the
+            # registry's view (re-read at most every second: a flood of new or refused
+            # steps is no flood of reads).
+            self._steps_synced = time.monotonic()
+            await self._sync_from_store()
+        refusal = self._refusal(step)
+        if refusal is not None:
+            raise refusal
+
+    def _refusal(self, step: int) -> StepRefusedError | None:
+        pipeline = self._settings.pipeline
+        if step > pipeline.max_step:
+            return StepRefusedError("out_of_range",
+                                    f"is over pipeline.max_step ({pipeline.max_step})")
+        if step in self._status or step in self._opening:
+            return None
+        newest = max([*self._status, *self._opening], default=None)
+        if newest is not None and step > newest + pipeline.max_steps_ahead:
+            return StepRefusedError("out_of_range", (
+                f"step {step} is more than pipeline.max_steps_ahead "
+                f"({pipeline.max_steps_ahead}) past the newest step ({newest})"))
+        opened = {s for s, st in self._status.items() if st == "open"} | self._opening.keys()
+        if len(opened) >= pipeline.max_open_steps:
+            return StepRefusedError("too_many_open", (
+                f"step {step} would open one more step; {len(opened)} are open "
+                f"(pipeline.max_open_steps): complete steps first (POST /complete)"))
+        return None
+
     async def record(self, step: int, record: dict[str, Any]) -> None:
         """Append a scored rollout to the log (durably, before the response is sent)."""
         status = await self._open_status(step)
@@ -116,7 +206,7 @@ class StepCoordinator:
             await asyncio.to_thread(self._register_open, step)
         if record["late"]:
             log.warning("rollout %s arrived after step %s was completed; logged, not analysed",
-                        record["rollout"]["id"], step)
+                        loggable(record["rollout"]["id"]), step)
             return
         self._counts[step] = self._counts.get(step, 0) + 1
         target = self._settings.pipeline.rollouts_per_step
@@ -151,11 +241,28 @@ class StepCoordinator:
     # -- control ------------------------------------------------------------------
     async def complete(self, step: int | None = None) -> str:
         """``POST /complete``: ``noop`` when steps complete by themselves, else start the
-        flow of ``step`` (default: every open step) and answer ``complete``."""
+        flow of ``step`` (default: every open step) and answer ``complete``.
+
+        Raises:
+            StepRefusedError: ``step`` is over ``pipeline.max_step``; or amaris does not
+                know it (no rollout logged, never completed) and it is not the next step,
+                the one after the newest step amaris knows (0 when it knows none).
+        """
+        max_step = self._settings.pipeline.max_step
+        if step is not None and step > max_step:
+            raise StepRefusedError("out_of_range", f"is over pipeline.max_step ({max_step})",
+                                   field="step")
         if self._settings.pipeline.rollouts_per_step is not None:
             return "noop"
         if step is not None:
             status = await self._stored_status(step)
+            if status is None:
+                await self._sync_from_store()
+                following = max(self._status, default=-1) + 1
+                if step != following and step not in self._status:
+                    raise StepRefusedError("not_next", (
+                        f"step {step} has no rollouts and is not the next step "
+                        f"({following}): nothing to complete"), field="step")
             if status in (None, "open", "failed"):
                 await self._start(step, new_attempt=status == "failed")
             return "complete"
@@ -209,12 +316,16 @@ class StepCoordinator:
         """Block until ``step`` (default: the latest started step) is done or failed.
 
         Returns ``{"status": "updated" | "failed" | "pending", "step", ...}``;
-        ``pending`` only when ``timeout`` seconds passed first.
+        ``pending`` when ``timeout`` seconds passed first, or the process is stopping
+        (:meth:`end_waits`).
+
+        Raises:
+            UnknownStepError: ``step`` is given and amaris does not know it.
         """
         if step is None:
             await self._sync_from_store()
-        else:
-            await self._stored_status(step)
+        elif await self._stored_status(step) is None:
+            raise UnknownStepError(step)
         target = step if step is not None else self._last_started
         mode = self._settings.memory.rubrics_mode
         if target is None:
@@ -222,19 +333,37 @@ class StepCoordinator:
         event = self._event(target)
         if self._status.get(target) in (None, "open") and step is None:
             return {"status": "updated", "mode": mode, "step": target}
+        self._waiting += 1
         try:
-            async with asyncio.timeout(timeout):
-                if self._shared and target not in self._supervised:
-                    await self._poll_final(target, event)
-                else:
-                    await event.wait()
+            if not self._closing:
+                async with asyncio.timeout(timeout):
+                    if self._shared and target not in self._supervised:
+                        await self._poll_final(target, event)
+                    else:
+                        await event.wait()
         except TimeoutError:
+            pass
+        finally:
+            self._waiting -= 1
+        if self._status.get(target) not in ("done", "failed"):
             return {"status": "pending", "mode": mode, "step": target,
                     "step_status": self._status.get(target, "unknown")}
         outcome = self._outcomes.get(target, {})
         status = "failed" if self._status.get(target) == "failed" else "updated"
         return {"status": status, "mode": mode, "step": target,
                 "error": outcome.get("error"), "scopes": outcome.get("scopes")}
+
+    @property
+    def waiters(self) -> int:
+        """Calls of :meth:`wait` blocked right now."""
+        return self._waiting
+
+    def end_waits(self) -> None:
+        """The process is stopping: every blocked :meth:`wait` answers ``pending`` now,
+        and later ones at once (so a server's shutdown is not held by long polls)."""
+        self._closing = True
+        for event in self._events.values():
+            event.set()
 
     async def _poll_final(self, step: int, event: asyncio.Event) -> None:
         """Shared: until the registry says ``done`` or ``failed`` (whichever replica ran
@@ -327,7 +456,9 @@ class StepCoordinator:
             self._on_finished(outcome, time.monotonic() - started)
 
     async def close(self) -> None:
-        """Stop supervising (flows keep their Prefect state; steps stay resumable)."""
+        """End waits and stop supervising (flows keep their Prefect state; steps stay
+        resumable)."""
+        self.end_waits()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

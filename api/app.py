@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 
 from amaris import __version__
 from amaris.llm.providers import ChatProvider
@@ -15,7 +15,6 @@ from amaris.metrics import Metrics
 from amaris.service import Services, build_services
 from amaris.settings import Settings
 from api import errors
-from api.deps import require_api_key
 from api.middleware import RequestGuard, RequestMetrics
 from api.routes import health, memory, metrics, openrlhf, rubrics, score, steps
 
@@ -62,17 +61,19 @@ def create_app(
         summary="Reward service for RL post-training: rubric-based LLM judging.",
         lifespan=lifespan,
     )
-    app.add_middleware(RequestGuard, max_body_bytes=settings.server.max_body_bytes)
+    # The bearer key is checked at the edge, for every path but /healthz, before routing
+    # and before any body is read: no router needs (or can forget) an auth dependency.
+    app.add_middleware(RequestGuard, api_key=settings.server.api_key,
+                       max_body_bytes=settings.server.max_body_bytes,
+                       body_timeout_seconds=settings.server.body_timeout_seconds)
     app.add_middleware(RequestMetrics, metrics=registry)  # added last: outermost
     errors.install(app)
-    protected = [Depends(require_api_key)]
     app.include_router(health.router)
-    # No router dependencies: its handler checks the bearer key itself (ScoreRoute).
     app.include_router(score.score_router)
-    app.include_router(score.router, dependencies=protected)
-    app.include_router(openrlhf.router, dependencies=protected)
-    app.include_router(rubrics.router, dependencies=protected)
-    app.include_router(steps.router, dependencies=protected)
-    app.include_router(memory.router, dependencies=protected)
-    app.include_router(metrics.router, dependencies=protected)
+    app.include_router(score.router)
+    app.include_router(openrlhf.router)
+    app.include_router(rubrics.router)
+    app.include_router(steps.router)
+    app.include_router(memory.router)
+    app.include_router(metrics.router)
     return app

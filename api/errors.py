@@ -6,16 +6,29 @@ import logging
 import time
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from amaris.logs import loggable
 from amaris.models import ErrorDetail, ErrorResponse
+from amaris.rollout_ids import RolloutConflictError
 from amaris.scoring import OverloadedError, OversizeError
+from amaris.steps import StepRefusedError
 
 log = logging.getLogger("amaris.api")
+
+
+class BodyError(HTTPException):
+    """The request body refused while it streams in: 413 over ``server.max_body_bytes``,
+    408 not whole within ``server.body_timeout_seconds``.
+
+    Raised by the body's receive channel (:class:`api.middleware.RequestGuard`) into the
+    handler reading the body; FastAPI re-raises an ``HTTPException`` from its body read,
+    so the app's handler answers it, with the field ``body``.
+    """
 
 
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -31,9 +44,33 @@ INPUT_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 """OpenAPI responses of protected routes that take input."""
 
+STEP_ERRORS: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorResponse, "description": "The step is refused in the current state: "
+          "`pipeline.max_open_steps` steps are open, or (`/complete`) the step has no "
+          "rollouts and is not the next step."},
+    422: {"model": ErrorResponse, "description": "Invalid input; `detail` names each field "
+          "(a step past `pipeline.max_step` or `pipeline.max_steps_ahead` included)."},
+}
+"""OpenAPI responses of routes that take a step number which may open or complete a step."""
+
+_STEP_REFUSALS = {"out_of_range": (422, "invalid_request"),
+                  "too_many_open": (409, "too_many_open_steps"),
+                  "not_next": (409, "nothing_to_complete")}
+
+
+CONFLICT_ERRORS: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorResponse,
+          "description": "The rollout id is already in its step with other content."},
+}
+"""OpenAPI responses of the route that logs one rollout per request."""
+
 
 def field_name(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
-    """``("body", "rollout", "output")`` -> ``rollout.output``; list indexes as ``[i]``."""
+    """``("body", "rollout", "output")`` -> ``rollout.output``; list indexes as ``[i]``.
+
+    A part that came from the body (an unknown key) is cut to 100 characters, and a lone
+    surrogate in it escaped: the name is sent back in a JSON body and logged.
+    """
     parts: list[str] = [prefix] if prefix else []
     for part in loc:
         if part == "body" and not parts:
@@ -41,7 +78,8 @@ def field_name(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
         if isinstance(part, int):
             parts[-1:] = [f"{parts[-1]}[{part}]"] if parts else [f"[{part}]"]
         else:
-            parts.append(str(part))
+            text = str(part)[:100]
+            parts.append(text.encode("utf-8", "backslashreplace").decode("utf-8"))
     return ".".join(parts) or "body"
 
 
@@ -70,14 +108,21 @@ def error_response(
     return JSONResponse(jsonable_encoder(body), status_code=status_code, headers=headers)
 
 
+def step_refused(exc: StepRefusedError, field: str | None = None) -> JSONResponse:
+    """The answer to a refused step (its ``field``, or the one the error names)."""
+    status, error = _STEP_REFUSALS[exc.reason]
+    return error_response(status, error, [ErrorDetail(field=field or exc.field,
+                                                      message=str(exc))])
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         detail = validation_details(list(exc.errors()))
-        log.warning("422 %s %s: %s", request.method, request.url.path,
-                    "; ".join(f"{d.field}: {d.message}" for d in detail))
+        log.warning("422 %s %s: %s", request.method, loggable(request.url.path),
+                    loggable("; ".join(f"{d.field}: {d.message}" for d in detail), limit=1000))
         return error_response(422, "invalid_request", detail)
 
     refused = {"count": 0, "logged_at": 0.0}
@@ -97,17 +142,32 @@ def install(app: FastAPI) -> None:
             field="scoring.max_pending", message=f"{exc}; retry later")],
             headers={"Retry-After": str(retry_after)})
 
+    @app.exception_handler(StepRefusedError)
+    async def _step_refused(request: Request, exc: StepRefusedError) -> JSONResponse:
+        log.warning("%s %s %s: %s: %s", _STEP_REFUSALS[exc.reason][0], request.method,
+                    request.url.path, exc.field, exc)
+        return step_refused(exc)
+
     @app.exception_handler(OversizeError)
     async def _oversize(request: Request, exc: OversizeError) -> JSONResponse:
-        log.warning("413 %s %s: %s", request.method, request.url.path, exc)
+        log.warning("413 %s %s: %s", request.method, loggable(request.url.path),
+                    loggable(exc, limit=1000))
         return error_response(413, "payload_too_large", [ErrorDetail(field=exc.field,
                                                                       message=str(exc))])
+
+    @app.exception_handler(RolloutConflictError)
+    async def _conflict(request: Request, exc: RolloutConflictError) -> JSONResponse:
+        # The message quotes the id escaped and bounded (amaris.logs.loggable).
+        log.warning("409 %s %s: %s", request.method, loggable(request.url.path), exc)
+        return error_response(409, "conflict", [ErrorDetail(field=exc.field, message=str(exc))])
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         log.warning("%s %s %s: %s", exc.status_code, request.method, request.url.path, exc.detail)
-        names = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed"}
-        field = "Authorization" if exc.status_code == 401 else "path"
+        names = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
+                 408: "request_timeout", 413: "payload_too_large"}
+        field = ("Authorization" if exc.status_code == 401
+                 else "body" if isinstance(exc, BodyError) else "path")
         return error_response(
             exc.status_code,
             names.get(exc.status_code, "http_error"),

@@ -1,21 +1,28 @@
-"""ASGI middleware: request ids, the request body size limit, request metrics."""
+"""ASGI middleware: the request edge (id, bearer key, body limits), request metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-import json
 import logging
+import re
 import secrets
 import time
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from amaris.context import request_id_var
 from amaris.metrics import Metrics
+from amaris.models import ErrorDetail
+from api.errors import BodyError, error_response
 
 log = logging.getLogger("amaris.api")
 
+OPEN_PATHS = frozenset({"/healthz"})
+"""The paths served without the bearer key."""
+
+_SAFE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
+"""A client's ``X-Request-ID`` is kept only when it matches: it is written in log lines."""
 
 _ID_PREFIX = secrets.token_hex(4)
 _id_counter = itertools.count(1)
@@ -27,84 +34,149 @@ def _next_request_id() -> str:
     return f"{_ID_PREFIX}{next(_id_counter) & 0xFFFFFFFF:08x}"
 
 
-class RequestGuard:
-    """Tags every request with an id (``X-Request-ID``) and refuses bodies over a limit.
+def bearer_matches(authorization: bytes, key: bytes) -> bool:
+    """Whether an ``Authorization`` value is ``Bearer <key>`` (scheme in any case, blanks
+    around the token ignored). Bytes compared in constant time: a token of any bytes is a
+    mismatch, never an error."""
+    scheme, _, token = authorization.partition(b" ")
+    return scheme.lower() == b"bearer" and secrets.compare_digest(token.strip(), key)
 
-    The body is read here, up to the limit, before the app sees it, so an oversized
-    request is answered 413 without being parsed and without touching any state.
+
+def is_json(content_type: bytes) -> bool:
+    """Whether a ``Content-Type`` value is ``application/json`` or ``application/*+json``."""
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (
+        media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+class RequestGuard:
+    """The edge of every HTTP request: what is decided before routing and before the body.
+
+    From the headers alone, in this order: the request id (the client's ``X-Request-ID``
+    when it is short and safe to log, else a new one), echoed on the response; the bearer
+    key on every path but :data:`OPEN_PATHS` (401); a declared body over the limit (413);
+    a body that is not JSON (415; a request without a body needs no type). Then the app
+    routes the request (404 and 405 read no body) and its handler reads the body through
+    :class:`_BodyChannel`: over the limit, 413; not whole by the deadline, 408. A response
+    sent before the whole body was read closes the connection, so the rest of the body is
+    never taken in.
     """
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int,
+                 body_timeout_seconds: float) -> None:
         self.app = app
+        self.key = api_key.encode("utf-8") if api_key else None
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_seconds = body_timeout_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        request_id = headers.get("x-request-id") or _next_request_id()
-        token = request_id_var.set(request_id)
+        authorization = content_type = length = client_id = None
+        chunked = False
+        for name, value in scope["headers"]:  # ASGI header names are lower case
+            if name == b"authorization":
+                authorization = value
+            elif name == b"content-type":
+                content_type = value
+            elif name == b"content-length":
+                length = value
+            elif name == b"transfer-encoding":
+                chunked = True
+            elif name == b"x-request-id":
+                client_id = value
+        if client_id is not None and _SAFE_REQUEST_ID.fullmatch(client_id):
+            request_id = client_id.decode("ascii")
+        else:
+            request_id = _next_request_id()
+        id_header = (b"x-request-id", request_id.encode("ascii"))
+        declared = None
+        if length is not None and length.isdigit():
+            # More digits than any limit has: over it (and no int() of a huge string).
+            declared = int(length) if len(length) <= 18 else self.max_body_bytes + 1
+        body = None if not chunked and (length is None or declared == 0) else _BodyChannel(
+            receive, self.max_body_bytes, self.body_timeout_seconds)
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"],
-                                      (b"x-request-id", request_id.encode("latin-1"))]
+                extra = [id_header]
+                if body is not None and not body.done:
+                    extra.append((b"connection", b"close"))
+                message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
+        token = request_id_var.set(request_id)
         try:
-            declared = headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-                await self._too_large(scope, send_with_id, int(declared))
-                return
-            body = bytearray()
-            more = True
-            while more and scope["method"] in {"POST", "PUT", "PATCH"}:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return
-                body.extend(message.get("body", b""))
-                more = message.get("more_body", False)
-                if len(body) > self.max_body_bytes:
-                    await self._too_large(scope, send_with_id, len(body))
-                    return
-            replayed = False
-
-            async def replay() -> Message:
-                nonlocal replayed
-                if not replayed:
-                    replayed = True
-                    return {"type": "http.request", "body": bytes(body), "more_body": False}
-                return await receive()
-
-            await self.app(scope, replay if body or scope["method"] in {"POST", "PUT", "PATCH"}
-                           else receive, send_with_id)
+            if self.key is not None and scope["path"] not in OPEN_PATHS and (
+                    authorization is None or not bearer_matches(authorization, self.key)):
+                await self._refuse(scope, send_with_id, 401, "unauthorized", "Authorization",
+                                   "missing or wrong bearer key in the Authorization header",
+                                   {"WWW-Authenticate": "Bearer"})
+            elif declared is not None and declared > self.max_body_bytes:
+                await self._refuse(scope, send_with_id, 413, "payload_too_large", "body",
+                                   f"request body is over server.max_body_bytes "
+                                   f"({self.max_body_bytes})")
+            elif body is not None and (content_type is None or not is_json(content_type)):
+                got = content_type.decode("latin-1")[:100] if content_type else "none"
+                await self._refuse(scope, send_with_id, 415, "unsupported_media_type",
+                                   "Content-Type", "the request body must be JSON: Content-Type "
+                                   f"application/json (or application/*+json), got {got!r}")
+            else:
+                await self.app(scope, receive if body is None else body, send_with_id)
         finally:
             request_id_var.reset(token)
 
-    async def _too_large(self, scope: Scope, send: Send, size: int) -> None:
-        log.warning("413 %s %s: body of %s bytes over the limit of %s", scope["method"],
-                    scope["path"], size, self.max_body_bytes)
-        payload: dict[str, Any] = {
-            "error": "payload_too_large",
-            "detail": [{"field": "body", "message":
-                        f"request body is over server.max_body_bytes ({self.max_body_bytes})"}],
-        }
-        data = json.dumps(payload).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(data)).encode())]})
-        await send({"type": "http.response.body", "body": data})
+    async def _refuse(self, scope: Scope, send: Send, status: int, error: str, field: str,
+                      message: str, headers: dict[str, str] | None = None) -> None:
+        log.warning("%s %s %s: %s", status, scope["method"], scope["path"], message)
+        response = error_response(status, error, [ErrorDetail(field=field, message=message)],
+                                  headers=headers)
+        await send({"type": "http.response.start", "status": response.status_code,
+                    "headers": response.raw_headers})
+        await send({"type": "http.response.body", "body": response.body})
+
+
+class _BodyChannel:
+    """The request body as the app reads it (the ASGI ``receive`` of a request that has a
+    body): refused once over ``limit`` bytes (413) or when it is not whole ``timeout``
+    seconds after the request began (408), by raising :class:`~api.errors.BodyError` into
+    the handler that reads it."""
+
+    def __init__(self, receive: Receive, limit: int, timeout: float) -> None:
+        self.receive = receive
+        self.limit = limit
+        self.timeout = timeout
+        self.deadline = asyncio.get_running_loop().time() + timeout
+        self.received = 0
+        self.done = False
+        """The whole body was read."""
+
+    async def __call__(self) -> Message:
+        if self.done:  # what follows the body (a disconnect) has no deadline
+            return await self.receive()
+        try:
+            async with asyncio.timeout_at(self.deadline):
+                message = await self.receive()
+        except TimeoutError:
+            raise BodyError(408, f"request body not received within "
+                                 f"server.body_timeout_seconds ({self.timeout:g} s)") from None
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            if self.received > self.limit:
+                raise BodyError(413, f"request body is over server.max_body_bytes "
+                                     f"({self.limit})")
+            self.done = not message.get("more_body", False)
+        return message
 
 
 class RequestMetrics:
     """Counts and times every HTTP request by method, route template and status.
 
     The route is the template of the route the router chose (``/rubrics/{version}``), not
-    the raw path, so label values stay few. Requests no route took (404, 405, and 413
-    answered by :class:`RequestGuard` before routing) count as ``other``; a request that
-    raised before answering counts as 500.
+    the raw path, so label values stay few. Requests no route took (404, 405, and 401, 413
+    and 415 answered by :class:`RequestGuard` before routing) count as ``other``; a request
+    that raised before answering counts as 500.
     """
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:

@@ -32,7 +32,8 @@ class ScriptedJudge:
     offline = False
     description = "scripted (benchmark)"
 
-    async def complete(self, agent: str, messages: Any, options: Any) -> Any:
+    async def complete(self, agent: str, messages: Any, options: Any,
+                       response_format: Any = None) -> Any:
         from amaris.llm.providers import Completion
 
         await asyncio.sleep(0)  # one loop turn, as an answer arriving would take

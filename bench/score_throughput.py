@@ -75,8 +75,10 @@ from _common import (
     write_doc,
 )
 
+from amaris.llm.output_mode import response_format
 from amaris.llm.providers import chat_body
 from amaris.prompts import data_message, load_prompts
+from amaris.scoring import JudgeVerdicts, verdicts_schema
 from amaris.settings import Settings, load_settings
 
 MARK_START, MARK_END = markers("score_throughput")
@@ -116,7 +118,7 @@ def rollout_fields(n: int) -> dict[str, str]:
 def scorer_request_body(settings: Settings, prompt: str, fields: dict[str, str]) -> dict[str, Any]:
     """The chat-completion body amaris's scorer sends for ``fields`` (see amaris.scoring).
 
-    Mirrors ``Scorer._judge`` (messages) and ``OpenAIProvider.complete`` (options).
+    Mirrors ``Scorer._judge`` (messages, schema) and ``OpenAIProvider.complete`` (options).
     """
     rubric = [*settings.anchor_rubrics, *settings.adaptive_rubrics]
     n_anchors = len(settings.anchor_rubrics)
@@ -133,8 +135,11 @@ def scorer_request_body(settings: Settings, prompt: str, fields: dict[str, str])
         {"role": "user",
          "content": data_message("scorer", {"criteria": criteria, "rollout": fields})},
     ]
-    # The very function the provider uses: "direct" sends exactly what amaris sends.
-    return chat_body(messages, settings.agents.for_agent("scorer"))
+    # The very functions amaris uses: "direct" sends exactly what amaris sends (the default
+    # structured output: the rubric's strict verdict schema).
+    schema = verdicts_schema(tuple(str(c["id"]) for c in criteria))
+    return chat_body(messages, settings.agents.for_agent("scorer"),
+                     response_format("json_schema", JudgeVerdicts.__name__, schema))
 
 
 def direct_sender(llm_url: str, settings: Settings) -> Send:

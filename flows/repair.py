@@ -3,6 +3,11 @@
 It talks to the amaris API (the process that owns the data), so it can run
 anywhere: by hand (``amaris repair``), or on a schedule from the deployment in
 ``deployments/repair.py``, whose runs execute in subprocesses.
+
+Its only target is the service that started it: the address comes from
+``AMARIS_REPAIR_URL`` and the bearer key from ``AMARIS_API_KEY``, both set in the
+environment by ``amaris serve`` (or ``amaris repair``). Neither is a flow parameter:
+whoever may create a run of the deployment must not be able to send the key elsewhere.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 from typing import Any
 
 import httpx
@@ -19,8 +25,21 @@ from prefect.cache_policies import NO_CACHE
 _STEP_RUN = re.compile(r"^step-(\d+)$")
 
 
+def _amaris_api(timeout: float) -> httpx.AsyncClient:
+    """A client of the amaris API this flow repairs, with its bearer key if it has one."""
+    url = os.environ.get("AMARIS_REPAIR_URL")
+    if not url:
+        raise RuntimeError("AMARIS_REPAIR_URL is not set: the repair flow runs under "
+                           "`amaris serve` (scheduled) or `amaris repair`")
+    key = os.environ.get("AMARIS_API_KEY")
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    # No redirects: the key goes to that address and nowhere else.
+    return httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout,
+                             follow_redirects=False)
+
+
 @task(name="find-broken-steps", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
-async def find_broken_steps(api_url: str, api_key: str | None) -> list[int]:
+async def find_broken_steps() -> list[int]:
     """Steps amaris reports failed, plus steps whose ``step-<N>`` flow run Prefect shows
     FAILED or CRASHED while amaris does not show them done or running."""
     from prefect.client.orchestration import get_client
@@ -32,8 +51,7 @@ async def find_broken_steps(api_url: str, api_key: str | None) -> list[int]:
     from prefect.client.schemas.objects import StateType
     from prefect.client.schemas.sorting import FlowRunSort
 
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx.AsyncClient(base_url=api_url, headers=headers, timeout=30) as http:
+    async with _amaris_api(timeout=30) as http:
         response = await http.get("/steps")
         response.raise_for_status()
         statuses = {int(s["step"]): s["status"] for s in response.json()}
@@ -52,37 +70,33 @@ async def find_broken_steps(api_url: str, api_key: str | None) -> list[int]:
 
 
 @task(name="rerun-step", cache_policy=NO_CACHE, task_run_name="rerun-step-{step}")
-async def rerun_step(api_url: str, api_key: str | None, step: int,
-                     wait_seconds: float) -> dict[str, Any]:
-    """Ask amaris to re-run ``step`` and wait for its outcome."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx.AsyncClient(base_url=api_url, headers=headers,
-                                 timeout=wait_seconds + 30) as http:
+async def rerun_step(step: int, wait_seconds: float) -> dict[str, Any]:
+    """Ask amaris to re-run ``step`` and wait for its outcome (``wait_seconds`` at most:
+    the server answers ``pending`` at its own ``server.max_wait_seconds``, so ask again)."""
+    deadline = time.monotonic() + wait_seconds
+    async with _amaris_api(timeout=wait_seconds + 30) as http:
         started = await http.post(f"/steps/{step}/rerun")
         started.raise_for_status()
-        done = await http.get("/rubric_status/wait",
-                              params={"step": step, "timeout": wait_seconds})
-        done.raise_for_status()
-        result: dict[str, Any] = done.json()
-        return result
+        while True:
+            left = deadline - time.monotonic()
+            done = await http.get("/rubric_status/wait",
+                                  params={"step": step, "timeout": max(left, 0.001)})
+            done.raise_for_status()
+            result: dict[str, Any] = done.json()
+            if result.get("status") != "pending" or left <= 0:
+                return result
 
 
 @flow(name="amaris-repair", flow_run_name="repair")
-async def repair_steps(api_url: str, api_key: str | None = None,
-                       wait_seconds: float = 1800) -> dict[int, str]:
-    """Re-run every broken step; returns the outcome per step.
-
-    ``api_key`` defaults to ``AMARIS_API_KEY`` from the environment, so the key never
-    has to be a deployment parameter (parameters are visible in the UI).
-    """
+async def repair_steps(wait_seconds: float = 1800) -> dict[int, str]:
+    """Re-run every broken step of the service ``AMARIS_REPAIR_URL`` names; returns the
+    outcome per step."""
     logger = get_run_logger()
-    api_key = api_key or os.environ.get("AMARIS_API_KEY")
-    steps = await find_broken_steps(api_url, api_key)
+    steps = await find_broken_steps()
     if not steps:
         logger.info("no failed steps")
         return {}
-    results = await asyncio.gather(*(rerun_step(api_url, api_key, s, wait_seconds)
-                                     for s in steps))
+    results = await asyncio.gather(*(rerun_step(s, wait_seconds) for s in steps))
     outcome = {step: str(r.get("status")) for step, r in zip(steps, results, strict=True)}
     logger.info("repair outcome: %s", outcome)
     return outcome

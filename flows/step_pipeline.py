@@ -51,7 +51,11 @@ def _group_peers(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]
     return peers
 
 
-@flow(name="amaris-step", flow_run_name="step-{step}", persist_result=True)
+# The flow's result is not persisted: its callers get it in memory, and the step registry
+# keeps it for everyone else. A persisted flow result is a keyless artifact on the run, and
+# tasks without a cache would inherit the persistence (a write per run). The tasks whose
+# results a re-run reuses persist their own (their cache).
+@flow(name="amaris-step", flow_run_name="step-{step}")
 async def step_pipeline(step: int) -> dict[str, Any]:
     """Analyse, summarise, remember and (on update steps) evolve the rubric of ``step``.
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from amaris.llm.gateway import LLMTransientError
 from amaris.pipeline.context import get_context
 from amaris.pipeline.retry import digest, retry_on_transient
 from tasks._common import ask, cache_key
+
+log = logging.getLogger("amaris.pipeline")
 
 
 def analysis_key(record: dict[str, Any], criteria: list[dict[str, Any]],
@@ -90,11 +93,18 @@ async def analyze_chunk(
         return_exceptions=True,
     )
     errors = [o for o in outcomes if isinstance(o, BaseException)]
+    step = records[0]["step"] if records else None
     if errors:
+        log.warning("step %s: %d of the %d analyses of chunk %d failed", step, len(errors),
+                    len(records), index)
         # A permanent error ends the task; only transient ones are worth its retry.
         permanent = [e for e in errors if not isinstance(e, LLMTransientError)]
         raise (permanent or errors)[0]
-    return [o for o in outcomes if not isinstance(o, BaseException)]
+    analyses = [o for o in outcomes if not isinstance(o, BaseException)]
+    flagged = sum(1 for a in analyses if a.get("reward_hacking_analysis", {}).get("detected"))
+    log.info("step %s: chunk %d analysed, %d rollouts (%d from an earlier attempt), %d "
+             "flagged for reward hacking", step, index, len(analyses), len(stored), flagged)
+    return analyses
 
 
 def forget_analyses(memory_path: Path, keys: list[str]) -> None:

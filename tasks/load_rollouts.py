@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from amaris.pipeline.context import get_context
+
+log = logging.getLogger("amaris.pipeline")
 
 
 @task(name="load-rollouts", cache_policy=NO_CACHE, task_run_name="load-rollouts-step-{step}")
@@ -21,4 +24,7 @@ async def load_step_rollouts(step: int) -> list[dict[str, Any]]:
         if record.get("late"):
             continue  # arrived after the step was completed: logged, not analysed
         latest[(record["scope"], record["rollout"]["id"])] = record
+    late = sum(1 for r in records if r.get("late"))
+    log.info("step %s: %d rollouts to analyse in %d scope(s)%s", step, len(latest),
+             len({scope for scope, _ in latest}), f"; {late} late, not analysed" if late else "")
     return sorted(latest.values(), key=lambda r: int(r["seq"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from prefect import task
@@ -12,6 +13,8 @@ from amaris.agents.schemas import RubricUpdateProposal
 from amaris.memory.models import MemoryDocument
 from amaris.pipeline.context import get_context
 from amaris.rubric_update import UpdateRejected, apply_modifications
+
+log = logging.getLogger("amaris.pipeline")
 
 
 @task(name="publish-rubric", cache_policy=NO_CACHE, task_run_name="publish-rubric-{scope}")
@@ -56,6 +59,9 @@ async def publish_update(
             )
             outcome.update(outcome="published", version=version.version)
             await asyncio.to_thread(_record_version, step, scope, version.version)
+    log.info("step %s (%r): rubric update %s (%s), version %s -> %s%s", step, scope,
+             outcome["outcome"], parsed.update_strategy, base_version, outcome["version"],
+             f": {outcome['reason']!r}" if outcome.get("reason") else "")
     record = {**proposal, "outcome": outcome}
     text = (f"Step {step} rubric update ({parsed.update_strategy}, {outcome['outcome']}): "
             f"{parsed.rationale.summary} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from prefect import task
@@ -9,6 +10,8 @@ from prefect import task
 from amaris.agents.schemas import BatchSummary
 from amaris.pipeline.retry import retry_on_transient
 from tasks._common import ask, cache_key
+
+log = logging.getLogger("amaris.pipeline")
 
 
 @task(name="summarize", cache_key_fn=cache_key("summarizer"), persist_result=True,
@@ -33,4 +36,6 @@ async def summarize_chunk(
     payload = {"step": step, "metadata": metadata, "criteria": criteria, "score_stats": stats,
                "analyses": analyses}
     summary = await ask("summarizer", payload, BatchSummary, step)
+    log.info("step %s (%r): chunk %d summarised, %d reward-hacking behaviour(s)", step, scope,
+             chunk, len(summary.aggregated_reward_hacking.behaviours))
     return summary.model_dump(mode="json")

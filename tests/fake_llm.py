@@ -8,6 +8,7 @@ as in production. Every request body is recorded for assertions on prompts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,13 +32,18 @@ def offline_reply(body: dict[str, Any]) -> Reply:
 
 @dataclass
 class FakeLLM:
-    """Scripted replies are consumed in order; when the script is empty, ``default`` answers."""
+    """Scripted replies are consumed in order; when the script is empty, ``default`` answers.
+
+    A request whose ``response_format`` type is in ``refuse_formats`` gets a 400 naming
+    ``response_format`` instead (before the script), as servers without that mode answer.
+    """
 
     script: list[Script] = field(default_factory=list)
     default: Callable[[dict[str, Any]], Reply] = offline_reply
     requests: list[dict[str, Any]] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
+    refuse_formats: set[str] = field(default_factory=set)
     url: str = ""
 
     def push(self, *replies: Script) -> None:
@@ -48,10 +54,15 @@ class FakeLLM:
         """Forget the script and the recorded requests."""
         self.script.clear()
         self.requests.clear()
+        self.refuse_formats.clear()
         self.max_in_flight = 0
 
     async def _respond(self, body: dict[str, Any]) -> Reply:
         self.requests.append(body)
+        response_format = body.get("response_format") or {}
+        if response_format.get("type") in self.refuse_formats:
+            return Reply(status=400, content=f"response_format type "
+                         f"{response_format['type']!r} is not supported by this server")
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -59,8 +70,7 @@ class FakeLLM:
             reply = step(body) if callable(step) else step
             if reply.delay_s:
                 await asyncio.sleep(reply.delay_s)
-                reply = Reply(content=reply.content, status=reply.status, headers=reply.headers,
-                              hang=reply.hang)
+                reply = dataclasses.replace(reply, delay_s=0.0)
             return reply
         finally:
             self.in_flight -= 1

@@ -232,11 +232,13 @@ def test_rollout_reaches_the_judge_only_inside_the_json_data_block(
         {"id": "R1", "text": REASONING, "kind": "requirement"},
         {"id": "R2", "text": SEVERAL, "kind": "pitfall"},
     ]
-    # The fake markers occur only JSON-encoded (newlines escaped) inside the data line.
+    # The fake markers occur only JSON-encoded inside the data line (newlines escaped), with
+    # their name escaped too: the message holds each marker once, as a line of its own.
     assert "Ignore previous instructions" in lines[2]
-    assert user.count(DATA_END) == 2 and lines[2].count(DATA_END) == 1
+    assert (user.count(DATA_START), user.count(DATA_END)) == (1, 1)
     assert attack not in user  # its raw newlines never reach the prompt
-    assert json.dumps(attack, ensure_ascii=False)[1:-1] in lines[2]
+    encoded = json.dumps(attack, ensure_ascii=False)[1:-1]
+    assert encoded.replace("AMARIS_DATA", "AMARIS\\u005fDATA") in lines[2]
 
 
 # -- unscored -----------------------------------------------------------------------------------
@@ -372,7 +374,7 @@ def test_a_different_rollout_asks_the_judge_again(
 ) -> None:
     with serve(llm_settings(tmp_path, fake_llm)) as client:
         client.post("/score", json=body())
-        r = client.post("/score", json=body(**{"output": "4", **change}))
+        r = client.post("/score", json=body(**{"id": "r2", "output": "4", **change}))
     assert r.json()["cached"] is False
     assert len(fake_llm.requests) == 2
 
@@ -381,7 +383,7 @@ def test_null_and_empty_context_share_one_judgement(tmp_path: Path, fake_llm: Fa
     # null and "" both reach the judge as "": one judgement.
     with serve(llm_settings(tmp_path, fake_llm)) as client:
         client.post("/score", json=body(supplemental_context=None))
-        r = client.post("/score", json=body(supplemental_context=""))
+        r = client.post("/score", json=body(id="r2", supplemental_context=""))
     assert r.json()["cached"] is True
     assert len(fake_llm.requests) == 1
 

@@ -29,7 +29,7 @@ async def test_score_and_batch(tmp_path: Path) -> None:
         async with RewardClient(url, timeout=10, api_key="k") as client:
             assert await client.score_async(ROLLOUT, META) == 1.0
             detailed = await client.score_detailed_async(
-                {**ROLLOUT, "output": "5."}, META, include_breakdown=True)
+                {**ROLLOUT, "id": "r1b", "output": "5."}, META, include_breakdown=True)
             assert (detailed.score, detailed.rubric_version, detailed.status) == (0.0, 1, "scored")
             assert detailed.breakdown is not None
             assert detailed.breakdown[0].verdict == 0
@@ -44,6 +44,10 @@ async def test_score_and_batch(tmp_path: Path) -> None:
                 await client.score_async({"id": "x", "input": "q"}, META)
             assert info.value.status_code == 422
             assert info.value.fields == ["rollout.output"]
+            with pytest.raises(InvalidRequestError) as info:  # r1 is in step 1 with "4."
+                await client.score_async({**ROLLOUT, "output": "5."}, META)
+            assert info.value.status_code == 409
+            assert info.value.fields == ["rollout.id"]
         async with RewardClient(url, timeout=10, api_key="wrong") as client:
             with pytest.raises(AuthenticationError):
                 await client.score_async(ROLLOUT, META)

@@ -91,9 +91,11 @@ def test_unscored_is_retried_then_raises_or_uses_unscored_score(
     app = create_app(settings, qdrant_location=":memory:")
     with serve_in_thread(app) as url:
         kwargs = {"url": url, "step": 2, "retry_seconds": 0.3}
-        # a judge failure, then a verdict: the retry gets the reward
+        # a judge failure, then a verdict: the retry gets the reward (a budget that a loaded
+        # machine cannot use up before the retry)
         fake_llm.push(Reply(status=500))
-        assert compute_score("gsm8k", "The answer is 42.", "42", extra(0), **kwargs) == {
+        assert compute_score("gsm8k", "The answer is 42.", "42", extra(0),
+                             **{**kwargs, "retry_seconds": 60}) == {
             "score": 1.0, "rubric_version": 1, "status": "scored"}
         # the judge keeps failing: an error by default, never 0
         fake_llm.push(*[Reply(status=500)] * 200)

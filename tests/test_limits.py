@@ -21,7 +21,9 @@ def body(i: int) -> dict[str, Any]:
 
 
 def test_queued_judge_work_is_bounded_with_429(tmp_path: Path, fake_llm: FakeLLM) -> None:
-    fake_llm.default = lambda b: Reply(content=offline_reply(b).content, delay_s=0.5)
+    # Long enough that the three calls are still in flight when the refused requests come,
+    # on a loaded machine too (0.5 s was not, under xdist beside the real-model tier).
+    fake_llm.default = lambda b: Reply(content=offline_reply(b).content, delay_s=5.0)
     settings = llm_settings(tmp_path, fake_llm, **{"scoring.max_pending": 3,
                                                    "scoring.retry_after_seconds": 2})
     try:
@@ -43,6 +45,7 @@ def test_queued_judge_work_is_bounded_with_429(tmp_path: Path, fake_llm: FakeLLM
                 thread.join()
             assert sorted(r.status_code for r in results) == [200, 200, 200]
             # once the queue drains, requests are accepted again
+            fake_llm.default = offline_reply
             assert httpx.post(f"{url}/score", json=body(9), timeout=30).json()["score"] == 1.0
             metrics = httpx.get(f"{url}/healthz").json()["counters"]
             assert metrics["overloaded"] == 1  # the batch was refused before the scorer saw it

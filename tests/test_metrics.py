@@ -112,9 +112,9 @@ def test_metrics_need_the_key(tmp_path: Path) -> None:
         too_large = client.post("/score", content=b"x" * 3000, headers=auth)
         assert too_large.status_code == 413
         samples = scrape(client, **auth)
-    assert value(samples, "amaris_http_requests_total", method="GET", route="/metrics",
+    # answered at the edge (RequestGuard), before routing
+    assert value(samples, "amaris_http_requests_total", method="GET", route="other",
                  status="401") == 2
-    # answered by the body guard, before routing
     assert value(samples, "amaris_http_requests_total", method="POST", route="other",
                  status="413") == 1
 

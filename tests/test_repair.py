@@ -4,7 +4,9 @@ repeating the LLM calls that had succeeded. And the schedule, on a real Prefect 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 import yaml
 
 from amaris.offline.server import Reply
+from amaris.prefect_server import AUTH_FILE
 from api.app import create_app
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM, free_port, offline_reply, serve_in_thread
@@ -22,7 +25,9 @@ from tests.test_pipeline_modes import HACKED, agent_of, calls_by_agent
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_repair_completes_a_failed_step_reusing_work(tmp_path: Path, fake_llm: FakeLLM) -> None:
+def test_repair_completes_a_failed_step_reusing_work(
+    tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from flows.repair import repair_steps
 
     def judge_down_for_updates(body: dict[str, Any]) -> Reply:
@@ -45,11 +50,12 @@ def test_repair_completes_a_failed_step_reusing_work(tmp_path: Path, fake_llm: F
             # the judge comes back; nothing else to repair is found twice
             fake_llm.default = offline_reply
             fake_llm.requests.clear()
-            assert asyncio.run(repair_steps(url)) == {3: "updated"}
+            monkeypatch.setenv("AMARIS_REPAIR_URL", url)  # as `amaris serve` sets it
+            assert asyncio.run(repair_steps()) == {3: "updated"}
             assert calls_by_agent(fake_llm) == {"updater": 1}
             assert httpx.get(f"{url}/steps").json() == [{"step": 3, "status": "done"}]
             assert httpx.get(f"{url}/rubrics").json()["version"] == 2
-            assert asyncio.run(repair_steps(url)) == {}
+            assert asyncio.run(repair_steps()) == {}
             assert httpx.post(f"{url}/steps/99/rerun").status_code == 404
             assert httpx.post(f"{url}/steps/3/rerun").json() == {"step": 3, "status": "done"}
     finally:
@@ -110,16 +116,23 @@ def test_serve_schedules_the_repair_on_its_prefect_server(tmp_path: Path) -> Non
         "prefect": {"port": prefect_port, "repair_interval_seconds": 10},
     }))
     env_url = f"http://127.0.0.1:{prefect_port}/api"
+    # Other tests of this session may have run the repair on the same Prefect home: only
+    # runs started by this amaris count.
+    since = datetime.now(UTC).isoformat()
     with amaris_process(["serve", "--config", str(config)], tmp_path,
                         f"http://127.0.0.1:{port}/healthz", tmp_path / "serve.log"):
+        home = Path(os.environ.get("PREFECT_HOME") or tmp_path / "data" / "prefect")
+        secret = (home / AUTH_FILE).read_text().strip()
+        auth = httpx.BasicAuth(*secret.split(":", 1))  # Prefect's auth string is user:pass
         deadline = time.monotonic() + 120
         runs: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
             try:
                 found = httpx.post(f"{env_url}/flow_runs/filter", json={
                     "flows": {"name": {"any_": ["amaris-repair"]}},
-                    "flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}},
-                    "limit": 10, "sort": "START_TIME_DESC"}, timeout=5)
+                    "flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}},
+                                  "start_time": {"after_": since}},
+                    "limit": 10, "sort": "START_TIME_DESC"}, auth=auth, timeout=5)
                 runs = found.json() if found.status_code == 200 else []
             except httpx.HTTPError:
                 runs = []
@@ -128,10 +141,11 @@ def test_serve_schedules_the_repair_on_its_prefect_server(tmp_path: Path) -> Non
             time.sleep(1)
         assert runs, "no scheduled repair run completed"
         deployment = httpx.get(
-            f"{env_url}/deployments/name/amaris-repair/scheduled-repair", timeout=5).json()
+            f"{env_url}/deployments/name/amaris-repair/scheduled-repair", auth=auth,
+            timeout=5).json()
         schedules = deployment["schedules"]
         assert schedules[0]["schedule"]["interval"] == 10.0
-        assert deployment["parameters"] == {"api_url": f"http://127.0.0.1:{port}"}
+        assert deployment["parameters"] == {}  # the service's address is no parameter
     # the Prefect server and the repair worker stopped with amaris
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{env_url}/health", timeout=2)

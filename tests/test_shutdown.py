@@ -1,8 +1,11 @@
-"""SIGTERM: in-flight requests finish, running steps stay resumable, children stop."""
+"""SIGTERM: in-flight requests finish, running steps stay resumable, children stop; during
+start-up too."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -11,8 +14,9 @@ import httpx
 import pytest
 import yaml
 
+from amaris.prefect_server import AUTH_FILE
 from tests.fake_llm import free_port
-from tests.procs import amaris_process, run_amaris
+from tests.procs import AMARIS, _env, amaris_process, run_amaris
 from tests.test_crash_safety import calls, score, start_serve, stop
 
 pytestmark = pytest.mark.slow
@@ -31,6 +35,76 @@ def children(pid: int) -> list[int]:
 def alive(pid: int) -> bool:
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def processes_of(prefect_port: int) -> list[int]:
+    """Live processes of an ``amaris serve`` whose Prefect server is on ``prefect_port``:
+    that server (``--port`` on its command line) and the repair worker (its client)."""
+    server = f"--port\0{prefect_port}\0".encode()
+    client = f"PREFECT_API_URL=http://127.0.0.1:{prefect_port}/api".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (server in cmdline or client in environ) and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def step_run_lines(api: str, auth: httpx.Auth, run: str, message: str
+                   ) -> list[dict[str, object]]:
+    """The log lines ``message`` of the flow runs named ``run`` on the Prefect server at
+    ``api``, once there are some (they are sent in batches)."""
+    deadline = time.monotonic() + 60
+    while True:
+        runs = httpx.post(f"{api}/flow_runs/filter", auth=auth,
+                          json={"flow_runs": {"name": {"any_": [run]}}}, timeout=10).json()
+        logs = httpx.post(f"{api}/logs/filter", auth=auth, json={"logs": {"flow_run_id": {
+            "any_": [r["id"] for r in runs]}}, "limit": 200}, timeout=10).json()
+        found = [line for line in logs if line["message"] == message]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("moment", ["prefect server spawned", "api answering"])
+def test_sigterm_during_start_up_exits_0_and_stops_the_children(
+    tmp_path: Path, moment: str
+) -> None:
+    port, prefect_port = free_port(), free_port()
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "memory": {"path": str(tmp_path / "data"), "embedding_model": "hashing"},
+        "server": {"port": port},
+        "prefect": {"port": prefect_port, "repair_interval_seconds": 60},
+    }))
+    with (tmp_path / "serve.log").open("wb") as out:
+        server = subprocess.Popen([*AMARIS, "serve", "--config", str(config)], cwd=tmp_path,
+                                  env=_env(), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (processes_of(prefect_port) if moment == "prefect server spawned"
+                   else answers(f"http://127.0.0.1:{port}/healthz")):
+            assert server.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        server.send_signal(signal.SIGTERM)
+        # The start-up used to wait up to 90 s for the Prefect server to answer.
+        assert server.wait(45) == 0, (tmp_path / "serve.log").read_text()[-3000:]
+        assert processes_of(prefect_port) == []  # stopped before amaris exited
+    finally:
+        stop(server)
 
 
 def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
@@ -87,5 +161,13 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
                              timeout=200).json()
             assert done["status"] == "updated", done
             assert done["scopes"]["global"]["rollouts"] == 12
+            # amaris's lines for the step are in its Prefect runs' logs
+            prefect = run_amaris(["ui", "--config", str(config)], tmp_path).stdout.strip()
+            home = Path(os.environ.get("PREFECT_HOME") or data / "prefect")  # the session's
+            secret = (home / AUTH_FILE).read_text().strip()
+            auth = httpx.BasicAuth(*secret.split(":", 1))  # Prefect's auth string: user:pass
+            lines = step_run_lines(f"{prefect}/api", auth, "step-1",
+                                   "step 1: 12 rollouts to analyse in 1 scope(s)")
+            assert lines and {line["name"] for line in lines} == {"amaris.pipeline"}
         finally:
             stop(server)

@@ -20,6 +20,7 @@ from amaris.client import (
     InvalidRequestError,
     ServerUnavailableError,
 )
+from amaris.redact import redact_url
 
 DEFAULT_URL = "http://127.0.0.1:8002"
 STEP_HEADER = "X-Amaris-Step"
@@ -140,7 +141,7 @@ class Exchange:
 
     def unreachable(self, exc: httpx.TransportError) -> float:
         """Seconds to wait before trying again after a connection error."""
-        reason = f"amaris unreachable at {self.target.url}: {exc}"
+        reason = f"amaris unreachable at {redact_url(self.target.url)}: {exc}"
         return self._again(1.0, dict.fromkeys(self._pending, reason), ServerUnavailableError)
 
     def receive(self, response: httpx.Response) -> float:

@@ -4,8 +4,10 @@ Attempt budget of one :meth:`LLMGateway.structured` call: up to
 ``gateway.max_attempts`` requests for transient failures (429, 5xx, timeouts,
 connection errors), with capped exponential backoff and full jitter; then, if the
 output does not validate, one corrective re-ask with its own ``max_attempts``.
-At most ``2 * max_attempts`` requests. Nothing else retries: the SDK's own retries
-are off and callers do not retry.
+At most ``2 * max_attempts`` requests, plus at most two at once when an endpoint refuses
+a structured-output mode (``json_schema``, then ``json_object``; see
+:mod:`amaris.llm.output_mode`): a refused mode is never asked again. Nothing else retries:
+the SDK's own retries are off and callers do not retry.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import asyncio
 import json
 import logging
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from typing import Any, TypeVar
+from dataclasses import replace
+from typing import Any, Literal, TypeVar
 
 import json_repair
 import openai
@@ -26,13 +30,24 @@ from pydantic import BaseModel, ValidationError
 
 from amaris.context import request_id_var
 from amaris.llm.call_log import CallLog
+from amaris.llm.output_mode import (
+    ModeState,
+    OutputMode,
+    OutputModes,
+    refuses_format,
+    response_format,
+)
 from amaris.llm.providers import ChatProvider, Completion
-from amaris.settings import Settings
+from amaris.llm.reasoning import split_reasoning
+from amaris.llm.schema import strict_schema
+from amaris.settings import ResolvedAgentOptions, Settings
 
 T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger("amaris.llm")
 
 _TRANSIENT_STATUS = {408, 409, 425, 429}
+_LOGGED_REASONING_CHARS = 4000
+"""Reasoning text kept in the call log per request."""
 # Every other 5xx is transient (500-504, and the 52x/529 of proxies and overloaded
 # providers), except the two that say the server will never handle this request.
 _PERMANENT_SERVER_STATUS = {501, 505}
@@ -46,8 +61,30 @@ class LLMTransientError(LLMUnavailableError):
     """Every attempt failed with a transient error: worth trying again later."""
 
 
+class LLMContextOverflowError(LLMUnavailableError):
+    """The endpoint refused the request as longer than the model's context window."""
+
+
 class LLMOutputError(RuntimeError):
     """The model's output did not validate, even after the corrective re-ask."""
+
+
+class LLMTruncatedError(LLMOutputError):
+    """The reply was cut by ``max_tokens`` (``finish_reason: length``), or held reasoning
+    and no answer: no verdict to parse, and not the model's mistake to re-ask about."""
+
+
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[ _]length|context window|maximum context|too many tokens|prompt is too long",
+    re.IGNORECASE,
+)
+
+
+def is_context_overflow(exc: BaseException) -> bool:
+    """A 400 (or 413) saying the request does not fit the model's context window (OpenAI's
+    ``context_length_exceeded``, vLLM's "maximum context length is N tokens")."""
+    return (isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 413)
+            and _CONTEXT_OVERFLOW.search(str(exc)) is not None)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -99,8 +136,11 @@ class LLMGateway:
         providers: dict[str, ChatProvider],
         call_log: CallLog | None = None,
         observer: Callable[[str, float], None] | None = None,
+        output_modes: OutputModes | None = None,
     ) -> None:
         self._settings = settings
+        self.output_modes = output_modes or OutputModes()
+        """Structured-output modes per endpoint (shared by the service's two gateways)."""
         self._observer = observer
         """Called with (agent, seconds) after each successful request (metrics)."""
         self._providers = providers
@@ -119,6 +159,22 @@ class LLMGateway:
         """The provider serving ``agent``."""
         return self._providers[agent]
 
+    def output_mode(self, agent: str) -> ModeState:
+        """The structured-output mode ``agent``'s requests are sent in now, and why."""
+        provider = self._providers[agent]
+        if provider.offline:
+            return ModeState("none", "offline judge: no response_format is sent")
+        options = self._settings.agents.for_agent(agent)
+        return self._mode(provider, options)
+
+    def _mode(self, provider: ChatProvider, options: ResolvedAgentOptions) -> ModeState:
+        if options.response_format is not None:
+            return ModeState("configured", "agents.<agent>.response_format is sent as is")
+        if options.structured_output != "auto":
+            return ModeState(options.structured_output,
+                             f"configured (structured_output: {options.structured_output})")
+        return self.output_modes.auto(provider.description, options.model)
+
     async def structured(
         self,
         agent: str,
@@ -127,22 +183,28 @@ class LLMGateway:
         *,
         step: int | None = None,
         check: Callable[[T], None] | None = None,
+        json_schema: dict[str, Any] | None = None,
     ) -> T:
         """One structured call: returns output validated by ``schema`` (and ``check``).
+
+        The request asks for ``json_schema`` (default: ``schema``'s strict JSON schema) in
+        the agent's structured-output mode.
 
         Raises:
             LLMUnavailableError: transient failures outlasted the budget, or a permanent error.
             LLMOutputError: invalid output after the corrective re-ask.
         """
-        completion = await self._complete(agent, messages, step)
+        output = (schema.__name__, json_schema if json_schema is not None
+                  else strict_schema(schema))
+        answer = self._answer(agent, await self._complete(agent, messages, step, output), step)
         try:
-            return self._validate(agent, completion, schema, check, step)
+            return self._validate(agent, answer, schema, check, step)
         except (ValueError, ValidationError) as first:
             if not self._settings.gateway.reask_on_invalid:
                 raise LLMOutputError(f"{agent}: invalid output: {_short(first)}") from first
             retry_messages = [
                 *messages,
-                {"role": "assistant", "content": completion.content[:4000]},
+                {"role": "assistant", "content": answer[:4000]},
                 {
                     "role": "user",
                     "content": (
@@ -151,7 +213,8 @@ class LLMGateway:
                     ),
                 },
             ]
-            second = await self._complete(agent, retry_messages, step, reask=True)
+            second = self._answer(
+                agent, await self._complete(agent, retry_messages, step, output, reask=True), step)
             try:
                 return self._validate(agent, second, schema, check, step)
             except (ValueError, ValidationError) as exc:
@@ -159,16 +222,33 @@ class LLMGateway:
                     f"{agent}: invalid output after re-ask: {_short(exc)}"
                 ) from exc
 
+    def _answer(self, agent: str, completion: Completion, step: int | None) -> str:
+        """The answer of ``completion`` (:meth:`_complete` took its reasoning out).
+
+        Raises:
+            LLMTruncatedError: cut by ``max_tokens``, or reasoning and no answer.
+        """
+        answer, reasoning = completion.content, completion.reasoning
+        if completion.finish_reason == "length" or (reasoning is not None
+                                                    and not answer.strip()):
+            self.stats[f"{agent}.truncated"] += 1
+            why = ("cut by max_tokens (finish_reason: length)"
+                   if completion.finish_reason == "length" else "reasoning and no answer")
+            log.warning("%s: reply %s (step %s)", agent, why, step)
+            raise LLMTruncatedError(f"{agent}: reply {why}; {len(answer)} answer characters "
+                                    f"after {len(reasoning or '')} of reasoning")
+        return answer
+
     def _validate(
         self,
         agent: str,
-        completion: Completion,
+        answer: str,
         schema: type[T],
         check: Callable[[T], None] | None,
         step: int | None,
     ) -> T:
         try:
-            data, repaired = parse_json_object(completion.content)
+            data, repaired = parse_json_object(answer)
             result = schema.model_validate(data)
             if check is not None:
                 check(result)
@@ -181,13 +261,23 @@ class LLMGateway:
         return result
 
     async def _complete(
-        self, agent: str, messages: list[dict[str, str]], step: int | None, reask: bool = False
+        self, agent: str, messages: list[dict[str, str]], step: int | None,
+        output: tuple[str, dict[str, Any]], reask: bool = False,
     ) -> Completion:
         provider = self._providers[agent]
         options = self._settings.agents.for_agent(agent)
         budget = self._settings.gateway
         last_error: BaseException | None = None
-        for attempt in range(1, budget.max_attempts + 1):
+        attempt = 0
+        while attempt < budget.max_attempts:
+            attempt += 1
+            mode: OutputMode | Literal["configured"] = "none"
+            request_format: dict[str, Any] | None = None
+            if not provider.offline:
+                state = self._mode(provider, options)
+                mode = state.mode
+                request_format = (options.response_format if mode == "configured"
+                                  else response_format(mode, *output))
             started = time.perf_counter()
             record: dict[str, Any] = {
                 "time": time.time(),
@@ -198,6 +288,7 @@ class LLMGateway:
                 "request_id": request_id_var.get(),
                 "attempt": attempt,
                 "reask": reask,
+                "structured_output": mode,
             }
             try:
                 async with AsyncExitStack() as stack:
@@ -212,33 +303,62 @@ class LLMGateway:
                     # The SDK enforces options.timeout per request; this is the backstop
                     # for providers (and proxies) that ignore it.
                     async with asyncio.timeout(options.timeout + 5.0):
-                        completion = await provider.complete(agent, messages, options)
+                        completion = await provider.complete(agent, messages, options,
+                                                             request_format)
             except Exception as exc:
+                if (options.structured_output == "auto" and mode != "configured"
+                        and refuses_format(exc) and self.output_modes.fall_back(
+                            provider.description, options.model, mode, _short(exc))):
+                    # Not a failed attempt: the endpoint told us what it cannot do, and
+                    # the next request asks for less.
+                    record.update(latency_ms=round((time.perf_counter() - started) * 1000, 2),
+                                  outcome="format_refused", error=_short(exc))
+                    self._log.write(record)
+                    self.stats[f"{agent}.format_fallbacks"] += 1
+                    attempt -= 1
+                    continue
                 transient = is_transient(exc)
+                overflow = not transient and is_context_overflow(exc)
                 record.update(
                     latency_ms=round((time.perf_counter() - started) * 1000, 2),
-                    outcome="transient_error" if transient else "error",
+                    outcome="transient_error" if transient
+                    else "context_overflow" if overflow else "error",
                     error=f"{type(exc).__name__}: {_short(exc)}",
                 )
                 self._log.write(record)
                 self.stats[f"{agent}.errors"] += 1
                 last_error = exc
+                if overflow:
+                    raise LLMContextOverflowError(f"{agent}: {_short(exc)}") from exc
                 if not transient:
                     raise LLMUnavailableError(f"{agent}: {_short(exc)}") from exc
                 if attempt < budget.max_attempts:
                     await asyncio.sleep(self._backoff(attempt, exc))
                 continue
             elapsed = time.perf_counter() - started
+            answer, inline = split_reasoning(completion.content)
+            if inline is not None:
+                completion = replace(completion, content=answer,
+                                     reasoning=completion.reasoning or inline)
             record.update(
                 latency_ms=round(elapsed * 1000, 2),
                 outcome="ok",
+                finish_reason=completion.finish_reason,
                 prompt_tokens=completion.prompt_tokens,
                 completion_tokens=completion.completion_tokens,
+                reasoning_tokens=completion.reasoning_tokens,
             )
+            if completion.reasoning:
+                # Logged, never parsed: the answer is the content alone.
+                record["reasoning_chars"] = len(completion.reasoning)
+                record["reasoning"] = completion.reasoning[:_LOGGED_REASONING_CHARS]
+                log.debug("%s reasoning (step %s): %s", agent, step,
+                          completion.reasoning[:_LOGGED_REASONING_CHARS])
             self._log.write(record)
             self.stats[f"{agent}.calls"] += 1
             self.stats[f"{agent}.prompt_tokens"] += completion.prompt_tokens or 0
             self.stats[f"{agent}.completion_tokens"] += completion.completion_tokens or 0
+            self.stats[f"{agent}.reasoning_tokens"] += completion.reasoning_tokens or 0
             if self._observer is not None:
                 self._observer(agent, elapsed)
             return completion

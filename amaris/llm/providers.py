@@ -10,16 +10,23 @@ import httpx2
 import openai
 
 from amaris.llm.transport import ConnectionPool, JsonEndpoint, lean_transport_applies
+from amaris.redact import redact_url
 from amaris.settings import ResolvedAgentOptions
 
 
 @dataclass(frozen=True)
 class Completion:
-    """Text of one chat completion and its token usage."""
+    """Text of one chat completion, its reasoning, why it ended, and its token usage."""
 
     content: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    reasoning: str | None = None
+    """The ``reasoning_content`` (or ``reasoning``) field, when the server returns one."""
+    finish_reason: str | None = None
+    """``stop``, ``length`` (cut by ``max_tokens``)..., as the server reports it."""
+    reasoning_tokens: int | None = None
+    """``usage.completion_tokens_details.reasoning_tokens``, when reported."""
 
 
 class ChatProvider(Protocol):
@@ -29,21 +36,26 @@ class ChatProvider(Protocol):
     offline: bool
 
     async def complete(
-        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions
+        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
+        response_format: dict[str, Any] | None = None,
     ) -> Completion: ...
 
     async def close(self) -> None: ...
 
 
-def chat_body(messages: list[dict[str, str]], options: ResolvedAgentOptions) -> dict[str, Any]:
-    """The JSON body of a chat-completion request with an agent's options."""
+def chat_body(messages: list[dict[str, str]], options: ResolvedAgentOptions,
+              response_format: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON body of a chat-completion request with an agent's options.
+
+    ``response_format`` is the one the gateway chose (see :mod:`amaris.llm.output_mode`).
+    """
     body: dict[str, Any] = {"model": options.model, "messages": messages}
     if options.temperature is not None:
         body["temperature"] = options.temperature
     if options.max_tokens is not None:
         body["max_tokens"] = options.max_tokens
-    if options.response_format is not None:
-        body["response_format"] = options.response_format
+    if response_format is not None:
+        body["response_format"] = response_format
     if options.service_tier is not None:
         body["service_tier"] = options.service_tier
     if options.extra_body is not None:
@@ -72,12 +84,14 @@ class OpenAIProvider:
         self._pool = ConnectionPool()
         self._endpoint = (JsonEndpoint(self._client, self._pool)
                           if lean_transport_applies(self._client.base_url) else None)
-        self.description = base_url or "https://api.openai.com/v1"
+        # Shown in /healthz and written in every call-log line: no credentials in it.
+        self.description = redact_url(base_url or "https://api.openai.com/v1")
 
     async def complete(
-        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions
+        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
+        response_format: dict[str, Any] | None = None,
     ) -> Completion:
-        body = chat_body(messages, options)
+        body = chat_body(messages, options, response_format)
         if self._endpoint is not None:
             return parse_completion(
                 await self._endpoint.post("chat/completions", body, options.timeout))
@@ -93,7 +107,8 @@ class OpenAIProvider:
 
 
 def parse_completion(raw: bytes) -> Completion:
-    """The first choice's text and the token usage of a chat-completion response body.
+    """The first choice's text, reasoning and finish reason, and the token usage of a
+    chat-completion response body.
 
     Raises:
         ValueError: the body is not a chat-completion JSON object.
@@ -104,13 +119,22 @@ def parse_completion(raw: bytes) -> Completion:
     choices = data.get("choices")
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
-    content = message.get("content") if isinstance(message, dict) else None
+    message = message if isinstance(message, dict) else {}
+    content = message.get("content")
+    # vLLM and DeepSeek name it reasoning_content; OpenRouter and newer vLLM, reasoning.
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    finish_reason = first.get("finish_reason") if isinstance(first, dict) else None
     usage = data.get("usage")
     usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("completion_tokens_details")
+    reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
     return Completion(
         content=content if isinstance(content, str) else "",
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
+        reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+        reasoning_tokens=reasoning_tokens if isinstance(reasoning_tokens, int) else None,
     )
 
 
@@ -121,7 +145,8 @@ class OfflineProvider:
     description = "offline (rule-based, NOT an LLM)"
 
     async def complete(
-        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions
+        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
+        response_format: dict[str, Any] | None = None,
     ) -> Completion:
         from amaris.offline.judge import respond
 

@@ -234,7 +234,9 @@ def step_records(rollouts: RolloutLog, data_path: Path, step: int) -> list[dict[
     archive = archive_path(data_path, step)
     if not archive.is_file():
         return []
-    lines = archive.read_text(encoding="utf-8").splitlines()
+    # Lines end at "\n" only: records hold text with U+2028 and the like raw (ensure_ascii
+    # off), which splitlines() would take for line breaks.
+    lines = archive.read_text(encoding="utf-8").split("\n")
     return [json.loads(line) for line in lines if line.strip()]
 
 

@@ -30,6 +30,11 @@ class Reply:
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
     hang: bool = False
+    reasoning: str | None = None
+    """Sent as ``message.reasoning_content`` (a reasoning model's separate field)."""
+    finish_reason: str = "stop"
+    reasoning_tokens: int | None = None
+    """Sent as ``usage.completion_tokens_details.reasoning_tokens``."""
 
 
 Responder = Callable[[dict[str, Any]], Awaitable[Reply]]
@@ -94,6 +99,16 @@ def create_llm_app(responder: Responder) -> FastAPI:
             )
         content = reply.content or ""
         prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reply.reasoning is not None:
+            message["reasoning_content"] = reply.reasoning
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_chars // 4,
+            "completion_tokens": len(content) // 4,
+            "total_tokens": prompt_chars // 4 + len(content) // 4,
+        }
+        if reply.reasoning_tokens is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
         return JSONResponse(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
@@ -101,17 +116,9 @@ def create_llm_app(responder: Responder) -> FastAPI:
                 "created": int(time.time()),
                 "model": body.get("model", "offline-rules"),
                 "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
+                    {"index": 0, "message": message, "finish_reason": reply.finish_reason}
                 ],
-                "usage": {
-                    "prompt_tokens": prompt_chars // 4,
-                    "completion_tokens": len(content) // 4,
-                    "total_tokens": prompt_chars // 4 + len(content) // 4,
-                },
+                "usage": usage,
             }
         )
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from amaris.cli_inspect import CommandError, api_get, server_url
+from amaris.redact import redact_url
 from amaris.settings import Settings
 from amaris.sim.driver import RunResult, StepResult, run
 from amaris.sim.policy import PlannedRollout, Policy
@@ -103,7 +104,7 @@ class SimulatedSource:
 @contextmanager
 def _server(args: argparse.Namespace, settings: Settings, stack: ExitStack,
             overrides: Mapping[str, Any] | None = None,
-            prefect_api_url: str | None = None) -> Iterator[tuple[str, str | None]]:
+            prefect_env: Mapping[str, str] | None = None) -> Iterator[tuple[str, str | None]]:
     """(URL, bearer key): ``--url`` as given, else an ``amaris serve`` started here."""
     from amaris.sim.server import managed_server
 
@@ -111,7 +112,7 @@ def _server(args: argparse.Namespace, settings: Settings, stack: ExitStack,
         yield server_url(settings, args.url), settings.server.api_key
         return
     folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="amaris-sim-")))
-    with managed_server(config_path(args), folder, overrides, prefect_api_url) as url:
+    with managed_server(config_path(args), folder, overrides, prefect_env) as url:
         yield url, settings.server.api_key
 
 
@@ -127,7 +128,7 @@ def simulate(settings: Settings, args: argparse.Namespace) -> int:
                         args.learning_rate)
         source = SimulatedSource(policy, args.steps, first)
         print(f"amaris simulate: {args.steps} steps x {args.rollouts_per_step} rollouts from "
-              f"step {first}, seed {args.seed}, server {url}", file=sys.stderr)
+              f"step {first}, seed {args.seed}, server {redact_url(url)}", file=sys.stderr)
         result = asyncio.run(run(url, source, label="simulate", api_key=key,
                                  progress=progress))
         records = [r for r in api_records(settings, url) if r["step"] in source.steps()]
@@ -193,11 +194,11 @@ def replay(settings: Settings, args: argparse.Namespace) -> int:
     results: list[RunResult] = []
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="amaris-replay-")))
-        prefect_url = stack.enter_context(shared_prefect(folder))
+        prefect_env = stack.enter_context(shared_prefect(folder))
         for mode in args.modes:
             overrides = mode_overrides(settings, mode)
             with ExitStack() as inner, _server(args, settings, inner, overrides,
-                                               prefect_url) as (url, key):
+                                               prefect_env) as (url, key):
                 progress = Progress(len(source.steps()), f"replay {mode}")
                 result = asyncio.run(run(url, source, label=mode, api_key=key,
                                          progress=progress))

@@ -64,7 +64,8 @@ def read_recorded(path: Path) -> list[RecordedRollout]:
             or no rollout at all.
     """
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        # "\n" only: `amaris export` writes U+2028 and the like raw, not as line breaks.
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
     except OSError as exc:
         raise RecordsError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     found: list[RecordedRollout] = []

@@ -99,9 +99,10 @@ def _tail(log: Path, lines: int = 20) -> str:
 
 
 @contextmanager
-def shared_prefect(folder: Path) -> Iterator[str | None]:
+def shared_prefect(folder: Path) -> Iterator[dict[str, str] | None]:
     """One Prefect server for several ``amaris serve`` (each would boot its own, 5-15 s):
-    yields its API URL, or None when ``PREFECT_API_URL`` names one already."""
+    yields the environment that points them at it (its API URL and auth string), or None
+    when ``PREFECT_API_URL`` names one already."""
     if os.environ.get("PREFECT_API_URL"):
         yield None
         return
@@ -111,7 +112,7 @@ def shared_prefect(folder: Path) -> Iterator[str | None]:
     server.start()
     try:
         server.wait_ready()
-        yield server.api_url
+        yield server.client_env()
     finally:
         server.stop()
 
@@ -119,13 +120,14 @@ def shared_prefect(folder: Path) -> Iterator[str | None]:
 @contextmanager
 def managed_server(base_config: Path | None, folder: Path,
                    overrides: Mapping[str, Any] | None = None,
-                   prefect_api_url: str | None = None) -> Iterator[str]:
+                   prefect_env: Mapping[str, str] | None = None) -> Iterator[str]:
     """Run ``amaris serve`` with its data folder in ``folder``; yield its URL.
 
     The configuration is ``base_config`` with the data folder, a free port, async mode,
     manual step completion, no scheduled repair, a Prefect server on a free port and ``overrides``.
-    The server uses the Prefect API ``prefect_api_url`` (else ``PREFECT_API_URL``) when
-    set, and starts its own otherwise; Prefect's home is always under its data folder.
+    The server uses the Prefect API ``prefect_env`` names (as :func:`shared_prefect`
+    yields it; else ``PREFECT_API_URL``) when set, and starts its own otherwise;
+    Prefect's home is always under its data folder.
     """
     port = free_port()
     settings: dict[str, Any] = {
@@ -148,8 +150,7 @@ def managed_server(base_config: Path | None, folder: Path,
     }
     config = write_config(base_config, folder, settings)
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_HOME"}
-    if prefect_api_url:
-        env["PREFECT_API_URL"] = prefect_api_url
+    env.update(prefect_env or {})
     env["PYTHONUNBUFFERED"] = "1"
     log = folder / "serve.log"
     url = f"http://127.0.0.1:{port}"

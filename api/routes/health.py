@@ -3,7 +3,8 @@
 from fastapi import APIRouter
 
 from amaris import __version__
-from amaris.models import HealthResponse
+from amaris.models import HealthResponse, StructuredOutputStatus
+from amaris.settings import AGENTS
 from api.deps import ServicesDep
 
 router = APIRouter(tags=["health"])
@@ -22,4 +23,9 @@ async def healthz(services: ServicesDep) -> HealthResponse:
         else services.settings.agents.for_agent("scorer").model,
         rubric_version=services.store.current().version,
         counters=dict(services.scorer.counters),
+        structured_output={
+            agent: StructuredOutputStatus(mode=state.mode, reason=state.reason)
+            for agent in AGENTS
+            for state in [services.gateway.output_mode(agent)]
+        },
     )

@@ -2,14 +2,17 @@
 
 OpenRLHF posts ``{"query": [...], "prompts": [...], "labels": [...]}`` where ``query[i]``
 is ``prompts[i]`` followed by the response, and reads ``rewards`` (advantages), ``scores``
-(dynamic filtering) and ``extra_logs`` (per-sample values it logs). The items are scored
-by :func:`api.routes.score.batch_score` itself: same rollout log, step counting, cache and
-concurrency limit as ``/batch_score``.
+(dynamic filtering) and ``extra_logs`` (per-sample values it logs). The items are checked
+and scored as ``/batch_score`` items (:func:`api.routes.score.check_item`,
+:func:`api.routes.score.score_items`): same rollout log, step counting, cache and
+concurrency limit. Every sample is checked before any is scored: one bad sample refuses
+the batch (422) with nothing judged or logged.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Annotated, Any
 
@@ -18,13 +21,15 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from amaris.models import BatchScoreRequest, ErrorDetail, ScoreResponse
-from amaris.steps import StepCoordinator
+from amaris.models import ErrorDetail, JSONValue, ScoreRequest, ScoreResponse, Text
+from amaris.service import Services
+from amaris.steps import StepCoordinator, StepRefusedError
 from api.deps import ServicesDep
-from api.errors import INPUT_ERRORS, error_response
-from api.routes.score import batch_score
+from api.errors import INPUT_ERRORS, STEP_ERRORS, error_response, step_refused
+from api.routes.score import admit_batch, check_item, score_items
 
 router = APIRouter(tags=["trainers"])
+log = logging.getLogger("amaris.api")
 
 STEP_HEADER = "X-Amaris-Step"
 
@@ -34,10 +39,10 @@ class RunMetadata(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    high_level_goal: str | None = None
-    model_size: str | None = None
+    high_level_goal: Text | None = None
+    model_size: Text | None = None
     total_steps: int | None = Field(default=None, ge=0)
-    other_context: str | None = None
+    other_context: Text | None = None
 
 
 class GetRewardRequest(BaseModel):
@@ -47,11 +52,11 @@ class GetRewardRequest(BaseModel):
     # ids...): they are ignored rather than refused, so any of them can post here.
     model_config = ConfigDict(extra="ignore")
 
-    query: list[str] = Field(min_length=1, description="Prompt + response, per sample.")
-    prompts: list[str] = Field(description="The prompt each query starts with.")
-    labels: list[Any] | None = Field(
+    query: list[Text] = Field(min_length=1, description="Prompt + response, per sample.")
+    prompts: list[Text] = Field(description="The prompt each query starts with.")
+    labels: list[JSONValue] | None = Field(
         default=None, description="Reference answers (supplemental_context); null: none.")
-    group_ids: list[str] | None = Field(
+    group_ids: list[Text] | None = Field(
         default=None, description="amaris: the group (prompt id) of each sample; "
         "default: its prompt.")
     amaris_metadata: RunMetadata | None = Field(
@@ -76,14 +81,16 @@ class UnscoredBatchResponse(GetRewardResponse):
     detail: list[ErrorDetail]
 
 
-def current_step(coordinator: StepCoordinator) -> int:
+def current_step(coordinator: StepCoordinator, max_step: int) -> int:
     """The step a request without one belongs to: the open step, else the next one.
 
     Trainers that do not say which step they are at rely on amaris completing steps by
     itself (``pipeline.rollouts_per_step``): once a step starts completing, new rollouts
-    go to the step after it.
+    go to the step after it. Steps over ``max_step`` (``pipeline.max_step``; only a store
+    written before that bound can hold them) are left out.
     """
-    steps = coordinator.snapshot()
+    steps = {step: status for step, status in coordinator.snapshot().items()
+             if step <= max_step}
     opened = [step for step, status in steps.items() if status == "open"]
     if opened:
         return max(opened)
@@ -113,15 +120,15 @@ def _length_errors(body: GetRewardRequest) -> list[ErrorDetail]:
             if values is not None and len(values) != expected]
 
 
-def _items(body: GetRewardRequest, step: int) -> tuple[list[dict[str, Any]], list[ErrorDetail]]:
+def _items(body: GetRewardRequest, step: int) -> list[dict[str, Any] | ErrorDetail]:
+    """Each sample as a /batch_score item, or what is wrong with it."""
     metadata = {**(body.amaris_metadata.model_dump() if body.amaris_metadata else {}),
                 "current_step": step}
-    items: list[dict[str, Any]] = []
-    errors: list[ErrorDetail] = []
+    items: list[dict[str, Any] | ErrorDetail] = []
     for i, (query, prompt) in enumerate(zip(body.query, body.prompts, strict=True)):
         response = _response_of(query, prompt)
         if response is None:
-            errors.append(ErrorDetail(field=f"query[{i}]", message=(
+            items.append(ErrorDetail(field=f"query[{i}]", message=(
                 f"does not contain prompts[{i}]: a query is the prompt followed by the "
                 "response")))
             continue
@@ -133,17 +140,40 @@ def _items(body: GetRewardRequest, step: int) -> tuple[list[dict[str, Any]], lis
             "group_id": body.group_ids[i] if body.group_ids else prompt,
         }
         items.append({"rollout": rollout, "metadata": metadata})
-    return items, errors
+    return items
 
 
 def _field_of(index: int, reason: str | None) -> str:
     """``items[i].rollout.input: ...`` -> the /get_reward field the problem came from."""
     text = reason or ""
+    head = text.split(":", 1)[0]
     for part, field in (("rollout.input", "prompts"), ("rollout.supplemental_context", "labels"),
                         ("rollout.group_id", "group_ids")):
-        if part in text.split(":", 1)[0]:
+        if part in head:
             return f"{field}[{index}]"
+    if f"items[{index}].metadata" in head:
+        return "amaris_metadata"
     return f"query[{index}]"
+
+
+def _checked(items: list[dict[str, Any] | ErrorDetail], services: Services
+             ) -> tuple[list[ScoreRequest], list[ErrorDetail]]:
+    """Every sample checked as a /batch_score item: the requests, or every problem."""
+    requests: list[ScoreRequest] = []
+    errors: list[ErrorDetail] = []
+    for i, item in enumerate(items):
+        if isinstance(item, ErrorDetail):
+            errors.append(item)
+            continue
+        checked = check_item(i, item, False, services)
+        if isinstance(checked, ScoreRequest):
+            requests.append(checked)
+            continue
+        field = _field_of(i, checked.reason)
+        # The run metadata is the same for every sample: one error for it is enough.
+        if field != "amaris_metadata" or all(e.field != field for e in errors):
+            errors.append(ErrorDetail(field=field, message=checked.reason or "invalid"))
+    return requests, errors
 
 
 def _answer(results: list[ScoreResponse], step: int) -> GetRewardResponse:
@@ -163,7 +193,7 @@ def _answer(results: list[ScoreResponse], step: int) -> GetRewardResponse:
 @router.post(
     "/get_reward",
     response_model=GetRewardResponse,
-    responses={**INPUT_ERRORS, 503: {
+    responses={**INPUT_ERRORS, **STEP_ERRORS, 503: {
         "model": UnscoredBatchResponse,
         "description": "Some samples are unscored and `scoring.on_failure` is not `neutral`."}},
 )
@@ -176,7 +206,9 @@ async def get_reward(
     """Score OpenRLHF's batch; one reward per query, in order.
 
     The step is the ``X-Amaris-Step`` header, else the ``step`` query parameter, else the
-    step amaris has open (see :func:`current_step`). OpenRLHF needs a number for every
+    step amaris has open (see :func:`current_step`); a refused step (``pipeline.max_step``,
+    ``max_steps_ahead``, ``max_open_steps``) answers 422 or 409 naming the header or the
+    query parameter, before anything is judged. OpenRLHF needs a number for every
     sample: when one is unscored, the whole batch answers 503 with ``Retry-After``
     (OpenRLHF retries it), unless ``scoring.on_failure`` is ``neutral``, whose
     ``neutral_score`` is then the reward, flagged in ``extra_logs.amaris_unscored``.
@@ -186,19 +218,27 @@ async def get_reward(
         return error_response(422, "invalid_request", errors)
     step = step_header if step_header is not None else step_query
     if step is None:
-        step = current_step(services.coordinator)
-    items, errors = _items(body, step)
+        step = current_step(services.coordinator, services.settings.pipeline.max_step)
+    try:
+        await services.coordinator.check(step)
+    except StepRefusedError as exc:
+        field = "step" if step_header is None and step_query is not None else STEP_HEADER
+        refused = step_refused(exc, field)
+        log.warning("%s POST /get_reward: %s: %s", refused.status_code, field, exc)
+        return refused
+    admit_batch("query", len(body.query), services)
+    requests, errors = _checked(_items(body, step), services)
     if errors:
         return error_response(422, "invalid_request", errors)
-    batch = await batch_score(BatchScoreRequest(items=items), services)
+    results = await score_items(requests, services)
     invalid = [ErrorDetail(field=_field_of(i, r.reason), message=r.reason or "invalid")
-               for i, r in enumerate(batch.results) if r.status == "invalid"]
+               for i, r in enumerate(results) if r.status == "invalid"]
     if invalid:
         return error_response(422, "invalid_request", invalid)
-    answer = _answer(batch.results, step)
+    answer = _answer(results, step)
     policy = services.settings.scoring
     missing = [ErrorDetail(field=f"query[{i}]", message=r.reason or "unscored")
-               for i, r in enumerate(batch.results) if r.score is None]
+               for i, r in enumerate(results) if r.score is None]
     if missing and policy.on_failure != "neutral":
         unscored = UnscoredBatchResponse(**answer.model_dump(), detail=missing)
         return JSONResponse(jsonable_encoder(unscored), status_code=503,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -14,17 +15,21 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
+from amaris.logs import loggable
 from amaris.models import (
     BatchScoreRequest,
     BatchScoreResponse,
     ScoreRequest,
     ScoreResponse,
+    valid_text,
 )
+from amaris.rollout_ids import RolloutConflictError
 from amaris.scoring import OverloadedError, OversizeError
 from amaris.service import Services
-from api.deps import ServicesDep, check_api_key
+from amaris.steps import StepRefusedError
+from api.deps import ServicesDep
+from api.errors import CONFLICT_ERRORS, STEP_ERRORS, validation_details
 from api.errors import INPUT_ERRORS as _ERRORS
-from api.errors import validation_details
 
 log = logging.getLogger("amaris.api")
 
@@ -35,14 +40,14 @@ class ScoreRoute(APIRoute):
     FastAPI resolves a route's dependencies and validates its body through its own layers
     on every request: about a third of the event loop's CPU per ``/score`` inside the app
     (``bench/score_app_cpu.py``, ``docs/benchmarks.md``). This handler does the same work
-    directly: the bearer check (what ``require_api_key`` does for the other routes), one
-    ``model_validate_json`` of the body (errors answered as FastAPI's 422), then the
-    endpoint with its two parameters. The endpoint's signature still defines the route's
-    OpenAPI schema. Any other dependency would be skipped, so the route refuses one, and
-    the app includes its router without dependencies.
+    directly: one ``model_validate_json`` of the body (errors answered as FastAPI's 422),
+    then the endpoint with its two parameters (the bearer key and the body's type were
+    checked at the edge, :class:`api.middleware.RequestGuard`). The endpoint's signature
+    still defines the route's OpenAPI schema. Any other dependency would be skipped, so
+    the route refuses one.
     """
 
-    _HANDLED = frozenset({"require_api_key", "get_services"})
+    _HANDLED = frozenset({"get_services"})
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, endpoint, **kwargs)
@@ -59,15 +64,36 @@ class ScoreRoute(APIRoute):
 
         async def handle(request: Request) -> Response:
             services: Services = request.app.state.services
-            check_api_key(request, services.settings.server.api_key)
+            raw = await request.body()
             try:
-                body = ScoreRequest.model_validate_json(await request.body())
+                body = ScoreRequest.model_validate_json(raw)
             except ValidationError as exc:
-                raise RequestValidationError(exc.errors(include_url=False)) from None
+                raise RequestValidationError(_field_errors(raw, exc)) from None
             response: Response = await endpoint(body=body, services=services)
             return response
 
         return handle
+
+
+def _field_errors(raw: bytes, exc: ValidationError) -> list[Any]:
+    """The errors of a /score body, naming fields where the JSON parser named none.
+
+    The JSON parser refuses some bodies as a whole (a lone surrogate escape, nesting past
+    its own limit) where the other routes' validation names the field: such a body is
+    parsed again with ``json`` and validated as they validate theirs. Only on this path.
+    """
+    errors = exc.errors(include_url=False)
+    if not any(err.get("type") == "json_invalid" for err in errors):
+        return errors
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return errors
+    try:
+        ScoreRequest.model_validate(data)
+    except ValidationError as named:
+        return named.errors(include_url=False)
+    return errors
 
 
 router = APIRouter(tags=["scoring"])
@@ -80,6 +106,8 @@ score_router = APIRouter(tags=["scoring"], route_class=ScoreRoute)
     response_model=ScoreResponse,
     responses={
         **_ERRORS,
+        **STEP_ERRORS,
+        **CONFLICT_ERRORS,
         503: {"model": ScoreResponse, "description": "Unscored with `scoring.on_failure: error`."},
     },
 )
@@ -87,7 +115,11 @@ async def score(body: ScoreRequest, services: ServicesDep) -> Response:
     """Score one rollout against the rubric in force.
 
     ``status`` is ``scored`` or ``unscored`` (the judge gave no valid verdict; ``reason``
-    says why and ``score`` follows ``scoring.on_failure``).
+    says why and ``score`` follows ``scoring.on_failure``). A refused
+    ``metadata.current_step`` (see ``pipeline.max_step``, ``max_steps_ahead``,
+    ``max_open_steps``) answers 422 or 409 before the judge is asked. A rollout id already
+    in its step with other content is a 409 too; the same rollout sent again is scored and
+    logged again (the step's analysis keeps its last record).
     """
     result = await services.score(body)
     policy = services.settings.scoring
@@ -105,48 +137,93 @@ async def score(body: ScoreRequest, services: ServicesDep) -> Response:
 async def batch_score(body: BatchScoreRequest, services: ServicesDep) -> BatchScoreResponse:
     """Score many rollouts concurrently. Each item has its own status.
 
-    An item that does not validate (or is oversized) gets ``status: invalid`` with a
-    reason naming ``items[i].<field>``; the other items are scored normally.
+    Every item is validated before any is judged. An item that does not validate (or is
+    oversized, or its step is refused, or it reuses a rollout id of its step with other
+    content) gets ``status: invalid`` with a reason naming ``items[i].<field>``, and
+    changes nothing; the other items are scored normally.
+    """
+    admit_batch("items", len(body.items), services)
+    checked = [check_item(i, raw, body.include_breakdown, services)
+               for i, raw in enumerate(body.items)]
+    return BatchScoreResponse(results=await score_items(checked, services))
+
+
+def admit_batch(field: str, size: int, services: Services) -> None:
+    """Refuse a batch of ``size`` items (named ``field``) over the batch or queue bounds.
+
+    Raises:
+        OversizeError: more than ``server.max_batch_items``.
+        OverloadedError: the judge calls pending and these would pass
+            ``scoring.max_pending``.
     """
     max_items = services.settings.server.max_batch_items
-    if len(body.items) > max_items:
-        raise OversizeError("items", len(body.items), max_items, unit="items")
+    if size > max_items:
+        raise OversizeError(field, size, max_items, unit="items")
     limit = services.settings.scoring.max_pending
-    if limit is not None and services.scorer.pending + len(body.items) > limit:
+    if limit is not None and services.scorer.pending + size > limit:
         raise OverloadedError(f"{services.scorer.pending} judge calls pending and "
-                              f"{len(body.items)} more asked (max_pending {limit})")
+                              f"{size} more asked (max_pending {limit})")
 
-    async def one(index: int, raw: object) -> ScoreResponse:
-        rollout = raw.get("rollout") if isinstance(raw, dict) else None
-        rollout_id = rollout.get("id") if isinstance(rollout, dict) else None
-        if not isinstance(raw, dict):
-            return _invalid(None, f"items[{index}]: must be an object {{rollout, metadata}}")
+
+def check_item(index: int, raw: object, include_breakdown: bool,
+               services: Services) -> ScoreRequest | ScoreResponse:
+    """Item ``index`` of a batch as a request to score, or its ``invalid`` answer.
+
+    The checks of ``/score`` (the body's validation, :meth:`Scorer.check`), without side
+    effects.
+    """
+    rollout_id = _raw_id(raw)
+    if not isinstance(raw, dict):
+        return _invalid(index, None, f"items[{index}]: must be an object {{rollout, metadata}}")
+    try:
+        request = ScoreRequest.model_validate({"include_breakdown": include_breakdown, **raw})
+        services.scorer.check(request)
+    except ValidationError as exc:
+        details = validation_details(list(exc.errors()), prefix=f"items[{index}]")
+        return _invalid(index, rollout_id, "; ".join(f"{d.field}: {d.message}" for d in details))
+    except OversizeError as exc:
+        return _invalid(index, rollout_id, f"items[{index}].{exc.field}: {exc}")
+    return request
+
+
+async def score_items(checked: Sequence[ScoreRequest | ScoreResponse],
+                      services: Services) -> list[ScoreResponse]:
+    """Score the requests among ``checked`` concurrently; answers in order (an answer
+    in ``checked`` is kept)."""
+
+    async def one(index: int, request: ScoreRequest) -> ScoreResponse:
         try:
-            request = ScoreRequest.model_validate(
-                {"include_breakdown": body.include_breakdown, **raw}
-            )
             return await services.score(request)
-        except ValidationError as exc:
-            details = validation_details(list(exc.errors()), prefix=f"items[{index}]")
-            reason = "; ".join(f"{d.field}: {d.message}" for d in details)
-        except OversizeError as exc:
-            reason = f"items[{index}].{exc.field}: {exc}"
+        except (RolloutConflictError, StepRefusedError) as exc:
+            return _invalid(index, request.rollout.id, f"items[{index}].{exc.field}: {exc}")
         except OverloadedError as exc:
             return ScoreResponse(score=None, rubric_version=None, status="unscored",
-                                 rollout_id=str(rollout_id) if rollout_id is not None else None,
-                                 reason=f"overloaded: {exc}")
-        log.warning("batch item %s invalid: %s", index, reason)
-        return _invalid(rollout_id, reason)
+                                 rollout_id=request.rollout.id, reason=f"overloaded: {exc}")
 
-    results = await asyncio.gather(*(one(i, raw) for i, raw in enumerate(body.items)))
-    return BatchScoreResponse(results=list(results))
+    pending = [one(i, item) for i, item in enumerate(checked) if isinstance(item, ScoreRequest)]
+    scored = iter(await asyncio.gather(*pending))
+    return [next(scored) if isinstance(item, ScoreRequest) else item for item in checked]
 
 
-def _invalid(rollout_id: object, reason: str) -> ScoreResponse:
+def _raw_id(raw: object) -> str | None:
+    """The rollout id of an item that may not validate, if it can be shown as one."""
+    rollout = raw.get("rollout") if isinstance(raw, dict) else None
+    rollout_id = rollout.get("id") if isinstance(rollout, dict) else None
+    if not isinstance(rollout_id, str | int) or isinstance(rollout_id, bool):
+        return None
+    text = str(rollout_id)
+    try:
+        return valid_text(text) if len(text) <= 512 else None
+    except ValueError:
+        return None
+
+
+def _invalid(index: int, rollout_id: str | None, reason: str) -> ScoreResponse:
+    log.warning("batch item %s invalid: %s", index, loggable(reason, limit=1000))
     return ScoreResponse(
         score=None,
         rubric_version=None,
         status="invalid",
-        rollout_id=str(rollout_id) if rollout_id is not None else None,
+        rollout_id=rollout_id,
         reason=reason,
     )

@@ -4,19 +4,24 @@ logged rollouts and per-rollout analyses (read-only)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any, Literal
+import logging
+from collections.abc import Coroutine
+from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Body, HTTPException, Path, Query
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Body, HTTPException, Path, Query, Request
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from amaris.memory.rollout_log import step_records
 from amaris.models import ErrorDetail, ErrorResponse
 from amaris.service import Services
+from amaris.steps import UnknownStepError
 from api.deps import ServicesDep
-from api.errors import AUTH_ERRORS, INPUT_ERRORS, error_response
+from api.errors import AUTH_ERRORS, INPUT_ERRORS, STEP_ERRORS, error_response
 
 router = APIRouter(tags=["steps"])
+log = logging.getLogger("amaris.api")
+T = TypeVar("T")
 
 _LOOKUP_ERRORS: dict[int | str, dict[str, Any]] = {
     **AUTH_ERRORS,
@@ -60,17 +65,32 @@ class WaitResponse(BaseModel):
     )
 
 
-@router.post("/complete", response_model=CompleteResponse, responses=INPUT_ERRORS)
+@router.post("/complete", response_model=CompleteResponse,
+             responses={**INPUT_ERRORS, **STEP_ERRORS})
 async def complete(
     services: ServicesDep, body: Annotated[CompleteRequest | None, Body()] = None
 ) -> CompleteResponse:
-    """Mark the step's rollouts complete and start its pipeline (manual mode only)."""
+    """Mark the step's rollouts complete and start its pipeline (manual mode only).
+
+    Without a body: every open step. A ``step`` amaris does not know (no rollout logged,
+    never completed) is completed only if it is the next step, the one after the newest
+    step amaris knows (0 when none): else 409, nothing changes. Over ``pipeline.max_step``:
+    422.
+    """
     status = await services.coordinator.complete(body.step if body else None)
     return CompleteResponse.model_validate({"status": status})
 
 
-@router.get("/rubric_status/wait", response_model=WaitResponse, responses=INPUT_ERRORS)
+_WAIT_ERRORS: dict[int | str, dict[str, Any]] = {
+    **INPUT_ERRORS,
+    404: {"model": ErrorResponse, "description": "`step` is unknown: no rollout was logged "
+          "for it and it was never completed."},
+}
+
+
+@router.get("/rubric_status/wait", response_model=WaitResponse, responses=_WAIT_ERRORS)
 async def rubric_status_wait(
+    request: Request,
     services: ServicesDep,
     step: Annotated[
         int | None, Query(ge=0, description="Default: the latest started step.")
@@ -81,13 +101,49 @@ async def rubric_status_wait(
             gt=0,
             le=86400,
             description=(
-                "Seconds to wait at most; then answers status `pending`. Default: until done."
+                "Seconds to wait at most, capped by `server.max_wait_seconds`; then answers "
+                "status `pending` (ask again). Default: the cap."
             ),
         ),
     ] = None,
-) -> WaitResponse:
-    """Block until the step's pipeline has finished (every scope of the step)."""
-    return WaitResponse.model_validate(await services.coordinator.wait(step, timeout))
+) -> WaitResponse | Response:
+    """Block until the step's pipeline has finished (every scope of the step).
+
+    Answers at once for a step that is done or failed, 404 for an unknown ``step``;
+    stops waiting when the client disconnects or the server is stopping (``pending``).
+    """
+    cap = services.settings.server.max_wait_seconds
+    wait = services.coordinator.wait(step, cap if timeout is None else min(timeout, cap))
+    try:
+        outcome = await _unless_disconnected(request, wait)
+    except UnknownStepError as exc:
+        log.warning("404 GET /rubric_status/wait: step: %s", exc)
+        return error_response(404, "not_found", [ErrorDetail(field="step", message=str(exc))])
+    if outcome is None:
+        # Nobody reads this answer; 499 (nginx's "client closed request") labels the
+        # request in the metrics.
+        return Response(status_code=499)
+    return WaitResponse.model_validate(outcome)
+
+
+async def _until_disconnected(request: Request) -> None:
+    """Returns once the server reports that the client has gone."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_disconnected(request: Request, work: Coroutine[Any, Any, T]) -> T | None:
+    """``work``'s result, or None when the client disconnects first (``work`` is then
+    cancelled: a long poll must not outlive its client)."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (task, gone):
+            pending.cancel()
+        await asyncio.gather(task, gone, return_exceptions=True)
+    return None if task.cancelled() else task.result()
 
 
 class StepStatusPublic(BaseModel):

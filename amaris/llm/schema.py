@@ -1,0 +1,80 @@
+"""JSON schemas for structured outputs, in the subset every strict decoder accepts.
+
+OpenAI's strict mode (and vLLM, SGLang, Ollama, llama.cpp grammars) accept only part of
+JSON Schema: every object lists all its properties as required and forbids others, and
+keywords such as ``default``, ``title``, ``minLength`` or ``$ref`` are refused by some of
+them. :func:`strict_schema` turns a pydantic model's schema into that subset: references
+inlined, every object closed and fully required, only the keywords below kept.
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+
+_KEPT = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+    }
+)
+"""Keywords kept: those OpenAI strict mode documents, and vLLM's and llama.cpp's grammars
+understand. Everything else (titles, descriptions, defaults, string lengths, formats) is
+dropped: the model's own validation still checks it after parsing."""
+
+
+@cache
+def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The strict-mode JSON schema of ``model``'s output (validation mode).
+
+    Cached per model; callers that change it must copy it first (:func:`copy.deepcopy`).
+    """
+    schema = model.model_json_schema(mode="validation")
+    definitions: dict[str, Any] = schema.get("$defs", {})
+    strict: dict[str, Any] = _strict(schema, definitions, ())
+    return strict
+
+
+def _strict(node: Any, definitions: dict[str, Any], seen: tuple[str, ...]) -> Any:
+    if isinstance(node, list):
+        return [_strict(item, definitions, seen) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        name = ref.rsplit("/", 1)[-1]
+        if name in seen:
+            raise ValueError(f"recursive schema {name!r} cannot be inlined")
+        return _strict(definitions[name], definitions, (*seen, name))
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key not in _KEPT:
+            continue
+        if key == "properties":
+            out[key] = {name: _strict(sub, definitions, seen) for name, sub in value.items()}
+        elif key in ("items", "anyOf"):
+            out[key] = _strict(value, definitions, seen)
+        else:
+            out[key] = copy.deepcopy(value)
+    if "properties" in out or out.get("type") == "object":
+        out["type"] = "object"
+        out.setdefault("properties", {})
+        out["required"] = list(out["properties"])
+        out["additionalProperties"] = False
+    return out

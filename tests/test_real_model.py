@@ -1,0 +1,243 @@
+"""The real-model tier: amaris against SmolLM2-135M-Instruct behind ``tests/real_llm.py``.
+
+A 135M model's verdicts are noise: these tests assert parsing, types, flow and accounting,
+never verdict quality. Every test here shares the session's one server (one model load).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from api.app import create_app
+from tests.conftest import make_settings
+from tests.real_llm import MODEL_ID, RealLLM, sample_rollouts
+
+# One xdist worker runs every test of this file (--dist loadfile in pyproject.toml): the
+# session loads the model once. Keep the tier's tests in this file.
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]
+
+ROLLOUTS = 20
+MAX_TOKENS = 192
+"""Completion cap of every agent: the verdicts take 30-80 tokens; a reply that rambles is
+cut here (judge_truncated) instead of running for minutes on CPU."""
+
+GRADE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "grade": {"type": "integer", "enum": [0, 1, 2, 3, 4]},
+        "label": {"type": "string", "enum": ["right", "wrong"]},
+    },
+    "required": ["grade", "label"],
+    "additionalProperties": False,
+}
+MESSAGES = [
+    {"role": "system", "content": "Grade the answer from 0 to 4. Reply in JSON."},
+    {"role": "user", "content": "Question: 6 * 7? Answer: 42"},
+]
+
+
+def _chat(server: RealLLM, mode: str, **body: Any) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url(mode)}/chat/completions",
+        json={"model": MODEL_ID, "messages": MESSAGES, **body},
+        timeout=300,
+    )
+
+
+def test_server_decodes_to_the_json_schema_and_reports_usage(real_llm: RealLLM) -> None:
+    before = real_llm.stats()["normal"]
+    response_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "grade", "strict": True, "schema": GRADE_SCHEMA},
+    }
+    answer = _chat(real_llm, "normal", response_format=response_format, max_tokens=40)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    parsed = json.loads(choice["message"]["content"])
+    assert list(parsed) == ["grade", "label"]
+    assert parsed["grade"] in range(5) and parsed["label"] in ("right", "wrong")
+    usage = body["usage"]
+    assert usage["prompt_tokens"] > 10 and usage["completion_tokens"] > 3
+
+    cut = _chat(real_llm, "normal", response_format=response_format, max_tokens=3).json()
+    assert cut["choices"][0]["finish_reason"] == "length"
+    assert cut["usage"]["completion_tokens"] == 3
+
+    after = real_llm.stats()["normal"]
+    assert after["requests"] == before["requests"] + 2
+    assert after["completion_tokens"] == (
+        before["completion_tokens"] + usage["completion_tokens"] + 3
+    )
+
+
+def test_server_modes_reason_first_or_refuse_json_schema(real_llm: RealLLM) -> None:
+    schema_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "grade", "strict": True, "schema": GRADE_SCHEMA},
+    }
+    think = _chat(real_llm, "think", response_format=schema_format, max_tokens=80).json()
+    content = think["choices"][0]["message"]["content"]
+    assert content.startswith("<think>\n") and "\n</think>\n\n" in content
+    assert json.loads(content.split("</think>", 1)[1])["grade"] in range(5)
+    assert think["usage"]["completion_tokens_details"]["reasoning_tokens"] > 0
+
+    field = _chat(real_llm, "reasoning-field", response_format=schema_format, max_tokens=80)
+    message = field.json()["choices"][0]["message"]
+    assert message["reasoning_content"] and "<think>" not in message["content"]
+    assert json.loads(message["content"])["label"] in ("right", "wrong")
+
+    cut = _chat(real_llm, "think", response_format=schema_format, max_tokens=8).json()
+    assert cut["choices"][0]["finish_reason"] == "length"
+    assert "</think>" not in cut["choices"][0]["message"]["content"]
+
+    refused = _chat(real_llm, "no-json-schema", response_format=schema_format, max_tokens=40)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "response_format"
+    json_object = _chat(
+        real_llm, "no-json-schema", response_format={"type": "json_object"}, max_tokens=40
+    )
+    assert json_object.status_code == 200
+
+
+# -- amaris against the real model -------------------------------------------------------------
+
+
+def real_settings(tmp_path: Path, server: RealLLM, mode: str = "normal", **overrides: Any) -> Any:
+    """The default configuration pointed at the real model (``mode``'s endpoint), with a
+    bounded completion (CPU time) and a timeout sized for one-request-at-a-time decoding."""
+    return make_settings(
+        tmp_path,
+        **{
+            "client.default.base_url": server.base_url(mode),
+            "client.default.api_key": "EMPTY",
+            "agents.default.model": MODEL_ID,
+            "agents.default.max_tokens": MAX_TOKENS,
+            "agents.default.timeout": 300.0,
+            **overrides,
+        },
+    )
+
+
+def score_all(client: TestClient, rollouts: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """``/score`` each rollout in turn (the server decodes one request at a time)."""
+    results = []
+    for rollout in rollouts:
+        response = client.post("/score", json={"rollout": rollout, "include_breakdown": True})
+        assert response.status_code == 200, response.text
+        results.append(response.json())
+    return results
+
+
+def assert_well_formed(results: list[dict[str, Any]], rubric_ids: list[str]) -> None:
+    """Scored results carry a reward in [0, 1] and one integer verdict per criterion."""
+    for result in results:
+        if result["status"] == "scored":
+            assert 0.0 <= result["score"] <= 1.0
+            assert [c["id"] for c in result["breakdown"]] == rubric_ids
+            assert all(c["verdict"] in range(5) for c in result["breakdown"])
+        else:
+            assert result["score"] is None and result["reason"]
+
+
+def scored_share(results: list[dict[str, Any]]) -> float:
+    return sum(r["status"] == "scored" for r in results) / len(results)
+
+
+def test_score_with_the_default_config_scores_95_percent(tmp_path: Path, real_llm: RealLLM) -> None:
+    rollouts = sample_rollouts(ROLLOUTS, seed=1)
+    with TestClient(
+        create_app(real_settings(tmp_path, real_llm), qdrant_location=":memory:")
+    ) as client:
+        results = score_all(client, rollouts)
+        health = client.get("/healthz").json()
+    assert_well_formed(results, ["A1"])
+    assert scored_share(results) >= 0.95, [r["reason"] for r in results]
+    assert health["structured_output"]["scorer"]["mode"] == "json_schema"
+    assert health["counters"]["scored"] == sum(r["status"] == "scored" for r in results)
+
+
+def test_score_with_a_reasoning_model_scores_95_percent(tmp_path: Path, real_llm: RealLLM) -> None:
+    rollouts = sample_rollouts(ROLLOUTS, seed=2)
+    before = real_llm.stats()["think"]
+    with TestClient(
+        create_app(real_settings(tmp_path, real_llm, "think"), qdrant_location=":memory:")
+    ) as client:
+        results = score_all(client, rollouts)
+        metrics = client.get("/metrics").text
+    assert_well_formed(results, ["A1"])
+    assert scored_share(results) >= 0.95, [r["reason"] for r in results]
+    reasoning = real_llm.stats()["think"]["reasoning_tokens"] - before["reasoning_tokens"]
+    assert reasoning > 0
+    assert metric(metrics, "amaris_llm_tokens_total", kind="reasoning") == reasoning
+
+
+def test_a_server_refusing_json_schema_gets_the_fallback_and_no_5xx(
+    tmp_path: Path, real_llm: RealLLM
+) -> None:
+    before = real_llm.stats()["no-json-schema"]
+    with TestClient(
+        create_app(real_settings(tmp_path, real_llm, "no-json-schema"), qdrant_location=":memory:")
+    ) as client:
+        results = score_all(client, sample_rollouts(2, seed=3))
+        health = client.get("/healthz").json()
+    after = real_llm.stats()["no-json-schema"]
+    assert_well_formed(results, ["A1"])
+    assert after["rejected"] - before["rejected"] == 1  # refused once, then remembered
+    for agent in ("scorer", "analyzer", "updater"):
+        mode = health["structured_output"][agent]
+        assert mode["mode"] == "json_object"
+        assert "json_schema refused with 400" in mode["reason"]
+        assert "response_format" in mode["reason"]
+
+
+def test_token_counters_match_the_servers_usage(tmp_path: Path, real_llm: RealLLM) -> None:
+    before = real_llm.stats()["reasoning-field"]
+    with TestClient(
+        create_app(real_settings(tmp_path, real_llm, "reasoning-field"), qdrant_location=":memory:")
+    ) as client:
+        results = score_all(client, sample_rollouts(3, seed=4))
+        metrics = client.get("/metrics").text
+    after = real_llm.stats()["reasoning-field"]
+    assert_well_formed(results, ["A1"])
+    for kind in ("prompt", "completion", "reasoning"):
+        served = after[f"{kind}_tokens"] - before[f"{kind}_tokens"]
+        assert served > 0
+        assert metric(metrics, "amaris_llm_tokens_total", kind=kind) == served
+    calls = after["requests"] - before["requests"]
+    assert metric(metrics, "amaris_llm_calls_total") == calls
+
+
+def test_cut_replies_and_context_overflow_are_typed_unscored_results(
+    tmp_path: Path, real_llm: RealLLM
+) -> None:
+    settings = real_settings(tmp_path, real_llm, "think", **{"agents.scorer.max_tokens": 8})
+    long_rollout = {**sample_rollouts(1, seed=5)[0], "output": "The answer is 7. " * 3000}
+    with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
+        cut, overflow = score_all(client, [sample_rollouts(1, seed=6)[0], long_rollout])
+        counters = client.get("/healthz").json()["counters"]
+    assert cut["status"] == "unscored" and cut["score"] is None
+    assert cut["reason"].startswith("judge_truncated: ")
+    assert overflow["status"] == "unscored" and overflow["score"] is None
+    assert overflow["reason"].startswith("judge_context_overflow: ")
+    assert counters["unscored.judge_truncated"] == counters["unscored.judge_context_overflow"] == 1
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples with ``labels`` on the scoring path."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name != name or sample.labels.get("path") != "score":
+                continue
+            if all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
