@@ -136,7 +136,7 @@ def install(app: FastAPI) -> None:
         now = time.monotonic()
         if now - refused["logged_at"] >= 10:
             log.warning("429 %s %s: %s (%d refused since the last report)", request.method,
-                        request.url.path, exc, refused["count"])
+                        loggable(request.url.path), exc, refused["count"])
             refused.update(count=0, logged_at=now)
         return error_response(429, "overloaded", [ErrorDetail(
             field="scoring.max_pending", message=f"{exc}; retry later")],
@@ -145,7 +145,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StepRefusedError)
     async def _step_refused(request: Request, exc: StepRefusedError) -> JSONResponse:
         log.warning("%s %s %s: %s: %s", _STEP_REFUSALS[exc.reason][0], request.method,
-                    request.url.path, exc.field, exc)
+                    loggable(request.url.path), exc.field, exc)
         return step_refused(exc)
 
     @app.exception_handler(OversizeError)
@@ -163,7 +163,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        log.warning("%s %s %s: %s", exc.status_code, request.method, request.url.path, exc.detail)
+        log.warning("%s %s %s: %s", exc.status_code, request.method, loggable(request.url.path),
+                    exc.detail)
         names = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
                  408: "request_timeout", 413: "payload_too_large"}
         field = ("Authorization" if exc.status_code == 401
@@ -179,7 +180,8 @@ def install(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # Starlette's ServerErrorMiddleware calls this for any unhandled exception (and then
         # re-raises it, so it is still logged with its traceback by the server).
-        log.error("500 %s %s: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        log.error("500 %s %s: %s: %s", request.method, loggable(request.url.path),
+                  type(exc).__name__, exc)
         return error_response(
             500, "internal_error", [ErrorDetail(field="server", message="internal server error")]
         )

@@ -12,6 +12,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from amaris.context import request_id_var
+from amaris.logs import loggable
 from amaris.metrics import Metrics
 from amaris.models import ErrorDetail
 from api.errors import BodyError, error_response
@@ -129,7 +130,7 @@ class RequestGuard:
 
     async def _refuse(self, scope: Scope, send: Send, status: int, error: str, field: str,
                       message: str, headers: dict[str, str] | None = None) -> None:
-        log.warning("%s %s %s: %s", status, scope["method"], scope["path"], message)
+        log.warning("%s %s %s: %s", status, scope["method"], loggable(scope["path"]), message)
         response = error_response(status, error, [ErrorDetail(field=field, message=message)],
                                   headers=headers)
         await send({"type": "http.response.start", "status": response.status_code,

@@ -223,6 +223,20 @@ def test_an_unsafe_request_id_is_replaced(tmp_path: Path, request_id: bytes) -> 
     assert re.fullmatch(r"[0-9a-f]{16}", r.headers["X-Request-ID"])
 
 
+@pytest.mark.parametrize("key", [KEY, None])
+def test_a_request_path_cannot_forge_a_log_line(
+    tmp_path: Path, key: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The path is percent-decoded before it is logged (a 401 at the edge, a 404 after
+    # routing): an encoded line break would start a line of the client's choosing.
+    forged = "/nowhere%0A2026-01-01 ERROR amaris.api forged%E2%80%A8line"
+    with caplog.at_level("WARNING"), serve(tmp_path=tmp_path, **{"server.api_key": key}) as c:
+        assert c.get(forged).status_code == (401 if key else 404)
+    lines = [r.getMessage() for r in caplog.records if "nowhere" in r.getMessage()]
+    assert lines, "the refusal is logged"
+    assert all(not any(ch in line for ch in "\n\r\u2028\x85") for line in lines), lines
+
+
 # -- bodies refused before, or while, they arrive (real uvicorn) --------------------------------
 
 
