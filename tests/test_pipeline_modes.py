@@ -147,3 +147,38 @@ def test_client_raises_when_a_step_failed(tmp_path: Path, fake_llm: FakeLLM) -> 
                 client.rubric_updated(timeout=120)
     finally:
         fake_llm.default = offline_reply
+
+
+@pytest.mark.parametrize("failure", ["timeout", "server_error"])
+@pytest.mark.parametrize("agent", ["analyzer", "updater"])
+def test_a_step_survives_one_transient_judge_failure(
+    tmp_path: Path, fake_llm: FakeLLM, failure: str, agent: str
+) -> None:
+    # A slow self-hosted judge times out now and then: the task's retry policy takes
+    # a timeout as it takes a 5xx, and the step completes instead of failing.
+    failed = {agent: False}
+
+    def fails_once(body: dict[str, Any]) -> Reply:
+        if agent_of(body) == agent and not failed[agent]:
+            failed[agent] = True
+            if failure == "timeout":  # longer than the agent's timeout (2 s in tests)
+                return Reply(content=offline_reply(body).content, delay_s=4.0)
+            return Reply(status=503)
+        return offline_reply(body)
+
+    fake_llm.default = fails_once
+    settings = llm_settings(tmp_path, fake_llm, **{
+        "pipeline.task_retries": 1, "pipeline.task_retry_delays_seconds": [0.01],
+        "memory.embedding_model": "hashing"})
+    try:
+        with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
+            score_step(client, 1, HACKED)
+            assert client.post("/complete").json() == {"status": "complete"}
+            done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120}).json()
+            assert done["status"] == "updated", done
+            calls = calls_by_agent(fake_llm)
+            # only the failed call is made again (the chunk's other analyses are kept)
+            once = 1 if agent == "updater" else calls["scorer"]
+            assert calls[agent] == once + 1, calls
+    finally:
+        fake_llm.default = offline_reply
