@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from amaris import cli_inspect
+from amaris.prefect_server import AUTH_FILE, read_auth_string, recorded_server
+from amaris.redact import redact_url
 from amaris.settings import ConfigError, Settings, load_settings
 
 
@@ -32,18 +35,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _prefect_home(settings: Settings) -> Path:
-    import os
-
     return Path(os.environ.get("PREFECT_HOME") or Path(settings.memory.path).resolve() / "prefect")
 
 
 def _use_recorded_prefect(settings: Settings) -> bool:
     """Point this process at the Prefect server a running ``amaris serve`` started, with
     its auth string."""
-    import os
-
-    from amaris.prefect_server import read_auth_string, recorded_server
-
     if os.environ.get("PREFECT_API_URL"):
         return True
     home = _prefect_home(settings)
@@ -60,7 +57,6 @@ def _use_recorded_prefect(settings: Settings) -> bool:
 
 def _repair(args: argparse.Namespace) -> int:
     import asyncio
-    import os
 
     settings = _settings(args)
     if not _use_recorded_prefect(settings):
@@ -86,11 +82,6 @@ def _repair_worker(args: argparse.Namespace) -> int:
 
 
 def _ui(args: argparse.Namespace) -> int:
-    import os
-
-    from amaris.prefect_server import AUTH_FILE, recorded_server
-    from amaris.redact import redact_url
-
     settings = _settings(args)
     api_url = os.environ.get("PREFECT_API_URL")
     home = _prefect_home(settings)

@@ -112,6 +112,8 @@ def _flush_prefect() -> None:
     server answers: at exit, with the server gone, each queue waits on failed connections."""
     if "prefect" not in sys.modules:
         return  # never imported (stopped during start-up): nothing queued
+    # Imported here, not at the top: Prefect reads its settings (PREFECT_API_URL, the auth
+    # string) from the environment once, at import, and run_server sets them first.
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
 
