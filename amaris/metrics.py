@@ -22,9 +22,9 @@ from amaris.settings import AGENTS
 
 if TYPE_CHECKING:
     from amaris.llm.gateway import LLMGateway
-    from amaris.rubric_store import RubricStore
-    from amaris.scoring import Scorer
-    from amaris.steps import StepCoordinator
+    from amaris.rubric.store import RubricStore
+    from amaris.scoring.scorer import Scorer
+    from amaris.steps.coordinator import StepCoordinator
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text format served by ``GET /metrics``."""

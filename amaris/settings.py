@@ -7,6 +7,7 @@ stops start-up with a message naming it (see :func:`load_settings`).
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any, Literal
 
@@ -231,7 +232,6 @@ class ServerSettings(_Section):
     @property
     def replica(self) -> str:
         """``replica_id``, or ``<hostname>:<port>``."""
-        import socket
 
         return self.replica_id or f"{socket.gethostname()}:{self.port}"
 

@@ -75,10 +75,10 @@ from _common import (
     write_doc,
 )
 
+from amaris.agents.prompts import data_message, load_prompts
 from amaris.llm.output_mode import response_format
 from amaris.llm.providers import chat_body
-from amaris.prompts import data_message, load_prompts
-from amaris.scoring import JudgeVerdicts, verdicts_schema
+from amaris.scoring.scorer import JudgeVerdicts, verdicts_schema
 from amaris.settings import Settings, load_settings
 
 MARK_START, MARK_END = markers("score_throughput")
@@ -116,7 +116,7 @@ def rollout_fields(n: int) -> dict[str, str]:
 
 
 def scorer_request_body(settings: Settings, prompt: str, fields: dict[str, str]) -> dict[str, Any]:
-    """The chat-completion body amaris's scorer sends for ``fields`` (see amaris.scoring).
+    """The chat-completion body amaris's scorer sends for ``fields`` (see amaris.scoring.scorer).
 
     Mirrors ``Scorer._judge`` (messages, schema) and ``OpenAIProvider.complete`` (options).
     """

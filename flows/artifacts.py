@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amaris.rubric import RubricVersion
+from amaris.rubric.model import RubricVersion
 
 
 def rubric_diff_markdown(before: RubricVersion, after: RubricVersion,

@@ -11,8 +11,8 @@ from prefect import flow
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.utilities.annotations import quote
 
-from amaris.pipeline.context import get_context
-from amaris.rubric import RubricVersion
+from amaris.rubric.model import RubricVersion
+from amaris.steps.context import get_context
 from flows.artifacts import hacking_table, rubric_diff_markdown, summary_markdown
 from tasks._common import criteria_payload
 from tasks.analyze import analysis_key, analyze_chunk, forget_analyses

@@ -8,10 +8,10 @@ from typing import Any, TypeVar
 from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
-from amaris.pipeline.context import get_context
-from amaris.pipeline.retry import digest
-from amaris.prompts import data_message
-from amaris.rubric import RubricVersion
+from amaris.agents.prompts import data_message
+from amaris.rubric.model import RubricVersion
+from amaris.steps.context import get_context
+from amaris.steps.retry import digest
 
 T = TypeVar("T", bound=BaseModel)
 

@@ -24,8 +24,8 @@ from prefect import task
 
 from amaris.agents.schemas import IndividualAnalysis
 from amaris.llm.gateway import LLMTransientError
-from amaris.pipeline.context import get_context
-from amaris.pipeline.retry import digest, retry_on_transient
+from amaris.steps.context import get_context
+from amaris.steps.retry import digest, retry_on_transient
 from tasks._common import ask, cache_key
 
 log = logging.getLogger("amaris.pipeline")

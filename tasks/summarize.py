@@ -8,7 +8,7 @@ from typing import Any
 from prefect import task
 
 from amaris.agents.schemas import BatchSummary
-from amaris.pipeline.retry import retry_on_transient
+from amaris.steps.retry import retry_on_transient
 from tasks._common import ask, cache_key
 
 log = logging.getLogger("amaris.pipeline")

@@ -7,8 +7,8 @@ from typing import Any
 from prefect import task
 
 from amaris.agents.schemas import RubricUpdateProposal
-from amaris.pipeline.context import get_context
-from amaris.pipeline.retry import retry_on_transient
+from amaris.steps.context import get_context
+from amaris.steps.retry import retry_on_transient
 from tasks._common import ask, cache_key
 
 

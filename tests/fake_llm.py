@@ -1,6 +1,6 @@
 """A fake OpenAI-compatible server on 127.0.0.1 with scripted replies and fault injection.
 
-It is the real ``amaris.offline.server`` app (real uvicorn, real HTTP) around a
+It is the real ``amaris.sim.judge_server`` app (real uvicorn, real HTTP) around a
 scripted responder, so the gateway is exercised through the ``openai`` SDK exactly
 as in production. Every request body is recorded for assertions on prompts.
 """
@@ -18,9 +18,9 @@ from typing import Any
 
 import uvicorn
 
+from amaris.app.prefect_server import free_port
 from amaris.offline.judge import respond
-from amaris.offline.server import Reply, create_llm_app
-from amaris.prefect_server import free_port
+from amaris.sim.judge_server import Reply, create_llm_app
 
 Script = Reply | Callable[[dict[str, Any]], Reply]
 

@@ -17,10 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 from qdrant_client import QdrantClient
 
+from amaris.agents.prompts import DATA_END, DATA_START, data_message, parse_data_message
+from amaris.app.wiring import create_app
 from amaris.memory.rollout_log import RolloutLog, step_records
-from amaris.prompts import DATA_END, DATA_START, data_message, parse_data_message
 from amaris.sim.records import read_recorded
-from api.app import create_app
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 

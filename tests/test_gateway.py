@@ -29,8 +29,8 @@ from amaris.llm.gateway import (
     parse_json_object,
 )
 from amaris.llm.providers import OfflineProvider, OpenAIProvider
-from amaris.offline.server import Reply
 from amaris.settings import AGENTS
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 
@@ -54,7 +54,7 @@ MESSAGES: list[dict[str, str]] = [
 async def open_gateway(
     tmp_path: Path, fake: FakeLLM, **overrides: Any
 ) -> AsyncIterator[LLMGateway]:
-    """A gateway wired like ``amaris.service`` against ``fake``; closed (log flushed) on exit."""
+    """A gateway wired like ``amaris.app.wiring`` against ``fake``; closed (log flushed) on exit."""
     settings = llm_settings(tmp_path, fake, **overrides)
     gateway = LLMGateway(settings, build_providers(settings), CallLog(tmp_path / "logs"))
     try:

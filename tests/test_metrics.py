@@ -9,10 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from amaris.app.wiring import create_app
 from amaris.metrics import CONTENT_TYPE
 from amaris.offline.judge import respond
-from amaris.offline.server import Reply
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 from tests.pipeline_helpers import rollout, score_step

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from amaris.app.wiring import create_app
 from amaris.llm.gateway import LLMContextOverflowError, LLMTruncatedError
 from amaris.llm.providers import parse_completion
 from amaris.llm.reasoning import split_reasoning
-from amaris.offline.server import Reply
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
 from tests.test_gateway import EXPECTED, GOOD, MESSAGES, Verdict, call_log, open_gateway

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from amaris.cli import main
+from amaris.cli.main import main
 from tests.fake_llm import free_port
 from tests.procs import amaris_process
 

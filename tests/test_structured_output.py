@@ -14,12 +14,12 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from amaris.agents import BatchSummary, IndividualAnalysis, QueryPlan, RubricUpdateProposal
+from amaris.app.wiring import create_app
 from amaris.llm.gateway import LLMUnavailableError
 from amaris.llm.schema import strict_schema
-from amaris.offline.server import Reply
-from amaris.scoring import JudgeVerdicts, verdicts_schema
+from amaris.scoring.scorer import JudgeVerdicts, verdicts_schema
 from amaris.settings import AGENTS
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 from tests.test_gateway import EXPECTED, GOOD, MESSAGES, Verdict, call_log, open_gateway

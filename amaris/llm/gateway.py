@@ -37,10 +37,10 @@ from amaris.llm.output_mode import (
     refuses_format,
     response_format,
 )
-from amaris.llm.providers import ChatProvider, Completion
+from amaris.llm.providers import ChatProvider, Completion, OfflineProvider, OpenAIProvider
 from amaris.llm.reasoning import split_reasoning
 from amaris.llm.schema import strict_schema
-from amaris.settings import ResolvedAgentOptions, Settings
+from amaris.settings import AGENTS, ResolvedAgentOptions, Settings
 
 T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger("amaris.llm")
@@ -391,9 +391,6 @@ def _short(exc: BaseException | None, limit: int = 300) -> str:
 
 def build_providers(settings: Settings) -> dict[str, ChatProvider]:
     """One provider per agent; agents with no API key and no base_url get the offline judge."""
-    from amaris.llm.providers import OfflineProvider, OpenAIProvider
-    from amaris.settings import AGENTS
-
     offline = OfflineProvider()
     by_endpoint: dict[tuple[str | None, str | None], ChatProvider] = {}
     providers: dict[str, ChatProvider] = {}

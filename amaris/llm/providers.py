@@ -10,6 +10,7 @@ import httpx2
 import openai
 
 from amaris.llm.transport import ConnectionPool, JsonEndpoint, lean_transport_applies
+from amaris.offline.judge import respond
 from amaris.redact import redact_url
 from amaris.settings import ResolvedAgentOptions
 
@@ -148,8 +149,6 @@ class OfflineProvider:
         self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
         response_format: dict[str, Any] | None = None,
     ) -> Completion:
-        from amaris.offline.judge import respond
-
         content = respond(messages)
         return Completion(content=content, prompt_tokens=0, completion_tokens=0)
 

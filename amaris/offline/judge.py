@@ -1,6 +1,6 @@
 """The offline judge: answers amaris agent prompts with deterministic rules, no LLM.
 
-It reads the agent's data block (see :mod:`amaris.prompts`), dispatches on its
+It reads the agent's data block (see :mod:`amaris.agents.prompts`), dispatches on its
 ``agent`` field and returns the JSON the agent's schema asks for.
 """
 
@@ -10,9 +10,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from amaris.agents.prompts import parse_data_message
 from amaris.offline.agents import HANDLERS
 from amaris.offline.rules import judge_criteria
-from amaris.prompts import parse_data_message
 
 
 class OfflineJudgeError(ValueError):

@@ -1,7 +1,7 @@
 """The ASGI app of the Prefect server ``amaris serve`` starts: Prefect's own, Host-checked.
 
 uvicorn runs :func:`create_app` as a factory in the server's child process
-(:class:`amaris.prefect_server.PrefectServer`). Prefect checks credentials
+(:class:`amaris.app.prefect_server.PrefectServer`). Prefect checks credentials
 (``PREFECT_SERVER_API_AUTH_STRING``) and CORS origins itself; it has no setting for
 the ``Host`` header, which is what stops DNS rebinding: a web page on a domain of its
 own that resolves to 127.0.0.1 reaches the port as a same-origin page, but its

@@ -17,7 +17,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from amaris.cli_inspect import CommandError, api_get, server_url
+from amaris.cli.inspect import CommandError, api_get, server_url
 from amaris.redact import redact_url
 from amaris.settings import Settings
 from amaris.sim.driver import RunResult, StepResult, run
@@ -55,7 +55,7 @@ def api_records(settings: Settings, url: str | None) -> list[dict[str, Any]]:
 
 def export(settings: Settings, args: argparse.Namespace) -> int:
     """Write the rollout log as JSONL (one record a line, by step then arrival)."""
-    from amaris.qdrant import StoreLockedError, open_qdrant
+    from amaris.memory.qdrant import StoreLockedError, open_qdrant
 
     try:
         client = open_qdrant(settings.memory)

@@ -17,8 +17,8 @@ from typing import Any
 
 from qdrant_client import QdrantClient, models
 
-from amaris.qdrant import ensure_collection
-from amaris.rubric import (
+from amaris.memory.qdrant import ensure_collection
+from amaris.rubric.model import (
     Criterion,
     Origin,
     RubricVersion,

@@ -8,7 +8,7 @@ It is a child process that dies with amaris, even on ``kill -9`` (Linux
 It requires credentials: a random auth string kept in ``<Prefect home>/auth-string``
 (mode 0600), which Prefect checks on every API call (``PREFECT_SERVER_API_AUTH_STRING``)
 and its clients send (``PREFECT_API_AUTH_STRING``). It allows its own UI's origin only
-(CORS) and answers only to a loopback ``Host`` (:mod:`amaris.prefect_app`).
+(CORS) and answers only to a loopback ``Host`` (:mod:`amaris.app.prefect_app`).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class PrefectServer:
         log_file = (self.home / "server.log").open("ab")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--factory",
-             "amaris.prefect_app:create_app", "--host", "127.0.0.1",
+             "amaris.app.prefect_app:create_app", "--host", "127.0.0.1",
              "--port", str(self.port), "--log-level", "warning", "--lifespan", "on"],
             env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,

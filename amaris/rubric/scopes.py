@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from amaris.rubric import RubricVersion, adaptive_from_config, anchors_from_config
-from amaris.rubric_store import RubricStore, RubricStoreError
+from amaris.rubric.model import RubricVersion, adaptive_from_config, anchors_from_config
+from amaris.rubric.store import RubricStore, RubricStoreError
 from amaris.settings import RubricItem, Settings
 
 GLOBAL = "global"

@@ -1,7 +1,7 @@
 """``amaris rubrics show|history|diff`` and ``amaris memory inspect|search``.
 
 Each command opens the store itself when it can. While a server holds the embedded
-Qdrant folder (:class:`~amaris.qdrant.StoreLockedError`) it asks that server's HTTP API
+Qdrant folder (:class:`~amaris.memory.qdrant.StoreLockedError`) it asks that server's HTTP API
 instead, with the bearer key from the configuration. The local path builds the very
 models the API answers with, so the output (``--json`` or not) is the same either way.
 """
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from qdrant_client import QdrantClient
 
     from amaris.memory.store import MemoryStore
-    from amaris.rubric_store import RubricStore
+    from amaris.rubric.store import RubricStore
 
 WIDTH = 100
 """Widest line of the human-readable output."""
@@ -76,7 +76,7 @@ def api_get(settings: Settings, url: str | None, path: str,
 def read_store(settings: Settings, url: str | None, local: Callable[[QdrantClient], Any],
                path: str, params: Mapping[str, Any] | None = None) -> Any:
     """``local(client)`` on the store opened here, or ``GET path`` while a server holds it."""
-    from amaris.qdrant import StoreLockedError, open_qdrant
+    from amaris.memory.qdrant import StoreLockedError, open_qdrant
 
     try:
         client = open_qdrant(settings.memory)
@@ -89,7 +89,7 @@ def read_store(settings: Settings, url: str | None, local: Callable[[QdrantClien
 
 
 def _rubric_store(client: QdrantClient, settings: Settings) -> RubricStore:
-    from amaris.rubric_store import RubricStore
+    from amaris.rubric.store import RubricStore
 
     return RubricStore(client, settings.memory.collection, settings.memory.rubrics_export_path)
 
@@ -135,7 +135,7 @@ def rubrics_history(settings: Settings, args: argparse.Namespace) -> int:
 
 def rubrics_diff(settings: Settings, args: argparse.Namespace) -> int:
     """What changed from version ``a`` to ``b``."""
-    from amaris.rubric_diff import diff_rubrics
+    from amaris.rubric.diff import diff_rubrics
 
     def local(client: QdrantClient) -> Any:
         store = _rubric_store(client, settings)

@@ -16,6 +16,9 @@ from typing import Any
 
 import uvicorn
 
+from amaris.app.prefect_env import configure_prefect
+from amaris.app.prefect_server import PrefectServer, die_with_parent, free_port
+from amaris.logs import configure_logging
 from amaris.redact import redact_url
 from amaris.settings import Settings
 
@@ -23,7 +26,6 @@ log = logging.getLogger("amaris")
 
 PREFECT_FLUSH_TIMEOUT_S = 1.5
 """How long Prefect's log and event queues have to reach its server on shutdown."""
-
 
 def _port_free(port: int) -> bool:
     with socket.socket() as sock:
@@ -33,7 +35,6 @@ def _port_free(port: int) -> bool:
             return False
     return True
 
-
 def run_server(settings: Settings) -> int:
     """Serve until SIGINT/SIGTERM; then finish in-flight requests (30 s at most), leave
     running steps resumable and stop the Prefect server child.
@@ -41,12 +42,6 @@ def run_server(settings: Settings) -> int:
     A signal during start-up (the Prefect server booting, storage opening) stops it there:
     the children started so far are stopped and the exit code is 0 (:class:`_Signals`).
     """
-    from amaris.logs import configure_logging
-    from amaris.prefect_env import configure_prefect
-    from amaris.prefect_server import PrefectServer, free_port
-    from amaris.service import build_services
-    from api.app import create_app
-
     signals = _Signals()
     signals.install()
     server: PrefectServer | None = None
@@ -69,6 +64,11 @@ def run_server(settings: Settings) -> int:
                         redact_url(os.environ["PREFECT_API_URL"]))
         worker = signals.worker = RepairWorker(settings, server)
         worker.start_when_ready()
+        # Imported here, not at the top: Prefect (which the wiring imports) reads its
+        # settings (PREFECT_API_URL, the auth string, PREFECT_HOME) from the environment
+        # once, at import; they are set above, once the Prefect server has a port.
+        from amaris.app.wiring import build_services, create_app
+
         services = build_services(
             settings, warm_prefect=True, prefect_ready=server.wait_ready if server else None
         )
@@ -92,7 +92,6 @@ def run_server(settings: Settings) -> int:
         _stop_children(worker, server)
     return 0
 
-
 def _stop_children(worker: RepairWorker | None, server: Any) -> None:
     """Stop the repair worker and the Prefect server side by side. Stopping the server
     also ends the threads still waiting for it to answer."""
@@ -105,7 +104,6 @@ def _stop_children(worker: RepairWorker | None, server: Any) -> None:
     if stopper is not None:
         stopper.join()
     log.info("stopped")
-
 
 def _flush_prefect() -> None:
     """Send the logs and events Prefect still queues (of step runs just cancelled) while its
@@ -120,7 +118,6 @@ def _flush_prefect() -> None:
     deadline = time.monotonic() + PREFECT_FLUSH_TIMEOUT_S
     for service in (APILogWorker, EventsWorker):
         service.drain_all(timeout=max(0.0, deadline - time.monotonic()))
-
 
 class _Signals:
     """What SIGTERM and SIGINT do in ``amaris serve``.
@@ -171,7 +168,6 @@ class _Signals:
         sys.stderr.flush()
         os._exit(0)
 
-
 class WaitEndingServer(uvicorn.Server):
     """uvicorn that calls ``end_waits`` as its shutdown starts, before draining requests."""
 
@@ -182,7 +178,6 @@ class WaitEndingServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._end_waits()
         await super().shutdown(sockets)
-
 
 class RepairWorker:
     """The child process serving the scheduled-repair deployment (``amaris repair-worker``)."""
@@ -200,7 +195,6 @@ class RepairWorker:
         threading.Thread(target=self._spawn, name="amaris-repair-worker", daemon=True).start()
 
     def _spawn(self) -> None:
-        from amaris.prefect_server import die_with_parent
 
         try:
             if self._server is not None:
@@ -220,7 +214,7 @@ class RepairWorker:
         home = Path(os.environ["PREFECT_HOME"])
         with (home / "repair-worker.log").open("ab") as out:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "amaris.cli", "repair-worker", "--interval",
+                [sys.executable, "-m", "amaris.cli.main", "repair-worker", "--interval",
                  str(self._settings.prefect.repair_interval_seconds)],
                 env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,

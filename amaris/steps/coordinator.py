@@ -23,7 +23,7 @@ from amaris.memory.batched_append import BatchedAppender
 from amaris.memory.rollout_log import RolloutLog, StepRegistry, step_records
 from amaris.settings import Settings
 
-log = logging.getLogger("amaris.steps")
+log = logging.getLogger("amaris.steps.coordinator")
 
 RunStep = Callable[[int, bool], concurrent.futures.Future[dict[str, Any]]]
 """Runs a step's flow (``True``: as a new attempt after a failure); the outcome."""

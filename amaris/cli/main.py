@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from amaris import cli_inspect
-from amaris.prefect_server import AUTH_FILE, read_auth_string, recorded_server
+from amaris.app.prefect_server import AUTH_FILE, read_auth_string, recorded_server
+from amaris.cli import inspect as cli_inspect
 from amaris.redact import redact_url
 from amaris.settings import ConfigError, Settings, load_settings
 
@@ -29,7 +29,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from amaris.serve import run_server
+    from amaris.app.serve import run_server
 
     return run_server(_settings(args))
 
@@ -103,7 +103,7 @@ def _ui(args: argparse.Namespace) -> int:
 def _offline_llm(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from amaris.offline.server import FaultProfile, create_llm_app, offline_responder
+    from amaris.sim.judge_server import FaultProfile, create_llm_app, offline_responder
 
     for name in ("error_rate", "timeout_rate", "malformed_rate"):
         value = getattr(args, name)
@@ -121,8 +121,8 @@ def _offline_llm(args: argparse.Namespace) -> int:
 
 
 def _rubrics_init(args: argparse.Namespace) -> int:
-    from amaris.qdrant import StoreLockedError, open_qdrant
-    from amaris.rubric_store import RubricStore
+    from amaris.memory.qdrant import StoreLockedError, open_qdrant
+    from amaris.rubric.store import RubricStore
 
     settings = _settings(args)
     try:
@@ -144,7 +144,7 @@ def _rubrics_init(args: argparse.Namespace) -> int:
 def _with_settings(
     command: Callable[[Settings, argparse.Namespace], int],
 ) -> Callable[[argparse.Namespace], int]:
-    """A command of :mod:`amaris.cli_inspect`, given the settings its arguments name."""
+    """A command of :mod:`amaris.cli.inspect`, given the settings its arguments name."""
     return lambda args: command(_settings(args), args)
 
 
@@ -227,11 +227,11 @@ def _add_memory(sub: Any) -> None:
 
 
 def _sim_command(name: str) -> Callable[[argparse.Namespace], int]:
-    """A command of :mod:`amaris.sim.commands`, imported when it runs (matplotlib, httpx)."""
+    """A command of :mod:`amaris.cli.simulate`, imported when it runs (matplotlib, httpx)."""
 
     def command(args: argparse.Namespace) -> int:
+        from amaris.cli import simulate as commands
         from amaris.client import AmarisError
-        from amaris.sim import commands
         from amaris.sim.driver import DriverError
         from amaris.sim.server import ServerError
 
@@ -336,11 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
+    from amaris.agents.prompts import PromptError
     from amaris.memory.embedder import EmbedderConfigError
+    from amaris.memory.qdrant import CollectionMismatchError, StoreLockedError
     from amaris.memory.store import MemoryStoreError
-    from amaris.prompts import PromptError
-    from amaris.qdrant import CollectionMismatchError, StoreLockedError
-    from amaris.rubric_store import RubricStoreError
+    from amaris.rubric.store import RubricStoreError
 
     args = build_parser().parse_args(argv)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from amaris.models import CriterionPublic
-from amaris.rubric import Criterion, RubricVersion
+from amaris.rubric.model import Criterion, RubricVersion
 
 
 class CriterionChange(BaseModel):

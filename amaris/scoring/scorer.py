@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from amaris.aggregate import aggregate
+from amaris.agents.prompts import data_message
 from amaris.llm.gateway import (
     LLMContextOverflowError,
     LLMGateway,
@@ -24,13 +24,13 @@ from amaris.llm.gateway import (
 from amaris.llm.schema import strict_schema
 from amaris.logs import loggable
 from amaris.models import CriterionResult, ScoreRequest, ScoreResponse
-from amaris.prompts import data_message
-from amaris.rubric import RubricVersion
-from amaris.rubric_store import RubricStore
-from amaris.scale import SCALE_MAX, SCALE_MIN
+from amaris.rubric.model import RubricVersion
+from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
+from amaris.rubric.store import RubricStore
+from amaris.scoring.aggregate import aggregate
 from amaris.settings import ScoringSettings
 
-log = logging.getLogger("amaris.scoring")
+log = logging.getLogger("amaris.scoring.scorer")
 
 _FIELDS = ("input", "output", "supplemental_context")
 _JUDGED = frozenset(f"rollout.{name}" for name in _FIELDS)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from amaris.scale import SCALE_MAX, SCALE_MIN
+from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 
 
 def normalise(verdict: int) -> float:

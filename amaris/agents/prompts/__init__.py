@@ -50,7 +50,7 @@ def load_prompts(settings: PromptsSettings) -> dict[str, str]:
             except OSError as exc:
                 raise PromptError(f"prompts.{agent}: cannot read {override}: {exc}") from exc
             continue
-        builtin = resources.files("amaris.prompts").joinpath(f"{agent}.txt")
+        builtin = resources.files("amaris.agents.prompts").joinpath(f"{agent}.txt")
         if builtin.is_file():
             prompts[agent] = builtin.read_text(encoding="utf-8")
     return prompts

@@ -20,7 +20,22 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 from uuid import UUID
 
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterId,
+    FlowRunFilter,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.responses import SetStateStatus
+from prefect.client.schemas.sorting import FlowRunSort
+from prefect.flow_engine import run_flow_async
+from prefect.states import Pending
+
 from amaris.memory.rollout_log import StepRegistry
+from flows.step_pipeline import step_pipeline
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -36,9 +51,12 @@ class DeploymentExecutor:
     """Submits step runs and serves the step deployment, on the pipeline loop."""
 
     def __init__(
-        self, steps: StepRegistry, replica: str,
+        self,
+        steps: StepRegistry,
+        replica: str,
         on_done: Callable[[int], Coroutine[Any, Any, None]] | None = None,
-        poll_seconds: float = POLL_SECONDS, work_pool: str | None = None,
+        poll_seconds: float = POLL_SECONDS,
+        work_pool: str | None = None,
     ) -> None:
         """``work_pool``: the deployment's Prefect work pool; its workers, not this
         replica, run the steps, and the replica that submitted a run records its end."""
@@ -53,10 +71,10 @@ class DeploymentExecutor:
 
     async def start(self) -> None:
         """Register the deployment (idempotent) and serve it until cancelled."""
-        from flows.step_pipeline import step_pipeline
 
         deployment = await step_pipeline.ato_deployment(
-            name=DEPLOYMENT_NAME, tags=["amaris"],
+            name=DEPLOYMENT_NAME,
+            tags=["amaris"],
             description="One run per training step; served by the amaris replicas.",
         )
         self._deployment_id = await deployment.aapply(work_pool_name=self._work_pool)
@@ -73,7 +91,6 @@ class DeploymentExecutor:
         Raises:
             StepFailed: the run failed (its error is in the step registry).
         """
-        from prefect.client.orchestration import get_client
 
         await self._ready.wait()
         record = await asyncio.to_thread(self._steps.get, step) or {}
@@ -83,8 +100,11 @@ class DeploymentExecutor:
         assert self._deployment_id is not None
         async with get_client() as client:
             run = await client.create_flow_run_from_deployment(
-                self._deployment_id, parameters={"step": step}, name=f"step-{step}",
-                idempotency_key=f"step-{step}-{attempt}", tags=["amaris"],
+                self._deployment_id,
+                parameters={"step": step},
+                name=f"step-{step}",
+                idempotency_key=f"step-{step}-{attempt}",
+                tags=["amaris"],
             )
         await asyncio.to_thread(self._steps.set, step, flow_run_id=str(run.id))
         if self._work_pool is not None:
@@ -94,7 +114,6 @@ class DeploymentExecutor:
     async def _record_pool_run(self, step: int, flow_run_id: UUID) -> None:
         """A work pool's worker ran the step: record how its run ended (every replica
         that submitted it writes the same outcome)."""
-        from prefect.client.orchestration import get_client
 
         started = time.monotonic()
         while True:
@@ -108,14 +127,21 @@ class DeploymentExecutor:
             # The flow stored its outcome in the registry: its persisted result lives in the
             # worker's result storage, which this replica may not reach.
             await asyncio.to_thread(
-                self._steps.set, step, status="done", error=None,
+                self._steps.set,
+                step,
+                status="done",
+                error=None,
                 duration_s=round(time.monotonic() - started, 3),
             )
             if self._on_done is not None:
                 await self._on_done(step)
         else:
-            await asyncio.to_thread(self._steps.set, step, status="failed",
-                                    error=f"step run ended {state.type.value}: {state.message}")
+            await asyncio.to_thread(
+                self._steps.set,
+                step,
+                status="failed",
+                error=f"step run ended {state.type.value}: {state.message}",
+            )
 
     async def wait_final(self, step: int) -> dict[str, Any]:
         """The step's outcome once the registry says ``done``; raises when ``failed``."""
@@ -128,36 +154,26 @@ class DeploymentExecutor:
             await asyncio.sleep(self._poll_seconds)
 
     async def _serve(self) -> None:
-        from prefect.client.orchestration import get_client
-        from prefect.client.schemas.filters import (
-            DeploymentFilter,
-            DeploymentFilterId,
-            FlowRunFilter,
-            FlowRunFilterState,
-            FlowRunFilterStateType,
-        )
-        from prefect.client.schemas.objects import StateType
-        from prefect.client.schemas.responses import SetStateStatus
-        from prefect.client.schemas.sorting import FlowRunSort
-        from prefect.states import Pending
 
         assert self._deployment_id is not None
         deployments = DeploymentFilter(id=DeploymentFilterId(any_=[self._deployment_id]))
-        scheduled = FlowRunFilter(state=FlowRunFilterState(
-            type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])))
+        scheduled = FlowRunFilter(
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
+        )
         while True:
             try:
                 async with get_client() as client:
                     runs = await client.read_flow_runs(
-                        deployment_filter=deployments, flow_run_filter=scheduled,
-                        sort=FlowRunSort.EXPECTED_START_TIME_ASC, limit=16,
+                        deployment_filter=deployments,
+                        flow_run_filter=scheduled,
+                        sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+                        limit=16,
                     )
                     for run in runs:
                         answer: Any = await client.set_flow_run_state(run.id, Pending())
                         if answer.status != SetStateStatus.ACCEPT:
                             continue  # another replica claimed it
-                        task = asyncio.create_task(self._execute(run.id),
-                                                   name=f"step-run-{run.id}")
+                        task = asyncio.create_task(self._execute(run.id), name=f"step-run-{run.id}")
                         self._running.add(task)
                         task.add_done_callback(self._running.discard)
             except asyncio.CancelledError:
@@ -167,10 +183,6 @@ class DeploymentExecutor:
             await asyncio.sleep(self._poll_seconds)
 
     async def _execute(self, flow_run_id: UUID) -> None:
-        from prefect.client.orchestration import get_client
-        from prefect.flow_engine import run_flow_async
-
-        from flows.step_pipeline import step_pipeline
 
         async with get_client() as client:
             run = await client.read_flow_run(flow_run_id)
@@ -179,8 +191,9 @@ class DeploymentExecutor:
         started = time.monotonic()
         log.info("replica %s runs step %s (flow run %s)", self.replica, step, flow_run_id)
         try:
-            state = await run_flow_async(step_pipeline, flow_run=run,
-                                         parameters=run.parameters, return_type="state")
+            state = await run_flow_async(
+                step_pipeline, flow_run=run, parameters=run.parameters, return_type="state"
+            )
             outcome = await state.result() if state.is_completed() else None  # type: ignore[union-attr]
             if outcome is None:
                 raise StepFailed(f"step run ended {state.type.value}: {state.message}")  # type: ignore[union-attr]
@@ -192,7 +205,11 @@ class DeploymentExecutor:
             await asyncio.to_thread(self._steps.set, step, status="failed", error=str(error))
             return
         await asyncio.to_thread(
-            self._steps.set, step, status="done", error=None, scopes=outcome.get("scopes"),
+            self._steps.set,
+            step,
+            status="done",
+            error=None,
+            scopes=outcome.get("scopes"),
             duration_s=round(time.monotonic() - started, 3),
         )
         if self._on_done is not None:

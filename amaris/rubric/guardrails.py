@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from amaris.rubric import Criterion, RubricVersion
+from amaris.rubric.model import Criterion, RubricVersion
 
 
 class Modification(Protocol):

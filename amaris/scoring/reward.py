@@ -6,10 +6,10 @@ from typing import Any
 
 from amaris.context import request_id_var
 from amaris.models import ScoreRequest, ScoreResponse
-from amaris.rollout_ids import RolloutIds
-from amaris.scopes import ScopeResolver
-from amaris.scoring import Scorer
-from amaris.steps import StepCoordinator
+from amaris.rubric.scopes import ScopeResolver
+from amaris.scoring.rollout_ids import RolloutIds
+from amaris.scoring.scorer import Scorer
+from amaris.steps.coordinator import StepCoordinator
 
 
 def log_record(request: ScoreRequest, result: ScoreResponse, scope: str) -> dict[str, Any]:
