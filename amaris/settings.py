@@ -357,6 +357,17 @@ class ScoringSettings(_Section):
         return self
 
 
+class ModelPrice(_Section):
+    """``pricing.<model>``: what one model's tokens cost, in dollars per million tokens."""
+
+    prompt: float = Field(ge=0)
+    """Prompt (input) tokens."""
+    completion: float = Field(ge=0)
+    """Completion (output) tokens, reasoning tokens included."""
+    cached_prompt: float | None = Field(default=None, ge=0)
+    """Prompt tokens served from the provider's prefix cache; null = the ``prompt`` price."""
+
+
 class RubricItem(_Section):
     """One configured criterion. A negative weight marks a pitfall."""
 
@@ -393,6 +404,9 @@ class Settings(_Section):
     gateway: GatewaySettings = GatewaySettings()
     prefect: PrefectSettings = PrefectSettings()
     scoring: ScoringSettings = ScoringSettings()
+    pricing: dict[str, ModelPrice] = Field(default_factory=dict)
+    """Price per model name (as in ``agents.<agent>.model``): cost per step and per 1,000
+    rollouts in step artifacts and simulator reports; empty = no cost shown."""
     anchor_rubrics: list[RubricItem] = Field(
         default_factory=lambda: [RubricItem(text="The response gives the correct final answer.")]
     )

@@ -51,8 +51,9 @@ class FakeLLM:
         self.script.extend(replies)
 
     def reset(self) -> None:
-        """Forget the script and the recorded requests."""
+        """Forget the script, the default responder and the recorded requests."""
         self.script.clear()
+        self.default = offline_reply
         self.requests.clear()
         self.refuse_formats.clear()
         self.max_in_flight = 0

@@ -27,6 +27,9 @@ class Completion:
     """``stop``, ``length`` (cut by ``max_tokens``)..., as the server reports it."""
     reasoning_tokens: int | None = None
     """``usage.completion_tokens_details.reasoning_tokens``, when reported."""
+    cached_tokens: int | None = None
+    """``usage.prompt_tokens_details.cached_tokens`` (prompt tokens served from the
+    provider's prefix cache), when reported."""
 
 
 class ChatProvider(Protocol):
@@ -126,16 +129,24 @@ def parse_completion(raw: bytes) -> Completion:
     finish_reason = first.get("finish_reason") if isinstance(first, dict) else None
     usage = data.get("usage")
     usage = usage if isinstance(usage, dict) else {}
-    details = usage.get("completion_tokens_details")
-    reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
     return Completion(
         content=content if isinstance(content, str) else "",
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
+        prompt_tokens=_count(usage, "prompt_tokens"),
+        completion_tokens=_count(usage, "completion_tokens"),
         reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
-        reasoning_tokens=reasoning_tokens if isinstance(reasoning_tokens, int) else None,
+        reasoning_tokens=_count(usage.get("completion_tokens_details"), "reasoning_tokens"),
+        cached_tokens=_count(usage.get("prompt_tokens_details"), "cached_tokens"),
     )
+
+
+def _count(section: Any, name: str) -> int | None:
+    """A token count of a ``usage`` section; None when absent or not a count (servers send
+    ``null`` for what they do not measure)."""
+    value = section.get(name) if isinstance(section, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
 
 
 class OfflineProvider:

@@ -35,6 +35,14 @@ class Reply:
     finish_reason: str = "stop"
     reasoning_tokens: int | None = None
     """Sent as ``usage.completion_tokens_details.reasoning_tokens``."""
+    prompt_tokens: int | None = None
+    """Sent as ``usage.prompt_tokens``; None = a quarter of the prompt's characters."""
+    completion_tokens: int | None = None
+    """Sent as ``usage.completion_tokens``; None = a quarter of the answer's characters."""
+    cached_tokens: int | None = None
+    """Sent as ``usage.prompt_tokens_details.cached_tokens``."""
+    usage: bool = True
+    """False: the response has no ``usage`` (as some servers answer)."""
 
 
 Responder = Callable[[dict[str, Any]], Awaitable[Reply]]
@@ -102,25 +110,28 @@ def create_llm_app(responder: Responder) -> FastAPI:
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if reply.reasoning is not None:
             message["reasoning_content"] = reply.reasoning
+        prompt = prompt_chars // 4 if reply.prompt_tokens is None else reply.prompt_tokens
+        completion = (len(content) // 4 if reply.completion_tokens is None
+                      else reply.completion_tokens)
         usage: dict[str, Any] = {
-            "prompt_tokens": prompt_chars // 4,
-            "completion_tokens": len(content) // 4,
-            "total_tokens": prompt_chars // 4 + len(content) // 4,
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
         }
         if reply.reasoning_tokens is not None:
             usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
-        return JSONResponse(
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model", "offline-rules"),
-                "choices": [
-                    {"index": 0, "message": message, "finish_reason": reply.finish_reason}
-                ],
-                "usage": usage,
-            }
-        )
+        if reply.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+        answer: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "offline-rules"),
+            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
+        }
+        if reply.usage:
+            answer["usage"] = usage
+        return JSONResponse(answer)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -143,7 +143,8 @@ def simulate(settings: Settings, args: argparse.Namespace) -> int:
     ]
     extra = {"seed": args.seed, "steps": args.steps, "rollouts_per_step": args.rollouts_per_step,
              "learning_rate": args.learning_rate, "mixes": policy.mixes}
-    report = write_report(args.out, [result], "amaris simulate", intro, extra)
+    report = write_report(args.out, [result], "amaris simulate", intro, extra,
+                          settings.pricing)
     print(f"report: {report} (and report.html, metrics.json)", file=sys.stderr)
     return 0
 
@@ -210,6 +211,7 @@ def replay(settings: Settings, args: argparse.Namespace) -> int:
         "(a fresh data folder per mode). What the modes mean: docs/simulation.md.",
     ]
     extra = {"source": str(args.rollouts), "modes": list(args.modes)}
-    report = write_report(args.out, results, "amaris replay: memory ablation", intro, extra)
+    report = write_report(args.out, results, "amaris replay: memory ablation", intro, extra,
+                          settings.pricing)
     print(f"report: {report} (and report.html, metrics.json)", file=sys.stderr)
     return 0

@@ -4,16 +4,21 @@ Per step: mean reward overall and by behaviour (unscored rollouts left out of th
 counted apart), and how many rollouts the analyses flagged with each reward-hacking
 tag. Over the run: per behaviour and tag, the share of its analysed rollouts flagged
 with that tag. Rubric: every version with the step that produced it, the first step
-scored under it, and what changed from its parent.
+scored under it, and what changed from its parent. LLM usage: tokens, requests and time
+per step and per agent and model; with a price table, cost per step and per 1,000
+rollouts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from amaris.llm.ledger import Key, Usage
+from amaris.settings import ModelPrice
 from amaris.sim.driver import RolloutResult, RunResult
 from amaris.sim.policy import BEHAVIOURS
+from amaris.sim.usage import usage_summary
 
 
 def mean(values: Iterable[float]) -> float | None:
@@ -70,9 +75,22 @@ def rubric_changes(run: RunResult) -> list[dict[str, Any]]:
     return changes
 
 
-def run_metrics(run: RunResult) -> dict[str, Any]:
-    """Every figure of one run, as JSON-ready data (``metrics.json`` holds one per run)."""
+def usage_of_run(run: RunResult) -> dict[Key, Usage]:
+    """The run's LLM usage, by (agent, model): the sum of its steps'."""
+    table: dict[Key, Usage] = {}
+    for step in run.steps:
+        for key, usage in step.usage.items():
+            table.setdefault(key, Usage()).add(usage)
+    return table
+
+
+def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None
+                ) -> dict[str, Any]:
+    """Every figure of one run, as JSON-ready data (``metrics.json`` holds one per run).
+
+    ``pricing``: the configuration's price table (cost is None without one)."""
     behaviours, tags = behaviours_of(run), tags_of(run)
+    prices = pricing or {}
     steps = []
     for step in run.steps:
         entry = {"step": step.step, "rubric_version": step.rubric_version,
@@ -80,8 +98,10 @@ def run_metrics(run: RunResult) -> dict[str, Any]:
         entry["by_behaviour"] = {
             b: _group([r for r in step.rollouts if r.behaviour == b], tags) for b in behaviours
         }
+        entry["usage"] = usage_summary(step.usage, len(step.rollouts), prices)
         steps.append(entry)
     everything = [r for s in run.steps for r in s.rollouts]
+    by_model = usage_of_run(run)
     flag_rates: dict[str, dict[str, float | None]] = {}
     for b in behaviours:
         group = _group([r for r in everything if r.behaviour == b], tags)
@@ -103,4 +123,10 @@ def run_metrics(run: RunResult) -> dict[str, Any]:
             for v in run.history
         ],
         "rubric_changes": rubric_changes(run),
+        "usage": usage_summary(by_model, len(everything), prices),
+        "usage_by_agent": [
+            {"agent": agent, "model": model,
+             **usage_summary({(agent, model): usage}, len(everything), prices)}
+            for (agent, model), usage in sorted(by_model.items())
+        ],
     }
