@@ -14,7 +14,8 @@ timeouts, refused formats), the tokens the endpoint reported in ``usage`` (``pro
 ``completion``, ``reasoning`` and ``cached``; a response without ``usage`` counts as a
 call with no tokens), and ``seconds``: the time spent waiting on the endpoint, answered
 or failed requests alike (not the time queued behind amaris's own concurrency limits, nor
-retry backoff). OpenAI's accounting: reasoning tokens are part of the completion tokens,
+retry backoff), summed over requests: concurrent requests each count theirs, so it can
+exceed the wall time. OpenAI's accounting: reasoning tokens are part of the completion tokens,
 cached tokens part of the prompt tokens. The ledger is thread-safe (the scorer's gateway
 and the pipeline's run on different threads); its tables are copies.
 """
