@@ -79,8 +79,9 @@ def _distribution(token: TokenLogprob, prefix: str) -> dict[int, float] | None:
     return {score: p / total for score, p in mass.items()}
 
 
-def expected_scores(tokens: Sequence[TokenLogprob], answer: str,
-                    verdicts: Sequence[float]) -> list[float] | None:
+def expected_scores(
+    tokens: Sequence[TokenLogprob], answer: str, verdicts: Sequence[float]
+) -> list[float] | None:
     """Expected value over the score tokens of each verdict of ``answer``, in order.
 
     ``tokens`` are the completion's (reasoning included, if the model wrote it inline);
@@ -141,5 +142,7 @@ def combine(values: Sequence[float]) -> Combined:
     if not values:
         raise ValueError("no verdicts to combine")
     rounded = Counter(round(v) for v in values)
-    return Combined(mean=values[0] if len(values) == 1 else sum(values) / len(values),
-                    agreement=rounded.most_common(1)[0][1] / len(values))
+    return Combined(
+        mean=values[0] if len(values) == 1 else sum(values) / len(values),
+        agreement=rounded.most_common(1)[0][1] / len(values),
+    )

@@ -53,12 +53,20 @@ class SampledReply:
     logprobs: list[dict[str, Any]] | None = None
 
 
-def _token(text: str, logprob: float, top: list[tuple[str, float]] | None = None,
-           ) -> dict[str, Any]:
+def _token(
+    text: str,
+    logprob: float,
+    top: list[tuple[str, float]] | None = None,
+) -> dict[str, Any]:
     alternatives = top if top is not None else [(text, logprob)]
-    return {"token": text, "logprob": logprob, "bytes": list(text.encode()),
-            "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode())}
-                             for t, lp in alternatives]}
+    return {
+        "token": text,
+        "logprob": logprob,
+        "bytes": list(text.encode()),
+        "top_logprobs": [
+            {"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in alternatives
+        ],
+    }
 
 
 def _text_tokens(text: str) -> list[dict[str, Any]]:
@@ -73,12 +81,15 @@ class VerdictSampler:
         self.seed = seed
         self._draws: OrderedDict[str, int] = OrderedDict()
 
-    def distribution(self, criterion_id: str, criterion: str, output: str,
-                     verdict: int) -> dict[int, float]:
+    def distribution(
+        self, criterion_id: str, criterion: str, output: str, verdict: int
+    ) -> dict[int, float]:
         """The offline judge's probabilities over the scale for one criterion."""
         digest = hashlib.sha256(
             f"{self.seed}\x00{criterion_id}\x00{criterion}\x00{output}".encode(
-                "utf-8", "surrogatepass")).digest()
+                "utf-8", "surrogatepass"
+            )
+        ).digest()
         doubt = DOUBT_MAX * int.from_bytes(digest[:8], "big") / 2**64
         if verdict <= SCALE_MIN:
             neighbour = verdict + 1
@@ -90,8 +101,9 @@ class VerdictSampler:
             return {verdict: 1.0}
         return {verdict: 1.0 - doubt, neighbour: doubt}
 
-    def reply(self, messages: list[dict[str, Any]], temperature: float, logprobs: bool,
-              top_logprobs: int) -> SampledReply | None:
+    def reply(
+        self, messages: list[dict[str, Any]], temperature: float, logprobs: bool, top_logprobs: int
+    ) -> SampledReply | None:
         """The scorer's answer with sampled verdicts and/or logprobs; None when the
         messages are not a scorer request or neither is asked for (the plain offline
         judge answers then)."""
@@ -101,8 +113,12 @@ class VerdictSampler:
         rollout = data["rollout"]
         output = str(rollout.get("output") or "")
         criteria = [(str(c["id"]), str(c["text"])) for c in data["criteria"]]
-        rules = judge_criteria(criteria, input=str(rollout.get("input") or ""), output=output,
-                               reference=rollout.get("supplemental_context") or None)
+        rules = judge_criteria(
+            criteria,
+            input=str(rollout.get("input") or ""),
+            output=output,
+            reference=rollout.get("supplemental_context") or None,
+        )
         rng = self._rng(messages) if temperature > 0 else None
         items: list[tuple[str, str, int, dict[int, float]]] = []
         for (cid, text), verdict in zip(criteria, rules, strict=True):
@@ -116,26 +132,33 @@ class VerdictSampler:
                         score = value
                         break
             items.append((cid, verdict.reason, score, distribution))
-        answer = {"verdicts": [{"id": cid, "reason": reason, "score": score}
-                               for cid, reason, score, _ in items]}
+        answer = {
+            "verdicts": [
+                {"id": cid, "reason": reason, "score": score} for cid, reason, score, _ in items
+            ]
+        }
         content = json.dumps(answer, ensure_ascii=False)
         if not logprobs:
             return SampledReply(content)
         tokens = _text_tokens('{"verdicts": [')
         for index, (cid, reason, score, distribution) in enumerate(items):
-            head = (f'{", " if index else ""}{{"id": {json.dumps(cid, ensure_ascii=False)}, '
-                    f'"reason": {json.dumps(reason, ensure_ascii=False)}, "score": ')
+            head = (
+                f'{", " if index else ""}{{"id": {json.dumps(cid, ensure_ascii=False)}, '
+                f'"reason": {json.dumps(reason, ensure_ascii=False)}, "score": '
+            )
             tokens += _text_tokens(head)
-            top = sorted(((str(v), math.log(p)) for v, p in distribution.items()),
-                         key=lambda t: -t[1])[:max(1, top_logprobs)]
+            top = sorted(
+                ((str(v), math.log(p)) for v, p in distribution.items()), key=lambda t: -t[1]
+            )[: max(1, top_logprobs)]
             tokens.append(_token(str(score), math.log(distribution[score]), top))
             tokens += _text_tokens("}")
         tokens += _text_tokens("]}")
         return SampledReply(content, tokens)
 
     def _rng(self, messages: list[dict[str, Any]]) -> random.Random:
-        digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode(
-            "utf-8", "surrogatepass")).hexdigest()
+        digest = hashlib.sha256(
+            json.dumps(messages, sort_keys=True).encode("utf-8", "surrogatepass")
+        ).hexdigest()
         draw = self._draws.pop(digest, 0)
         self._draws[digest] = draw + 1
         while len(self._draws) > _REMEMBERED:
