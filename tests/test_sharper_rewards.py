@@ -18,6 +18,9 @@ from amaris.offline.sampling import DOUBT_MAX, VerdictSampler
 from amaris.offline.server import Reply
 from amaris.prompts import data_message
 from amaris.settings import ConfigError, Settings, load_settings
+from amaris.sim.driver import RolloutResult
+from amaris.sim.metrics import zero_variance
+from amaris.sim.policy import Policy
 from amaris.verdicts import combine, expected_scores
 from api.app import create_app
 from tests.conftest import llm_settings, make_settings
@@ -313,3 +316,43 @@ def test_offline_judge_samples_through_the_app(tmp_path: Path) -> None:
         assert len(criterion["samples"]) == 4
         assert criterion["from_logprobs"] == 4
         assert 0 <= criterion["verdict"] <= 4
+
+
+# -- the simulator's figure ---------------------------------------------------------------------
+
+
+def test_policy_groups_answer_one_task_per_group() -> None:
+    planned = Policy(seed=1, per_step=12, total_steps=1, learning_rate=0.0, group_size=4).rollouts(
+        0, {"anchors": [], "adaptive": []}
+    )
+    inputs = [p.rollout["input"] for p in planned]
+    assert [len(set(inputs[i : i + 4])) for i in range(0, 12, 4)] == [1, 1, 1]
+    assert len(set(inputs)) == 3
+    # Group size 1 keeps the one-task-a-rollout stream of earlier runs of a seed.
+    single = Policy(seed=1, per_step=12, total_steps=1, learning_rate=0.0)
+    assert len({p.rollout["input"] for p in single.rollouts(0, {})}) > 3
+
+
+def test_zero_variance_share_counts_groups_with_equal_rewards() -> None:
+    def rollout(prompt: str, reward: float | None) -> RolloutResult:
+        return RolloutResult(
+            rollout_id=f"{prompt}{reward}",
+            behaviour="correct",
+            reward=reward,
+            status="scored" if reward is not None else "unscored",
+            rubric_version=1,
+            prompt=prompt,
+        )
+
+    rollouts = [
+        rollout("a", 1.0),
+        rollout("a", 1.0),
+        rollout("a", None),  # zero variance
+        rollout("b", 1.0),
+        rollout("b", 0.75),  # varies
+        rollout("c", 0.5),  # one: no group
+        rollout("d", 0.5),
+        rollout("d", 0.5 + 1e-12),
+    ]  # equal
+    assert zero_variance(rollouts) == {"groups": 3, "zero_variance": 2, "share": 2 / 3}
+    assert zero_variance([])["share"] is None
