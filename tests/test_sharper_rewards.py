@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from amaris.llm.providers import TokenLogprob, parse_logprobs
 from amaris.offline.sampling import DOUBT_MAX, VerdictSampler
-from amaris.offline.server import Reply
+from amaris.offline.server import FaultProfile, Reply, create_llm_app, offline_responder
 from amaris.prompts import data_message
 from amaris.settings import ConfigError, Settings, load_settings
 from amaris.sim.driver import RolloutResult
@@ -24,7 +24,7 @@ from amaris.sim.policy import Policy
 from amaris.verdicts import combine, expected_scores
 from api.app import create_app
 from tests.conftest import llm_settings, make_settings
-from tests.fake_llm import FakeLLM, token_logprobs, verdicts_with_logprobs
+from tests.fake_llm import FakeLLM, serve_in_thread, token_logprobs, verdicts_with_logprobs
 
 RUBRIC: dict[str, Any] = {
     "anchor_rubrics": [{"text": "The response gives the correct final answer.", "weight": 1.0}],
@@ -356,3 +356,29 @@ def test_zero_variance_share_counts_groups_with_equal_rewards() -> None:
     ]  # equal
     assert zero_variance(rollouts) == {"groups": 3, "zero_variance": 2, "share": 2 / 3}
     assert zero_variance([])["share"] is None
+
+
+def test_offline_server_returns_logprobs_over_http(tmp_path: Path) -> None:
+    app = create_llm_app(offline_responder(FaultProfile(seed=5)))
+    with serve_in_thread(app) as url:
+        settings = make_settings(
+            tmp_path,
+            **RUBRIC,
+            **{
+                "client.default.base_url": f"{url}/v1",
+                "client.default.api_key": "k",
+                "agents.scorer.logprobs": True,
+            },
+        )
+        with serve(settings) as client:
+            result = score(client, "2 + 2 = 4 because 2 and 2 make 4.")
+            counters = client.get("/healthz").json()["counters"]
+    assert counters["logprobs_used"] == 1
+    sampler = VerdictSampler(seed=5)
+    for criterion in result["breakdown"]:
+        assert criterion["from_logprobs"] == 1
+        plain = round(criterion["verdict"])
+        distribution = sampler.distribution(
+            criterion["id"], criterion["text"], "2 + 2 = 4 because 2 and 2 make 4.", plain
+        )
+        assert criterion["verdict"] == pytest.approx(sum(s * p for s, p in distribution.items()))
