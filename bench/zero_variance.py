@@ -104,7 +104,11 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "information about the response; this one does not: the figures show what the "
         "options do to ties, not the quality of the rewards. Identical responses in a group "
         "(the policy writes the same correct answer twice) keep equal rewards under every "
-        "option. Cost: `samples: k` makes k judge calls per rollout.",
+        "option, and the policy converges on such answers (this script does not count how "
+        "many of the remaining groups are of that kind). Mean rewards are not comparable "
+        "across rows: the doubt moves a verdict at an end of the scale inward (a pitfall "
+        "absent, verdict 0, costs up to 0.45/4 of its weight) and the policy drifts along "
+        "other rewards. Cost: `samples: k` makes k judge calls per rollout.",
         MARK_END,
     ]
     return "\n".join(lines) + "\n"
