@@ -179,7 +179,9 @@ def build_services(
                                   _fresh(providers, settings), call_log,
                                   observer=metrics.llm_observer("pipeline"),
                                   output_modes=output_modes, ledger=ledger)
-    scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"])
+    judge = settings.agents.for_agent("scorer")
+    scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"],
+                    samples=judge.samples, logprobs=judge.logprobs)
     scopes = ScopeResolver(settings, store)
     namespace = store_namespace(settings)
 

@@ -26,6 +26,11 @@ AGENTS: tuple[str, ...] = (
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 """``agents.<agent>.structured_output``."""
 
+MAX_SAMPLES = 16
+"""Most verdicts per criterion ``agents.scorer.samples`` may ask for (each is a judge call)."""
+SCORER_ONLY = ("samples", "logprobs")
+"""Agent options only the scorer reads: accepted under ``agents.scorer`` alone."""
+
 AgentName = Literal[
     "scorer", "analyzer", "summarizer", "meta_summarizer", "query_generator", "updater"
 ]
@@ -87,6 +92,13 @@ class AgentOptions(_Section):
     """OpenAI service tier, e.g. ``flex``."""
     extra_body: dict[str, Any] | None = None
     """Provider-specific request fields (OpenRouter, vLLM...)."""
+    samples: int | None = Field(default=None, ge=1, le=MAX_SAMPLES)
+    """Scorer only: judge calls per rollout; each criterion's verdict is the mean of the
+    ``samples`` verdicts (``samples`` times the judge tokens). Informative only at a
+    temperature above 0."""
+    logprobs: bool | None = None
+    """Scorer only: ask for ``logprobs`` / ``top_logprobs`` and take each verdict as the
+    expected value over the score tokens 0-4 (the plain verdict where none come back)."""
 
 
 class ResolvedAgentOptions(_Section):
@@ -100,6 +112,8 @@ class ResolvedAgentOptions(_Section):
     response_format: dict[str, Any] | None
     service_tier: str | None
     extra_body: dict[str, Any] | None
+    samples: int
+    logprobs: bool
 
 
 _BUILTIN_AGENT_OPTIONS: dict[str, Any] = {
@@ -107,6 +121,8 @@ _BUILTIN_AGENT_OPTIONS: dict[str, Any] = {
     "temperature": 0.0,
     "timeout": 60.0,
     "structured_output": "auto",
+    "samples": 1,
+    "logprobs": False,
 }
 """The base layer under ``agents.default``: a field left unset anywhere takes this value."""
 
@@ -123,6 +139,18 @@ class AgentsSettings(_Section):
     meta_summarizer: AgentOptions | None = None
     query_generator: AgentOptions | None = None
     updater: AgentOptions | None = None
+
+    @model_validator(mode="after")
+    def _scorer_only(self) -> AgentsSettings:
+        for section in ("default", *AGENTS):
+            options: AgentOptions | None = getattr(self, section)
+            if section == "scorer" or options is None:
+                continue
+            for name in SCORER_ONLY:
+                if getattr(options, name) is not None:
+                    raise ValueError(f"agents.{section}.{name}: only the scorer reads it; "
+                                     f"set agents.scorer.{name}")
+        return self
 
     def for_agent(self, agent: str) -> ResolvedAgentOptions:
         """Options of ``agent``: its override, then ``default``, then the built-in base."""

@@ -192,6 +192,25 @@ class LLMGateway:
     ) -> T:
         """One structured call: returns output validated by ``schema`` (and ``check``).
 
+        See :meth:`structured_completion`.
+        """
+        result, _ = await self.structured_completion(agent, messages, schema, step=step,
+                                                     check=check, json_schema=json_schema)
+        return result
+
+    async def structured_completion(
+        self,
+        agent: str,
+        messages: list[dict[str, str]],
+        schema: type[T],
+        *,
+        step: int | None = None,
+        check: Callable[[T], None] | None = None,
+        json_schema: dict[str, Any] | None = None,
+    ) -> tuple[T, Completion]:
+        """One structured call: the output validated by ``schema`` (and ``check``), and the
+        completion it was read from (its token logprobs, when asked for).
+
         The request asks for ``json_schema`` (default: ``schema``'s strict JSON schema) in
         the agent's structured-output mode.
 
@@ -201,9 +220,10 @@ class LLMGateway:
         """
         output = (schema.__name__, json_schema if json_schema is not None
                   else strict_schema(schema))
-        answer = self._answer(agent, await self._complete(agent, messages, step, output), step)
+        completion = await self._complete(agent, messages, step, output)
+        answer = self._answer(agent, completion, step)
         try:
-            return self._validate(agent, answer, schema, check, step)
+            return self._validate(agent, answer, schema, check, step), completion
         except (ValueError, ValidationError) as first:
             if not self._settings.gateway.reask_on_invalid:
                 raise LLMOutputError(f"{agent}: invalid output: {_short(first)}") from first
@@ -218,10 +238,10 @@ class LLMGateway:
                     ),
                 },
             ]
-            second = self._answer(
-                agent, await self._complete(agent, retry_messages, step, output, reask=True), step)
+            completion = await self._complete(agent, retry_messages, step, output, reask=True)
+            second = self._answer(agent, completion, step)
             try:
-                return self._validate(agent, second, schema, check, step)
+                return self._validate(agent, second, schema, check, step), completion
             except (ValueError, ValidationError) as exc:
                 raise LLMOutputError(
                     f"{agent}: invalid output after re-ask: {_short(exc)}"

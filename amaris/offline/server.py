@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from amaris.offline.judge import OfflineJudgeError, respond
+from amaris.offline.sampling import VerdictSampler
 
 
 @dataclass
@@ -43,6 +44,8 @@ class Reply:
     """Sent as ``usage.prompt_tokens_details.cached_tokens``."""
     usage: bool = True
     """False: the response has no ``usage`` (as some servers answer)."""
+    logprobs: list[dict[str, Any]] | None = None
+    """Sent as ``choices[0].logprobs.content`` (tokens with ``top_logprobs``)."""
 
 
 Responder = Callable[[dict[str, Any]], Awaitable[Reply]]
@@ -60,8 +63,14 @@ class FaultProfile:
 
 
 def offline_responder(profile: FaultProfile) -> Responder:
-    """The offline judge with ``profile``'s latency and faults."""
+    """The offline judge with ``profile``'s latency and faults.
+
+    A scorer request with a ``temperature`` above 0 gets sampled verdicts, and one with
+    ``logprobs: true`` the tokens' logprobs (``top_logprobs`` of them at each score), both
+    seeded by ``profile.seed`` (:mod:`amaris.offline.sampling`).
+    """
     rng = random.Random(profile.seed)
+    sampler = VerdictSampler(profile.seed)
 
     async def responder(body: dict[str, Any]) -> Reply:
         delay = profile.latency_ms / 1000.0
@@ -73,15 +82,25 @@ def offline_responder(profile: FaultProfile) -> Responder:
             return Reply(hang=True)
         draw -= profile.timeout_rate
         started = time.monotonic()
+        messages = body.get("messages") or []
+        logprobs: list[dict[str, Any]] | None = None
         try:
-            content = respond(body.get("messages") or [])
+            sampled = sampler.reply(messages, float(body.get("temperature") or 0.0),
+                                    body.get("logprobs") is True,
+                                    int(body.get("top_logprobs") or 1))
+            if sampled is not None:
+                content, logprobs = sampled.content, sampled.logprobs
+            else:
+                content = respond(messages)
         except OfflineJudgeError as exc:
             return Reply(status=400, content=str(exc), delay_s=delay)
         if draw < profile.malformed_rate:
             content = "Sure! Here is my verdict: " + content[: max(1, len(content) // 2)]
+            logprobs = None
         # The latency is the whole answer time, the rules' own work included (tens of ms
         # for a long update request), as for an LLM of fixed latency.
-        return Reply(content=content, delay_s=max(0.0, delay - (time.monotonic() - started)))
+        return Reply(content=content, delay_s=max(0.0, delay - (time.monotonic() - started)),
+                     logprobs=logprobs)
 
     return responder
 
@@ -127,7 +146,10 @@ def create_llm_app(responder: Responder) -> FastAPI:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "offline-rules"),
-            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": reply.finish_reason,
+                 "logprobs": None if reply.logprobs is None else {"content": reply.logprobs}}
+            ],
         }
         if reply.usage:
             answer["usage"] = usage

@@ -40,6 +40,8 @@ class RolloutResult:
     rubric_version: int | None
     flags: list[str] = field(default_factory=list)
     analysed: bool = False
+    prompt: str = ""
+    """The rollout's input: rollouts with the same one in a step form a GRPO group."""
 
 
 @dataclass
@@ -146,7 +148,7 @@ async def run(url: str, source: StepSource, *, label: str, api_key: str | None =
                     reward=r.score if r.status == "scored" else None, status=r.status,
                     rubric_version=r.rubric_version,
                     flags=flags_of(found.get(str(p.rollout["id"]), {})),
-                    analysed=str(p.rollout["id"]) in found)
+                    analysed=str(p.rollout["id"]) in found, prompt=str(p.rollout["input"]))
                 for p, r in zip(planned, scored, strict=True)
             ]
             result = StepResult(step, int(rubric["version"]), rollouts, answer, usage)

@@ -1,12 +1,12 @@
 """The numbers of a report, computed from a run's raw results (pure functions).
 
 Per step: mean reward overall and by behaviour (unscored rollouts left out of the means,
-counted apart), and how many rollouts the analyses flagged with each reward-hacking
-tag. Over the run: per behaviour and tag, the share of its analysed rollouts flagged
-with that tag. Rubric: every version with the step that produced it, the first step
-scored under it, and what changed from its parent. LLM usage: tokens, requests and time
-per step and per agent and model; with a price table, cost per step and per 1,000
-rollouts.
+counted apart), how many rollouts the analyses flagged with each reward-hacking
+tag, and the share of GRPO groups (rollouts of one prompt) whose rewards are all equal.
+Over the run: per behaviour and tag, the share of its analysed rollouts flagged with that
+tag. Rubric: every version with the step that produced it, the first step scored under it,
+and what changed from its parent. LLM usage: tokens, requests and time per step and per
+agent and model; with a price table, cost per step and per 1,000 rollouts.
 """
 
 from __future__ import annotations
@@ -49,6 +49,24 @@ def _group(rollouts: list[RolloutResult], tags: list[str]) -> dict[str, Any]:
     }
 
 
+ZERO_VARIANCE_TOLERANCE = 1e-9
+"""Rewards of a group closer than this count as equal."""
+
+
+def zero_variance(rollouts: Iterable[RolloutResult]) -> dict[str, Any]:
+    """GRPO groups (same prompt, two or more scored rollouts) and how many of them have
+    zero reward variance: every reward equal, so the group's advantages are all 0 and it
+    teaches the policy nothing."""
+    by_prompt: dict[str, list[float]] = {}
+    for r in rollouts:
+        if r.reward is not None:
+            by_prompt.setdefault(r.prompt, []).append(r.reward)
+    groups = [rewards for rewards in by_prompt.values() if len(rewards) > 1]
+    zero = sum(max(g) - min(g) <= ZERO_VARIANCE_TOLERANCE for g in groups)
+    return {"groups": len(groups), "zero_variance": zero,
+            "share": zero / len(groups) if groups else None}
+
+
 def first_steps(run: RunResult) -> dict[int, int]:
     """The first step scored under each rubric version."""
     first: dict[int, int] = {}
@@ -84,6 +102,12 @@ def usage_of_run(run: RunResult) -> dict[Key, Usage]:
     return table
 
 
+def _sum_groups(per_step: list[dict[str, Any]]) -> dict[str, Any]:
+    groups = sum(g["groups"] for g in per_step)
+    zero = sum(g["zero_variance"] for g in per_step)
+    return {"groups": groups, "zero_variance": zero, "share": zero / groups if groups else None}
+
+
 def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None
                 ) -> dict[str, Any]:
     """Every figure of one run, as JSON-ready data (``metrics.json`` holds one per run).
@@ -94,7 +118,7 @@ def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None
     steps = []
     for step in run.steps:
         entry = {"step": step.step, "rubric_version": step.rubric_version,
-                 **_group(step.rollouts, tags)}
+                 **_group(step.rollouts, tags), "groups": zero_variance(step.rollouts)}
         entry["by_behaviour"] = {
             b: _group([r for r in step.rollouts if r.behaviour == b], tags) for b in behaviours
         }
@@ -115,7 +139,8 @@ def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None
         "behaviours": behaviours,
         "tags": tags,
         "steps": steps,
-        "overall": _group(everything, tags),
+        "overall": {**_group(everything, tags),
+                    "groups": _sum_groups([s["groups"] for s in steps])},
         "flag_rates": flag_rates,
         "rubric_versions": [
             {"version": v["version"], "parent": v.get("parent"), "origin": v["origin"],

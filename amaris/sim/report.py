@@ -142,6 +142,10 @@ def run_blocks(metrics: dict[str, Any], image: str) -> list[Block]:
     setup = f"Judge: {metrics['judge']}. Wall time: {metrics['wall_seconds']:.1f} s."
     if memory:
         setup += " Memory: " + ", ".join(f"`memory.{k}: {v}`" for k, v in memory.items()) + "."
+    groups = metrics["overall"]["groups"]
+    if groups["groups"]:
+        setup += (f" GRPO groups (same prompt) with zero reward variance: "
+                  f"{_rate(groups['zero_variance'], groups['groups'])}.")
     blocks = [Block("h2", f"Run: {metrics['label']}"), Block("p", setup),
               Block("img", image)]
     rows = []
@@ -205,6 +209,9 @@ def comparison_blocks(all_metrics: Sequence[dict[str, Any]], image: str) -> list
                  for tag in tags]
     flag_rows.append(tuple(["rubric versions", *(str(len(m["rubric_versions"]))
                                                  for m in all_metrics)]))
+    flag_rows.append(tuple(["zero-variance groups",
+                            *(_rate(m["overall"]["groups"]["zero_variance"],
+                                    m["overall"]["groups"]["groups"]) for m in all_metrics)]))
     return [Block("h2", "Side by side"), Block("img", image),
             Block("h3", "Mean reward per step (re-scored under each run's evolving rubric)"),
             Block("table", header=("step", *labels), rows=tuple(rows)),
