@@ -13,7 +13,7 @@ from prefect.utilities.annotations import quote
 
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
-from flows.artifacts import hacking_table, rubric_diff_markdown, summary_markdown
+from flows.artifacts import hacking_table, rubric_diff_markdown, summary_markdown, usage_markdown
 from tasks._common import criteria_payload
 from tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from tasks.generate_queries import generate_queries
@@ -80,6 +80,11 @@ async def step_pipeline(step: int) -> dict[str, Any]:
     if any(r.get("outcome") == "published" for _, r in results):
         await asyncio.to_thread(ctx.rubrics.export)
     await hacking_table_artifact(step, outcome)
+    await acreate_markdown_artifact(
+        key=f"usage-step-{step}",
+        markdown=usage_markdown(step, len(records), ctx.gateway.ledger.for_step(step),
+                                ctx.settings.pricing),
+        description=f"Step {step} LLM tokens, time and cost")
     return outcome
 
 

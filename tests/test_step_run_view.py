@@ -93,4 +93,5 @@ def test_the_step_run_artifacts_all_have_keys(step_run: tuple[list[Any], list[An
         "hacking-step-1",
         "rubric-diff-step-1-global",
         "summary-step-1-global",
+        "usage-step-1",
     ]

@@ -16,6 +16,7 @@ from amaris.app.prefect_env import configure_prefect
 from amaris.app.step_executor import DeploymentExecutor
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
+from amaris.llm.ledger import TokenLedger
 from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
 from amaris.memory.embedder import Embedder, build_embedder
@@ -122,13 +123,17 @@ def build_services(
     metrics = metrics or Metrics()
     # One registry of structured-output modes: a fallback found on either path holds for both.
     output_modes = OutputModes()
+    # One ledger: a step's scorer calls and its pipeline calls add up in one table.
+    ledger = TokenLedger()
     gateway = LLMGateway(settings, providers, call_log, observer=metrics.llm_observer("score"),
-                         output_modes=output_modes)
+                         output_modes=output_modes, ledger=ledger)
     pipeline_gateway = LLMGateway(pipeline_gateway_settings(settings),
                                   _fresh(providers, settings), call_log,
                                   observer=metrics.llm_observer("pipeline"),
-                                  output_modes=output_modes)
-    scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"])
+                                  output_modes=output_modes, ledger=ledger)
+    judge = settings.agents.for_agent("scorer")
+    scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"],
+                    samples=judge.samples, logprobs=judge.logprobs)
     scopes = ScopeResolver(settings, store)
     namespace = store_namespace(settings)
 
@@ -166,7 +171,8 @@ def build_services(
     coordinator = StepCoordinator(settings, rollouts, steps, run_step, on_done=after_step,
                                   on_finished=metrics.observe_step, shared=shared,
                                   replica=replica, after_wake=settle_heap)
-    metrics.watch({"score": gateway, "pipeline": pipeline_gateway}, scorer, store, coordinator)
+    metrics.watch({"score": gateway, "pipeline": pipeline_gateway}, scorer, store, coordinator,
+                  ledger, settings.pricing)
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
     return Services(

@@ -280,6 +280,8 @@ def _add_sim(sub: Any) -> None:
     simulate.add_argument("--rollouts-per-step", type=_bounded(1, 1024), default=32,
                           help="rollouts per step (default 32)")
     simulate.add_argument("--seed", type=int, default=0, help="seed of tasks and mix (default 0)")
+    simulate.add_argument("--group-size", type=_bounded(1, 64), default=1,
+                          help="rollouts per prompt, a GRPO group (1-64, default 1)")
     simulate.add_argument("--learning-rate", type=_non_negative, default=2.0,
                           help="how fast the mix follows reward (default 2.0; 0: fixed mix)")
     simulate.add_argument("--out", type=Path, default=Path("sim-report"),

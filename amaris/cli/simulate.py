@@ -125,7 +125,7 @@ def simulate(settings: Settings, args: argparse.Namespace) -> int:
         # A server given by --url may hold steps already: continue after them.
         first = 1 + max((int(s["step"]) for s in api_get(settings, url, "/steps")), default=-1)
         policy = Policy(args.seed, args.rollouts_per_step, first + args.steps,
-                        args.learning_rate)
+                        args.learning_rate, group_size=args.group_size)
         source = SimulatedSource(policy, args.steps, first)
         print(f"amaris simulate: {args.steps} steps x {args.rollouts_per_step} rollouts from "
               f"step {first}, seed {args.seed}, server {redact_url(url)}", file=sys.stderr)
@@ -136,14 +136,17 @@ def simulate(settings: Settings, args: argparse.Namespace) -> int:
     (args.out / "rollouts.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     intro = [
-        f"{args.steps} steps x {args.rollouts_per_step} rollouts, seed {args.seed}, learning "
+        f"{args.steps} steps x {args.rollouts_per_step} rollouts (groups of {args.group_size} "
+        f"per prompt), seed {args.seed}, learning "
         f"rate {args.learning_rate:g}; wall time {result.wall_s:.1f} s. Behaviours and how to "
         "read this page: docs/simulation.md. The run's rollout log is in rollouts.jsonl "
         "(`amaris replay rollouts.jsonl` re-runs it under each memory mode).",
     ]
     extra = {"seed": args.seed, "steps": args.steps, "rollouts_per_step": args.rollouts_per_step,
+             "group_size": args.group_size,
              "learning_rate": args.learning_rate, "mixes": policy.mixes}
-    report = write_report(args.out, [result], "amaris simulate", intro, extra)
+    report = write_report(args.out, [result], "amaris simulate", intro, extra,
+                          settings.pricing)
     print(f"report: {report} (and report.html, metrics.json)", file=sys.stderr)
     return 0
 
@@ -210,6 +213,7 @@ def replay(settings: Settings, args: argparse.Namespace) -> int:
         "(a fresh data folder per mode). What the modes mean: docs/simulation.md.",
     ]
     extra = {"source": str(args.rollouts), "modes": list(args.modes)}
-    report = write_report(args.out, results, "amaris replay: memory ablation", intro, extra)
+    report = write_report(args.out, results, "amaris replay: memory ablation", intro, extra,
+                          settings.pricing)
     print(f"report: {report} (and report.html, metrics.json)", file=sys.stderr)
     return 0

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from amaris.context import request_id_var
 from amaris.llm.call_log import CallLog
+from amaris.llm.ledger import OFFLINE_MODEL, TokenLedger, usage_of
 from amaris.llm.output_mode import (
     ModeState,
     OutputMode,
@@ -137,8 +138,11 @@ class LLMGateway:
         call_log: CallLog | None = None,
         observer: Callable[[str, float], None] | None = None,
         output_modes: OutputModes | None = None,
+        ledger: TokenLedger | None = None,
     ) -> None:
         self._settings = settings
+        self.ledger = ledger or TokenLedger()
+        """Tokens and time per agent and model (shared by the service's two gateways)."""
         self.output_modes = output_modes or OutputModes()
         """Structured-output modes per endpoint (shared by the service's two gateways)."""
         self._observer = observer
@@ -153,7 +157,8 @@ class LLMGateway:
             if getattr(limits, agent, None)
         }
         self.stats: Counter[str] = Counter()
-        """Counters ``<agent>.<outcome>``, ``<agent>.prompt_tokens``... for health and metrics."""
+        """Counters ``<agent>.<outcome>`` (calls, errors, invalid_output...) for metrics;
+        tokens are in :attr:`ledger`."""
 
     def provider(self, agent: str) -> ChatProvider:
         """The provider serving ``agent``."""
@@ -187,6 +192,25 @@ class LLMGateway:
     ) -> T:
         """One structured call: returns output validated by ``schema`` (and ``check``).
 
+        See :meth:`structured_completion`.
+        """
+        result, _ = await self.structured_completion(agent, messages, schema, step=step,
+                                                     check=check, json_schema=json_schema)
+        return result
+
+    async def structured_completion(
+        self,
+        agent: str,
+        messages: list[dict[str, str]],
+        schema: type[T],
+        *,
+        step: int | None = None,
+        check: Callable[[T], None] | None = None,
+        json_schema: dict[str, Any] | None = None,
+    ) -> tuple[T, Completion]:
+        """One structured call: the output validated by ``schema`` (and ``check``), and the
+        completion it was read from (its token logprobs, when asked for).
+
         The request asks for ``json_schema`` (default: ``schema``'s strict JSON schema) in
         the agent's structured-output mode.
 
@@ -196,9 +220,10 @@ class LLMGateway:
         """
         output = (schema.__name__, json_schema if json_schema is not None
                   else strict_schema(schema))
-        answer = self._answer(agent, await self._complete(agent, messages, step, output), step)
+        completion = await self._complete(agent, messages, step, output)
+        answer = self._answer(agent, completion, step)
         try:
-            return self._validate(agent, answer, schema, check, step)
+            return self._validate(agent, answer, schema, check, step), completion
         except (ValueError, ValidationError) as first:
             if not self._settings.gateway.reask_on_invalid:
                 raise LLMOutputError(f"{agent}: invalid output: {_short(first)}") from first
@@ -213,10 +238,10 @@ class LLMGateway:
                     ),
                 },
             ]
-            second = self._answer(
-                agent, await self._complete(agent, retry_messages, step, output, reask=True), step)
+            completion = await self._complete(agent, retry_messages, step, output, reask=True)
+            second = self._answer(agent, completion, step)
             try:
-                return self._validate(agent, second, schema, check, step)
+                return self._validate(agent, second, schema, check, step), completion
             except (ValueError, ValidationError) as exc:
                 raise LLMOutputError(
                     f"{agent}: invalid output after re-ask: {_short(exc)}"
@@ -267,6 +292,7 @@ class LLMGateway:
         provider = self._providers[agent]
         options = self._settings.agents.for_agent(agent)
         budget = self._settings.gateway
+        model = OFFLINE_MODEL if provider.offline else options.model
         last_error: BaseException | None = None
         attempt = 0
         while attempt < budget.max_attempts:
@@ -306,6 +332,8 @@ class LLMGateway:
                         completion = await provider.complete(agent, messages, options,
                                                              request_format)
             except Exception as exc:
+                self.ledger.record(agent, model, usage_of(None, time.perf_counter() - started),
+                                   step)
                 if (options.structured_output == "auto" and mode != "configured"
                         and refuses_format(exc) and self.output_modes.fall_back(
                             provider.description, options.model, mode, _short(exc))):
@@ -347,6 +375,7 @@ class LLMGateway:
                 prompt_tokens=completion.prompt_tokens,
                 completion_tokens=completion.completion_tokens,
                 reasoning_tokens=completion.reasoning_tokens,
+                cached_tokens=completion.cached_tokens,
             )
             if completion.reasoning:
                 # Logged, never parsed: the answer is the content alone.
@@ -356,9 +385,7 @@ class LLMGateway:
                           completion.reasoning[:_LOGGED_REASONING_CHARS])
             self._log.write(record)
             self.stats[f"{agent}.calls"] += 1
-            self.stats[f"{agent}.prompt_tokens"] += completion.prompt_tokens or 0
-            self.stats[f"{agent}.completion_tokens"] += completion.completion_tokens or 0
-            self.stats[f"{agent}.reasoning_tokens"] += completion.reasoning_tokens or 0
+            self.ledger.record(agent, model, usage_of(completion, elapsed), step)
             if self._observer is not None:
                 self._observer(agent, elapsed)
             return completion

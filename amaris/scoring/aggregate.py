@@ -19,14 +19,15 @@ from collections.abc import Sequence
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 
 
-def normalise(verdict: int) -> float:
-    """Map a verdict on the scale to [0, 1]."""
+def normalise(verdict: float) -> float:
+    """Map a verdict on the scale (an integer, or a fraction: a mean or expected score) to
+    [0, 1]."""
     if not SCALE_MIN <= verdict <= SCALE_MAX:
         raise ValueError(f"verdict {verdict} outside [{SCALE_MIN}, {SCALE_MAX}]")
     return (verdict - SCALE_MIN) / (SCALE_MAX - SCALE_MIN)
 
 
-def aggregate(weights: Sequence[float], verdicts: Sequence[int]) -> float:
+def aggregate(weights: Sequence[float], verdicts: Sequence[float]) -> float:
     """Weighted reward in [0, 1] from aligned weights and verdicts."""
     if len(weights) != len(verdicts):
         raise ValueError("weights and verdicts differ in length")

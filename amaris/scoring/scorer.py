@@ -29,6 +29,7 @@ from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.rubric.store import RubricStore
 from amaris.scoring.aggregate import aggregate
 from amaris.settings import ScoringSettings
+from amaris.verdicts import combine, expected_scores
 
 log = logging.getLogger("amaris.scoring.scorer")
 
@@ -115,8 +116,12 @@ class Scorer:
     """Scores rollouts; caches identical requests and merges identical in-flight ones."""
 
     def __init__(self, settings: ScoringSettings, gateway: LLMGateway, store: RubricStore,
-                 prompt: str) -> None:
+                 prompt: str, *, samples: int = 1, logprobs: bool = False) -> None:
         self._settings = settings
+        self._samples = samples
+        """``agents.scorer.samples``: judge calls per rollout."""
+        self._logprobs = logprobs
+        """``agents.scorer.logprobs``: verdicts are expected values where logprobs come back."""
         self._gateway = gateway
         self._store = store
         self._prompt = prompt
@@ -124,7 +129,8 @@ class Scorer:
         self._inflight: dict[str, asyncio.Future[_Judged]] = {}
         self._schemas: OrderedDict[tuple[str, ...], dict[str, Any]] = OrderedDict()
         self.counters: Counter[str] = Counter()
-        """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``."""
+        """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``; with logprobs,
+        ``logprobs_used`` / ``logprobs_missing`` per judge reply."""
 
     @property
     def pending(self) -> int:
@@ -262,19 +268,41 @@ class Scorer:
             {"role": "user", "content": data_message("scorer", {"criteria": criteria,
                                                                 "rollout": fields})},
         ]
-        result = await self._gateway.structured(
-            "scorer", messages, JudgeVerdicts, step=step, check=_check_ids(rubric),
-            json_schema=self._schema(rubric),
-        )
-        by_id = {v.id: v for v in result.verdicts}
+        # k independent calls, not one with n=k: every endpoint (and the offline judge)
+        # takes them, each reply is validated and re-asked on its own, and the repeated
+        # prompt is a prefix-cache hit. All k must succeed: the rewards of a group must come
+        # from the same estimator.
+        replies = await asyncio.gather(*(
+            self._gateway.structured_completion(
+                "scorer", messages, JudgeVerdicts, step=step, check=_check_ids(rubric),
+                json_schema=self._schema(rubric))
+            for _ in range(self._samples)))
+        samples: dict[str, list[float]] = {c.id: [] for c in rubric.criteria}
+        from_logprobs = 0
+        for result, completion in replies:
+            values: list[float] = [v.score for v in result.verdicts]
+            if self._logprobs:
+                expected = (expected_scores(completion.logprobs, completion.content, values)
+                            if completion.logprobs else None)
+                self.counters["logprobs_missing" if expected is None else "logprobs_used"] += 1
+                if expected is not None:
+                    values, from_logprobs = list(expected), from_logprobs + 1
+            for verdict, value in zip(result.verdicts, values, strict=True):
+                samples[verdict.id].append(value)
+        reasons = {v.id: v.reason for v in replies[0][0].verdicts}
+        combined = {cid: combine(values) for cid, values in samples.items()}
+        sampled = self._samples > 1
         breakdown = tuple(
             CriterionResult(
                 id=c.id,
                 text=c.text,
                 weight=c.weight,
                 is_anchor=c.is_anchor,
-                verdict=by_id[c.id].score,
-                reason=by_id[c.id].reason,
+                verdict=combined[c.id].mean,
+                reason=reasons[c.id],
+                samples=samples[c.id] if sampled else None,
+                agreement=combined[c.id].agreement if sampled else None,
+                from_logprobs=from_logprobs if self._logprobs else None,
             )
             for c in rubric.criteria
         )

@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from amaris.offline.judge import OfflineJudgeError, respond
+from amaris.offline.sampling import VerdictSampler
 
 
 @dataclass
@@ -35,6 +36,16 @@ class Reply:
     finish_reason: str = "stop"
     reasoning_tokens: int | None = None
     """Sent as ``usage.completion_tokens_details.reasoning_tokens``."""
+    prompt_tokens: int | None = None
+    """Sent as ``usage.prompt_tokens``; None = a quarter of the prompt's characters."""
+    completion_tokens: int | None = None
+    """Sent as ``usage.completion_tokens``; None = a quarter of the answer's characters."""
+    cached_tokens: int | None = None
+    """Sent as ``usage.prompt_tokens_details.cached_tokens``."""
+    usage: bool = True
+    """False: the response has no ``usage`` (as some servers answer)."""
+    logprobs: list[dict[str, Any]] | None = None
+    """Sent as ``choices[0].logprobs.content`` (tokens with ``top_logprobs``)."""
 
 
 Responder = Callable[[dict[str, Any]], Awaitable[Reply]]
@@ -52,8 +63,14 @@ class FaultProfile:
 
 
 def offline_responder(profile: FaultProfile) -> Responder:
-    """The offline judge with ``profile``'s latency and faults."""
+    """The offline judge with ``profile``'s latency and faults.
+
+    A scorer request with a ``temperature`` above 0 gets sampled verdicts, and one with
+    ``logprobs: true`` the tokens' logprobs (``top_logprobs`` of them at each score), both
+    seeded by ``profile.seed`` (:mod:`amaris.offline.sampling`).
+    """
     rng = random.Random(profile.seed)
+    sampler = VerdictSampler(profile.seed)
 
     async def responder(body: dict[str, Any]) -> Reply:
         delay = profile.latency_ms / 1000.0
@@ -65,15 +82,25 @@ def offline_responder(profile: FaultProfile) -> Responder:
             return Reply(hang=True)
         draw -= profile.timeout_rate
         started = time.monotonic()
+        messages = body.get("messages") or []
+        logprobs: list[dict[str, Any]] | None = None
         try:
-            content = respond(body.get("messages") or [])
+            sampled = sampler.reply(messages, float(body.get("temperature") or 0.0),
+                                    body.get("logprobs") is True,
+                                    int(body.get("top_logprobs") or 1))
+            if sampled is not None:
+                content, logprobs = sampled.content, sampled.logprobs
+            else:
+                content = respond(messages)
         except OfflineJudgeError as exc:
             return Reply(status=400, content=str(exc), delay_s=delay)
         if draw < profile.malformed_rate:
             content = "Sure! Here is my verdict: " + content[: max(1, len(content) // 2)]
+            logprobs = None
         # The latency is the whole answer time, the rules' own work included (tens of ms
         # for a long update request), as for an LLM of fixed latency.
-        return Reply(content=content, delay_s=max(0.0, delay - (time.monotonic() - started)))
+        return Reply(content=content, delay_s=max(0.0, delay - (time.monotonic() - started)),
+                     logprobs=logprobs)
 
     return responder
 
@@ -102,25 +129,31 @@ def create_llm_app(responder: Responder) -> FastAPI:
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if reply.reasoning is not None:
             message["reasoning_content"] = reply.reasoning
+        prompt = prompt_chars // 4 if reply.prompt_tokens is None else reply.prompt_tokens
+        completion = (len(content) // 4 if reply.completion_tokens is None
+                      else reply.completion_tokens)
         usage: dict[str, Any] = {
-            "prompt_tokens": prompt_chars // 4,
-            "completion_tokens": len(content) // 4,
-            "total_tokens": prompt_chars // 4 + len(content) // 4,
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
         }
         if reply.reasoning_tokens is not None:
             usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
-        return JSONResponse(
-            {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model", "offline-rules"),
-                "choices": [
-                    {"index": 0, "message": message, "finish_reason": reply.finish_reason}
-                ],
-                "usage": usage,
-            }
-        )
+        if reply.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+        answer: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "offline-rules"),
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": reply.finish_reason,
+                 "logprobs": None if reply.logprobs is None else {"content": reply.logprobs}}
+            ],
+        }
+        if reply.usage:
+            answer["usage"] = usage
+        return JSONResponse(answer)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
