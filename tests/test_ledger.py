@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from amaris.app.wiring import create_app
 from amaris.llm.ledger import TokenLedger, Usage, cost, price, usage_of
 from amaris.llm.providers import parse_completion
 from amaris.offline.judge import respond
@@ -21,7 +22,6 @@ from amaris.sim.driver import RolloutResult, RunResult, StepResult
 from amaris.sim.judge_server import Reply
 from amaris.sim.report import write_report
 from amaris.sim.usage import ledger_from_metrics
-from api.app import create_app
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
 from tests.pipeline_helpers import metadata, rollout, score_step

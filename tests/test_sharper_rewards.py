@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from amaris.agents.prompts import data_message
+from amaris.app.wiring import create_app
 from amaris.llm.providers import TokenLogprob, parse_logprobs
 from amaris.offline.sampling import DOUBT_MAX, VerdictSampler
 from amaris.settings import ConfigError, Settings, load_settings
@@ -22,7 +23,6 @@ from amaris.sim.judge_server import FaultProfile, Reply, create_llm_app, offline
 from amaris.sim.metrics import zero_variance
 from amaris.sim.policy import Policy
 from amaris.verdicts import combine, expected_scores
-from api.app import create_app
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, serve_in_thread, token_logprobs, verdicts_with_logprobs
 
