@@ -24,7 +24,7 @@ from amaris.llm.gateway import (
 from amaris.llm.schema import strict_schema
 from amaris.logs import loggable
 from amaris.models import CriterionResult, ScoreRequest, ScoreResponse
-from amaris.prompts import data_message
+from amaris.prompts import agent_messages
 from amaris.rubric import RubricVersion
 from amaris.rubric_store import RubricStore
 from amaris.scale import SCALE_MAX, SCALE_MIN
@@ -39,11 +39,16 @@ _SCHEMA_CACHE = 1024
 
 
 class Verdict(BaseModel):
-    """The judge's verdict on one criterion."""
+    """The judge's verdict on one criterion.
+
+    ``reason`` comes before ``score``: the strict schema lists properties in field order,
+    so a constrained decoder makes the judge write its reason first and the score after,
+    conditioned on it (a score written first is a guess the reason then justifies).
+    """
 
     id: str
-    score: int = Field(ge=SCALE_MIN, le=SCALE_MAX)
     reason: str = ""
+    score: int = Field(ge=SCALE_MIN, le=SCALE_MAX)
 
 
 class JudgeVerdicts(BaseModel):
@@ -94,9 +99,26 @@ def verdicts_schema(criterion_ids: tuple[str, ...]) -> dict[str, Any]:
     verdicts = schema["properties"]["verdicts"]
     verdicts["minItems"] = verdicts["maxItems"] = len(criterion_ids)
     item = verdicts["items"]["properties"]
+    # In place: the properties keep their order (the reason before the score).
     item["id"] = {"type": "string", "enum": list(criterion_ids)}
     item["score"] = {"type": "integer", "enum": list(range(SCALE_MIN, SCALE_MAX + 1))}
     return schema
+
+
+def judge_messages(prompt: str, rubric: RubricVersion,
+                   fields: dict[str, str]) -> list[dict[str, str]]:
+    """The scorer's chat messages for one rollout (its judged ``fields``), cache-first.
+
+    The system message, ``prompt`` and the rubric's criteria, is byte-identical for every
+    rollout judged under one rubric version; the user message holds the rollout alone,
+    the prompt and reference (shared by a GRPO group) before the response.
+    """
+    criteria = [
+        {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
+        for c in rubric.criteria
+    ]
+    rollout = {name: fields[name] for name in ("input", "supplemental_context", "output")}
+    return agent_messages("scorer", prompt, {"criteria": criteria}, {"rollout": rollout})
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -253,18 +275,9 @@ class Scorer:
         return judged
 
     async def _judge(self, rubric: RubricVersion, fields: dict[str, str], step: int) -> _Judged:
-        criteria = [
-            {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
-            for c in rubric.criteria
-        ]
-        messages = [
-            {"role": "system", "content": self._prompt},
-            {"role": "user", "content": data_message("scorer", {"criteria": criteria,
-                                                                "rollout": fields})},
-        ]
         result = await self._gateway.structured(
-            "scorer", messages, JudgeVerdicts, step=step, check=_check_ids(rubric),
-            json_schema=self._schema(rubric),
+            "scorer", judge_messages(self._prompt, rubric, fields), JudgeVerdicts, step=step,
+            check=_check_ids(rubric), json_schema=self._schema(rubric),
         )
         by_id = {v.id: v for v in result.verdicts}
         breakdown = tuple(

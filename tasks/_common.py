@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from amaris.pipeline.context import get_context
 from amaris.pipeline.retry import digest
-from amaris.prompts import data_message
+from amaris.prompts import agent_messages
 from amaris.rubric import RubricVersion
 
 T = TypeVar("T", bound=BaseModel)
@@ -41,13 +41,11 @@ def cache_key(agent: str) -> Callable[[TaskRunContext, dict[str, Any]], str]:
     return key
 
 
-async def ask(agent: str, payload: dict[str, Any], schema: type[T], step: int) -> T:
-    """One structured call of ``agent``: its template as instructions, ``payload`` as data."""
+async def ask(agent: str, context: dict[str, Any], data: dict[str, Any], schema: type[T],
+              step: int) -> T:
+    """One structured call of ``agent``: its template and ``context`` (amaris's state that
+    many calls share: the rubric, bounds) first, the per-call ``data`` last, so a provider's
+    prefix cache serves the shared part (:func:`amaris.prompts.agent_messages`)."""
     ctx = get_context()
     return await ctx.gateway.structured(
-        agent,
-        [{"role": "system", "content": ctx.prompts[agent]},
-         {"role": "user", "content": data_message(agent, payload)}],
-        schema,
-        step=step,
-    )
+        agent, agent_messages(agent, ctx.prompts[agent], context, data), schema, step=step)
