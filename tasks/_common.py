@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
-from amaris.agents.prompts import data_message
+from amaris.agents.prompts import agent_messages
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest
@@ -41,13 +41,11 @@ def cache_key(agent: str) -> Callable[[TaskRunContext, dict[str, Any]], str]:
     return key
 
 
-async def ask(agent: str, payload: dict[str, Any], schema: type[T], step: int) -> T:
-    """One structured call of ``agent``: its template as instructions, ``payload`` as data."""
+async def ask(agent: str, context: dict[str, Any], data: dict[str, Any], schema: type[T],
+              step: int) -> T:
+    """One structured call of ``agent``: its template and ``context`` (amaris's state that
+    many calls share: the rubric, bounds) first, the per-call ``data`` last, so a provider's
+    prefix cache serves the shared part (:func:`amaris.prompts.agent_messages`)."""
     ctx = get_context()
     return await ctx.gateway.structured(
-        agent,
-        [{"role": "system", "content": ctx.prompts[agent]},
-         {"role": "user", "content": data_message(agent, payload)}],
-        schema,
-        step=step,
-    )
+        agent, agent_messages(agent, ctx.prompts[agent], context, data), schema, step=step)

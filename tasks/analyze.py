@@ -43,20 +43,22 @@ async def analyze_one(record: dict[str, Any], criteria: list[dict[str, Any]],
                       group: list[dict[str, Any]]) -> dict[str, Any]:
     """Analyse one logged rollout: reward hacking, progress, rubric fit."""
     rollout = record["rollout"]
-    payload = {
-        "rollout": {
-            "id": rollout["id"],
-            "input": rollout["input"],
-            "output": rollout["output"],
-            "supplemental_context": rollout.get("supplemental_context"),
-        },
+    # Most shared first: the step's metadata, then what a GRPO group shares (its prompt and
+    # reference), then this rollout's own data.
+    data = {
         "metadata": record.get("metadata") or {},
+        "rollout": {
+            "input": rollout["input"],
+            "supplemental_context": rollout.get("supplemental_context"),
+            "id": rollout["id"],
+            "output": rollout["output"],
+        },
         "score": record.get("score"),
         "verdicts": record.get("verdicts") or [],
-        "criteria": criteria,
         "group": group,
     }
-    analysis = await ask("analyzer", payload, IndividualAnalysis, record["step"])
+    analysis = await ask("analyzer", {"criteria": criteria}, data, IndividualAnalysis,
+                         record["step"])
     result = analysis.model_dump(mode="json")
     result["rollout_id"] = rollout["id"]
     return result

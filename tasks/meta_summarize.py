@@ -21,6 +21,6 @@ async def meta_summarize(
     summaries: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """One summary of the whole step from its chunk summaries."""
-    payload = {"step": step, "metadata": metadata, "criteria": criteria, "summaries": summaries}
-    summary = await ask("meta_summarizer", payload, BatchSummary, step)
+    data = {"step": step, "metadata": metadata, "summaries": summaries}
+    summary = await ask("meta_summarizer", {"criteria": criteria}, data, BatchSummary, step)
     return summary.model_dump(mode="json")

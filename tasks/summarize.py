@@ -33,9 +33,8 @@ async def summarize_chunk(
         "min": min(scores) if scores else None,
         "max": max(scores) if scores else None,
     }
-    payload = {"step": step, "metadata": metadata, "criteria": criteria, "score_stats": stats,
-               "analyses": analyses}
-    summary = await ask("summarizer", payload, BatchSummary, step)
+    data = {"step": step, "metadata": metadata, "score_stats": stats, "analyses": analyses}
+    summary = await ask("summarizer", {"criteria": criteria}, data, BatchSummary, step)
     log.info("step %s (%r): chunk %d summarised, %d reward-hacking behaviour(s)", step, scope,
              chunk, len(summary.aggregated_reward_hacking.behaviours))
     return summary.model_dump(mode="json")

@@ -94,7 +94,8 @@ def test_scorer_schema_is_built_per_rubric() -> None:
     item = verdicts["items"]
     assert item["properties"]["id"] == {"type": "string", "enum": ["A1", "R1", "R2"]}
     assert item["properties"]["score"] == {"type": "integer", "enum": [0, 1, 2, 3, 4]}
-    assert item["required"] == ["id", "score", "reason"]
+    # The reason before the score: a constrained decoder writes properties in this order.
+    assert list(item["properties"]) == item["required"] == ["id", "reason", "score"]
     assert (
         "enum"
         not in strict_schema(JudgeVerdicts)["properties"]["verdicts"]["items"]["properties"]["id"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from amaris.agents.prompts import data_message
+from amaris.agents.prompts import agent_messages
 from amaris.llm.gateway import (
     LLMContextOverflowError,
     LLMGateway,
@@ -40,11 +40,16 @@ _SCHEMA_CACHE = 1024
 
 
 class Verdict(BaseModel):
-    """The judge's verdict on one criterion."""
+    """The judge's verdict on one criterion.
+
+    ``reason`` comes before ``score``: the strict schema lists properties in field order,
+    so a constrained decoder makes the judge write its reason first and the score after,
+    conditioned on it (a score written first is a guess the reason then justifies).
+    """
 
     id: str
-    score: int = Field(ge=SCALE_MIN, le=SCALE_MAX)
     reason: str = ""
+    score: int = Field(ge=SCALE_MIN, le=SCALE_MAX)
 
 
 class JudgeVerdicts(BaseModel):
@@ -95,9 +100,26 @@ def verdicts_schema(criterion_ids: tuple[str, ...]) -> dict[str, Any]:
     verdicts = schema["properties"]["verdicts"]
     verdicts["minItems"] = verdicts["maxItems"] = len(criterion_ids)
     item = verdicts["items"]["properties"]
+    # In place: the properties keep their order (the reason before the score).
     item["id"] = {"type": "string", "enum": list(criterion_ids)}
     item["score"] = {"type": "integer", "enum": list(range(SCALE_MIN, SCALE_MAX + 1))}
     return schema
+
+
+def judge_messages(prompt: str, rubric: RubricVersion,
+                   fields: dict[str, str]) -> list[dict[str, str]]:
+    """The scorer's chat messages for one rollout (its judged ``fields``), cache-first.
+
+    The system message, ``prompt`` and the rubric's criteria, is byte-identical for every
+    rollout judged under one rubric version; the user message holds the rollout alone,
+    the prompt and reference (shared by a GRPO group) before the response.
+    """
+    criteria = [
+        {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
+        for c in rubric.criteria
+    ]
+    rollout = {name: fields[name] for name in ("input", "supplemental_context", "output")}
+    return agent_messages("scorer", prompt, {"criteria": criteria}, {"rollout": rollout})
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -259,15 +281,7 @@ class Scorer:
         return judged
 
     async def _judge(self, rubric: RubricVersion, fields: dict[str, str], step: int) -> _Judged:
-        criteria = [
-            {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
-            for c in rubric.criteria
-        ]
-        messages = [
-            {"role": "system", "content": self._prompt},
-            {"role": "user", "content": data_message("scorer", {"criteria": criteria,
-                                                                "rollout": fields})},
-        ]
+        messages = judge_messages(self._prompt, rubric, fields)
         # k independent calls, not one with n=k: every endpoint (and the offline judge)
         # takes them, each reply is validated and re-asked on its own, and the repeated
         # prompt is a prefix-cache hit. All k must succeed: the rewards of a group must come
