@@ -14,6 +14,7 @@ from qdrant_client import QdrantClient
 
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
+from amaris.llm.judge_wait import JudgeWaits
 from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
 from amaris.memory.embedder import Embedder, build_embedder
@@ -175,7 +176,7 @@ def build_services(
     pipeline_gateway = LLMGateway(pipeline_gateway_settings(settings),
                                   _fresh(providers, settings), call_log,
                                   observer=metrics.llm_observer("pipeline"),
-                                  output_modes=output_modes)
+                                  output_modes=output_modes, judge_waits=JudgeWaits())
     scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"])
     scopes = ScopeResolver(settings, store)
     namespace = store_namespace(settings)
@@ -292,7 +293,7 @@ def pipeline_context_from_config() -> Any:
     return PipelineContext(
         settings=settings,
         gateway=LLMGateway(pipeline_gateway_settings(settings), build_providers(settings),
-                           CallLog(settings.log_dir)),
+                           CallLog(settings.log_dir), judge_waits=JudgeWaits()),
         memory=MemoryStore(qdrant, prefix, build_embedder(settings.memory, settings.client)),
         rollouts=RolloutLog(qdrant, prefix, writer=writer),
         steps=StepRegistry(qdrant, prefix),

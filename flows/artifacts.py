@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from amaris.llm.judge_wait import StepJudgeWait
 from amaris.rubric import RubricVersion
 
 
@@ -62,3 +63,22 @@ def hacking_table(outcome: dict[str, Any]) -> list[dict[str, Any]]:
                          "share": round(float(b.get("share", 0.0)), 3),
                          "examples": ", ".join(b.get("rollout_ids", [])[:5])})
     return rows
+
+
+def judge_wait_line(wait: StepJudgeWait, failed: bool = False) -> str:
+    """One line: how long the step waited on the judge, and its failed calls."""
+    return (f"waited {wait.wait_seconds:.1f} s on the judge{' before it failed' if failed else ''}"
+            f" ({wait.calls} calls, {sum(wait.call_seconds.values()):.1f} call-seconds; "
+            f"{wait.failed} failed, {wait.timed_out} of them timed out)")
+
+
+def judge_wait_markdown(step: int, wait: StepJudgeWait, failed: bool = False) -> str:
+    """The step's judge wait, with its call-seconds per agent."""
+    lines = [f"# Step {step}: time waiting on the judge", "",
+             f"**{judge_wait_line(wait, failed)}**", "",
+             "Wait: wall time with at least one judge call outstanding (queueing for a "
+             "concurrency slot included). Call-seconds: the calls' durations summed.", "",
+             "| agent | call-seconds |", "|---|---:|"]
+    lines += [f"| {agent} | {seconds:.1f} |" for agent, seconds in
+              sorted(wait.call_seconds.items())] or ["| (no calls) | 0.0 |"]
+    return "\n".join(lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
@@ -13,7 +14,13 @@ from prefect.utilities.annotations import quote
 
 from amaris.pipeline.context import get_context
 from amaris.rubric import RubricVersion
-from flows.artifacts import hacking_table, rubric_diff_markdown, summary_markdown
+from flows.artifacts import (
+    hacking_table,
+    judge_wait_line,
+    judge_wait_markdown,
+    rubric_diff_markdown,
+    summary_markdown,
+)
 from tasks._common import criteria_payload
 from tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from tasks.generate_queries import generate_queries
@@ -26,6 +33,7 @@ from tasks.summarize import summarize_chunk
 from tasks.update_rubric import propose_update
 
 T = TypeVar("T")
+log = logging.getLogger("amaris.pipeline")
 
 
 def is_update_step(step: int, frequency: int | None) -> bool:
@@ -60,8 +68,19 @@ async def step_pipeline(step: int) -> dict[str, Any]:
     """Analyse, summarise, remember and (on update steps) evolve the rubric of ``step``.
 
     In ``per_instance`` mode every input seen in the step is processed as its own scope.
-    Returns the outcome per scope.
+    Returns the outcome per scope. No time bound fails the step: a slow judge makes it
+    late, and the run shows how long it waited on the judge.
     """
+    try:
+        outcome = await _run_step(step)
+    except Exception:
+        await judge_wait_artifact(step, failed=True)
+        raise
+    await judge_wait_artifact(step)
+    return outcome
+
+
+async def _run_step(step: int) -> dict[str, Any]:
     ctx = get_context()
     retries = ctx.settings.pipeline.task_retries
     delays = ctx.settings.pipeline.task_retry_delays_seconds
@@ -200,6 +219,18 @@ async def _update(
         markdown=rubric_diff_markdown(rubric, after, proposal, outcome),
         description=f"Step {step} rubric update ({scope})")
     return {**outcome, "strategy": proposal["update_strategy"]}
+
+
+async def judge_wait_artifact(step: int, failed: bool = False) -> None:
+    """The time the step waited on the judge: a log line and an artifact on its run."""
+    waits = get_context().gateway.judge_waits
+    if waits is None:
+        return
+    wait = waits.pop(step)
+    log.info("step %s: %s", step, judge_wait_line(wait, failed))
+    await acreate_markdown_artifact(
+        key=f"judge-wait-step-{step}", markdown=judge_wait_markdown(step, wait, failed),
+        description=f"Step {step} time waiting on the judge")
 
 
 async def hacking_table_artifact(step: int, outcome: dict[str, Any]) -> None:

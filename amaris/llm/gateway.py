@@ -20,7 +20,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, nullcontext
 from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from amaris.context import request_id_var
 from amaris.llm.call_log import CallLog
+from amaris.llm.judge_wait import JudgeWaits
 from amaris.llm.output_mode import (
     ModeState,
     OutputMode,
@@ -137,8 +138,11 @@ class LLMGateway:
         call_log: CallLog | None = None,
         observer: Callable[[str, float], None] | None = None,
         output_modes: OutputModes | None = None,
+        judge_waits: JudgeWaits | None = None,
     ) -> None:
         self._settings = settings
+        self.judge_waits = judge_waits
+        """When set, the time each step's calls wait on the judge (the step path's gateway)."""
         self.output_modes = output_modes or OutputModes()
         """Structured-output modes per endpoint (shared by the service's two gateways)."""
         self._observer = observer
@@ -152,6 +156,17 @@ class LLMGateway:
             for agent in providers
             if getattr(limits, agent, None)
         }
+        # One limit per endpoint, shared by every agent that sends to it: a self-hosted
+        # model serving a few requests at a time queues the rest here, where the wait
+        # does not count against a request's timeout, instead of in its own queue.
+        endpoint_limits: dict[str, int] = {}
+        for agent, provider in providers.items():
+            slots = settings.client.for_agent(agent).request_limit
+            if not provider.offline and slots is not None:
+                key = provider.description
+                endpoint_limits[key] = min(slots, endpoint_limits.get(key, slots))
+        self._per_endpoint = {key: asyncio.Semaphore(slots)
+                              for key, slots in endpoint_limits.items()}
         self.stats: Counter[str] = Counter()
         """Counters ``<agent>.<outcome>``, ``<agent>.prompt_tokens``... for health and metrics."""
 
@@ -164,7 +179,7 @@ class LLMGateway:
         provider = self._providers[agent]
         if provider.offline:
             return ModeState("none", "offline judge: no response_format is sent")
-        options = self._settings.agents.for_agent(agent)
+        options = self._settings.agent_options(agent)
         return self._mode(provider, options)
 
     def _mode(self, provider: ChatProvider, options: ResolvedAgentOptions) -> ModeState:
@@ -196,7 +211,7 @@ class LLMGateway:
         """
         output = (schema.__name__, json_schema if json_schema is not None
                   else strict_schema(schema))
-        answer = self._answer(agent, await self._complete(agent, messages, step, output), step)
+        answer = self._answer(agent, await self._waited(agent, messages, step, output), step)
         try:
             return self._validate(agent, answer, schema, check, step)
         except (ValueError, ValidationError) as first:
@@ -214,7 +229,7 @@ class LLMGateway:
                 },
             ]
             second = self._answer(
-                agent, await self._complete(agent, retry_messages, step, output, reask=True), step)
+                agent, await self._waited(agent, retry_messages, step, output, reask=True), step)
             try:
                 return self._validate(agent, second, schema, check, step)
             except (ValueError, ValidationError) as exc:
@@ -260,12 +275,22 @@ class LLMGateway:
             self.stats[f"{agent}.repaired_json"] += 1
         return result
 
+    async def _waited(
+        self, agent: str, messages: list[dict[str, str]], step: int | None,
+        output: tuple[str, dict[str, Any]], reask: bool = False,
+    ) -> Completion:
+        """:meth:`_complete`, its time counted in ``judge_waits`` for ``step``."""
+        waits = self.judge_waits
+        with (waits.measure(step, agent) if waits is not None and step is not None
+              else nullcontext()):
+            return await self._complete(agent, messages, step, output, reask)
+
     async def _complete(
         self, agent: str, messages: list[dict[str, str]], step: int | None,
         output: tuple[str, dict[str, Any]], reask: bool = False,
     ) -> Completion:
         provider = self._providers[agent]
-        options = self._settings.agents.for_agent(agent)
+        options = self._settings.agent_options(agent)
         budget = self._settings.gateway
         last_error: BaseException | None = None
         attempt = 0
@@ -292,11 +317,15 @@ class LLMGateway:
             }
             try:
                 async with AsyncExitStack() as stack:
-                    # The agent's own limit first: a call queued behind it must not hold
-                    # a slot of the total that another agent's call could use.
+                    # The agent's own limit first, then its endpoint's: a call queued
+                    # behind one must not hold a slot of the next that another agent's
+                    # call could use.
                     limit = self._per_agent.get(agent)
                     if limit is not None:
                         await stack.enter_async_context(limit)
+                    endpoint = self._per_endpoint.get(provider.description)
+                    if endpoint is not None:
+                        await stack.enter_async_context(endpoint)
                     if self._total is not None:
                         await stack.enter_async_context(self._total)
                     started = time.perf_counter()
@@ -364,7 +393,7 @@ class LLMGateway:
             return completion
         raise LLMTransientError(
             f"{agent}: {budget.max_attempts} attempts failed; last: {_short(last_error)}"
-        )
+        ) from last_error
 
     def _backoff(self, attempt: int, exc: BaseException) -> float:
         budget = self._settings.gateway
