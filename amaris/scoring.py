@@ -14,6 +14,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from amaris.aggregate import aggregate
+from amaris.llm.budget import (
+    CHARS_PER_TOKEN,
+    MIN_FIELD_CHARS,
+    cut_middle,
+    estimate_messages,
+    fit_texts,
+    json_chars,
+)
 from amaris.llm.gateway import (
     LLMContextOverflowError,
     LLMGateway,
@@ -99,18 +107,6 @@ def verdicts_schema(criterion_ids: tuple[str, ...]) -> dict[str, Any]:
     return schema
 
 
-def _truncate(text: str, limit: int) -> str:
-    """Head and tail of ``text`` around a marker, ``limit`` characters in all."""
-    marker = "\n[... truncated by amaris ...]\n"
-    if limit <= len(marker):
-        # No room for the marker: a limit this small would otherwise give negative slices
-        # (and a text longer than the original limit).
-        return text[:limit]
-    head = (limit - len(marker)) * 2 // 3
-    tail = limit - len(marker) - head
-    return text[:head] + marker + text[len(text) - tail :]
-
-
 class Scorer:
     """Scores rollouts; caches identical requests and merges identical in-flight ones."""
 
@@ -124,7 +120,8 @@ class Scorer:
         self._inflight: dict[str, asyncio.Future[_Judged]] = {}
         self._schemas: OrderedDict[tuple[str, ...], dict[str, Any]] = OrderedDict()
         self.counters: Counter[str] = Counter()
-        """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``."""
+        """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``,
+        ``truncated.<cause>`` (``max_field_chars``, ``context_window``)."""
 
     @property
     def pending(self) -> int:
@@ -164,9 +161,11 @@ class Scorer:
             if len(value) > limit:
                 if self._settings.oversize == "reject":
                     raise OversizeError(f"rollout.{name}", len(value), limit)
-                value = _truncate(value, limit)
+                value = cut_middle(value, limit)
                 truncated.append(f"rollout.{name}")
             fields[name] = value
+        if truncated:
+            self.counters["truncated.max_field_chars"] += 1
         return fields, truncated
 
     async def score(
@@ -180,6 +179,13 @@ class Scorer:
         """
         fields, truncated = self.prepare(request)
         rubric = rubric or self._store.current()
+        budget = await self._gateway.prompt_budget("scorer")
+        if budget is not None:
+            fields, cut = self._fit(rubric, fields, budget)
+            if cut:
+                truncated = [*truncated, *(f"rollout.{n}" for n in cut
+                                           if f"rollout.{n}" not in truncated)]
+                self.counters["truncated.context_window"] += 1
         key = self._key(rubric, fields)
         base: dict[str, Any] = {
             "rubric_version": rubric.version,
@@ -252,16 +258,34 @@ class Scorer:
                 self._cache.popitem(last=False)
         return judged
 
-    async def _judge(self, rubric: RubricVersion, fields: dict[str, str], step: int) -> _Judged:
+    def _messages(self, rubric: RubricVersion, fields: dict[str, str]) -> list[dict[str, str]]:
         criteria = [
             {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
             for c in rubric.criteria
         ]
-        messages = [
+        return [
             {"role": "system", "content": self._prompt},
             {"role": "user", "content": data_message("scorer", {"criteria": criteria,
                                                                 "rollout": fields})},
         ]
+
+    def _fit(self, rubric: RubricVersion, fields: dict[str, str], budget: int
+             ) -> tuple[dict[str, str], list[str]]:
+        """Cut the rollout's fields (head and tail kept) so the scorer's prompt fits
+        ``budget`` tokens (estimated); returns the fields and the names of those cut."""
+        empty = {name: "" for name in fields}
+        room = int((budget - estimate_messages(self._messages(rubric, empty))) * CHARS_PER_TOKEN)
+        if room < MIN_FIELD_CHARS:
+            # The instructions and rubric alone nearly fill the window: cutting the rollout
+            # to nothing would judge something else. The endpoint decides (an overflow is
+            # judge_context_overflow).
+            return fields, []
+        if sum(len(v) for v in fields.values()) * 6 <= room:
+            return fields, []  # fits even if JSON wrote every character as "\u001f"
+        return fit_texts(fields, room, json_chars)
+
+    async def _judge(self, rubric: RubricVersion, fields: dict[str, str], step: int) -> _Judged:
+        messages = self._messages(rubric, fields)
         result = await self._gateway.structured(
             "scorer", messages, JudgeVerdicts, step=step, check=_check_ids(rubric),
             json_schema=self._schema(rubric),

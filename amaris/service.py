@@ -12,6 +12,7 @@ from typing import Any
 
 from qdrant_client import QdrantClient
 
+from amaris.llm.budget import ContextWindows
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.llm.output_mode import OutputModes
@@ -170,12 +171,14 @@ def build_services(
     metrics = metrics or Metrics()
     # One registry of structured-output modes: a fallback found on either path holds for both.
     output_modes = OutputModes()
+    # And of context windows: each endpoint's /v1/models is read once for both.
+    windows = ContextWindows()
     gateway = LLMGateway(settings, providers, call_log, observer=metrics.llm_observer("score"),
-                         output_modes=output_modes)
+                         output_modes=output_modes, context_windows=windows)
     pipeline_gateway = LLMGateway(pipeline_gateway_settings(settings),
                                   _fresh(providers, settings), call_log,
                                   observer=metrics.llm_observer("pipeline"),
-                                  output_modes=output_modes)
+                                  output_modes=output_modes, context_windows=windows)
     scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"])
     scopes = ScopeResolver(settings, store)
     namespace = store_namespace(settings)

@@ -87,6 +87,9 @@ class AgentOptions(_Section):
     """OpenAI service tier, e.g. ``flex``."""
     extra_body: dict[str, Any] | None = None
     """Provider-specific request fields (OpenRouter, vLLM...)."""
+    context_window: int | None = Field(default=None, gt=0)
+    """The model's context window in tokens; null = the ``max_model_len`` the endpoint's
+    ``/v1/models`` lists for the model (vLLM), else unknown (no budget is applied)."""
 
 
 class ResolvedAgentOptions(_Section):
@@ -100,6 +103,7 @@ class ResolvedAgentOptions(_Section):
     response_format: dict[str, Any] | None
     service_tier: str | None
     extra_body: dict[str, Any] | None
+    context_window: int | None
 
 
 _BUILTIN_AGENT_OPTIONS: dict[str, Any] = {
@@ -128,7 +132,7 @@ class AgentsSettings(_Section):
         """Options of ``agent``: its override, then ``default``, then the built-in base."""
         merged: dict[str, Any] = {
             "max_tokens": None, "service_tier": None, "extra_body": None,
-            "response_format": None, **_BUILTIN_AGENT_OPTIONS,
+            "response_format": None, "context_window": None, **_BUILTIN_AGENT_OPTIONS,
         }
         merged.update(self.default.model_dump(exclude_none=True))
         override: AgentOptions | None = getattr(self, agent)

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
+from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
 from amaris.pipeline.context import get_context
 from amaris.pipeline.retry import digest
 from amaris.prompts import data_message
 from amaris.rubric import RubricVersion
 
 T = TypeVar("T", bound=BaseModel)
+Item = TypeVar("Item")
 
 
 def criteria_payload(rubric: RubricVersion) -> list[dict[str, Any]]:
@@ -51,3 +54,29 @@ async def ask(agent: str, payload: dict[str, Any], schema: type[T], step: int) -
         schema,
         step=step,
     )
+
+
+def prompt_tokens(agent: str, payload: dict[str, Any]) -> int:
+    """Estimated prompt tokens of :func:`ask`'s request for ``agent`` with ``payload``."""
+    ctx = get_context()
+    return estimate_messages([{"role": "system", "content": ctx.prompts[agent]},
+                              {"role": "user", "content": data_message(agent, payload)}])
+
+
+def item_tokens(item: Any) -> int:
+    """Estimated tokens an item adds to a data message's JSON list."""
+    return estimate_tokens(json.dumps(item, ensure_ascii=False)) + 1
+
+
+async def split_for(agent: str, payload: dict[str, Any], field: str, items: Sequence[Item],
+                    max_count: int | None = None) -> list[list[Item]]:
+    """``items`` in consecutive parts, each small enough that ``payload`` with the part as
+    its ``field`` fits ``agent``'s context budget, and of at most ``max_count`` items.
+
+    With the agent's context window unknown, only ``max_count`` bounds a part.
+    """
+    budget = await get_context().gateway.prompt_budget(agent)
+    if budget is None:
+        return split_by_budget(items, item_tokens, None, max_count)
+    room = budget - prompt_tokens(agent, {**payload, field: []})
+    return split_by_budget(items, item_tokens, room, max_count)

@@ -29,6 +29,7 @@ import openai
 from pydantic import BaseModel, ValidationError
 
 from amaris.context import request_id_var
+from amaris.llm.budget import ContextWindows, prompt_budget
 from amaris.llm.call_log import CallLog
 from amaris.llm.output_mode import (
     ModeState,
@@ -137,10 +138,14 @@ class LLMGateway:
         call_log: CallLog | None = None,
         observer: Callable[[str, float], None] | None = None,
         output_modes: OutputModes | None = None,
+        context_windows: ContextWindows | None = None,
     ) -> None:
         self._settings = settings
         self.output_modes = output_modes or OutputModes()
         """Structured-output modes per endpoint (shared by the service's two gateways)."""
+        self.context_windows = context_windows or ContextWindows()
+        """Context windows read from endpoints (shared by the service's two gateways)."""
+        self._window_lock = asyncio.Lock()
         self._observer = observer
         """Called with (agent, seconds) after each successful request (metrics)."""
         self._providers = providers
@@ -166,6 +171,31 @@ class LLMGateway:
             return ModeState("none", "offline judge: no response_format is sent")
         options = self._settings.agents.for_agent(agent)
         return self._mode(provider, options)
+
+    async def context_window(self, agent: str) -> int | None:
+        """``agent``'s context window in tokens: ``agents.<agent>.context_window``, else the
+        ``max_model_len`` its endpoint lists (read once), else None (unknown)."""
+        options = self._settings.agents.for_agent(agent)
+        if options.context_window is not None:
+            return options.context_window
+        provider = self._providers[agent]
+        if provider.offline:
+            return None
+        done, window = self.context_windows.cached(provider.description, options.model)
+        if done:
+            return window
+        # One read per endpoint and model, however many calls arrive before it ends.
+        async with self._window_lock:
+            return await self.context_windows.read(
+                provider.description, options.model, lambda: provider.models(options.timeout))
+
+    async def prompt_budget(self, agent: str) -> int | None:
+        """Prompt tokens ``agent`` may send (its window less room for the answer); None
+        when the window is unknown."""
+        window = await self.context_window(agent)
+        if window is None:
+            return None
+        return prompt_budget(window, self._settings.agents.for_agent(agent).max_tokens)
 
     def _mode(self, provider: ChatProvider, options: ResolvedAgentOptions) -> ModeState:
         if options.response_format is not None:
