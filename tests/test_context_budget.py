@@ -32,19 +32,31 @@ def server_window(window: int) -> Callable[[dict[str, Any]], Reply]:
     def reply(body: dict[str, Any]) -> Reply:
         tokens = sum(len(m["content"]) for m in body["messages"]) // 4
         if tokens + (body.get("max_tokens") or 0) > window:
-            return Reply(status=400, content=f"This model's maximum context length is {window}"
-                         f" tokens. However, you requested {tokens} tokens in the messages.")
+            return Reply(
+                status=400,
+                content=f"This model's maximum context length is {window}"
+                f" tokens. However, you requested {tokens} tokens in the messages.",
+            )
         return offline_reply(body)
 
     return reply
 
 
 def long_body(index: int) -> dict[str, Any]:
-    output = ("HEAD-MARK " + "I check every digit of the product again. " * 1000
-              + "The answer is 42. TAIL-MARK")
-    return {"rollout": {"id": f"long-{index}", "input": "What is 6 * 7?", "output": output,
-                        "supplemental_context": "Answer: 42"},
-            "metadata": {"current_step": 0}}
+    output = (
+        "HEAD-MARK "
+        + "I check every digit of the product again. " * 1000
+        + "The answer is 42. TAIL-MARK"
+    )
+    return {
+        "rollout": {
+            "id": f"long-{index}",
+            "input": "What is 6 * 7?",
+            "output": output,
+            "supplemental_context": "Answer: 42",
+        },
+        "metadata": {"current_step": 0},
+    }
 
 
 def sent_rollout(body: dict[str, Any]) -> str:
@@ -61,12 +73,17 @@ def windowed(fake_llm: FakeLLM) -> Iterator[FakeLLM]:
 def test_a_rollout_over_the_configured_window_is_cut_and_scored(
     tmp_path: Path, windowed: FakeLLM
 ) -> None:
-    settings = llm_settings(tmp_path, windowed, **{
-        "agents.scorer.context_window": WINDOW, "agents.scorer.max_tokens": MAX_TOKENS})
+    settings = llm_settings(
+        tmp_path,
+        windowed,
+        **{"agents.scorer.context_window": WINDOW, "agents.scorer.max_tokens": MAX_TOKENS},
+    )
     with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
         answer = client.post("/score", json=long_body(0)).json()
-        short = client.post("/score", json={**long_body(1), "rollout": {
-            **long_body(1)["rollout"], "output": "6 * 7 = 42"}}).json()
+        short = client.post(
+            "/score",
+            json={**long_body(1), "rollout": {**long_body(1)["rollout"], "output": "6 * 7 = 42"}},
+        ).json()
         metrics = client.get("/metrics").text
         counters = client.get("/healthz").json()["counters"]
     assert answer["status"] == "scored", answer
@@ -85,13 +102,18 @@ def test_a_rollout_over_the_configured_window_is_cut_and_scored(
 def test_the_window_is_read_once_from_v1_models_max_model_len(
     tmp_path: Path, windowed: FakeLLM
 ) -> None:
-    windowed.models = [{"id": "small-judge", "object": "model", "owned_by": "vllm",
-                        "max_model_len": WINDOW}]
-    settings = llm_settings(tmp_path, windowed, **{
-        "agents.default.model": "small-judge", "agents.default.max_tokens": MAX_TOKENS})
+    windowed.models = [
+        {"id": "small-judge", "object": "model", "owned_by": "vllm", "max_model_len": WINDOW}
+    ]
+    settings = llm_settings(
+        tmp_path,
+        windowed,
+        **{"agents.default.model": "small-judge", "agents.default.max_tokens": MAX_TOKENS},
+    )
     with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
-        answers = client.post("/batch_score", json={
-            "items": [long_body(i) for i in range(3)]}).json()["results"]
+        answers = client.post(
+            "/batch_score", json={"items": [long_body(i) for i in range(3)]}
+        ).json()["results"]
     assert [a["status"] for a in answers] == ["scored"] * 3, answers
     assert all(a["truncated"] == ["rollout.output"] for a in answers)
     assert windowed.model_requests == 1
@@ -111,15 +133,16 @@ def test_an_unlisted_model_has_an_unknown_window_logged_once(
 
 
 async def test_an_unreachable_models_listing_means_unknown_read_once(
-    caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     provider = OpenAIProvider("key", f"http://127.0.0.1:{free_port()}/v1")  # nothing there
     windows = ContextWindows()
     caplog.set_level(logging.WARNING, logger="amaris.llm")
     try:
         for _ in range(3):
-            assert await windows.read(provider.description, "m",
-                                      lambda: provider.models(5.0)) is None
+            assert (
+                await windows.read(provider.description, "m", lambda: provider.models(5.0)) is None
+            )
     finally:
         await provider.close()
     assert windows.cached(provider.description, "m") == (True, None)
@@ -130,8 +153,9 @@ async def test_an_unreachable_models_listing_means_unknown_read_once(
 def run_step(client: TestClient, step: int) -> dict[str, Any]:
     score_step(client, step, HACKED)
     assert client.post("/complete", json={"step": step}).json() == {"status": "complete"}
-    done: dict[str, Any] = client.get("/rubric_status/wait",
-                                      params={"step": step, "timeout": 120}).json()
+    done: dict[str, Any] = client.get(
+        "/rubric_status/wait", params={"step": step, "timeout": 120}
+    ).json()
     return done
 
 
@@ -142,8 +166,9 @@ def test_a_small_summarizer_window_makes_more_smaller_calls(
 ) -> None:
     def step_with(folder: str, **overrides: Any) -> tuple[dict[str, Any], dict[str, int]]:
         fake_llm.requests.clear()
-        settings = llm_settings(tmp_path / folder, fake_llm, **{
-            "pipeline.use_chunking": use_chunking, **overrides})
+        settings = llm_settings(
+            tmp_path / folder, fake_llm, **{"pipeline.use_chunking": use_chunking, **overrides}
+        )
         with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
             done = run_step(client, 1)
         return done, calls_by_agent(fake_llm)
@@ -151,28 +176,42 @@ def test_a_small_summarizer_window_makes_more_smaller_calls(
     done, unbounded = step_with("unbounded")
     assert done["status"] == "updated", done
     assert unbounded["summarizer"] == 1 and "meta_summarizer" not in unbounded
-    whole = max(sum(len(m["content"]) for m in b["messages"]) for b in fake_llm.requests
-                if agent_of(b) == "summarizer")
+    whole = max(
+        sum(len(m["content"]) for m in b["messages"])
+        for b in fake_llm.requests
+        if agent_of(b) == "summarizer"
+    )
     # A prompt budget of three quarters of that single call: the six analyses go in parts.
     window = int(whole / CHARS_PER_TOKEN * 3 / 4) + 1024
     done, bounded = step_with("bounded", **{"agents.summarizer.context_window": window})
     assert done["status"] == "updated", done
     assert bounded["summarizer"] > 1
     assert bounded["meta_summarizer"] == 1
-    sizes = [sum(len(m["content"]) for m in b["messages"]) for b in fake_llm.requests
-             if agent_of(b) == "summarizer"]
+    sizes = [
+        sum(len(m["content"]) for m in b["messages"])
+        for b in fake_llm.requests
+        if agent_of(b) == "summarizer"
+    ]
     assert max(sizes) / CHARS_PER_TOKEN <= prompt_budget(window, None)
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_small_windows_of_the_analyzer_and_meta_summarizer(tmp_path: Path,
-                                                           fake_llm: FakeLLM) -> None:
-    settings = llm_settings(tmp_path, fake_llm, **{
-        "pipeline.chunk_size": 1, "agents.analyzer.context_window": 1024 + 3000,
-        "agents.meta_summarizer.context_window": 1024 + 2400})
+def test_small_windows_of_the_analyzer_and_meta_summarizer(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    settings = llm_settings(
+        tmp_path,
+        fake_llm,
+        **{
+            "pipeline.chunk_size": 1,
+            "agents.analyzer.context_window": 1024 + 3000,
+            "agents.meta_summarizer.context_window": 1024 + 2400,
+        },
+    )
     with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
-        items = [{"rollout": rollout(1, i, b), "metadata": metadata(1)}
-                 for i, b in enumerate(HACKED)]
+        items = [
+            {"rollout": rollout(1, i, b), "metadata": metadata(1)} for i, b in enumerate(HACKED)
+        ]
         items[0]["rollout"]["output"] = long_body(0)["rollout"]["output"]
         assert client.post("/batch_score", json={"items": items}).status_code == 200
         assert client.post("/complete", json={"step": 1}).json() == {"status": "complete"}
@@ -183,8 +222,10 @@ def test_small_windows_of_the_analyzer_and_meta_summarizer(tmp_path: Path,
     for body in analyzer:
         chars = sum(len(m["content"]) for m in body["messages"])
         assert chars / CHARS_PER_TOKEN <= 3000
-    assert any("HEAD-MARK" in sent_rollout(b) and "truncated by amaris" in sent_rollout(b)
-               for b in analyzer)
+    assert any(
+        "HEAD-MARK" in sent_rollout(b) and "truncated by amaris" in sent_rollout(b)
+        for b in analyzer
+    )
     # six chunk summaries do not fit one meta-summarizer call: consolidated in rounds
     counts = calls_by_agent(fake_llm)
     assert counts["summarizer"] == len(HACKED)

@@ -83,8 +83,9 @@ def share_out(sizes: dict[str, int], total: int) -> dict[str, int]:
     return allowed
 
 
-def fit_texts(texts: dict[str, str], room_chars: int,
-              encoded: Callable[[str], int] = len) -> tuple[dict[str, str], list[str]]:
+def fit_texts(
+    texts: dict[str, str], room_chars: int, encoded: Callable[[str], int] = len
+) -> tuple[dict[str, str], list[str]]:
     """Cut the longest of ``texts`` (head and tail kept) so that together they take at most
     ``room_chars`` once encoded (``encoded(text)``: its length in the prompt, e.g. as a
     JSON string).
@@ -109,8 +110,9 @@ def fit_texts(texts: dict[str, str], room_chars: int,
     return fitted, cut
 
 
-def split_by_budget(items: Sequence[T], cost: Callable[[T], int], budget: int | None,
-                    max_count: int | None = None) -> list[list[T]]:
+def split_by_budget(
+    items: Sequence[T], cost: Callable[[T], int], budget: int | None, max_count: int | None = None
+) -> list[list[T]]:
     """Consecutive parts of ``items`` whose ``cost`` sums stay within ``budget`` and whose
     length stays within ``max_count`` (None: no bound). A part holds at least one item, so
     an item over the budget alone is a part of its own."""
@@ -143,8 +145,9 @@ class ContextWindows:
         key = (endpoint, model)
         return key in self._known, self._known.get(key)
 
-    async def read(self, endpoint: str, model: str,
-                   listing: Callable[[], Awaitable[dict[str, int | None]]]) -> int | None:
+    async def read(
+        self, endpoint: str, model: str, listing: Callable[[], Awaitable[dict[str, int | None]]]
+    ) -> int | None:
         """The ``max_model_len`` of ``model`` from ``listing()`` (the endpoint's models),
         read once; a failure, or a model listed without it, means unknown (logged once)."""
         done, window = self.cached(endpoint, model)
@@ -153,17 +156,26 @@ class ContextWindows:
         try:
             listed = await listing()
         except (openai.APIError, TimeoutError) as exc:
-            log.warning("%s: cannot list models to learn %s's context window (%s: %s); "
-                        "unknown, so no context budget (set agents.<agent>.context_window)",
-                        endpoint, model, type(exc).__name__, exc)
+            log.warning(
+                "%s: cannot list models to learn %s's context window (%s: %s); "
+                "unknown, so no context budget (set agents.<agent>.context_window)",
+                endpoint,
+                model,
+                type(exc).__name__,
+                exc,
+            )
         else:
             window = listed.get(model)
             if window is None:
-                log.warning("%s does not list %s with a max_model_len: its context window is "
-                            "unknown, so no context budget (set agents.<agent>.context_window)",
-                            endpoint, model)
+                log.warning(
+                    "%s does not list %s with a max_model_len: its context window is "
+                    "unknown, so no context budget (set agents.<agent>.context_window)",
+                    endpoint,
+                    model,
+                )
             else:
-                log.info("%s: %s has a context window of %d tokens (/v1/models)", endpoint,
-                         model, window)
+                log.info(
+                    "%s: %s has a context window of %d tokens (/v1/models)", endpoint, model, window
+                )
         with self._lock:
             return self._known.setdefault((endpoint, model), window)
