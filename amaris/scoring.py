@@ -107,6 +107,11 @@ def verdicts_schema(criterion_ids: tuple[str, ...]) -> dict[str, Any]:
     return schema
 
 
+def _merged(truncated: list[str], cut: list[str]) -> list[str]:
+    """The response's ``truncated``: fields cut by size, then by the context budget."""
+    return [*truncated, *(f"rollout.{n}" for n in cut if f"rollout.{n}" not in truncated)]
+
+
 class Scorer:
     """Scores rollouts; caches identical requests and merges identical in-flight ones."""
 
@@ -177,20 +182,16 @@ class Scorer:
         always filled in (the rollout log keeps it); the API drops it unless asked.
         Call :meth:`check` first: this checks only the judged fields.
         """
-        fields, truncated = self.prepare(request)
+        whole, truncated = self.prepare(request)
         rubric = rubric or self._store.current()
-        budget = await self._gateway.prompt_budget("scorer")
-        if budget is not None:
-            fields, cut = self._fit(rubric, fields, budget)
-            if cut:
-                truncated = [*truncated, *(f"rollout.{n}" for n in cut
-                                           if f"rollout.{n}" not in truncated)]
-                self.counters["truncated.context_window"] += 1
+        fields, cut = await self._within_budget(rubric, whole)
+        if cut:
+            self.counters["truncated.context_window"] += 1
         key = self._key(rubric, fields)
         base: dict[str, Any] = {
             "rubric_version": rubric.version,
             "rollout_id": request.rollout.id,
-            "truncated": truncated,
+            "truncated": _merged(truncated, cut),
         }
         cached = self._cache.get(key)
         if cached is not None:
@@ -204,8 +205,22 @@ class Scorer:
         try:
             # asyncio.timeout, not wait_for: no extra task per request on the hot path.
             async with asyncio.timeout(self._settings.timeout_seconds):
-                judged = await self._judge_once(key, rubric, fields,
-                                                request.metadata.current_step)
+                try:
+                    judged = await self._judge_once(key, rubric, fields,
+                                                    request.metadata.current_step)
+                except LLMContextOverflowError:
+                    # The server counted more tokens than estimated; the gateway has learnt
+                    # by how much (its budget shrank): cut to the new budget, judge once more.
+                    refitted, recut = await self._within_budget(rubric, whole)
+                    if refitted == fields:
+                        raise
+                    if not cut:
+                        self.counters["truncated.context_window"] += 1
+                    cut = recut
+                    base["truncated"] = _merged(truncated, cut)
+                    key, fields = self._key(rubric, refitted), refitted
+                    judged = await self._judge_once(key, rubric, fields,
+                                                    request.metadata.current_step)
         except (LLMUnavailableError, LLMOutputError, TimeoutError) as exc:
             if isinstance(exc, TimeoutError):
                 kind, exc = "judge_timeout", TimeoutError(
@@ -268,6 +283,14 @@ class Scorer:
             {"role": "user", "content": data_message("scorer", {"criteria": criteria,
                                                                 "rollout": fields})},
         ]
+
+    async def _within_budget(self, rubric: RubricVersion, fields: dict[str, str]
+                             ) -> tuple[dict[str, str], list[str]]:
+        """``fields`` cut to the scorer's context budget, and the names of those cut."""
+        budget = await self._gateway.prompt_budget("scorer")
+        if budget is None:
+            return fields, []
+        return self._fit(rubric, fields, budget)
 
     def _fit(self, rubric: RubricVersion, fields: dict[str, str], budget: int
              ) -> tuple[dict[str, str], list[str]]:

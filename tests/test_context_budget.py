@@ -25,17 +25,19 @@ WINDOW = 2000
 MAX_TOKENS = 200
 
 
-def server_window(window: int) -> Callable[[dict[str, Any]], Reply]:
+def server_window(window: int, chars_per_token: float = 4.0) -> Callable[[dict[str, Any]], Reply]:
     """A server that refuses, as vLLM does, a prompt over its context window (counting a
-    token per 4 characters, as the fake's ``usage`` does) and otherwise judges offline."""
+    token per ``chars_per_token`` characters) and otherwise judges offline."""
 
     def reply(body: dict[str, Any]) -> Reply:
-        tokens = sum(len(m["content"]) for m in body["messages"]) // 4
-        if tokens + (body.get("max_tokens") or 0) > window:
+        tokens = int(sum(len(m["content"]) for m in body["messages"]) / chars_per_token)
+        requested = tokens + (body.get("max_tokens") or 0)
+        if requested > window:
             return Reply(
                 status=400,
-                content=f"This model's maximum context length is {window}"
-                f" tokens. However, you requested {tokens} tokens in the messages.",
+                content=f"This model's maximum context length is {window} tokens. However, "
+                f"you requested {requested} tokens ({tokens} in the messages, "
+                f"{body.get('max_tokens')} in the completion).",
             )
         return offline_reply(body)
 
@@ -44,7 +46,7 @@ def server_window(window: int) -> Callable[[dict[str, Any]], Reply]:
 
 def long_body(index: int) -> dict[str, Any]:
     output = (
-        "HEAD-MARK "
+        f"HEAD-MARK {index} "
         + "I check every digit of the product again. " * 1000
         + "The answer is 42. TAIL-MARK"
     )
@@ -97,6 +99,29 @@ def test_a_rollout_over_the_configured_window_is_cut_and_scored(
     assert 'amaris_rollouts_truncated_total{cause="context_window"} 1.0' in metrics
     assert counters["truncated.context_window"] == 1
     assert windowed.model_requests == 0  # configured: /v1/models is not asked
+
+
+def test_a_denser_tokenizer_than_estimated_is_learnt_from_the_overflow(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    # 2.5 characters per token: the estimate (3.5) undercounts the prompt by 40%.
+    fake_llm.default = server_window(WINDOW, chars_per_token=2.5)
+    settings = llm_settings(
+        tmp_path,
+        fake_llm,
+        **{"agents.scorer.context_window": WINDOW, "agents.scorer.max_tokens": MAX_TOKENS},
+    )
+    try:
+        with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
+            first = client.post("/score", json=long_body(0)).json()
+            calls_for_first = len(fake_llm.requests)
+            second = client.post("/score", json=long_body(1)).json()
+    finally:
+        fake_llm.default = offline_reply
+    assert first["status"] == second["status"] == "scored", (first, second)
+    assert first["truncated"] == second["truncated"] == ["rollout.output"]
+    assert calls_for_first == 2  # refused once, cut again to the corrected budget
+    assert len(fake_llm.requests) == 3  # the second was cut right the first time
 
 
 def test_the_window_is_read_once_from_v1_models_max_model_len(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -35,7 +36,19 @@ MIN_FIELD_CHARS = 256
 """A rollout is not cut to less than this (its fields together): if the instructions and
 the rubric leave less room, the request goes as it is and the endpoint decides."""
 
+CALIBRATION_MIN_TOKENS = 256
+"""Prompts shorter than this do not calibrate the estimate (the chat template's own tokens
+weigh too much in them)."""
+_STATED_PROMPT = re.compile(r"(\d+) in the messages|messages resulted in (\d+) tokens")
+
 T = TypeVar("T")
+
+
+def stated_prompt_tokens(error: str) -> int | None:
+    """The prompt's token count an overflow error states (vLLM: "(N in the messages, ...)";
+    OpenAI: "your messages resulted in N tokens"), if it does."""
+    found = _STATED_PROMPT.search(error)
+    return int(found.group(1) or found.group(2)) if found else None
 
 
 def estimate_tokens(text: str) -> int:
@@ -139,6 +152,31 @@ class ContextWindows:
     def __init__(self) -> None:
         self._known: dict[tuple[str, str], int | None] = {}
         self._lock = threading.Lock()
+        self._scale: dict[tuple[str, str], float] = {}
+
+    def observe(self, endpoint: str, model: str, estimated: int, counted: int) -> None:
+        """Learn from a prompt the server counted (``usage.prompt_tokens``, or the count an
+        overflow error states) how far the estimate falls short for this model: budgets
+        shrink by the lowest ratio seen (the model's tokenizer on the densest text)."""
+        if counted < CALIBRATION_MIN_TOKENS or estimated <= 0:
+            return
+        ratio = estimated / counted
+        key = (endpoint, model)
+        if ratio < self._scale.get(key, 1.0):
+            with self._lock:
+                self._scale[key] = min(ratio, self._scale.get(key, 1.0))
+            log.info(
+                "%s (%s): a prompt estimated at %d tokens counted %d: budgets scaled by %.2f",
+                endpoint,
+                model,
+                estimated,
+                counted,
+                self._scale[key],
+            )
+
+    def scale(self, endpoint: str, model: str) -> float:
+        """Factor (at most 1) a budget of estimated tokens takes for this model."""
+        return self._scale.get((endpoint, model), 1.0)
 
     def cached(self, endpoint: str, model: str) -> tuple[bool, int | None]:
         """(read already, the window read: None = unknown)."""

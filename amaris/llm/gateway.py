@@ -29,7 +29,12 @@ import openai
 from pydantic import BaseModel, ValidationError
 
 from amaris.context import request_id_var
-from amaris.llm.budget import ContextWindows, prompt_budget
+from amaris.llm.budget import (
+    ContextWindows,
+    estimate_messages,
+    prompt_budget,
+    stated_prompt_tokens,
+)
 from amaris.llm.call_log import CallLog
 from amaris.llm.output_mode import (
     ModeState,
@@ -195,7 +200,9 @@ class LLMGateway:
         window = await self.context_window(agent)
         if window is None:
             return None
-        return prompt_budget(window, self._settings.agents.for_agent(agent).max_tokens)
+        options = self._settings.agents.for_agent(agent)
+        scale = self.context_windows.scale(self._providers[agent].description, options.model)
+        return int(prompt_budget(window, options.max_tokens) * scale)
 
     def _mode(self, provider: ChatProvider, options: ResolvedAgentOptions) -> ModeState:
         if options.response_format is not None:
@@ -359,6 +366,10 @@ class LLMGateway:
                 self.stats[f"{agent}.errors"] += 1
                 last_error = exc
                 if overflow:
+                    counted = stated_prompt_tokens(str(exc))
+                    if counted is not None:
+                        self.context_windows.observe(provider.description, options.model,
+                                                     estimate_messages(messages), counted)
                     raise LLMContextOverflowError(f"{agent}: {_short(exc)}") from exc
                 if not transient:
                     raise LLMUnavailableError(f"{agent}: {_short(exc)}") from exc
@@ -389,6 +400,10 @@ class LLMGateway:
             self.stats[f"{agent}.prompt_tokens"] += completion.prompt_tokens or 0
             self.stats[f"{agent}.completion_tokens"] += completion.completion_tokens or 0
             self.stats[f"{agent}.reasoning_tokens"] += completion.reasoning_tokens or 0
+            if completion.prompt_tokens:
+                self.context_windows.observe(provider.description, options.model,
+                                             estimate_messages(messages),
+                                             completion.prompt_tokens)
             if self._observer is not None:
                 self._observer(agent, elapsed)
             return completion
