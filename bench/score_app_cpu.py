@@ -86,7 +86,7 @@ async def call(app: Any, n: int) -> None:
 
 
 async def run(requests: int, clients: int, folder: str) -> None:
-    from amaris.service import build_services
+    from amaris.app.wiring import build_services
     from amaris.settings import AGENTS, load_settings
     from api.app import create_app
 

@@ -1,10 +1,14 @@
-"""Markdown and tables attached to step runs (rubric diff, summary, hacking findings)."""
+"""Markdown and tables attached to step runs (rubric diff, summary, hacking findings,
+token usage)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from amaris.rubric import RubricVersion
+from amaris.llm.ledger import Key, Usage, cost, total, unpriced
+from amaris.rubric.model import RubricVersion
+from amaris.settings import ModelPrice
 
 
 def rubric_diff_markdown(before: RubricVersion, after: RubricVersion,
@@ -62,3 +66,33 @@ def hacking_table(outcome: dict[str, Any]) -> list[dict[str, Any]]:
                          "share": round(float(b.get("share", 0.0)), 3),
                          "examples": ", ".join(b.get("rollout_ids", [])[:5])})
     return rows
+
+
+def usage_markdown(step: int, rollouts: int, table: Mapping[Key, Usage],
+                   pricing: Mapping[str, ModelPrice]) -> str:
+    """The LLM requests, tokens and endpoint time of a step, by agent and model; with a
+    price table, the step's cost and its cost per 1,000 rollouts."""
+    lines = [f"# Step {step}: LLM tokens and time", "",
+             "| agent | model | calls | failed | prompt | cached | completion | reasoning "
+             "| seconds waited |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = sorted(table.items())
+    for (agent, model), u in [*rows, (("all", ""), total(table.values()))]:
+        lines.append(f"| {agent} | {model} | {u.calls} | {u.failed} | {u.prompt_tokens} | "
+                     f"{u.cached_tokens} | {u.completion_tokens} | {u.reasoning_tokens} | "
+                     f"{u.seconds:.1f} |")
+    if not rows:
+        lines.append("")
+        lines.append("No LLM request of this step was made in this process (a cached re-run, "
+                     "or the rollouts were scored by another process).")
+    if pricing:
+        dollars = cost(table, pricing)
+        lines.append("")
+        if dollars is None:
+            lines.append("**Cost:** unknown: no price for " + ", ".join(
+                f"`{m}`" for m in unpriced(table, pricing)) + " in `pricing`.")
+        else:
+            per_1000 = f"${dollars / rollouts * 1000:.4f}" if rollouts else "-"
+            lines.append(f"**Cost:** ${dollars:.4f} for {rollouts} rollouts "
+                         f"({per_1000} per 1,000 rollouts).")
+    return "\n".join(lines)

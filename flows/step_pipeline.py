@@ -11,9 +11,9 @@ from prefect import flow
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.utilities.annotations import quote
 
-from amaris.pipeline.context import get_context
-from amaris.rubric import RubricVersion
-from flows.artifacts import hacking_table, rubric_diff_markdown, summary_markdown
+from amaris.rubric.model import RubricVersion
+from amaris.steps.context import get_context
+from flows.artifacts import hacking_table, rubric_diff_markdown, summary_markdown, usage_markdown
 from tasks._common import criteria_payload, split_for
 from tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from tasks.generate_queries import generate_queries
@@ -80,6 +80,11 @@ async def step_pipeline(step: int) -> dict[str, Any]:
     if any(r.get("outcome") == "published" for _, r in results):
         await asyncio.to_thread(ctx.rubrics.export)
     await hacking_table_artifact(step, outcome)
+    await acreate_markdown_artifact(
+        key=f"usage-step-{step}",
+        markdown=usage_markdown(step, len(records), ctx.gateway.ledger.for_step(step),
+                                ctx.settings.pricing),
+        description=f"Step {step} LLM tokens, time and cost")
     return outcome
 
 
@@ -160,8 +165,9 @@ async def _summarize(summarize: Any, step: int, scope: str, label: str,
                      analyses: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Summaries of ``analyses``: one, or one per part when they do not fit the
     summarizer's context budget together (parts labelled ``<label>.<part>``)."""
-    parts = await split_for("summarizer", summary_payload(step, metadata, criteria, []),
-                            "analyses", analyses) or [analyses]
+    parts = await split_for("summarizer", {"criteria": criteria},
+                            summary_payload(step, metadata, []), "analyses", analyses
+                            ) or [analyses]
     if len(parts) == 1:
         return [await summarize(step, scope, label, metadata, criteria, parts[0])]
     return list(await asyncio.gather(*(
@@ -176,9 +182,8 @@ async def _consolidate(meta_summarize: Any, step: int, scope: str, metadata: dic
     context budget together (groups that fit are consolidated, then their results)."""
     level = 0
     while True:
-        groups = await split_for("meta_summarizer",
-                                 {"step": step, "metadata": metadata, "criteria": criteria},
-                                 "summaries", summaries)
+        groups = await split_for("meta_summarizer", {"criteria": criteria},
+                                 {"step": step, "metadata": metadata}, "summaries", summaries)
         if len(groups) <= 1:
             return cast(dict[str, Any], await meta_summarize(step, scope, "all", metadata,
                                                              criteria, list(summaries)))

@@ -7,7 +7,7 @@ from typing import Any
 from prefect import task
 
 from amaris.agents.schemas import BatchSummary
-from amaris.pipeline.retry import retry_on_transient
+from amaris.steps.retry import retry_on_transient
 from tasks._common import ask, cache_key
 
 
@@ -24,6 +24,6 @@ async def meta_summarize(
     """One summary of ``summaries``: the step's chunk summaries (``part`` ``all``), or a
     group of them when they do not fit the meta-summarizer's context budget together
     (``<level>.<group>``: the flow then consolidates those summaries in turn)."""
-    payload = {"step": step, "metadata": metadata, "criteria": criteria, "summaries": summaries}
-    summary = await ask("meta_summarizer", payload, BatchSummary, step)
+    data = {"step": step, "metadata": metadata, "summaries": summaries}
+    summary = await ask("meta_summarizer", {"criteria": criteria}, data, BatchSummary, step)
     return summary.model_dump(mode="json")

@@ -8,15 +8,16 @@ from typing import Any
 from prefect import task
 
 from amaris.agents.schemas import BatchSummary
-from amaris.pipeline.retry import retry_on_transient
+from amaris.steps.retry import retry_on_transient
 from tasks._common import ask, cache_key
 
 log = logging.getLogger("amaris.pipeline")
 
 
-def summary_payload(step: int, metadata: dict[str, Any], criteria: list[dict[str, Any]],
+def summary_payload(step: int, metadata: dict[str, Any],
                     analyses: list[dict[str, Any]]) -> dict[str, Any]:
-    """The summarizer's data: the analyses and their scores' statistics."""
+    """The summarizer's per-call data: the analyses and their scores' statistics (the
+    criteria are its context)."""
     scores = [a["score"] for a in analyses if a.get("score") is not None]
     stats = {
         "count": len(analyses),
@@ -25,8 +26,7 @@ def summary_payload(step: int, metadata: dict[str, Any], criteria: list[dict[str
         "min": min(scores) if scores else None,
         "max": max(scores) if scores else None,
     }
-    return {"step": step, "metadata": metadata, "criteria": criteria, "score_stats": stats,
-            "analyses": analyses}
+    return {"step": step, "metadata": metadata, "score_stats": stats, "analyses": analyses}
 
 
 @task(name="summarize", cache_key_fn=cache_key("summarizer"), persist_result=True,
@@ -44,8 +44,8 @@ async def summarize_chunk(
     ``chunk`` names it: the analysis chunk's index, with ``.<part>`` when the chunk was
     split to fit the summarizer's context budget (:func:`summary_payload` is its input).
     """
-    payload = summary_payload(step, metadata, criteria, analyses)
-    summary = await ask("summarizer", payload, BatchSummary, step)
-    log.info("step %s (%r): chunk %d summarised, %d reward-hacking behaviour(s)", step, scope,
+    data = summary_payload(step, metadata, analyses)
+    summary = await ask("summarizer", {"criteria": criteria}, data, BatchSummary, step)
+    log.info("step %s (%r): chunk %s summarised, %d reward-hacking behaviour(s)", step, scope,
              chunk, len(summary.aggregated_reward_hacking.behaviours))
     return summary.model_dump(mode="json")

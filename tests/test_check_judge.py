@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from amaris.cli import main
-from amaris.offline.server import Reply
-from amaris.prefect_server import free_port
+from amaris.app.prefect_server import free_port
+from amaris.cli.main import main
+from amaris.sim.judge_server import Reply
 from tests.fake_llm import FakeLLM
 
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from amaris.app.prefect_server import free_port
+from amaris.app.wiring import create_app
 from amaris.llm.budget import CHARS_PER_TOKEN, ContextWindows, prompt_budget
 from amaris.llm.providers import OpenAIProvider
-from amaris.offline.server import Reply
-from amaris.prefect_server import free_port
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM, offline_reply
 from tests.pipeline_helpers import metadata, rollout, score_step

@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from amaris import RewardClient, StepFailedError
-from amaris.offline.server import Reply
-from amaris.scopes import input_id
-from api.app import create_app
+from amaris.app.wiring import create_app
+from amaris.rubric.scopes import input_id
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, offline_reply, serve_in_thread
 from tests.pipeline_helpers import metadata, rollout, score_step

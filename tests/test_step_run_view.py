@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from amaris.app.wiring import create_app
 from tests.conftest import make_settings
 from tests.pipeline_helpers import score_step
 
@@ -93,4 +93,5 @@ def test_the_step_run_artifacts_all_have_keys(step_run: tuple[list[Any], list[An
         "hacking-step-1",
         "rubric-diff-step-1-global",
         "summary-step-1-global",
+        "usage-step-1",
     ]

@@ -36,6 +36,7 @@ from amaris.llm.budget import (
     stated_prompt_tokens,
 )
 from amaris.llm.call_log import CallLog
+from amaris.llm.ledger import OFFLINE_MODEL, TokenLedger, usage_of
 from amaris.llm.output_mode import (
     ModeState,
     OutputMode,
@@ -43,10 +44,10 @@ from amaris.llm.output_mode import (
     refuses_format,
     response_format,
 )
-from amaris.llm.providers import ChatProvider, Completion
+from amaris.llm.providers import ChatProvider, Completion, OfflineProvider, OpenAIProvider
 from amaris.llm.reasoning import split_reasoning
 from amaris.llm.schema import strict_schema
-from amaris.settings import ResolvedAgentOptions, Settings
+from amaris.settings import AGENTS, ResolvedAgentOptions, Settings
 
 T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger("amaris.llm")
@@ -144,8 +145,11 @@ class LLMGateway:
         observer: Callable[[str, float], None] | None = None,
         output_modes: OutputModes | None = None,
         context_windows: ContextWindows | None = None,
+        ledger: TokenLedger | None = None,
     ) -> None:
         self._settings = settings
+        self.ledger = ledger or TokenLedger()
+        """Tokens and time per agent and model (shared by the service's two gateways)."""
         self.output_modes = output_modes or OutputModes()
         """Structured-output modes per endpoint (shared by the service's two gateways)."""
         self.context_windows = context_windows or ContextWindows()
@@ -163,7 +167,8 @@ class LLMGateway:
             if getattr(limits, agent, None)
         }
         self.stats: Counter[str] = Counter()
-        """Counters ``<agent>.<outcome>``, ``<agent>.prompt_tokens``... for health and metrics."""
+        """Counters ``<agent>.<outcome>`` (calls, errors, invalid_output...) for metrics;
+        tokens are in :attr:`ledger`."""
 
     def provider(self, agent: str) -> ChatProvider:
         """The provider serving ``agent``."""
@@ -224,6 +229,25 @@ class LLMGateway:
     ) -> T:
         """One structured call: returns output validated by ``schema`` (and ``check``).
 
+        See :meth:`structured_completion`.
+        """
+        result, _ = await self.structured_completion(agent, messages, schema, step=step,
+                                                     check=check, json_schema=json_schema)
+        return result
+
+    async def structured_completion(
+        self,
+        agent: str,
+        messages: list[dict[str, str]],
+        schema: type[T],
+        *,
+        step: int | None = None,
+        check: Callable[[T], None] | None = None,
+        json_schema: dict[str, Any] | None = None,
+    ) -> tuple[T, Completion]:
+        """One structured call: the output validated by ``schema`` (and ``check``), and the
+        completion it was read from (its token logprobs, when asked for).
+
         The request asks for ``json_schema`` (default: ``schema``'s strict JSON schema) in
         the agent's structured-output mode.
 
@@ -233,9 +257,10 @@ class LLMGateway:
         """
         output = (schema.__name__, json_schema if json_schema is not None
                   else strict_schema(schema))
-        answer = self._answer(agent, await self._complete(agent, messages, step, output), step)
+        completion = await self._complete(agent, messages, step, output)
+        answer = self._answer(agent, completion, step)
         try:
-            return self._validate(agent, answer, schema, check, step)
+            return self._validate(agent, answer, schema, check, step), completion
         except (ValueError, ValidationError) as first:
             if not self._settings.gateway.reask_on_invalid:
                 raise LLMOutputError(f"{agent}: invalid output: {_short(first)}") from first
@@ -250,10 +275,10 @@ class LLMGateway:
                     ),
                 },
             ]
-            second = self._answer(
-                agent, await self._complete(agent, retry_messages, step, output, reask=True), step)
+            completion = await self._complete(agent, retry_messages, step, output, reask=True)
+            second = self._answer(agent, completion, step)
             try:
-                return self._validate(agent, second, schema, check, step)
+                return self._validate(agent, second, schema, check, step), completion
             except (ValueError, ValidationError) as exc:
                 raise LLMOutputError(
                     f"{agent}: invalid output after re-ask: {_short(exc)}"
@@ -304,6 +329,7 @@ class LLMGateway:
         provider = self._providers[agent]
         options = self._settings.agents.for_agent(agent)
         budget = self._settings.gateway
+        model = OFFLINE_MODEL if provider.offline else options.model
         last_error: BaseException | None = None
         attempt = 0
         while attempt < budget.max_attempts:
@@ -343,6 +369,8 @@ class LLMGateway:
                         completion = await provider.complete(agent, messages, options,
                                                              request_format)
             except Exception as exc:
+                self.ledger.record(agent, model, usage_of(None, time.perf_counter() - started),
+                                   step)
                 if (options.structured_output == "auto" and mode != "configured"
                         and refuses_format(exc) and self.output_modes.fall_back(
                             provider.description, options.model, mode, _short(exc))):
@@ -388,6 +416,7 @@ class LLMGateway:
                 prompt_tokens=completion.prompt_tokens,
                 completion_tokens=completion.completion_tokens,
                 reasoning_tokens=completion.reasoning_tokens,
+                cached_tokens=completion.cached_tokens,
             )
             if completion.reasoning:
                 # Logged, never parsed: the answer is the content alone.
@@ -397,9 +426,7 @@ class LLMGateway:
                           completion.reasoning[:_LOGGED_REASONING_CHARS])
             self._log.write(record)
             self.stats[f"{agent}.calls"] += 1
-            self.stats[f"{agent}.prompt_tokens"] += completion.prompt_tokens or 0
-            self.stats[f"{agent}.completion_tokens"] += completion.completion_tokens or 0
-            self.stats[f"{agent}.reasoning_tokens"] += completion.reasoning_tokens or 0
+            self.ledger.record(agent, model, usage_of(completion, elapsed), step)
             if completion.prompt_tokens:
                 self.context_windows.observe(provider.description, options.model,
                                              estimate_messages(messages),
@@ -436,9 +463,6 @@ def _short(exc: BaseException | None, limit: int = 300) -> str:
 
 def build_providers(settings: Settings) -> dict[str, ChatProvider]:
     """One provider per agent; agents with no API key and no base_url get the offline judge."""
-    from amaris.llm.providers import OfflineProvider, OpenAIProvider
-    from amaris.settings import AGENTS
-
     offline = OfflineProvider()
     by_endpoint: dict[tuple[str | None, str | None], ChatProvider] = {}
     providers: dict[str, ChatProvider] = {}
