@@ -1,9 +1,9 @@
 """Prometheus metrics of one amaris process, on its own registry (``GET /metrics``).
 
 Instruments record events as they happen: HTTP requests, LLM request latency, finished
-steps. Judge, reward, rubric and step-status numbers are read at scrape time from the
-counters the gateways, the scorer, the rubric store and the step coordinator already
-keep, so nothing is counted twice.
+steps. Judge, token, reward, rubric and step-status numbers are read at scrape time from
+the counters the gateways (and their token ledger), the scorer, the rubric store and the
+step coordinator already keep, so nothing is counted twice.
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from amaris.settings import AGENTS
+from amaris.llm.ledger import price
+from amaris.settings import AGENTS, ModelPrice
 
 if TYPE_CHECKING:
     from amaris.llm.gateway import LLMGateway
-    from amaris.rubric_store import RubricStore
-    from amaris.scoring import Scorer
-    from amaris.steps import StepCoordinator
+    from amaris.llm.ledger import TokenLedger
+    from amaris.rubric.store import RubricStore
+    from amaris.scoring.scorer import Scorer
+    from amaris.steps.coordinator import StepCoordinator
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text format served by ``GET /metrics``."""
@@ -37,6 +39,7 @@ STEP_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
 """Seconds, 1 s to 1 h: a step's flow analyses every rollout of the step."""
 
 STEP_STATUSES = ("open", "completing", "done", "failed")
+TRUNCATION_CAUSES = ("max_field_chars", "context_window")
 UNSCORED_REASONS = ("judge_unavailable", "judge_invalid", "judge_truncated",
                     "judge_context_overflow")
 
@@ -88,11 +91,12 @@ class Metrics:
         self.step_duration.observe(seconds)
 
     def watch(self, gateways: Mapping[str, LLMGateway], scorer: Scorer, store: RubricStore,
-              coordinator: StepCoordinator) -> None:
+              coordinator: StepCoordinator, ledger: TokenLedger,
+              pricing: Mapping[str, ModelPrice]) -> None:
         """Export these objects' counters at scrape time (replacing earlier ones)."""
         if self._state is not None:
             self.registry.unregister(self._state)
-        self._state = _StateCollector(gateways, scorer, store, coordinator)
+        self._state = _StateCollector(gateways, scorer, store, coordinator, ledger, pricing)
         self.registry.register(self._state)
 
     def exposition(self) -> bytes:
@@ -114,14 +118,18 @@ class _StateCollector(Collector):
     """Reads the services' own counters when Prometheus scrapes."""
 
     def __init__(self, gateways: Mapping[str, LLMGateway], scorer: Scorer, store: RubricStore,
-                 coordinator: StepCoordinator) -> None:
+                 coordinator: StepCoordinator, ledger: TokenLedger,
+                 pricing: Mapping[str, ModelPrice]) -> None:
         self._gateways = dict(gateways)
+        self._ledger = ledger
+        self._pricing = dict(pricing)
         self._scorer = scorer
         self._store = store
         self._coordinator = coordinator
 
     def collect(self) -> Iterable[Metric]:
         yield from self._llm()
+        yield from self._ledger_metrics()
         # dict(...) copies in one step: the pipeline thread updates its gateway's stats.
         counters = dict(self._scorer.counters)
         rewards = CounterMetricFamily("amaris_rewards", "Rewards answered, by status.",
@@ -136,6 +144,13 @@ class _StateCollector(Collector):
         for reason in sorted(reasons):
             unscored.add_metric([reason], counters.get(f"unscored.{reason}", 0))
         yield unscored
+        truncated = CounterMetricFamily(
+            "amaris_rollouts_truncated",
+            "Rollouts judged with their text cut (head and tail kept), by cause: over "
+            "scoring.max_field_chars, or over the scorer's context window.", labels=["cause"])
+        for cause in TRUNCATION_CAUSES:
+            truncated.add_metric([cause], counters.get(f"truncated.{cause}", 0))
+        yield truncated
         version = GaugeMetricFamily("amaris_rubric_version", "Version of the rubric in force.",
                                     labels=["scope"])
         version.add_metric(["global"], self._store.current().version)
@@ -154,15 +169,42 @@ class _StateCollector(Collector):
     def _llm(self) -> Iterable[Metric]:
         families = {kind: CounterMetricFamily(name, text, labels=["agent", "path"])
                     for kind, (name, text) in _LLM_COUNTERS.items()}
-        tokens = CounterMetricFamily("amaris_llm_tokens", "LLM tokens, by agent, path and kind.",
-                                     labels=["agent", "path", "kind"])
         for path, gateway in self._gateways.items():
             stats = dict(gateway.stats)
             agents = {*AGENTS, *(key.rsplit(".", 1)[0] for key in stats)}
             for agent in sorted(agents):
                 for kind, family in families.items():
                     family.add_metric([agent, path], stats.get(f"{agent}.{kind}", 0))
-                for kind in ("prompt", "completion", "reasoning"):
-                    tokens.add_metric([agent, path, kind], stats.get(f"{agent}.{kind}_tokens", 0))
         yield from families.values()
-        yield tokens
+
+    def _ledger_metrics(self) -> Iterable[Metric]:
+        labels = ["agent", "model"]
+        calls = CounterMetricFamily(
+            "amaris_llm_model_calls", "LLM requests answered, by agent and model.", labels=labels)
+        failed = CounterMetricFamily(
+            "amaris_llm_model_failed",
+            "LLM requests that got no answer (error, timeout, refused format), by agent and "
+            "model.", labels=labels)
+        tokens = CounterMetricFamily(
+            "amaris_llm_tokens",
+            "LLM tokens the endpoint reported, by agent, model and kind (prompt, completion, "
+            "reasoning: part of completion, cached: part of prompt).",
+            labels=[*labels, "kind"])
+        seconds = CounterMetricFamily(
+            "amaris_llm_wait_seconds",
+            "Seconds spent waiting on the LLM endpoint (answered and failed requests), by "
+            "agent and model.", labels=labels)
+        cost = CounterMetricFamily(
+            "amaris_llm_cost_dollars",
+            "Dollars of the LLM tokens at the configured pricing, by agent and model (models "
+            "with a price only).", labels=labels)
+        for (agent, model), usage in sorted(self._ledger.totals().items()):
+            calls.add_metric([agent, model], usage.calls)
+            failed.add_metric([agent, model], usage.failed)
+            for kind in ("prompt", "completion", "reasoning", "cached"):
+                tokens.add_metric([agent, model, kind], getattr(usage, f"{kind}_tokens"))
+            seconds.add_metric([agent, model], usage.seconds)
+            rate = self._pricing.get(model)
+            if rate is not None:
+                cost.add_metric([agent, model], price(usage, rate))
+        yield from (calls, failed, tokens, seconds, cost)

@@ -182,8 +182,21 @@ class CriterionResult(BaseModel):
     text: str
     weight: float
     is_anchor: bool
-    verdict: int = Field(description="Judge verdict on the declared scale (0-4).")
-    reason: str
+    verdict: int | float = Field(
+        description="Judge verdict on the declared scale (0-4): an integer, or a fraction with "
+        "agents.scorer.samples > 1 (the mean of the samples) or agents.scorer.logprobs (the "
+        "expected score).")
+    reason: str = Field(description="The judge's reason (of the first sample).")
+    samples: list[int | float] | None = Field(
+        default=None, description="The k verdicts whose mean is the verdict "
+        "(agents.scorer.samples > 1); null otherwise.")
+    agreement: float | None = Field(
+        default=None, description="Share of the samples that round to their most common "
+        "value: 1 when the k verdicts agree (agents.scorer.samples > 1); null otherwise.")
+    from_logprobs: int | None = Field(
+        default=None, description="How many of the judge replies gave this verdict as an "
+        "expected value from logprobs (the others gave none: their plain verdict is used); "
+        "null when agents.scorer.logprobs is off.")
 
 
 ScoreStatus = Literal["scored", "unscored", "invalid"]
@@ -265,7 +278,8 @@ class HealthResponse(BaseModel):
     judge_model: str
     rubric_version: int
     counters: dict[str, int] = Field(
-        default_factory=dict, description="Scored, cached and unscored rewards since start."
+        default_factory=dict, description="Scored, cached and unscored rewards since start; "
+        "truncated.<cause>: rollouts judged with their text cut."
     )
     structured_output: dict[str, StructuredOutputStatus] = Field(
         default_factory=dict, description="Per agent: the structured-output mode in use and why."

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -27,6 +28,11 @@ AGENTS: tuple[str, ...] = (
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 """``agents.<agent>.structured_output``."""
+
+MAX_SAMPLES = 16
+"""Most verdicts per criterion ``agents.scorer.samples`` may ask for (each is a judge call)."""
+SCORER_ONLY = ("samples", "logprobs")
+"""Agent options only the scorer reads: accepted under ``agents.scorer`` alone."""
 
 AgentName = Literal[
     "scorer", "analyzer", "summarizer", "meta_summarizer", "query_generator", "updater"
@@ -133,6 +139,16 @@ class AgentOptions(_Section):
     """OpenAI service tier, e.g. ``flex``."""
     extra_body: dict[str, Any] | None = None
     """Provider-specific request fields (OpenRouter, vLLM...)."""
+    context_window: int | None = Field(default=None, gt=0)
+    """The model's context window in tokens; null = the ``max_model_len`` the endpoint's
+    ``/v1/models`` lists for the model (vLLM), else unknown (no budget is applied)."""
+    samples: int | None = Field(default=None, ge=1, le=MAX_SAMPLES)
+    """Scorer only: judge calls per rollout; each criterion's verdict is the mean of the
+    ``samples`` verdicts (``samples`` times the judge tokens). Informative only at a
+    temperature above 0."""
+    logprobs: bool | None = None
+    """Scorer only: ask for ``logprobs`` / ``top_logprobs`` and take each verdict as the
+    expected value over the score tokens 0-4 (the plain verdict where none come back)."""
 
 
 class ResolvedAgentOptions(_Section):
@@ -146,12 +162,17 @@ class ResolvedAgentOptions(_Section):
     response_format: dict[str, Any] | None
     service_tier: str | None
     extra_body: dict[str, Any] | None
+    context_window: int | None
+    samples: int
+    logprobs: bool
 
 
 _BUILTIN_AGENT_OPTIONS: dict[str, Any] = {
     "model": "gpt-4o-mini",
     "temperature": 0.0,
     "structured_output": "auto",
+    "samples": 1,
+    "logprobs": False,
 }
 """The base layer under ``agents.default``: a field left unset anywhere takes this value
 (and ``timeout`` takes :data:`REMOTE_TIMEOUT_SECONDS` or :data:`LOCAL_TIMEOUT_SECONDS`)."""
@@ -170,6 +191,18 @@ class AgentsSettings(_Section):
     query_generator: AgentOptions | None = None
     updater: AgentOptions | None = None
 
+    @model_validator(mode="after")
+    def _scorer_only(self) -> AgentsSettings:
+        for section in ("default", *AGENTS):
+            options: AgentOptions | None = getattr(self, section)
+            if section == "scorer" or options is None:
+                continue
+            for name in SCORER_ONLY:
+                if getattr(options, name) is not None:
+                    raise ValueError(f"agents.{section}.{name}: only the scorer reads it; "
+                                     f"set agents.scorer.{name}")
+        return self
+
     def for_agent(self, agent: str, local: bool = False) -> ResolvedAgentOptions:
         """Options of ``agent``: its override, then ``default``, then the built-in base.
 
@@ -178,7 +211,7 @@ class AgentsSettings(_Section):
         """
         merged: dict[str, Any] = {
             "max_tokens": None, "service_tier": None, "extra_body": None,
-            "response_format": None, **_BUILTIN_AGENT_OPTIONS,
+            "response_format": None, "context_window": None, **_BUILTIN_AGENT_OPTIONS,
             "timeout": LOCAL_TIMEOUT_SECONDS if local else REMOTE_TIMEOUT_SECONDS,
         }
         merged.update(self.default.model_dump(exclude_none=True))
@@ -282,7 +315,6 @@ class ServerSettings(_Section):
     @property
     def replica(self) -> str:
         """``replica_id``, or ``<hostname>:<port>``."""
-        import socket
 
         return self.replica_id or f"{socket.gethostname()}:{self.port}"
 
@@ -408,6 +440,17 @@ class ScoringSettings(_Section):
         return self
 
 
+class ModelPrice(_Section):
+    """``pricing.<model>``: what one model's tokens cost, in dollars per million tokens."""
+
+    prompt: float = Field(ge=0)
+    """Prompt (input) tokens."""
+    completion: float = Field(ge=0)
+    """Completion (output) tokens, reasoning tokens included."""
+    cached_prompt: float | None = Field(default=None, ge=0)
+    """Prompt tokens served from the provider's prefix cache; null = the ``prompt`` price."""
+
+
 class RubricItem(_Section):
     """One configured criterion. A negative weight marks a pitfall."""
 
@@ -444,6 +487,9 @@ class Settings(_Section):
     gateway: GatewaySettings = GatewaySettings()
     prefect: PrefectSettings = PrefectSettings()
     scoring: ScoringSettings = ScoringSettings()
+    pricing: dict[str, ModelPrice] = Field(default_factory=dict)
+    """Price per model name (as in ``agents.<agent>.model``): cost per step and per 1,000
+    rollouts in step artifacts and simulator reports; empty = no cost shown."""
     anchor_rubrics: list[RubricItem] = Field(
         default_factory=lambda: [RubricItem(text="The response gives the correct final answer.")]
     )

@@ -3,57 +3,45 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from amaris import __version__
-from amaris.llm.providers import ChatProvider
-from amaris.memory.embedder import Embedder
 from amaris.metrics import Metrics
-from amaris.service import Services, build_services
+from amaris.services import Services
 from amaris.settings import Settings
 from api import errors
 from api.middleware import RequestGuard, RequestMetrics
 from api.routes import health, memory, metrics, openrlhf, rubrics, score, steps
 
+ServicesFactory = Callable[[Metrics], Services]
+"""Builds the services (blocking) recording into the given metrics registry."""
 
-def create_app(
-    settings: Settings,
-    *,
-    qdrant_location: str | None = None,
-    providers: dict[str, ChatProvider] | None = None,
-    services: Services | None = None,
-    embedder: Embedder | None = None,
-) -> FastAPI:
-    """Build the amaris API. Storage opens and the rubric initialises at start-up.
+
+def create_app(settings: Settings, services: Services | ServicesFactory) -> FastAPI:
+    """Build the amaris API over ``services``.
 
     Args:
         settings: the validated configuration.
-        qdrant_location: ``":memory:"`` to keep Qdrant in memory (tests).
-        providers: chat providers per agent; default from the configuration.
-        embedder: the memory embedder; default from ``memory.embedding_model``.
         services: already-built services (the CLI builds them first so start-up errors
-            are reported before the server binds); closed on shutdown.
+            are reported before the server binds), or a factory the app calls at start-up
+            (in a thread) with its metrics registry. Closed on shutdown either way.
     """
     # Built before the services so the request middleware can record into it.
-    registry = services.metrics if services is not None else Metrics()
+    registry = services.metrics if isinstance(services, Services) else Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        nonlocal services
-        if services is None:
-            services = await asyncio.to_thread(
-                build_services, settings, qdrant_location=qdrant_location, providers=providers,
-                embedder=embedder, metrics=registry,
-            )
-        app.state.services = services
-        await services.start()
+        built = (services if isinstance(services, Services)
+                 else await asyncio.to_thread(services, registry))
+        app.state.services = built
+        await built.start()
         try:
             yield
         finally:
-            await services.stop()
+            await built.stop()
 
     app = FastAPI(
         title="amaris",

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from amaris.service import Services
+from amaris.services import Services
 
 # `async def` although it does no I/O: FastAPI runs a plain `def` dependency in a worker
 # thread, a thread round-trip per request on the hot path.

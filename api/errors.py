@@ -14,9 +14,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from amaris.logs import loggable
 from amaris.models import ErrorDetail, ErrorResponse
-from amaris.rollout_ids import RolloutConflictError
-from amaris.scoring import OverloadedError, OversizeError
-from amaris.steps import StepRefusedError
+from amaris.scoring.rollout_ids import RolloutConflictError
+from amaris.scoring.scorer import OverloadedError, OversizeError
+from amaris.steps.coordinator import StepRefusedError
 
 log = logging.getLogger("amaris.api")
 

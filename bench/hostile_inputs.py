@@ -30,8 +30,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 import amaris
+from amaris.app.wiring import create_app
 from amaris.settings import load_settings
-from api.app import create_app
 
 BAD = "\ud800"
 QUESTION = "What is 2+2?"

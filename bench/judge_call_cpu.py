@@ -31,8 +31,8 @@ from _common import API_KEY, amaris_executable, child_env, start_offline_llm, wa
 from openai.types.chat import ChatCompletion
 from score_throughput import rollout_fields, scorer_request_body
 
+from amaris.agents.prompts import load_prompts
 from amaris.llm.providers import OpenAIProvider
-from amaris.prompts import load_prompts
 from amaris.settings import Settings
 
 

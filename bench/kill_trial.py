@@ -57,7 +57,7 @@ from _common import (
     write_doc,
 )
 
-from amaris.prefect_server import PrefectServer
+from amaris.app.prefect_server import PrefectServer
 from amaris.sim.policy import Policy
 
 PHASES = ("scoring", "pipeline")

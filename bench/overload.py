@@ -173,7 +173,7 @@ def bench_config(llm_url: str, data: Path) -> dict[str, Any]:
 
 GC_WRAPPER = """
 import gc, signal, sys, time
-from amaris.cli import main
+from amaris.cli.main import main
 log = open(sys.argv[1], "a", buffering=1)
 started = {}
 def record(phase, info):

@@ -39,6 +39,9 @@ class ScriptedJudge:
         await asyncio.sleep(0)  # one loop turn, as an answer arriving would take
         return Completion(content=VERDICTS, prompt_tokens=400, completion_tokens=30)
 
+    async def models(self, timeout: float) -> dict[str, int | None]:
+        return {}  # no context window: no budget
+
     async def close(self) -> None:
         return None
 
@@ -83,7 +86,7 @@ async def call(app: Any, n: int) -> None:
 
 
 async def run(requests: int, clients: int, folder: str) -> None:
-    from amaris.service import build_services
+    from amaris.app.wiring import build_services
     from amaris.settings import AGENTS, load_settings
     from api.app import create_app
 

@@ -75,10 +75,11 @@ from _common import (
     write_doc,
 )
 
+from amaris.agents.prompts import load_prompts
 from amaris.llm.output_mode import response_format
 from amaris.llm.providers import chat_body
-from amaris.prompts import data_message, load_prompts
-from amaris.scoring import JudgeVerdicts, verdicts_schema
+from amaris.rubric.model import RubricVersion, adaptive_from_config, anchors_from_config
+from amaris.scoring.scorer import JudgeVerdicts, judge_messages, verdicts_schema
 from amaris.settings import Settings, load_settings
 
 MARK_START, MARK_END = markers("score_throughput")
@@ -116,28 +117,21 @@ def rollout_fields(n: int) -> dict[str, str]:
 
 
 def scorer_request_body(settings: Settings, prompt: str, fields: dict[str, str]) -> dict[str, Any]:
-    """The chat-completion body amaris's scorer sends for ``fields`` (see amaris.scoring).
+    """The chat-completion body amaris's scorer sends for ``fields`` (see amaris.scoring.scorer).
 
-    Mirrors ``Scorer._judge`` (messages, schema) and ``OpenAIProvider.complete`` (options).
+    The messages are ``Scorer._judge``'s (:func:`amaris.scoring.judge_messages` over the
+    configured rubric), the options ``OpenAIProvider.complete``'s.
     """
-    rubric = [*settings.anchor_rubrics, *settings.adaptive_rubrics]
-    n_anchors = len(settings.anchor_rubrics)
-    criteria = [
-        {
-            "id": f"A{i + 1}" if i < n_anchors else f"R{i - n_anchors + 1}",
-            "text": item.text,
-            "kind": "pitfall" if item.weight < 0 else "requirement",
-        }
-        for i, item in enumerate(rubric)
-    ]
-    messages = [
-        {"role": "system", "content": prompt},
-        {"role": "user",
-         "content": data_message("scorer", {"criteria": criteria, "rollout": fields})},
-    ]
+    rubric = RubricVersion(
+        version=1,
+        origin="config",
+        anchors=anchors_from_config(settings.anchor_rubrics),
+        adaptive=adaptive_from_config(settings.adaptive_rubrics),
+    )
+    messages = judge_messages(prompt, rubric, fields)
     # The very functions amaris uses: "direct" sends exactly what amaris sends (the default
     # structured output: the rubric's strict verdict schema).
-    schema = verdicts_schema(tuple(str(c["id"]) for c in criteria))
+    schema = verdicts_schema(tuple(c.id for c in rubric.criteria))
     return chat_body(messages, settings.agents.for_agent("scorer"),
                      response_format("json_schema", JudgeVerdicts.__name__, schema))
 

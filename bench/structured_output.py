@@ -35,8 +35,8 @@ from fastapi.testclient import TestClient
 # The server and its rollouts are the test tier's (tests/ is not an installed package).
 sys.path.insert(0, str(ROOT))
 
+from amaris.app.wiring import create_app
 from amaris.settings import load_settings
-from api.app import create_app
 from tests.real_llm import (
     MODEL_ID,
     RealLLM,

@@ -1,11 +1,14 @@
-"""Markdown and tables attached to step runs (rubric diff, summary, hacking findings)."""
+"""Markdown and tables attached to step runs (rubric diff, summary, hacking findings,
+token usage)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from amaris.llm.judge_wait import StepJudgeWait
-from amaris.rubric import RubricVersion
+from amaris.llm.ledger import Key, Usage, cost, total, unpriced
+from amaris.rubric.model import RubricVersion
+from amaris.settings import ModelPrice
 
 
 def rubric_diff_markdown(before: RubricVersion, after: RubricVersion,
@@ -65,20 +68,48 @@ def hacking_table(outcome: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def judge_wait_line(wait: StepJudgeWait, failed: bool = False) -> str:
-    """One line: how long the step waited on the judge, and its failed calls."""
-    return (f"waited {wait.wait_seconds:.1f} s on the judge{' before it failed' if failed else ''}"
-            f" ({wait.calls} calls, {sum(wait.call_seconds.values()):.1f} call-seconds; "
-            f"{wait.failed} failed, {wait.timed_out} of them timed out)")
+def usage_line(table: Mapping[Key, Usage], waited: float, failed: bool = False) -> str:
+    """One line: how long the step waited on the judge, its requests and their failures."""
+    u = total(table.values())
+    return (f"waited {waited:.1f} s on the judge{' before it failed' if failed else ''}"
+            f" ({u.calls + u.failed} requests, {u.seconds:.1f} s waited on endpoints; "
+            f"{u.failed} failed, {u.timed_out} of them timed out)")
 
 
-def judge_wait_markdown(step: int, wait: StepJudgeWait, failed: bool = False) -> str:
-    """The step's judge wait, with its call-seconds per agent."""
-    lines = [f"# Step {step}: time waiting on the judge", "",
-             f"**{judge_wait_line(wait, failed)}**", "",
-             "Wait: wall time with at least one judge call outstanding (queueing for a "
-             "concurrency slot included). Call-seconds: the calls' durations summed.", "",
-             "| agent | call-seconds |", "|---|---:|"]
-    lines += [f"| {agent} | {seconds:.1f} |" for agent, seconds in
-              sorted(wait.call_seconds.items())] or ["| (no calls) | 0.0 |"]
+def usage_markdown(step: int, rollouts: int | None, table: Mapping[Key, Usage],
+                   pricing: Mapping[str, ModelPrice], waited: float = 0.0,
+                   failed: bool = False) -> str:
+    """The LLM requests, tokens and endpoint time of a step, by agent and model, under the
+    time the step waited on the judge (``waited``: wall time with one of its pipeline's
+    calls outstanding); with a price table, the step's cost and its cost per 1,000
+    rollouts."""
+    lines = [f"# Step {step}: LLM tokens and time", "",
+             f"**{usage_line(table, waited, failed)}**", "",
+             "Waited on the judge: wall time during which at least one of the step "
+             "pipeline's calls was outstanding (queueing for a concurrency slot and retries "
+             "included). Seconds waited: each request's time on its endpoint, summed "
+             "(concurrent requests each count; the scorer's requests of the step included).",
+             "",
+             "| agent | model | calls | failed | timed out | prompt | cached | completion "
+             "| reasoning | seconds waited |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = sorted(table.items())
+    for (agent, model), u in [*rows, (("all", ""), total(table.values()))]:
+        lines.append(f"| {agent} | {model} | {u.calls} | {u.failed} | {u.timed_out} | "
+                     f"{u.prompt_tokens} | {u.cached_tokens} | {u.completion_tokens} | "
+                     f"{u.reasoning_tokens} | {u.seconds:.1f} |")
+    if not rows:
+        lines.append("")
+        lines.append("No LLM request of this step was made in this process (a cached re-run, "
+                     "or the rollouts were scored by another process).")
+    if pricing:
+        dollars = cost(table, pricing)
+        lines.append("")
+        if dollars is None:
+            lines.append("**Cost:** unknown: no price for " + ", ".join(
+                f"`{m}`" for m in unpriced(table, pricing)) + " in `pricing`.")
+        else:
+            per_1000 = f"${dollars / rollouts * 1000:.4f}" if rollouts else "-"
+            of = f"{rollouts} rollouts" if rollouts is not None else "the step"
+            lines.append(f"**Cost:** ${dollars:.4f} for {of} ({per_1000} per 1,000 rollouts).")
     return "\n".join(lines)

@@ -21,6 +21,10 @@ from typing import Any
 import httpx
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.sorting import FlowRunSort
 
 _STEP_RUN = re.compile(r"^step-(\d+)$")
 
@@ -29,27 +33,20 @@ def _amaris_api(timeout: float) -> httpx.AsyncClient:
     """A client of the amaris API this flow repairs, with its bearer key if it has one."""
     url = os.environ.get("AMARIS_REPAIR_URL")
     if not url:
-        raise RuntimeError("AMARIS_REPAIR_URL is not set: the repair flow runs under "
-                           "`amaris serve` (scheduled) or `amaris repair`")
+        raise RuntimeError(
+            "AMARIS_REPAIR_URL is not set: the repair flow runs under "
+            "`amaris serve` (scheduled) or `amaris repair`"
+        )
     key = os.environ.get("AMARIS_API_KEY")
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     # No redirects: the key goes to that address and nowhere else.
-    return httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout,
-                             follow_redirects=False)
+    return httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout, follow_redirects=False)
 
 
 @task(name="find-broken-steps", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=5)
 async def find_broken_steps() -> list[int]:
     """Steps amaris reports failed, plus steps whose ``step-<N>`` flow run Prefect shows
     FAILED or CRASHED while amaris does not show them done or running."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        FlowRunFilter,
-        FlowRunFilterState,
-        FlowRunFilterStateType,
-    )
-    from prefect.client.schemas.objects import StateType
-    from prefect.client.schemas.sorting import FlowRunSort
 
     async with _amaris_api(timeout=30) as http:
         response = await http.get("/steps")
@@ -58,9 +55,13 @@ async def find_broken_steps() -> list[int]:
     broken = {step for step, status in statuses.items() if status == "failed"}
     async with get_client() as prefect:
         runs = await prefect.read_flow_runs(
-            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
-                any_=[StateType.FAILED, StateType.CRASHED]))),
-            sort=FlowRunSort.START_TIME_DESC, limit=200,
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(
+                    type=FlowRunFilterStateType(any_=[StateType.FAILED, StateType.CRASHED])
+                )
+            ),
+            sort=FlowRunSort.START_TIME_DESC,
+            limit=200,
         )
     for run in runs:
         match = _STEP_RUN.match(run.name or "")
@@ -79,8 +80,9 @@ async def rerun_step(step: int, wait_seconds: float) -> dict[str, Any]:
         started.raise_for_status()
         while True:
             left = deadline - time.monotonic()
-            done = await http.get("/rubric_status/wait",
-                                  params={"step": step, "timeout": max(left, 0.001)})
+            done = await http.get(
+                "/rubric_status/wait", params={"step": step, "timeout": max(left, 0.001)}
+            )
             done.raise_for_status()
             result: dict[str, Any] = done.json()
             if result.get("status") != "pending" or left <= 0:

@@ -7,8 +7,8 @@ from typing import Any
 from prefect import task
 
 from amaris.agents.schemas import QueryPlan
-from amaris.pipeline.context import get_context
-from amaris.pipeline.retry import retry_on_transient
+from amaris.steps.context import get_context
+from amaris.steps.retry import retry_on_transient
 from tasks._common import ask, cache_key
 
 
@@ -32,9 +32,8 @@ async def generate_queries(
     """Queries to search past analyses and updates with."""
     ctx = get_context()
     limit = ctx.settings.memory.max_queries or adaptive_query_budget(summary)
-    payload = {"step": step, "metadata": metadata, "criteria": criteria, "summary": summary,
-               "max_queries": limit}
-    plan = await ask("query_generator", payload, QueryPlan, step)
+    data = {"step": step, "metadata": metadata, "max_queries": limit, "summary": summary}
+    plan = await ask("query_generator", {"criteria": criteria}, data, QueryPlan, step)
     queries: list[str] = []
     for item in plan.queries:
         text = item.query.strip()

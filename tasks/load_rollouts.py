@@ -9,7 +9,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from amaris.pipeline.context import get_context
+from amaris.steps.context import get_context
 
 log = logging.getLogger("amaris.pipeline")
 

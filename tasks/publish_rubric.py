@@ -11,8 +11,8 @@ from prefect.cache_policies import NO_CACHE
 
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.memory.models import MemoryDocument
-from amaris.pipeline.context import get_context
-from amaris.rubric_update import UpdateRejected, apply_modifications
+from amaris.rubric.guardrails import UpdateRejected, apply_modifications
+from amaris.steps.context import get_context
 
 log = logging.getLogger("amaris.pipeline")
 

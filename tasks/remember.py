@@ -9,7 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from amaris.memory.models import STEP_KEY, MemoryDocument
-from amaris.pipeline.context import get_context
+from amaris.steps.context import get_context
 
 
 def _finding_text(analysis: dict[str, Any]) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from amaris.pipeline.context import get_context
+from amaris.steps.context import get_context
 
 
 @task(name="retrieve-memory", cache_policy=NO_CACHE, task_run_name="retrieve-memory-{scope}")

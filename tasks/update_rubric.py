@@ -7,8 +7,8 @@ from typing import Any
 from prefect import task
 
 from amaris.agents.schemas import RubricUpdateProposal
-from amaris.pipeline.context import get_context
-from amaris.pipeline.retry import retry_on_transient
+from amaris.steps.context import get_context
+from amaris.steps.retry import retry_on_transient
 from tasks._common import ask, cache_key
 
 
@@ -26,13 +26,8 @@ async def propose_update(
     """The updater's proposal (strategy, modifications, rationale, memory consultation)."""
     ctx = get_context()
     bounds = ctx.bounds
-    payload = {
-        "step": step,
-        "metadata": metadata,
+    context = {
         "criteria": criteria,
-        "summary": summary,
-        "static_memory": memory["static"],
-        "dynamic_memory": memory["dynamic"],
         "bounds": {
             "max_adaptive": bounds.max_adaptive,
             "min_weight": bounds.min_weight,
@@ -40,5 +35,12 @@ async def propose_update(
             "max_modifications": bounds.max_modifications,
         },
     }
-    proposal = await ask("updater", payload, RubricUpdateProposal, step)
+    data = {
+        "step": step,
+        "metadata": metadata,
+        "summary": summary,
+        "static_memory": memory["static"],
+        "dynamic_memory": memory["dynamic"],
+    }
+    proposal = await ask("updater", context, data, RubricUpdateProposal, step)
     return proposal.model_dump(mode="json")

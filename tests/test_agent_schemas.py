@@ -293,7 +293,8 @@ def test_proposal_memory_consultation() -> None:
     ],
 )
 def test_prompt_examples_validate(agent: str, model: type[BaseModel]) -> None:
-    text = resources.files("amaris.prompts").joinpath(f"{agent}.txt").read_text(encoding="utf-8")
+    prompt = resources.files("amaris.agents.prompts").joinpath(f"{agent}.txt")
+    text = prompt.read_text(encoding="utf-8")
     example = text[text.index("\nExample") :].split("\n", 2)[2]
     model.model_validate(json.loads(example))
     flat = " ".join(text.split())

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from amaris.agents.prompts import parse_data_message
+from amaris.app.wiring import create_app
 from amaris.offline.judge import respond
-from amaris.offline.server import Reply
-from amaris.prompts import parse_data_message
 from amaris.settings import Settings
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 

@@ -18,7 +18,7 @@ import yaml
 from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from amaris.app.wiring import create_app
 from tests.conftest import make_settings
 from tests.fake_llm import free_port, serve_in_thread
 from tests.procs import amaris_process

@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import amaris
+from amaris.app.wiring import create_app
 from amaris.settings import Settings
-from api.app import create_app
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 

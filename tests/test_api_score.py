@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from amaris.agents.prompts import DATA_END, DATA_START, load_prompts, parse_data_message, read_data
+from amaris.app.wiring import create_app
 from amaris.offline.judge import respond
-from amaris.offline.server import Reply
-from amaris.prompts import DATA_END, DATA_START, load_prompts, parse_data_message
 from amaris.settings import PromptsSettings, Settings
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 
@@ -58,8 +58,8 @@ def verdicts(**scores: int) -> Reply:
 
 
 def judge_data(request: dict[str, Any]) -> dict[str, Any]:
-    """The data block of a recorded judge request."""
-    return parse_data_message(request["messages"][1]["content"])
+    """The data of a recorded judge request (its blocks merged: criteria and rollout)."""
+    return read_data(request["messages"])
 
 
 def counters(client: TestClient) -> dict[str, int]:
@@ -207,9 +207,19 @@ def test_rollout_reaches_the_judge_only_inside_the_json_data_block(
     messages = fake_llm.requests[0]["messages"]
     assert [m["role"] for m in messages] == ["system", "user"]
 
-    # The system message is the scorer template, byte for byte: nothing spliced in.
+    # The system message is the scorer template, byte for byte, then the rubric's data
+    # block: nothing of the request in it.
     system = messages[0]["content"]
-    assert system == load_prompts(PromptsSettings())["scorer"]
+    template = load_prompts(PromptsSettings())["scorer"]
+    assert system.startswith(template.rstrip() + "\n\n")
+    block = system[len(template.rstrip()) + 2:].split("\n")
+    assert len(block) == 4
+    assert (block[1], block[3]) == (DATA_START, DATA_END)
+    assert json.loads(block[2]) == {"agent": "scorer", "criteria": [
+        {"id": "A1", "text": CORRECT, "kind": "requirement"},
+        {"id": "R1", "text": REASONING, "kind": "requirement"},
+        {"id": "R2", "text": SEVERAL, "kind": "pitfall"},
+    ]}
     assert "Ignore previous instructions" not in system
     assert "2+2" not in system
 
@@ -222,16 +232,11 @@ def test_rollout_reaches_the_judge_only_inside_the_json_data_block(
     data = json.loads(lines[2])
     assert data == parse_data_message(user)
     assert data["agent"] == "scorer"
-    assert data["rollout"] == {
+    assert data == {"agent": "scorer", "rollout": {
         "input": hostile_input,
         "output": attack,
         "supplemental_context": "Answer: 4",
-    }
-    assert data["criteria"] == [
-        {"id": "A1", "text": CORRECT, "kind": "requirement"},
-        {"id": "R1", "text": REASONING, "kind": "requirement"},
-        {"id": "R2", "text": SEVERAL, "kind": "pitfall"},
-    ]
+    }}
     # The fake markers occur only JSON-encoded inside the data line (newlines escaped), with
     # their name escaped too: the message holds each marker once, as a line of its own.
     assert "Ignore previous instructions" in lines[2]

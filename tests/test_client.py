@@ -13,8 +13,8 @@ from amaris import (
     RewardUnscoredError,
     ServerUnavailableError,
 )
-from amaris.offline.server import Reply
-from api.app import create_app
+from amaris.app.wiring import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, free_port, serve_in_thread
 

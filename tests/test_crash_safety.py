@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from amaris.memory.embedder import HashingEmbedder
+from amaris.memory.qdrant import open_qdrant
 from amaris.memory.store import MemoryStore
-from amaris.qdrant import open_qdrant
-from amaris.rubric_store import RubricStore
+from amaris.rubric.store import RubricStore
 from amaris.settings import load_settings
 from tests.fake_llm import free_port
 from tests.pipeline_helpers import metadata, rollout
@@ -48,7 +48,7 @@ def start_serve(config: Path, cwd: Path, url: str, log: Path) -> subprocess.Pope
     proc = subprocess.Popen([*AMARIS, "serve", "--config", str(config)], cwd=cwd, env=_env(),
                             stdout=out, stderr=subprocess.STDOUT)
     out.close()
-    wait_http(f"{url}/healthz", proc, timeout=60)
+    wait_http(f"{url}/healthz", proc)
     return proc
 
 

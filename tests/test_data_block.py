@@ -17,10 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 from qdrant_client import QdrantClient
 
+from amaris.agents.prompts import DATA_END, DATA_START, data_message, parse_data_message, read_data
+from amaris.app.wiring import create_app
 from amaris.memory.rollout_log import RolloutLog, step_records
-from amaris.prompts import DATA_END, DATA_START, data_message, parse_data_message
 from amaris.sim.records import read_recorded
-from api.app import create_app
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 
@@ -97,9 +97,12 @@ def test_the_judge_receives_exactly_the_rollout(
         r = client.post("/score", json={"rollout": rollout(output)})
     assert r.json()["status"] == "scored"
     [request] = fake_llm.requests
-    content = request["messages"][1]["content"]
+    system, content = (m["content"] for m in request["messages"])
     fields = {k: v for k, v in rollout(output).items() if k != "id"}
-    assert parse_data_message(content) == {
+    # The rubric travels in the system message's block, the rollout alone in the user's.
+    assert parse_data_message(system) == {"agent": "scorer", "criteria": criteria}
+    assert parse_data_message(content) == {"agent": "scorer", "rollout": fields}
+    assert read_data(request["messages"]) == {
         "agent": "scorer",
         "criteria": criteria,
         "rollout": fields,

@@ -29,8 +29,8 @@ from amaris.llm.gateway import (
     parse_json_object,
 )
 from amaris.llm.providers import OfflineProvider, OpenAIProvider
-from amaris.offline.server import Reply
 from amaris.settings import AGENTS
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 
@@ -54,7 +54,7 @@ MESSAGES: list[dict[str, str]] = [
 async def open_gateway(
     tmp_path: Path, fake: FakeLLM, **overrides: Any
 ) -> AsyncIterator[LLMGateway]:
-    """A gateway wired like ``amaris.service`` against ``fake``; closed (log flushed) on exit."""
+    """A gateway wired like ``amaris.app.wiring`` against ``fake``; closed (log flushed) on exit."""
     settings = llm_settings(tmp_path, fake, **overrides)
     gateway = LLMGateway(settings, build_providers(settings), CallLog(tmp_path / "logs"))
     try:
@@ -85,6 +85,7 @@ async def test_success_first_try_sends_configured_request(
     async with open_gateway(tmp_path, fake_llm, **overrides) as gateway:
         result = await gateway.structured("scorer", messages, Verdict, step=3)
         stats = gateway.stats.copy()
+        usage = gateway.ledger.for_step(3)
 
     assert result == EXPECTED
     assert len(fake_llm.requests) == 1
@@ -99,8 +100,8 @@ async def test_success_first_try_sends_configured_request(
     assert stats["scorer.calls"] == 1
     assert stats["scorer.repaired_json"] == 0
     assert stats["scorer.invalid_output"] == 0
-    assert stats["scorer.prompt_tokens"] > 0
-    assert stats["scorer.completion_tokens"] == len(GOOD) // 4
+    assert usage[("scorer", "judge-mini")].prompt_tokens > 0
+    assert usage[("scorer", "judge-mini")].completion_tokens == len(GOOD) // 4
 
 
 async def test_agent_options_override_default(tmp_path: Path, fake_llm: FakeLLM) -> None:

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from amaris.llm.gateway import LLMOutputError, LLMUnavailableError
-from amaris.offline.server import Reply
+from amaris.sim.judge_server import Reply
 from tests.fake_llm import FakeLLM
 from tests.test_gateway import EXPECTED, GOOD, MESSAGES, Verdict, call_log, open_gateway
 

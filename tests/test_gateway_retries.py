@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from amaris.llm.gateway import LLMGateway, LLMUnavailableError
-from amaris.offline.server import Reply
+from amaris.sim.judge_server import Reply
 from tests.fake_llm import FakeLLM
 from tests.test_gateway import EXPECTED, GOOD, MESSAGES, Verdict, call_log, open_gateway
 

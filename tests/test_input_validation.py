@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from amaris.app.wiring import create_app
 from amaris.models import MAX_JSON_DEPTH
-from amaris.service import Services
+from amaris.services import Services
 from amaris.settings import Settings
-from api.app import create_app
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 

@@ -13,15 +13,15 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from amaris.app.wiring import create_app
 from amaris.memory.embedder import HashingEmbedder
 from amaris.memory.models import MemoryDocument
+from amaris.memory.qdrant import open_qdrant
 from amaris.memory.store import MemoryStore
-from amaris.qdrant import open_qdrant
-from amaris.rubric import Criterion, RubricVersion
-from amaris.rubric_diff import diff_rubrics
-from amaris.rubric_store import RubricStore
+from amaris.rubric.diff import diff_rubrics
+from amaris.rubric.model import Criterion, RubricVersion
+from amaris.rubric.store import RubricStore
 from amaris.settings import load_settings
-from api.app import create_app
 from tests.conftest import make_settings
 from tests.fake_llm import free_port
 from tests.procs import amaris_process, run_amaris

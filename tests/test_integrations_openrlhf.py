@@ -11,11 +11,11 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from amaris.app.wiring import create_app
 from amaris.integrations._remote import RewardUnavailableError
 from amaris.integrations.openrlhf import reward_func
-from amaris.offline.server import Reply
 from amaris.settings import Settings
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM, serve_in_thread
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from amaris.app.wiring import create_app
 from amaris.integrations.trl import amaris_reward_func
-from amaris.offline.server import Reply
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, serve_in_thread
 

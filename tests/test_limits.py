@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from amaris.offline.server import Reply
-from api.app import create_app
+from amaris.app.wiring import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM, offline_reply, serve_in_thread
 

@@ -11,8 +11,8 @@ from qdrant_client import QdrantClient
 
 from amaris.memory.embedder import HashingEmbedder
 from amaris.memory.models import MAX_TEXT_CHARS, MemoryDocument
+from amaris.memory.qdrant import CollectionMismatchError
 from amaris.memory.store import MemoryStore, MemoryStoreError, document_id
-from amaris.qdrant import CollectionMismatchError
 from tests.memory_helpers import minilm
 
 

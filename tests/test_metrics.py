@@ -9,10 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from amaris.app.wiring import create_app
 from amaris.metrics import CONTENT_TYPE
 from amaris.offline.judge import respond
-from amaris.offline.server import Reply
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 from tests.pipeline_helpers import rollout, score_step
@@ -85,8 +85,11 @@ def test_scoring_metrics(tmp_path: Path, fake_llm: FakeLLM) -> None:
     assert value(samples, "amaris_llm_calls_total", **scorer) == 1
     assert value(samples, "amaris_llm_errors_total", **scorer) == 1
     assert value(samples, "amaris_llm_invalid_output_total", **scorer) == 0
-    assert value(samples, "amaris_llm_tokens_total", **scorer, kind="prompt") == prompt > 0
-    assert value(samples, "amaris_llm_tokens_total", **scorer, kind="completion") == completion
+    ledger = {"agent": "scorer", "model": "gpt-4o-mini"}
+    assert value(samples, "amaris_llm_tokens_total", **ledger, kind="prompt") == prompt > 0
+    assert value(samples, "amaris_llm_tokens_total", **ledger, kind="completion") == completion
+    assert value(samples, "amaris_llm_model_calls_total", **ledger) == 1
+    assert value(samples, "amaris_llm_model_failed_total", **ledger) == 1
     assert value(samples, "amaris_llm_call_duration_seconds_count", **scorer) == 1
     assert value(samples, "amaris_llm_calls_total", agent="scorer", path="pipeline") == 0
     assert value(samples, "amaris_llm_calls_total", agent="analyzer", path="pipeline") == 0

@@ -4,7 +4,7 @@ import pytest
 
 from amaris.offline import extract
 from amaris.offline.rules import CriterionVerdict, judge_criteria, strength_to_score
-from amaris.scale import SCALE_MAX, SCALE_MIN
+from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 
 CORRECT = "The response gives the correct final answer."
 SEVERAL = "The response offers several candidate answers at once."

@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from amaris import RewardClient, StepFailedError
-from amaris.offline.server import Reply
-from amaris.scopes import input_id
-from api.app import create_app
+from amaris.app.wiring import create_app
+from amaris.rubric.scopes import input_id
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, offline_reply, serve_in_thread
 from tests.pipeline_helpers import metadata, rollout, score_step, step_run_view
@@ -220,11 +220,12 @@ def test_a_slow_judge_makes_a_step_late_not_failed(tmp_path: Path, fake_llm: Fak
         amaris.setLevel(level)
     calls = calls_by_agent(fake_llm)
     assert (calls["analyzer"], calls["updater"]) == (3 * len(HACKED), 2), calls
-    # 6 analyses + 1 summary + 1 query plan + 1 update answered; 13 calls timed out
-    counted = "(22 calls, "
+    # the scorer's rollouts, then 6 analyses + 1 summary + 1 query plan + 1 update
+    # answered; 13 requests timed out (the ledger's accounting of the step)
+    counted = f"({len(HACKED) + 22} requests, "
     failed = "; 13 failed, 13 of them timed out)"
     [line] = [log.message for log in logs if log.message.startswith("step 1: waited ")]
     assert counted in line and line.endswith(failed), line
-    [wait] = [a for a in artifacts if a.key == "judge-wait-step-1"]
-    assert counted in str(wait.data) and failed in str(wait.data)
-    assert "| analyzer |" in str(wait.data) and "| updater |" in str(wait.data)
+    [usage] = [a for a in artifacts if a.key == "usage-step-1"]
+    assert counted in str(usage.data) and failed in str(usage.data)
+    assert "| analyzer | " in str(usage.data) and "| updater | " in str(usage.data)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from amaris.app.wiring import create_app
 from tests.conftest import make_settings
 from tests.pipeline_helpers import mean, score_step
 

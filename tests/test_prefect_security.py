@@ -28,7 +28,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 from websockets.typing import Subprotocol
 
-from amaris.prefect_server import AUTH_FILE
+from amaris.app.prefect_server import AUTH_FILE
 from tests.fake_llm import free_port
 from tests.procs import amaris_process, run_amaris
 

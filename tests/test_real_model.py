@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.app import create_app
+from amaris.app.wiring import create_app
 from tests.conftest import make_settings
 from tests.real_llm import MODEL_ID, RealLLM, sample_rollouts
 
@@ -177,7 +177,7 @@ def test_score_with_a_reasoning_model_scores_95_percent(tmp_path: Path, real_llm
     assert scored_share(results) >= 0.95, [r["reason"] for r in results]
     reasoning = real_llm.stats()["think"]["reasoning_tokens"] - before["reasoning_tokens"]
     assert reasoning > 0
-    assert metric(metrics, "amaris_llm_tokens_total", kind="reasoning") == reasoning
+    assert metric(metrics, "amaris_llm_tokens_total", agent="scorer", kind="reasoning") == reasoning
 
 
 def test_a_server_refusing_json_schema_gets_the_fallback_and_no_5xx(
@@ -208,18 +208,27 @@ def test_token_counters_match_the_servers_usage(tmp_path: Path, real_llm: RealLL
         metrics = client.get("/metrics").text
     after = real_llm.stats()["reasoning-field"]
     assert_well_formed(results, ["A1"])
+    # the ledger's counters, per agent and model, are the server's own usage (the server
+    # counts with the model's tokenizer)
+    ledger = {"agent": "scorer", "model": MODEL_ID}
     for kind in ("prompt", "completion", "reasoning"):
         served = after[f"{kind}_tokens"] - before[f"{kind}_tokens"]
         assert served > 0
-        assert metric(metrics, "amaris_llm_tokens_total", kind=kind) == served
+        assert metric(metrics, "amaris_llm_tokens_total", **ledger, kind=kind) == served
+    assert metric(metrics, "amaris_llm_tokens_total", **ledger, kind="cached") == 0
     calls = after["requests"] - before["requests"]
-    assert metric(metrics, "amaris_llm_calls_total") == calls
+    assert metric(metrics, "amaris_llm_calls_total", path="score") == calls
+    assert metric(metrics, "amaris_llm_model_calls_total", **ledger) == calls
+    assert metric(metrics, "amaris_llm_wait_seconds_total", **ledger) > 0
 
 
 def test_cut_replies_and_context_overflow_are_typed_unscored_results(
     tmp_path: Path, real_llm: RealLLM
 ) -> None:
-    settings = real_settings(tmp_path, real_llm, "think", **{"agents.scorer.max_tokens": 8})
+    # A window larger than the server's (8192, in its /v1/models): amaris sends the long
+    # rollout whole, and the server refuses it.
+    settings = real_settings(tmp_path, real_llm, "think", **{
+        "agents.scorer.max_tokens": 8, "agents.scorer.context_window": 1_000_000})
     long_rollout = {**sample_rollouts(1, seed=5)[0], "output": "The answer is 7. " * 3000}
     with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
         cut, overflow = score_all(client, [sample_rollouts(1, seed=6)[0], long_rollout])
@@ -231,12 +240,29 @@ def test_cut_replies_and_context_overflow_are_typed_unscored_results(
     assert counters["unscored.judge_truncated"] == counters["unscored.judge_context_overflow"] == 1
 
 
+def test_a_rollout_over_the_context_window_is_cut_to_fit_and_judged(
+    tmp_path: Path, real_llm: RealLLM
+) -> None:
+    # A window below the server's 8192 bounds the CPU's prefill; the server counts the
+    # prompt with the model's own tokenizer, denser on this text (digits, punctuation) than
+    # amaris's estimate: the first cut is refused, and the second, to the budget corrected
+    # from the server's count, is judged.
+    settings = real_settings(tmp_path, real_llm, **{"agents.scorer.context_window": 2048})
+    long_rollout = {**sample_rollouts(1, seed=5)[0], "output": "The answer is 7. " * 3000}
+    with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
+        [fitted] = score_all(client, [long_rollout])
+        counters = client.get("/healthz").json()["counters"]
+    assert fitted["truncated"] == ["rollout.output"]
+    assert fitted["status"] == "scored", fitted
+    assert counters["truncated.context_window"] == 1
+
+
 def metric(text: str, name: str, **labels: str) -> float:
-    """The sum of ``name``'s samples with ``labels`` on the scoring path."""
+    """The sum of ``name``'s samples with ``labels``."""
     total = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name != name or sample.labels.get("path") != "score":
+            if sample.name != name:
                 continue
             if all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from amaris.app.wiring import create_app
 from amaris.llm.gateway import LLMContextOverflowError, LLMTruncatedError
 from amaris.llm.providers import parse_completion
 from amaris.llm.reasoning import split_reasoning
-from amaris.offline.server import Reply
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
 from tests.test_gateway import EXPECTED, GOOD, MESSAGES, Verdict, call_log, open_gateway
@@ -75,8 +75,9 @@ async def test_think_block_is_logged_and_counted_not_parsed(
         assert await gateway.structured("scorer", MESSAGES, Verdict) == EXPECTED
         assert await gateway.structured("scorer", MESSAGES, Verdict) == EXPECTED
         stats = gateway.stats.copy()
+        usage = gateway.ledger.totals()
     assert len(fake_llm.requests) == 2  # no re-ask: the draft was never parsed
-    assert stats["scorer.reasoning_tokens"] == 17
+    assert sum(u.reasoning_tokens for u in usage.values()) == 17
     assert stats["scorer.invalid_output"] == 0 and stats["scorer.truncated"] == 0
     first, second = call_log(tmp_path)
     assert first["reasoning"] == DRAFT and first["reasoning_tokens"] == 12
@@ -158,4 +159,5 @@ def test_score_reads_the_answer_after_the_think_block(tmp_path: Path, fake_llm: 
         metrics = client.get("/metrics").text
     assert result["status"] == "scored" and result["score"] == 1.0
     assert len(fake_llm.requests) == 1  # parsed at once: no corrective re-ask
-    assert 'amaris_llm_tokens_total{agent="scorer",kind="reasoning",path="score"} 9.0' in metrics
+    assert 'amaris_llm_tokens_total{agent="scorer",kind="reasoning",model="gpt-4o-mini"} 9.0' in (
+        metrics)

@@ -14,9 +14,9 @@ import httpx
 import pytest
 import yaml
 
-from amaris.offline.server import Reply
-from amaris.prefect_server import AUTH_FILE
-from api.app import create_app
+from amaris.app.prefect_server import AUTH_FILE
+from amaris.app.wiring import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM, free_port, offline_reply, serve_in_thread
 from tests.pipeline_helpers import metadata, rollout

@@ -18,12 +18,12 @@ import pytest
 from fastapi.testclient import TestClient
 from qdrant_client import QdrantClient
 
+from amaris.app.wiring import create_app
 from amaris.memory.rollout_log import RolloutLog
 from amaris.models import Rollout
 from amaris.offline.judge import respond
-from amaris.offline.server import Reply
-from amaris.rollout_ids import RolloutConflictError, RolloutIds
-from api.app import create_app
+from amaris.scoring.rollout_ids import RolloutConflictError, RolloutIds
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, serve_in_thread
 

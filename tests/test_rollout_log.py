@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 from qdrant_client import QdrantClient
 
-import amaris.qdrant
+import amaris.memory.qdrant
+from amaris.memory.qdrant import ensure_collection, tune_local_collection
 from amaris.memory.rollout_log import RolloutLog, StepRegistry, _rollout_id
-from amaris.qdrant import ensure_collection, tune_local_collection
 
 
 def _record(i: int) -> dict[str, object]:
@@ -149,8 +149,8 @@ def test_local_collections_run_in_wal_mode(
     assert tune_local_collection(memory, "m") is False
     memory.close()
     client = QdrantClient(path=str(tmp_path))
-    monkeypatch.setattr(amaris.qdrant, "_tuning_warned", False)
-    with caplog.at_level(logging.WARNING, logger="amaris.qdrant"):
+    monkeypatch.setattr(amaris.memory.qdrant, "_tuning_warned", False)
+    with caplog.at_level(logging.WARNING, logger="amaris.memory.qdrant"):
         assert tune_local_collection(client, "missing") is False
         assert tune_local_collection(client, "missing") is False
     assert [r.getMessage()[:44] for r in caplog.records] == [

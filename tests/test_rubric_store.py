@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from amaris.qdrant import StoreLockedError, open_qdrant
-from amaris.rubric import Criterion
-from amaris.rubric_store import RubricStore, RubricStoreError
+from amaris.memory.qdrant import StoreLockedError, open_qdrant
+from amaris.rubric.model import Criterion
+from amaris.rubric.store import RubricStore, RubricStoreError
 from tests.conftest import make_settings
 
 ADAPTIVE = [{"text": "The response shows its reasoning.", "weight": 0.5}]

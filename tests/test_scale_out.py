@@ -20,8 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 from qdrant_client import QdrantClient
 
-from amaris.service import build_services
-from api.app import create_app
+from amaris.app.wiring import build_services, create_app
 from tests.conftest import make_settings
 from tests.pipeline_helpers import metadata, rollout
 
@@ -171,7 +170,7 @@ def test_worker_process_builds_its_context_from_amaris_config(tmp_path: Path) ->
     with TestClient(create_app(settings)) as client:
         for i in range(2):
             score(client, 7, i)
-    probe = ("from amaris.pipeline.context import get_context; c = get_context(); "
+    probe = ("from amaris.steps.context import get_context; c = get_context(); "
              "print(c.rollouts.count(7), c.rubrics.current('global').version, c.namespace)")
     env = {**__import__("os").environ, "AMARIS_CONFIG": str(config)}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,

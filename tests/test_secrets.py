@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from amaris.app.wiring import create_app
 from amaris.redact import UNSHOWABLE, redact_url
-from api.app import create_app
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
 from tests.pipeline_helpers import metadata, rollout

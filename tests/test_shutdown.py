@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from amaris.prefect_server import AUTH_FILE
+from amaris.app.prefect_server import AUTH_FILE
 from tests.fake_llm import free_port
 from tests.procs import AMARIS, _env, amaris_process, run_amaris
 from tests.test_crash_safety import calls, score, start_serve, stop

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from amaris.app.wiring import create_app
 from amaris.sim.policy import EXPECTED_FLAGS, make_task, respond
-from api.app import create_app
 from tests.conftest import make_settings
 
 BEHAVIOURS = ["correct", "wrong", "sycophantic", "hack_claims"]

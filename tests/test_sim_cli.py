@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from amaris.cli import main
+from amaris.cli.main import main
 
 
 @pytest.mark.parametrize(("argv", "named"), [

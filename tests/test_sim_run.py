@@ -18,7 +18,8 @@ import httpx
 import pytest
 import yaml
 
-from amaris.cli import main
+from amaris.cli.main import main
+from amaris.sim.usage import ledger_from_metrics
 from tests.fake_llm import free_port
 from tests.procs import amaris_process
 
@@ -125,6 +126,14 @@ def test_report_numbers_match_the_servers_raw_data(sim: Sim) -> None:
         for text in added:
             assert text in report and text in html
     assert changes[2]["in_force_from_step"] == 1
+    # the LLM usage of the steps adds up to the server's token ledger (/metrics)
+    ledger = ledger_from_metrics(httpx.get(f"{sim.url}/metrics", timeout=30).text)
+    assert sum(s["usage"]["calls"] for s in metrics["steps"]) == metrics["usage"]["calls"]
+    assert metrics["usage"]["calls"] == sum(u.calls for u in ledger.values()) > 0
+    by_agent = {(a["agent"], a["model"]): a["calls"] for a in metrics["usage_by_agent"]}
+    assert by_agent == {key: u.calls for key, u in ledger.items()}
+    assert by_agent[("scorer", "offline")] > 0  # the offline judge: calls, no tokens
+    assert "| all | " in report and "LLM tokens, time and cost per step" in report
     image = sim.out / "reward_by_behaviour-simulate.png"
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"![{image.name}]({image.name})" in report and f"src='{image.name}'" in html

@@ -2,7 +2,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from amaris.app.wiring import create_app
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
 

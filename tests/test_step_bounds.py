@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from amaris.app.wiring import create_app
+from amaris.memory.qdrant import open_qdrant
 from amaris.memory.rollout_log import StepRegistry
 from amaris.offline.judge import respond
-from amaris.offline.server import Reply
-from amaris.qdrant import open_qdrant
 from amaris.settings import Settings
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 from tests.test_scale_out import replicas

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from amaris.app.wiring import create_app
 from tests.conftest import make_settings
 from tests.pipeline_helpers import score_step, step_run_view
 
@@ -51,10 +51,11 @@ def test_the_step_run_shows_amaris_log_lines(step_run: tuple[list[Any], list[Any
     ]
     assert analysed.task_run_id is not None  # attached to the analyze task run too
     assert "step 1 ('global'): rubric update published (CORRECTIVE), version 1 -> 2" in ours
-    # the offline judge answers at once; its calls are counted all the same: 8 analyses,
-    # the summary, the memory queries and the update
+    # the offline judge answers at once; its requests are counted all the same: the 8
+    # rollouts scored, then 8 analyses, the summary, the memory queries and the update
     waited = [m for m in ours if m.startswith("step 1: waited ")]
-    assert len(waited) == 1 and "(11 calls, " in waited[0], waited
+    assert len(waited) == 1 and "(19 requests, " in waited[0], waited
+    assert waited[0].endswith("; 0 failed, 0 of them timed out)"), waited
 
 
 def test_the_step_run_artifacts_all_have_keys(step_run: tuple[list[Any], list[Any]]) -> None:
@@ -62,7 +63,7 @@ def test_the_step_run_artifacts_all_have_keys(step_run: tuple[list[Any], list[An
     assert [(a.type, a.description) for a in artifacts if not a.key] == []
     assert sorted(str(a.key) for a in artifacts) == [
         "hacking-step-1",
-        "judge-wait-step-1",
         "rubric-diff-step-1-global",
         "summary-step-1-global",
+        "usage-step-1",
     ]

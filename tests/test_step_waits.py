@@ -19,9 +19,8 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from amaris import RewardClient
-from amaris.serve import WaitEndingServer
-from amaris.service import build_services
-from api.app import create_app
+from amaris.app.serve import WaitEndingServer
+from amaris.app.wiring import build_services, create_app
 from tests.conftest import make_settings
 from tests.fake_llm import free_port, serve_in_thread
 

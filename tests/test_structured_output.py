@@ -14,12 +14,12 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from amaris.agents import BatchSummary, IndividualAnalysis, QueryPlan, RubricUpdateProposal
+from amaris.app.wiring import create_app
 from amaris.llm.gateway import LLMUnavailableError
 from amaris.llm.schema import strict_schema
-from amaris.offline.server import Reply
-from amaris.scoring import JudgeVerdicts, verdicts_schema
+from amaris.scoring.scorer import JudgeVerdicts, verdicts_schema
 from amaris.settings import AGENTS
-from api.app import create_app
+from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 from tests.test_gateway import EXPECTED, GOOD, MESSAGES, Verdict, call_log, open_gateway
@@ -94,7 +94,8 @@ def test_scorer_schema_is_built_per_rubric() -> None:
     item = verdicts["items"]
     assert item["properties"]["id"] == {"type": "string", "enum": ["A1", "R1", "R2"]}
     assert item["properties"]["score"] == {"type": "integer", "enum": [0, 1, 2, 3, 4]}
-    assert item["required"] == ["id", "score", "reason"]
+    # The reason before the score: a constrained decoder writes properties in this order.
+    assert list(item["properties"]) == item["required"] == ["id", "reason", "score"]
     assert (
         "enum"
         not in strict_schema(JudgeVerdicts)["properties"]["verdicts"]["items"]["properties"]["id"]

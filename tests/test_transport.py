@@ -22,9 +22,9 @@ import httpx2
 import openai
 import pytest
 
+from amaris.app.prefect_server import free_port
 from amaris.llm.providers import OpenAIProvider, parse_completion
 from amaris.llm.transport import lean_transport_applies
-from amaris.prefect_server import free_port
 from amaris.settings import Settings
 
 ANSWER = {"choices": [{"message": {"role": "assistant", "content": '{"ok": true}'}}],

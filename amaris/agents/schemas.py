@@ -4,6 +4,10 @@ Field names follow AMARIS. The models are lenient where an LLM is sloppy and str
 wrong value would mislead the pipeline: unknown fields are ignored, free-text fields and lists
 may be omitted, enumerations are matched case-insensitively, but verdict fields (quality,
 severity, detected, the update strategy) are required and checked.
+
+Where a model holds a verdict and what justifies it, the justification's fields come first:
+strict JSON schemas list properties in field order, so a constrained decoder has the LLM
+write its evidence before the verdict it then follows from.
 """
 
 from __future__ import annotations
@@ -92,9 +96,9 @@ class RewardHackingAnalysis(_Lenient):
     detection without listing any is an error.
     """
 
+    behaviours: list[HackingBehaviour] = Field(default_factory=list)
     detected: bool
     severity: Severity
-    behaviours: list[HackingBehaviour] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _detected_matches_behaviours(self) -> RewardHackingAnalysis:
@@ -118,11 +122,11 @@ class PerformanceAdvancementStrategy(_Lenient):
 class RubricEvaluation(_Lenient):
     """Whether the rubric scored this response fairly, and what it misses."""
 
+    gaps: list[str] = Field(default_factory=list)
+    notes: str = ""
     score_justified: bool
     over_rewarded: bool = False
     under_rewarded: bool = False
-    gaps: list[str] = Field(default_factory=list)
-    notes: str = ""
 
 
 class OtherObservation(_Lenient):
@@ -182,8 +186,8 @@ class AggregatedBehaviour(_Lenient):
 class AggregatedHackingAnalysis(_Lenient):
     """Reward hacking across the batch. ``detected`` is set when behaviours are listed."""
 
-    detected: bool
     behaviours: list[AggregatedBehaviour] = Field(default_factory=list)
+    detected: bool
 
     @model_validator(mode="after")
     def _detected_if_listed(self) -> AggregatedHackingAnalysis:
@@ -312,8 +316,8 @@ class MemoryArtifact(_Lenient):
 class RubricUpdateProposal(_Lenient):
     """The updater's output. amaris applies and validates the modifications itself."""
 
-    update_strategy: Strategy
     memory_consultation: MemoryConsultation = Field(default_factory=MemoryConsultation)
     rationale: UpdateRationale = Field(default_factory=UpdateRationale)
+    update_strategy: Strategy
     rubric_modifications: list[RubricModification] = Field(default_factory=list)
     memory_artifact: MemoryArtifact = Field(default_factory=MemoryArtifact)

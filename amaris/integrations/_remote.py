@@ -7,6 +7,7 @@ step amaris logged the first attempt at, until ``retry_seconds`` have passed.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from dataclasses import dataclass, field
@@ -230,7 +231,6 @@ def get_rewards(target: Target, body: dict[str, Any], step: int | None) -> Rewar
 
 async def get_rewards_async(target: Target, body: dict[str, Any], step: int | None) -> Rewards:
     """Async :func:`get_rewards`."""
-    import asyncio
 
     exchange = Exchange(target, body, step)
     async with httpx.AsyncClient(base_url=target.url, timeout=target.timeout) as http:

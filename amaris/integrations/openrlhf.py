@@ -25,8 +25,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch
-
 from amaris.integrations._remote import (
     Rewards,
     RewardUnavailableError,
@@ -68,6 +66,10 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any] | None
         if fallback is None:
             raise
         result = _filled(error.result, fallback)
+    # torch is the trainer's (OpenRLHF runs on it), not a dependency of amaris: imported
+    # here so that the adapter's module loads in the light client install.
+    import torch
+
     rewards = torch.tensor(result.values())
     return {
         "rewards": rewards,

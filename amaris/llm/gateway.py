@@ -29,8 +29,14 @@ import openai
 from pydantic import BaseModel, ValidationError
 
 from amaris.context import request_id_var
+from amaris.llm.budget import (
+    ContextWindows,
+    estimate_messages,
+    prompt_budget,
+    stated_prompt_tokens,
+)
 from amaris.llm.call_log import CallLog
-from amaris.llm.judge_wait import JudgeWaits
+from amaris.llm.ledger import OFFLINE_MODEL, TokenLedger, usage_of
 from amaris.llm.output_mode import (
     ModeState,
     OutputMode,
@@ -38,10 +44,10 @@ from amaris.llm.output_mode import (
     refuses_format,
     response_format,
 )
-from amaris.llm.providers import ChatProvider, Completion
+from amaris.llm.providers import ChatProvider, Completion, OfflineProvider, OpenAIProvider
 from amaris.llm.reasoning import split_reasoning
 from amaris.llm.schema import strict_schema
-from amaris.settings import ResolvedAgentOptions, Settings
+from amaris.settings import AGENTS, ResolvedAgentOptions, Settings
 
 T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger("amaris.llm")
@@ -138,13 +144,21 @@ class LLMGateway:
         call_log: CallLog | None = None,
         observer: Callable[[str, float], None] | None = None,
         output_modes: OutputModes | None = None,
-        judge_waits: JudgeWaits | None = None,
+        context_windows: ContextWindows | None = None,
+        ledger: TokenLedger | None = None,
+        step_wall_time: bool = False,
     ) -> None:
         self._settings = settings
-        self.judge_waits = judge_waits
-        """When set, the time each step's calls wait on the judge (the step path's gateway)."""
+        self.ledger = ledger or TokenLedger()
+        """Tokens and time per agent and model (shared by the service's two gateways)."""
+        self._step_wall_time = step_wall_time
+        """Count each step's wall time with a call outstanding in the ledger (the step
+        pipeline's gateway)."""
         self.output_modes = output_modes or OutputModes()
         """Structured-output modes per endpoint (shared by the service's two gateways)."""
+        self.context_windows = context_windows or ContextWindows()
+        """Context windows read from endpoints (shared by the service's two gateways)."""
+        self._window_lock = asyncio.Lock()
         self._observer = observer
         """Called with (agent, seconds) after each successful request (metrics)."""
         self._providers = providers
@@ -168,7 +182,8 @@ class LLMGateway:
         self._per_endpoint = {key: asyncio.Semaphore(slots)
                               for key, slots in endpoint_limits.items()}
         self.stats: Counter[str] = Counter()
-        """Counters ``<agent>.<outcome>``, ``<agent>.prompt_tokens``... for health and metrics."""
+        """Counters ``<agent>.<outcome>`` (calls, errors, invalid_output...) for metrics;
+        tokens are in :attr:`ledger`."""
 
     def provider(self, agent: str) -> ChatProvider:
         """The provider serving ``agent``."""
@@ -181,6 +196,33 @@ class LLMGateway:
             return ModeState("none", "offline judge: no response_format is sent")
         options = self._settings.agent_options(agent)
         return self._mode(provider, options)
+
+    async def context_window(self, agent: str) -> int | None:
+        """``agent``'s context window in tokens: ``agents.<agent>.context_window``, else the
+        ``max_model_len`` its endpoint lists (read once), else None (unknown)."""
+        options = self._settings.agent_options(agent)
+        if options.context_window is not None:
+            return options.context_window
+        provider = self._providers[agent]
+        if provider.offline:
+            return None
+        done, window = self.context_windows.cached(provider.description, options.model)
+        if done:
+            return window
+        # One read per endpoint and model, however many calls arrive before it ends.
+        async with self._window_lock:
+            return await self.context_windows.read(
+                provider.description, options.model, lambda: provider.models(options.timeout))
+
+    async def prompt_budget(self, agent: str) -> int | None:
+        """Prompt tokens ``agent`` may send (its window less room for the answer); None
+        when the window is unknown."""
+        window = await self.context_window(agent)
+        if window is None:
+            return None
+        options = self._settings.agent_options(agent)
+        scale = self.context_windows.scale(self._providers[agent].description, options.model)
+        return int(prompt_budget(window, options.max_tokens) * scale)
 
     def _mode(self, provider: ChatProvider, options: ResolvedAgentOptions) -> ModeState:
         if options.response_format is not None:
@@ -202,6 +244,25 @@ class LLMGateway:
     ) -> T:
         """One structured call: returns output validated by ``schema`` (and ``check``).
 
+        See :meth:`structured_completion`.
+        """
+        result, _ = await self.structured_completion(agent, messages, schema, step=step,
+                                                     check=check, json_schema=json_schema)
+        return result
+
+    async def structured_completion(
+        self,
+        agent: str,
+        messages: list[dict[str, str]],
+        schema: type[T],
+        *,
+        step: int | None = None,
+        check: Callable[[T], None] | None = None,
+        json_schema: dict[str, Any] | None = None,
+    ) -> tuple[T, Completion]:
+        """One structured call: the output validated by ``schema`` (and ``check``), and the
+        completion it was read from (its token logprobs, when asked for).
+
         The request asks for ``json_schema`` (default: ``schema``'s strict JSON schema) in
         the agent's structured-output mode.
 
@@ -211,9 +272,10 @@ class LLMGateway:
         """
         output = (schema.__name__, json_schema if json_schema is not None
                   else strict_schema(schema))
-        answer = self._answer(agent, await self._waited(agent, messages, step, output), step)
+        completion = await self._waited(agent, messages, step, output)
+        answer = self._answer(agent, completion, step)
         try:
-            return self._validate(agent, answer, schema, check, step)
+            return self._validate(agent, answer, schema, check, step), completion
         except (ValueError, ValidationError) as first:
             if not self._settings.gateway.reask_on_invalid:
                 raise LLMOutputError(f"{agent}: invalid output: {_short(first)}") from first
@@ -228,10 +290,10 @@ class LLMGateway:
                     ),
                 },
             ]
-            second = self._answer(
-                agent, await self._waited(agent, retry_messages, step, output, reask=True), step)
+            completion = await self._waited(agent, retry_messages, step, output, reask=True)
+            second = self._answer(agent, completion, step)
             try:
-                return self._validate(agent, second, schema, check, step)
+                return self._validate(agent, second, schema, check, step), completion
             except (ValueError, ValidationError) as exc:
                 raise LLMOutputError(
                     f"{agent}: invalid output after re-ask: {_short(exc)}"
@@ -279,9 +341,9 @@ class LLMGateway:
         self, agent: str, messages: list[dict[str, str]], step: int | None,
         output: tuple[str, dict[str, Any]], reask: bool = False,
     ) -> Completion:
-        """:meth:`_complete`, its time counted in ``judge_waits`` for ``step``."""
-        waits = self.judge_waits
-        with (waits.measure(step, agent) if waits is not None and step is not None
+        """:meth:`_complete`, its wall time counted as ``step``'s in the ledger
+        (:meth:`TokenLedger.outstanding`) when this gateway measures steps."""
+        with (self.ledger.outstanding(step) if self._step_wall_time and step is not None
               else nullcontext()):
             return await self._complete(agent, messages, step, output, reask)
 
@@ -292,6 +354,7 @@ class LLMGateway:
         provider = self._providers[agent]
         options = self._settings.agent_options(agent)
         budget = self._settings.gateway
+        model = OFFLINE_MODEL if provider.offline else options.model
         last_error: BaseException | None = None
         attempt = 0
         while attempt < budget.max_attempts:
@@ -335,6 +398,8 @@ class LLMGateway:
                         completion = await provider.complete(agent, messages, options,
                                                              request_format)
             except Exception as exc:
+                self.ledger.record(agent, model,
+                                   usage_of(None, time.perf_counter() - started, exc), step)
                 if (options.structured_output == "auto" and mode != "configured"
                         and refuses_format(exc) and self.output_modes.fall_back(
                             provider.description, options.model, mode, _short(exc))):
@@ -358,6 +423,10 @@ class LLMGateway:
                 self.stats[f"{agent}.errors"] += 1
                 last_error = exc
                 if overflow:
+                    counted = stated_prompt_tokens(str(exc))
+                    if counted is not None:
+                        self.context_windows.observe(provider.description, options.model,
+                                                     estimate_messages(messages), counted)
                     raise LLMContextOverflowError(f"{agent}: {_short(exc)}") from exc
                 if not transient:
                     raise LLMUnavailableError(f"{agent}: {_short(exc)}") from exc
@@ -376,6 +445,7 @@ class LLMGateway:
                 prompt_tokens=completion.prompt_tokens,
                 completion_tokens=completion.completion_tokens,
                 reasoning_tokens=completion.reasoning_tokens,
+                cached_tokens=completion.cached_tokens,
             )
             if completion.reasoning:
                 # Logged, never parsed: the answer is the content alone.
@@ -385,9 +455,11 @@ class LLMGateway:
                           completion.reasoning[:_LOGGED_REASONING_CHARS])
             self._log.write(record)
             self.stats[f"{agent}.calls"] += 1
-            self.stats[f"{agent}.prompt_tokens"] += completion.prompt_tokens or 0
-            self.stats[f"{agent}.completion_tokens"] += completion.completion_tokens or 0
-            self.stats[f"{agent}.reasoning_tokens"] += completion.reasoning_tokens or 0
+            self.ledger.record(agent, model, usage_of(completion, elapsed), step)
+            if completion.prompt_tokens:
+                self.context_windows.observe(provider.description, options.model,
+                                             estimate_messages(messages),
+                                             completion.prompt_tokens)
             if self._observer is not None:
                 self._observer(agent, elapsed)
             return completion
@@ -420,9 +492,6 @@ def _short(exc: BaseException | None, limit: int = 300) -> str:
 
 def build_providers(settings: Settings) -> dict[str, ChatProvider]:
     """One provider per agent; agents with no API key and no base_url get the offline judge."""
-    from amaris.llm.providers import OfflineProvider, OpenAIProvider
-    from amaris.settings import AGENTS
-
     offline = OfflineProvider()
     by_endpoint: dict[tuple[str | None, str | None], ChatProvider] = {}
     providers: dict[str, ChatProvider] = {}

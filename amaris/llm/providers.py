@@ -10,8 +10,25 @@ import httpx2
 import openai
 
 from amaris.llm.transport import ConnectionPool, JsonEndpoint, lean_transport_applies
+from amaris.offline.judge import respond
+from amaris.offline.sampling import VerdictSampler
 from amaris.redact import redact_url
 from amaris.settings import ResolvedAgentOptions
+
+TOP_LOGPROBS = 10
+"""``top_logprobs`` asked for with ``agents.scorer.logprobs``: room for the five score
+tokens beside spellings of them (`` 4``) and other tokens (OpenAI allows up to 20)."""
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One output token with its log probability and the most likely alternatives at its
+    position (``choices[0].logprobs.content[i]`` of a chat completion)."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+    """``(token, logprob)`` of ``top_logprobs``, as the server lists them."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +44,11 @@ class Completion:
     """``stop``, ``length`` (cut by ``max_tokens``)..., as the server reports it."""
     reasoning_tokens: int | None = None
     """``usage.completion_tokens_details.reasoning_tokens``, when reported."""
+    cached_tokens: int | None = None
+    """``usage.prompt_tokens_details.cached_tokens`` (prompt tokens served from the
+    provider's prefix cache), when reported."""
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    """The answer's tokens with their log probabilities, when asked for and returned."""
 
 
 class ChatProvider(Protocol):
@@ -39,6 +61,11 @@ class ChatProvider(Protocol):
         self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
         response_format: dict[str, Any] | None = None,
     ) -> Completion: ...
+
+    async def models(self, timeout: float) -> dict[str, int | None]:
+        """The models the endpoint lists, each with its context window when it says
+        (``max_model_len``, as vLLM does), else None."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -58,6 +85,9 @@ def chat_body(messages: list[dict[str, str]], options: ResolvedAgentOptions,
         body["response_format"] = response_format
     if options.service_tier is not None:
         body["service_tier"] = options.service_tier
+    if options.logprobs:
+        body["logprobs"] = True
+        body["top_logprobs"] = TOP_LOGPROBS
     if options.extra_body is not None:
         body.update(options.extra_body)
     return body
@@ -101,6 +131,14 @@ class OpenAIProvider:
         )
         return parse_completion(response.content)
 
+    async def models(self, timeout: float) -> dict[str, int | None]:
+        listed: dict[str, int | None] = {}
+        async for model in self._client.with_options(timeout=timeout).models.list():
+            # Fields beyond OpenAI's own (vLLM's max_model_len) are the model's extras.
+            length = (model.model_extra or {}).get("max_model_len")
+            listed[model.id] = length if isinstance(length, int) and length > 0 else None
+        return listed
+
     async def close(self) -> None:
         self._pool.close()
         await self._client.close()
@@ -126,32 +164,74 @@ def parse_completion(raw: bytes) -> Completion:
     finish_reason = first.get("finish_reason") if isinstance(first, dict) else None
     usage = data.get("usage")
     usage = usage if isinstance(usage, dict) else {}
-    details = usage.get("completion_tokens_details")
-    reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
     return Completion(
         content=content if isinstance(content, str) else "",
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
+        prompt_tokens=_count(usage, "prompt_tokens"),
+        completion_tokens=_count(usage, "completion_tokens"),
         reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
-        reasoning_tokens=reasoning_tokens if isinstance(reasoning_tokens, int) else None,
+        reasoning_tokens=_count(usage.get("completion_tokens_details"), "reasoning_tokens"),
+        cached_tokens=_count(usage.get("prompt_tokens_details"), "cached_tokens"),
+        logprobs=parse_logprobs(first.get("logprobs") if isinstance(first, dict) else None),
     )
 
 
+def _count(section: Any, name: str) -> int | None:
+    """A token count of a ``usage`` section; None when absent or not a count (servers send
+    ``null`` for what they do not measure)."""
+    value = section.get(name) if isinstance(section, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def parse_logprobs(logprobs: Any) -> tuple[TokenLogprob, ...] | None:
+    """The tokens of a choice's ``logprobs`` object (``{"content": [{"token", "logprob",
+    "top_logprobs": [...]}, ...]}``); None when it is absent or not of that shape."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    tokens: list[TokenLogprob] = []
+    for item in content:
+        if not isinstance(item, dict) or not isinstance(item.get("token"), str) \
+                or not isinstance(item.get("logprob"), int | float):
+            return None
+        top = item.get("top_logprobs")
+        alternatives = tuple(
+            (alt["token"], float(alt["logprob"])) for alt in (top if isinstance(top, list) else ())
+            if isinstance(alt, dict) and isinstance(alt.get("token"), str)
+            and isinstance(alt.get("logprob"), int | float))
+        tokens.append(TokenLogprob(item["token"], float(item["logprob"]), alternatives))
+    return tuple(tokens)
+
+
 class OfflineProvider:
-    """The built-in rule-based judge, in process. Deterministic; not an LLM."""
+    """The built-in rule-based judge, in process. Deterministic; not an LLM.
+
+    At a scorer temperature above 0, or with ``agents.scorer.logprobs``, its verdicts carry
+    the seeded doubt of :mod:`amaris.offline.sampling`.
+    """
 
     offline = True
     description = "offline (rule-based, NOT an LLM)"
+
+    def __init__(self) -> None:
+        self._sampler = VerdictSampler()
 
     async def complete(
         self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
         response_format: dict[str, Any] | None = None,
     ) -> Completion:
-        from amaris.offline.judge import respond
-
+        sampled = self._sampler.reply(messages, options.temperature or 0.0, options.logprobs,
+                                      TOP_LOGPROBS)
+        if sampled is not None:
+            return Completion(content=sampled.content, prompt_tokens=0, completion_tokens=0,
+                              logprobs=parse_logprobs({"content": sampled.logprobs}))
         content = respond(messages)
         return Completion(content=content, prompt_tokens=0, completion_tokens=0)
+
+    async def models(self, timeout: float) -> dict[str, int | None]:
+        return {}  # rules, not a model: no context window
 
     async def close(self) -> None:
         return None

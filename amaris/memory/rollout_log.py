@@ -28,7 +28,7 @@ from typing import Any
 from qdrant_client import QdrantClient, models
 
 from amaris.memory.models import StepRecord
-from amaris.qdrant import delete_points, ensure_collection, ensure_payload_index
+from amaris.memory.qdrant import delete_points, ensure_collection, ensure_payload_index
 
 _NAMESPACE = uuid.UUID("9a3e6c1d-54b7-4f02-8e1a-c7d2b5f60a18")
 _BATCH = 256

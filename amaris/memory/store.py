@@ -20,7 +20,7 @@ from qdrant_client import QdrantClient, models
 
 from amaris.memory.embedder import Embedder
 from amaris.memory.models import SUMMARY_IDENTITIES, MemoryDocument, MemoryHit
-from amaris.qdrant import delete_points, ensure_collection
+from amaris.memory.qdrant import delete_points, ensure_collection
 
 _NAMESPACE = uuid.UUID("0b6f3d52-8f0e-4c55-9d6e-3a7c2e91d4f0")
 _MARKER_TYPE = "_embedder"
@@ -59,7 +59,7 @@ class MemoryStore:
 
         Raises:
             MemoryStoreError: the memory was written by an embedder of another name.
-            amaris.qdrant.CollectionMismatchError: ... or of another dimension.
+            amaris.memory.qdrant.CollectionMismatchError: ... or of another dimension.
         """
         self._client = client
         self._embedder = embedder

@@ -1,7 +1,8 @@
 """The offline judge: answers amaris agent prompts with deterministic rules, no LLM.
 
-It reads the agent's data block (see :mod:`amaris.prompts`), dispatches on its
-``agent`` field and returns the JSON the agent's schema asks for.
+It reads the agent's data blocks (see :mod:`amaris.agents.prompts`: the context block of the system
+message and the data block of the user message, merged), dispatches on their ``agent`` field
+and returns the JSON the agent's schema asks for.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from amaris.agents.prompts import read_data
 from amaris.offline.agents import HANDLERS
 from amaris.offline.rules import judge_criteria
-from amaris.prompts import parse_data_message
 
 
 class OfflineJudgeError(ValueError):
@@ -28,7 +29,7 @@ def _score(data: dict[str, Any]) -> dict[str, Any]:
         output=str(rollout.get("output") or ""),
         reference=rollout.get("supplemental_context") or None,
     )
-    return {"verdicts": [{"id": v.id, "score": v.score, "reason": v.reason} for v in verdicts]}
+    return {"verdicts": [{"id": v.id, "reason": v.reason, "score": v.score} for v in verdicts]}
 
 
 _HANDLERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"scorer": _score, **HANDLERS}
@@ -40,18 +41,14 @@ def respond(messages: list[dict[str, str]]) -> str:
     Raises:
         OfflineJudgeError: no data block, or an agent this judge does not know.
     """
-    for message in reversed(messages):
-        if message.get("role") != "user":
-            continue
-        try:
-            data = parse_data_message(str(message.get("content") or ""))
-        except ValueError:
-            continue
-        handler = _HANDLERS.get(str(data.get("agent")))
-        if handler is None:
-            raise OfflineJudgeError(f"offline judge has no rules for agent {data.get('agent')!r}")
-        try:
-            return json.dumps(handler(data), ensure_ascii=False)
-        except (KeyError, TypeError) as exc:
-            raise OfflineJudgeError(f"malformed data block: {exc!r}") from exc
-    raise OfflineJudgeError("no amaris data block in the user messages")
+    try:
+        data = read_data(messages)
+    except ValueError as exc:
+        raise OfflineJudgeError(f"no amaris data in the messages: {exc}") from exc
+    handler = _HANDLERS.get(str(data.get("agent")))
+    if handler is None:
+        raise OfflineJudgeError(f"offline judge has no rules for agent {data.get('agent')!r}")
+    try:
+        return json.dumps(handler(data), ensure_ascii=False)
+    except (KeyError, TypeError) as exc:
+        raise OfflineJudgeError(f"malformed data block: {exc!r}") from exc

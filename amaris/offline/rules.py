@@ -70,7 +70,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from amaris.offline import extract
-from amaris.scale import SCALE_MAX, SCALE_MIN
+from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 
 CONCISE_MAX_WORDS = 80
 """At or below this many words a response is fully concise."""

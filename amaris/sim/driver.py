@@ -4,7 +4,8 @@ Per step: read the rubric in force (``GET /rubrics``), get the step's rollouts f
 :class:`StepSource` (the simulated policy writes them under that rubric; a replay
 re-sends recorded ones), score them (``POST /batch_score``), complete the step
 (``POST /complete``), wait for its pipeline (``GET /rubric_status/wait``), and read
-what the analyzer found in each rollout (``GET /steps/{step}/analyses``). At the end,
+what the analyzer found in each rollout (``GET /steps/{step}/analyses``) and what the
+step's LLM calls cost (the token ledger's counters in ``GET /metrics``). At the end,
 every rubric version and what changed from its parent (``/rubrics/history``,
 ``/rubrics/diff``).
 """
@@ -19,8 +20,10 @@ from typing import Any, Protocol
 import httpx
 
 from amaris.client import RewardClient
+from amaris.llm.ledger import Key, Usage
 from amaris.sim.policy import PlannedRollout
 from amaris.sim.progress import Progress
+from amaris.sim.usage import difference, ledger_from_metrics
 
 BATCH = 256
 """Rollouts per ``/batch_score`` request."""
@@ -37,6 +40,8 @@ class RolloutResult:
     rubric_version: int | None
     flags: list[str] = field(default_factory=list)
     analysed: bool = False
+    prompt: str = ""
+    """The rollout's input: rollouts with the same one in a step form a GRPO group."""
 
 
 @dataclass
@@ -47,6 +52,8 @@ class StepResult:
     rubric_version: int
     rollouts: list[RolloutResult]
     outcome: dict[str, Any]
+    usage: dict[Key, Usage] = field(default_factory=dict)
+    """The step's LLM requests (scoring and pipeline), by (agent, model)."""
 
 
 @dataclass
@@ -96,6 +103,13 @@ async def _get(http: httpx.AsyncClient, path: str, **params: Any) -> Any:
     return response.json()
 
 
+async def _ledger(http: httpx.AsyncClient) -> dict[Key, Usage]:
+    response = await http.get("/metrics")
+    if response.status_code != 200:
+        raise DriverError(f"GET /metrics: HTTP {response.status_code}: {response.text[:300]}")
+    return ledger_from_metrics(response.text)
+
+
 async def run(url: str, source: StepSource, *, label: str, api_key: str | None = None,
               step_timeout: float = 1800.0, progress: Progress | None = None) -> RunResult:
     """Drive every step of ``source`` through the server at ``url``.
@@ -113,6 +127,7 @@ async def run(url: str, source: StepSource, *, label: str, api_key: str | None =
         health = await _get(http, "/healthz")
         for done, step in enumerate(steps):
             rubric = await _get(http, "/rubrics")
+            before = await _ledger(http)
             planned = source.rollouts(step, rubric)
             scored = []
             for start in range(0, len(planned), BATCH):
@@ -126,16 +141,17 @@ async def run(url: str, source: StepSource, *, label: str, api_key: str | None =
             answer = await client.rubric_updated_async(step, timeout=step_timeout)
             analyses = await _get(http, f"/steps/{step}/analyses")
             found = {a["rollout_id"]: a["analysis"] for a in analyses["analyses"]}
+            usage = difference(await _ledger(http), before)
             rollouts = [
                 RolloutResult(
                     rollout_id=str(p.rollout["id"]), behaviour=p.behaviour,
                     reward=r.score if r.status == "scored" else None, status=r.status,
                     rubric_version=r.rubric_version,
                     flags=flags_of(found.get(str(p.rollout["id"]), {})),
-                    analysed=str(p.rollout["id"]) in found)
+                    analysed=str(p.rollout["id"]) in found, prompt=str(p.rollout["input"]))
                 for p, r in zip(planned, scored, strict=True)
             ]
-            result = StepResult(step, int(rubric["version"]), rollouts, answer)
+            result = StepResult(step, int(rubric["version"]), rollouts, answer, usage)
             results.append(result)
             source.observe(result)
             if progress is not None:

@@ -1,19 +1,24 @@
 """The numbers of a report, computed from a run's raw results (pure functions).
 
 Per step: mean reward overall and by behaviour (unscored rollouts left out of the means,
-counted apart), and how many rollouts the analyses flagged with each reward-hacking
-tag. Over the run: per behaviour and tag, the share of its analysed rollouts flagged
-with that tag. Rubric: every version with the step that produced it, the first step
-scored under it, and what changed from its parent.
+counted apart), how many rollouts the analyses flagged with each reward-hacking
+tag, and the share of GRPO groups (rollouts of one prompt) whose rewards are all equal.
+Over the run: per behaviour and tag, the share of its analysed rollouts flagged with that
+tag. Rubric: every version with the step that produced it, the first step scored under it,
+and what changed from its parent. LLM usage: tokens, requests and time per step and per
+agent and model; with a price table, cost per step and per 1,000 rollouts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from amaris.llm.ledger import Key, Usage
+from amaris.settings import ModelPrice
 from amaris.sim.driver import RolloutResult, RunResult
 from amaris.sim.policy import BEHAVIOURS
+from amaris.sim.usage import usage_summary
 
 
 def mean(values: Iterable[float]) -> float | None:
@@ -44,6 +49,24 @@ def _group(rollouts: list[RolloutResult], tags: list[str]) -> dict[str, Any]:
     }
 
 
+ZERO_VARIANCE_TOLERANCE = 1e-9
+"""Rewards of a group closer than this count as equal."""
+
+
+def zero_variance(rollouts: Iterable[RolloutResult]) -> dict[str, Any]:
+    """GRPO groups (same prompt, two or more scored rollouts) and how many of them have
+    zero reward variance: every reward equal, so the group's advantages are all 0 and it
+    teaches the policy nothing."""
+    by_prompt: dict[str, list[float]] = {}
+    for r in rollouts:
+        if r.reward is not None:
+            by_prompt.setdefault(r.prompt, []).append(r.reward)
+    groups = [rewards for rewards in by_prompt.values() if len(rewards) > 1]
+    zero = sum(max(g) - min(g) <= ZERO_VARIANCE_TOLERANCE for g in groups)
+    return {"groups": len(groups), "zero_variance": zero,
+            "share": zero / len(groups) if groups else None}
+
+
 def first_steps(run: RunResult) -> dict[int, int]:
     """The first step scored under each rubric version."""
     first: dict[int, int] = {}
@@ -70,18 +93,39 @@ def rubric_changes(run: RunResult) -> list[dict[str, Any]]:
     return changes
 
 
-def run_metrics(run: RunResult) -> dict[str, Any]:
-    """Every figure of one run, as JSON-ready data (``metrics.json`` holds one per run)."""
+def usage_of_run(run: RunResult) -> dict[Key, Usage]:
+    """The run's LLM usage, by (agent, model): the sum of its steps'."""
+    table: dict[Key, Usage] = {}
+    for step in run.steps:
+        for key, usage in step.usage.items():
+            table.setdefault(key, Usage()).add(usage)
+    return table
+
+
+def _sum_groups(per_step: list[dict[str, Any]]) -> dict[str, Any]:
+    groups = sum(g["groups"] for g in per_step)
+    zero = sum(g["zero_variance"] for g in per_step)
+    return {"groups": groups, "zero_variance": zero, "share": zero / groups if groups else None}
+
+
+def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None
+                ) -> dict[str, Any]:
+    """Every figure of one run, as JSON-ready data (``metrics.json`` holds one per run).
+
+    ``pricing``: the configuration's price table (cost is None without one)."""
     behaviours, tags = behaviours_of(run), tags_of(run)
+    prices = pricing or {}
     steps = []
     for step in run.steps:
         entry = {"step": step.step, "rubric_version": step.rubric_version,
-                 **_group(step.rollouts, tags)}
+                 **_group(step.rollouts, tags), "groups": zero_variance(step.rollouts)}
         entry["by_behaviour"] = {
             b: _group([r for r in step.rollouts if r.behaviour == b], tags) for b in behaviours
         }
+        entry["usage"] = usage_summary(step.usage, len(step.rollouts), prices)
         steps.append(entry)
     everything = [r for s in run.steps for r in s.rollouts]
+    by_model = usage_of_run(run)
     flag_rates: dict[str, dict[str, float | None]] = {}
     for b in behaviours:
         group = _group([r for r in everything if r.behaviour == b], tags)
@@ -95,7 +139,8 @@ def run_metrics(run: RunResult) -> dict[str, Any]:
         "behaviours": behaviours,
         "tags": tags,
         "steps": steps,
-        "overall": _group(everything, tags),
+        "overall": {**_group(everything, tags),
+                    "groups": _sum_groups([s["groups"] for s in steps])},
         "flag_rates": flag_rates,
         "rubric_versions": [
             {"version": v["version"], "parent": v.get("parent"), "origin": v["origin"],
@@ -103,4 +148,10 @@ def run_metrics(run: RunResult) -> dict[str, Any]:
             for v in run.history
         ],
         "rubric_changes": rubric_changes(run),
+        "usage": usage_summary(by_model, len(everything), prices),
+        "usage_by_agent": [
+            {"agent": agent, "model": model,
+             **usage_summary({(agent, model): usage}, len(everything), prices)}
+            for (agent, model), usage in sorted(by_model.items())
+        ],
     }

@@ -231,8 +231,11 @@ class Policy:
     """The drifting policy: ``rollouts(step, rubric)`` then ``observe(step means)``."""
 
     def __init__(self, seed: int, per_step: int, total_steps: int,
-                 learning_rate: float, mix: Mapping[str, float] | None = None) -> None:
+                 learning_rate: float, mix: Mapping[str, float] | None = None,
+                 group_size: int = 1) -> None:
         self.seed = seed
+        self.group_size = group_size
+        """Consecutive rollouts that answer one task (a GRPO group: the same prompt)."""
         self.per_step = per_step
         self.total_steps = total_steps
         self.learning_rate = learning_rate
@@ -250,8 +253,10 @@ class Policy:
         metadata = {"high_level_goal": HIGH_LEVEL_GOAL, "model_size": "simulated",
                     "current_step": step, "total_steps": self.total_steps}
         planned = []
+        task = make_task(rng)
         for index, behaviour in enumerate(behaviours):
-            task = make_task(rng)
+            if index and index % self.group_size == 0:
+                task = make_task(rng)
             rollout = {
                 "id": f"s{step}-r{index:03d}",
                 "input": task.question,

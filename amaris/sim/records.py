@@ -1,6 +1,6 @@
 """The rollout log as records: one step's, a whole run's, and JSONL in and out.
 
-A record is what ``/score`` logged for one rollout (``amaris.reward.log_record`` plus
+A record is what ``/score`` logged for one rollout (``amaris.scoring.reward.log_record`` plus
 ``step``, ``time``, ``late`` and ``seq``). Once a step is past
 ``memory.rollout_retention_steps`` its records live in ``<memory.path>/rollouts/
 step-NNNNNN.jsonl`` instead of Qdrant; :func:`step_records` reads either.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from amaris.memory.rollout_log import step_records
+from amaris.memory.rollout_log import RolloutLog, StepRegistry, step_records
 from amaris.models import Rollout
 
 if TYPE_CHECKING:
@@ -31,8 +31,6 @@ class RecordsError(ValueError):
 
 def local_records(client: QdrantClient, settings: Settings) -> Iterator[dict[str, Any]]:
     """Every record of the run in an opened store, by step then sequence number."""
-    from amaris.memory.rollout_log import RolloutLog, StepRegistry
-
     prefix = settings.memory.collection
     log = RolloutLog(client, prefix)
     for entry in StepRegistry(client, prefix).list():

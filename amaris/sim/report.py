@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from amaris.settings import ModelPrice
 from amaris.sim.driver import RunResult
 from amaris.sim.metrics import run_metrics
 
@@ -35,6 +36,35 @@ def _reward(value: float | None) -> str:
 
 def _rate(count: int, total: int) -> str:
     return "-" if not total else f"{count}/{total} ({count / total:.0%})"
+
+
+def _dollars(value: float | None) -> str:
+    return "-" if value is None else f"${value:.4f}"
+
+
+def _usage_cells(u: dict[str, Any]) -> tuple[str, ...]:
+    return (str(u["calls"]), str(u["failed"]), str(u["prompt_tokens"]),
+            str(u["cached_tokens"]), str(u["completion_tokens"]), str(u["reasoning_tokens"]),
+            f"{u['seconds']:.1f}", _dollars(u["cost"]), _dollars(u["cost_per_1000_rollouts"]))
+
+
+_USAGE_HEADER = ("calls", "failed", "prompt", "cached", "completion", "reasoning",
+                 "seconds waited", "cost", "per 1,000 rollouts")
+
+
+def usage_blocks(metrics: dict[str, Any]) -> list[Block]:
+    """The run's LLM tokens, time and cost: per step, then per agent and model."""
+    rows = [(str(s["step"]), *_usage_cells(s["usage"])) for s in metrics["steps"]]
+    rows.append(("all", *_usage_cells(metrics["usage"])))
+    agents = [(a["agent"], a["model"], *_usage_cells(a)) for a in metrics["usage_by_agent"]]
+    note = ("Cost: set `pricing` in the configuration to see it."
+            if metrics["usage"]["cost"] is None else
+            "Cost at the configuration's `pricing` (cached prompt tokens at their own price).")
+    return [Block("h3", "LLM tokens, time and cost per step (scoring and pipeline)"),
+            Block("p", note),
+            Block("table", header=("step", *_USAGE_HEADER), rows=tuple(rows)),
+            Block("h3", "LLM tokens, time and cost by agent and model"),
+            Block("table", header=("agent", "model", *_USAGE_HEADER), rows=tuple(agents))]
 
 
 def _criterion(c: dict[str, Any]) -> str:
@@ -112,6 +142,10 @@ def run_blocks(metrics: dict[str, Any], image: str) -> list[Block]:
     setup = f"Judge: {metrics['judge']}. Wall time: {metrics['wall_seconds']:.1f} s."
     if memory:
         setup += " Memory: " + ", ".join(f"`memory.{k}: {v}`" for k, v in memory.items()) + "."
+    groups = metrics["overall"]["groups"]
+    if groups["groups"]:
+        setup += (f" GRPO groups (same prompt) with zero reward variance: "
+                  f"{_rate(groups['zero_variance'], groups['groups'])}.")
     blocks = [Block("h2", f"Run: {metrics['label']}"), Block("p", setup),
               Block("img", image)]
     rows = []
@@ -157,7 +191,7 @@ def run_blocks(metrics: dict[str, Any], image: str) -> list[Block]:
                      f"first scored at step {'-' if first is None else first}): "
                      + ("; ".join(changes) or "no change"))
     blocks += [Block("h3", "Rubric versions and changes"), Block("ul", items=tuple(items))]
-    return blocks
+    return blocks + usage_blocks(metrics)
 
 
 def comparison_blocks(all_metrics: Sequence[dict[str, Any]], image: str) -> list[Block]:
@@ -175,6 +209,9 @@ def comparison_blocks(all_metrics: Sequence[dict[str, Any]], image: str) -> list
                  for tag in tags]
     flag_rows.append(tuple(["rubric versions", *(str(len(m["rubric_versions"]))
                                                  for m in all_metrics)]))
+    flag_rows.append(tuple(["zero-variance groups",
+                            *(_rate(m["overall"]["groups"]["zero_variance"],
+                                    m["overall"]["groups"]["groups"]) for m in all_metrics)]))
     return [Block("h2", "Side by side"), Block("img", image),
             Block("h3", "Mean reward per step (re-scored under each run's evolving rubric)"),
             Block("table", header=("step", *labels), rows=tuple(rows)),
@@ -229,14 +266,17 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
 
 
 def write_report(folder: Path, runs: Sequence[RunResult], title: str,
-                 intro: Sequence[str] = (), extra: dict[str, Any] | None = None) -> Path:
+                 intro: Sequence[str] = (), extra: dict[str, Any] | None = None,
+                 pricing: Mapping[str, ModelPrice] | None = None) -> Path:
     """Write ``metrics.json``, the plots, ``report.md`` and ``report.html`` into ``folder``.
+
+    ``pricing``: the configuration's price table (the report shows cost with one).
 
     Returns:
         The path of ``report.md``.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    all_metrics = [run_metrics(run) for run in runs]
+    all_metrics = [run_metrics(run, pricing) for run in runs]
     blocks = [Block("h1", title), *(Block("p", text) for text in intro)]
     if len(all_metrics) > 1:
         plot_comparison(all_metrics, folder / "compare_mean_reward.png")

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import yaml
 
+from amaris.app.prefect_server import PrefectServer
 from amaris.settings import load_settings, set_dotted
 
 STARTUP_TIMEOUT_S = 180.0
@@ -106,8 +107,6 @@ def shared_prefect(folder: Path) -> Iterator[dict[str, str] | None]:
     if os.environ.get("PREFECT_API_URL"):
         yield None
         return
-    from amaris.prefect_server import PrefectServer
-
     server = PrefectServer(folder / "prefect")
     server.start()
     try:
@@ -156,7 +155,7 @@ def managed_server(base_config: Path | None, folder: Path,
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "amaris.cli", "serve", "--config", str(config)],
+            [sys.executable, "-m", "amaris.cli.main", "serve", "--config", str(config)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
             cwd=folder, start_new_session=True)
     try:

@@ -22,8 +22,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from amaris.models import ErrorDetail, JSONValue, ScoreRequest, ScoreResponse, Text
-from amaris.service import Services
-from amaris.steps import StepCoordinator, StepRefusedError
+from amaris.services import Services
+from amaris.steps.coordinator import StepCoordinator, StepRefusedError
 from api.deps import ServicesDep
 from api.errors import INPUT_ERRORS, STEP_ERRORS, error_response, step_refused
 from api.routes.score import admit_batch, check_item, score_items

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 
 from amaris.models import ErrorDetail, ErrorResponse, RubricPublic
-from amaris.rubric import RubricVersion
-from amaris.rubric_diff import RubricDiff, diff_rubrics
-from amaris.rubric_store import RubricStore, RubricStoreError
+from amaris.rubric.diff import RubricDiff, diff_rubrics
+from amaris.rubric.model import RubricVersion
+from amaris.rubric.store import RubricStore, RubricStoreError
 from api.deps import ServicesDep
 from api.errors import AUTH_ERRORS as _ERRORS
 from api.errors import INPUT_ERRORS, error_response

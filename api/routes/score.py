@@ -23,10 +23,10 @@ from amaris.models import (
     ScoreResponse,
     valid_text,
 )
-from amaris.rollout_ids import RolloutConflictError
-from amaris.scoring import OverloadedError, OversizeError
-from amaris.service import Services
-from amaris.steps import StepRefusedError
+from amaris.scoring.rollout_ids import RolloutConflictError
+from amaris.scoring.scorer import OverloadedError, OversizeError
+from amaris.services import Services
+from amaris.steps.coordinator import StepRefusedError
 from api.deps import ServicesDep
 from api.errors import CONFLICT_ERRORS, STEP_ERRORS, validation_details
 from api.errors import INPUT_ERRORS as _ERRORS

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from amaris.memory.rollout_log import step_records
 from amaris.models import ErrorDetail, ErrorResponse
-from amaris.service import Services
-from amaris.steps import UnknownStepError
+from amaris.services import Services
+from amaris.steps.coordinator import UnknownStepError
 from api.deps import ServicesDep
 from api.errors import AUTH_ERRORS, INPUT_ERRORS, STEP_ERRORS, error_response
 

@@ -1,0 +1,203 @@
+"""The Prefect API server ``amaris serve`` runs beside itself when none is configured.
+
+Only a real Prefect server schedules deployments (the repair schedule) and serves
+the UI on the run's history; its home and database live under the data folder.
+It is a child process that dies with amaris, even on ``kill -9`` (Linux
+``PR_SET_PDEATHSIG``).
+
+It requires credentials: a random auth string kept in ``<Prefect home>/auth-string``
+(mode 0600), which Prefect checks on every API call (``PREFECT_SERVER_API_AUTH_STRING``)
+and its clients send (``PREFECT_API_AUTH_STRING``). It allows its own UI's origin only
+(CORS) and answers only to a loopback ``Host`` (:mod:`amaris.app.prefect_app`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger("amaris.prefect")
+
+_PR_SET_PDEATHSIG = 1
+STOP_TIMEOUT_S = 3.0
+"""How long the server has to stop on SIGTERM before it is killed."""
+
+AUTH_FILE = "auth-string"
+"""The file under the Prefect home holding the server's auth string."""
+
+_SECRETS_NOT_FOR_PREFECT = ("AMARIS_API_KEY", "OPENAI_API_KEY")
+"""Keys in amaris's environment the Prefect server has no use for: it does not get them."""
+
+
+def die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass  # not Linux: the server is still stopped on a normal shutdown
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An unused TCP port."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def ensure_auth_string(home: Path) -> str:
+    """The auth string of the Prefect server under ``home``, created on first use.
+
+    ``amaris:`` and 256 random bits, in a file only its owner can read or write. It is
+    written to a private temporary file, then linked into place, so a reader never sees
+    a partial file and two processes starting at once agree on one secret.
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / AUTH_FILE
+    if not path.exists():
+        scratch = home / f".{AUTH_FILE}.{os.getpid()}"
+        fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(f"amaris:{secrets.token_urlsafe(32)}\n")
+            with contextlib.suppress(FileExistsError):  # another process's secret won
+                os.link(scratch, path)
+        finally:
+            scratch.unlink(missing_ok=True)
+    secret = read_auth_string(home)
+    if secret is None:
+        raise RuntimeError(f"{path} is empty: delete it to get a new auth string")
+    return secret
+
+
+def read_auth_string(home: Path) -> str | None:
+    """The auth string of the Prefect server under ``home``; None when it has none.
+
+    A file others can read has its permissions narrowed to 0600 first.
+    """
+    path = home / AUTH_FILE
+    try:
+        if path.stat().st_mode & 0o077:
+            log.warning("%s was readable by other users; now 0600", path)
+            path.chmod(0o600)
+        secret = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    return secret or None
+
+
+class PrefectServer:
+    """The Prefect API and UI as one child process bound to 127.0.0.1.
+
+    It runs amaris's factory of Prefect's app under uvicorn directly: ``prefect server
+    start`` would fork uvicorn as a grandchild, which outlives a killed parent.
+    """
+
+    def __init__(self, home: Path, port: int | None = None) -> None:
+        self.home = home
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api_url = f"{self.url}/api"
+        self.auth_string = ensure_auth_string(home)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stopped = threading.Event()
+
+    def client_env(self) -> dict[str, str]:
+        """The environment that points a Prefect client (this process, a child) here."""
+        return {"PREFECT_API_URL": self.api_url, "PREFECT_API_AUTH_STRING": self.auth_string}
+
+    def start(self) -> None:
+        """Spawn the server (it takes 5-15 s to answer; see :meth:`wait_ready`)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items()
+               if k not in {"PREFECT_API_URL", *_SECRETS_NOT_FOR_PREFECT}}
+        env.update({
+            "PREFECT_HOME": str(self.home),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_SERVER_API_AUTH_STRING": self.auth_string,
+            "PREFECT_SERVER_API_HOST": "127.0.0.1",
+            "PREFECT_SERVER_API_PORT": str(self.port),
+            "PREFECT_UI_API_URL": self.api_url,
+            # The UI's own origin, under both loopback names; no other web page.
+            "PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS":
+                f"{self.url},http://localhost:{self.port}",
+        })
+        log_file = (self.home / "server.log").open("ab")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--factory",
+             "amaris.app.prefect_app:create_app", "--host", "127.0.0.1",
+             "--port", str(self.port), "--log-level", "warning", "--lifespan", "on"],
+            env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        log_file.close()
+        (self.home / "amaris-server.json").write_text(json.dumps(
+            {"pid": self._proc.pid, "url": self.url, "api_url": self.api_url}))
+        log.info("Prefect server starting on %s (pid %s)", self.url, self._proc.pid)
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Block until ``/api/health`` answers; return at once when :meth:`stop` is called.
+
+        Raises:
+            RuntimeError: the process exited, was stopped, or did not answer in time.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            proc = self._proc
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"Prefect server exited with {proc.returncode}; "
+                                   f"see {self.home / 'server.log'}")
+            if self._stopped.is_set():
+                raise RuntimeError("Prefect server stopped before it answered")
+            try:
+                # /health needs no credentials (Prefect's choice, for probes)
+                if httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            self._stopped.wait(0.25)
+        raise RuntimeError(f"Prefect server did not answer within {timeout} s")
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop the child: SIGTERM, then SIGKILL after ``timeout``; :meth:`wait_ready`
+        callers return at once."""
+        self._stopped.set()
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("Prefect server (pid %s) still running %s s after SIGTERM; killing it",
+                        proc.pid, timeout)
+            proc.kill()
+            proc.wait(5)
+        (self.home / "amaris-server.json").unlink(missing_ok=True)
+
+
+def recorded_server(home: Path) -> dict[str, str] | None:
+    """The server a running ``amaris serve`` recorded under ``home`` (for ``amaris ui``);
+    None when there is none or its process is gone."""
+    path = home / "amaris-server.json"
+    if not path.is_file():
+        return None
+    data: dict[str, str] = json.loads(path.read_text())
+    try:
+        os.kill(int(data["pid"]), 0)  # left behind by a killed amaris: no server there
+    except (OSError, KeyError, ValueError):
+        return None
+    return data

@@ -1,1 +1,0 @@
-"""The step path: what the Prefect step flow needs at run time, and how the API starts it."""

@@ -1,0 +1,234 @@
+"""Durable store of immutable rubric versions and the pointer to the one in force.
+
+Versions and pointers are Qdrant points (payload only) in ``<collection>_rubrics``,
+so a restart, a replica or a rollback sees the same history. Every change is also
+exported to a human-readable ``rubrics.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from qdrant_client import QdrantClient, models
+
+from amaris.memory.qdrant import ensure_collection
+from amaris.rubric.model import (
+    Criterion,
+    Origin,
+    RubricVersion,
+    adaptive_from_config,
+    anchors_from_config,
+)
+from amaris.settings import Settings
+
+_NAMESPACE = uuid.UUID("6f1c8f7e-2d9b-4d3a-9a51-6a0c7f1a2b3c")
+
+
+class RubricStoreError(RuntimeError):
+    """The store cannot do what was asked (conflicting anchors, unknown version...)."""
+
+
+def _version_id(scope: str, version: int) -> str:
+    return str(uuid.uuid5(_NAMESPACE, f"version/{scope}/{version}"))
+
+
+def _pointer_id(scope: str) -> str:
+    return str(uuid.uuid5(_NAMESPACE, f"pointer/{scope}"))
+
+
+class RubricStore:
+    """Rubric versions in Qdrant; reads of the version in force come from memory."""
+
+    def __init__(self, client: QdrantClient, collection: str, export_path: Path | None) -> None:
+        self._client = client
+        self._collection = f"{collection}_rubrics"
+        self._export_path = export_path
+        self._lock = threading.Lock()
+        self._current: dict[str, RubricVersion] = {}
+        ensure_collection(client, self._collection, None)
+
+    # -- reads -----------------------------------------------------------------
+    def is_cached(self, scope: str) -> bool:
+        """True when :meth:`current` answers from memory (no storage read)."""
+        return scope in self._current
+
+    def current(self, scope: str = "global") -> RubricVersion:
+        """The version in force for ``scope``."""
+        cached = self._current.get(scope)
+        if cached is not None:
+            return cached
+        pointer = self._retrieve(_pointer_id(scope))
+        if pointer is None:
+            raise RubricStoreError(f"no rubric for scope {scope!r}; run `amaris rubrics init`")
+        version = self.get(int(pointer["current"]), scope)
+        self._current[scope] = version
+        return version
+
+    def refresh(self) -> list[str]:
+        """Re-read the pointers of the scopes held in memory (one read for all of them) and
+        load versions another process published. Returns the scopes that changed."""
+        scopes = list(self._current)
+        if not scopes:
+            return []
+        points = self._client.retrieve(
+            self._collection, ids=[_pointer_id(s) for s in scopes], with_payload=True
+        )
+        changed = []
+        for point in points:
+            payload = point.payload or {}
+            scope = str(payload.get("scope", "global"))
+            held = self._current.get(scope)
+            if held is not None and int(payload.get("current", held.version)) != held.version:
+                self._current[scope] = self.get(int(payload["current"]), scope)
+                changed.append(scope)
+        return changed
+
+    def get(self, version: int, scope: str = "global") -> RubricVersion:
+        """One version by number."""
+        payload = self._retrieve(_version_id(scope, version))
+        if payload is None:
+            raise RubricStoreError(f"rubric version {version} does not exist (scope {scope!r})")
+        return RubricVersion.model_validate(payload)
+
+    def history(self, scope: str | None = "global") -> list[RubricVersion]:
+        """Every version (of one scope, or all with ``scope=None``), oldest first."""
+        versions: list[RubricVersion] = []
+        offset: Any = None
+        while True:
+            points, offset = self._client.scroll(
+                self._collection, limit=256, offset=offset, with_payload=True
+            )
+            for point in points:
+                payload = point.payload or {}
+                if payload.get("kind") != "version":
+                    continue
+                v = RubricVersion.model_validate(payload["rubric"])
+                if scope is None or v.scope == scope:
+                    versions.append(v)
+            if offset is None:
+                break
+        return sorted(versions, key=lambda v: (v.scope, v.version))
+
+    # -- writes ----------------------------------------------------------------
+    def publish(
+        self,
+        *,
+        anchors: Sequence[Criterion],
+        adaptive: Sequence[Criterion],
+        origin: Origin,
+        step: int | None,
+        next_adaptive_id: int,
+        scope: str = "global",
+        export: bool = True,
+    ) -> RubricVersion:
+        """Write a new immutable version and make it current.
+
+        ``export=False`` skips rewriting ``rubrics.json`` (the step flow exports once at
+        its end instead of once per scope).
+        """
+        with self._lock:
+            parent = self._current_or_none(scope)
+            pointer = self._retrieve(_pointer_id(scope)) or {}
+            # The pointer remembers the highest version ever written: no scan of history.
+            number = int(pointer.get("latest", pointer.get("current", 0))) + 1
+            version = RubricVersion(
+                version=number,
+                scope=scope,
+                parent=parent.version if parent else None,
+                step=step,
+                origin=origin,
+                anchors=tuple(anchors),
+                adaptive=tuple(adaptive),
+                next_adaptive_id=next_adaptive_id,
+            )
+            # Version first, pointer second: a crash between them leaves the old version
+            # in force and an unreferenced (harmless) newer version.
+            self._client.upsert(
+                self._collection,
+                points=[
+                    models.PointStruct(
+                        id=_version_id(scope, number),
+                        vector={},
+                        payload={"kind": "version", "rubric": version.model_dump(mode="json")},
+                    )
+                ],
+            )
+            self._client.upsert(
+                self._collection,
+                points=[
+                    models.PointStruct(
+                        id=_pointer_id(scope),
+                        vector={},
+                        payload={"kind": "pointer", "scope": scope, "current": number,
+                                 "latest": number},
+                    )
+                ],
+            )
+            self._current[scope] = version
+            if export:
+                self.export()
+            return version
+
+    def ensure_initialized(self, settings: Settings) -> RubricVersion:
+        """Create version 1 from config on first start; refuse config anchors that differ."""
+        current = self._current_or_none("global")
+        anchors = anchors_from_config(settings.anchor_rubrics)
+        if current is None:
+            return self.reset_from_config(settings)
+        if [(a.text, a.weight) for a in current.anchors] != [(a.text, a.weight) for a in anchors]:
+            raise RubricStoreError(
+                "anchor_rubrics in the configuration differ from the anchors of rubric version "
+                f"{current.version} in the store; anchors are immutable during a run. "
+                "Run `amaris rubrics init` to start a new rubric lineage from the configuration."
+            )
+        return current
+
+    def reset_from_config(self, settings: Settings, scope: str = "global") -> RubricVersion:
+        """Publish a version made of the configured anchors and adaptive criteria."""
+        adaptive = adaptive_from_config(settings.adaptive_rubrics)
+        return self.publish(
+            anchors=anchors_from_config(settings.anchor_rubrics),
+            adaptive=adaptive,
+            origin="config",
+            step=None,
+            next_adaptive_id=len(adaptive) + 1,
+            scope=scope,
+        )
+
+    def export(self) -> None:
+        """Write every version and the current pointers to ``rubrics.json`` atomically."""
+        if self._export_path is None:
+            return
+        versions = self.history(scope=None)
+        current = {scope: v.version for scope, v in self._current.items()}
+        document = {
+            "current": current,
+            "versions": [v.model_dump(mode="json") for v in versions],
+        }
+        self._export_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._export_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(document, indent=2, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, self._export_path)
+
+    # -- helpers ---------------------------------------------------------------
+    def _current_or_none(self, scope: str) -> RubricVersion | None:
+        try:
+            return self.current(scope)
+        except RubricStoreError:
+            return None
+
+    def _retrieve(self, point_id: str) -> dict[str, Any] | None:
+        points = self._client.retrieve(self._collection, ids=[point_id], with_payload=True)
+        if not points:
+            return None
+        payload = points[0].payload or {}
+        if payload.get("kind") == "version":
+            rubric: dict[str, Any] = payload["rubric"]
+            return rubric
+        return payload

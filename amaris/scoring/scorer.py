@@ -1,0 +1,398 @@
+"""The hot path: judge one rollout against the rubric in force and aggregate a reward."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import logging
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from amaris.agents.prompts import agent_messages
+from amaris.llm.budget import (
+    CHARS_PER_TOKEN,
+    MIN_FIELD_CHARS,
+    cut_middle,
+    estimate_messages,
+    fit_texts,
+    json_chars,
+)
+from amaris.llm.gateway import (
+    LLMContextOverflowError,
+    LLMGateway,
+    LLMOutputError,
+    LLMTruncatedError,
+    LLMUnavailableError,
+)
+from amaris.llm.schema import strict_schema
+from amaris.logs import loggable
+from amaris.models import CriterionResult, ScoreRequest, ScoreResponse
+from amaris.rubric.model import RubricVersion
+from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
+from amaris.rubric.store import RubricStore
+from amaris.scoring.aggregate import aggregate
+from amaris.settings import ScoringSettings
+from amaris.verdicts import combine, expected_scores
+
+log = logging.getLogger("amaris.scoring.scorer")
+
+_FIELDS = ("input", "output", "supplemental_context")
+_JUDGED = frozenset(f"rollout.{name}" for name in _FIELDS)
+_SCHEMA_CACHE = 1024
+"""Per-rubric scorer schemas kept."""
+
+
+class Verdict(BaseModel):
+    """The judge's verdict on one criterion.
+
+    ``reason`` comes before ``score``: the strict schema lists properties in field order,
+    so a constrained decoder makes the judge write its reason first and the score after,
+    conditioned on it (a score written first is a guess the reason then justifies).
+    """
+
+    id: str
+    reason: str = ""
+    score: int = Field(ge=SCALE_MIN, le=SCALE_MAX)
+
+
+class JudgeVerdicts(BaseModel):
+    """The scorer agent's whole answer."""
+
+    verdicts: list[Verdict]
+
+
+class OverloadedError(RuntimeError):
+    """The hot path holds ``scoring.max_pending`` judge calls already."""
+
+
+class OversizeError(ValueError):
+    """A rollout field is longer than ``scoring.max_field_chars`` (or a batch too long)."""
+
+    def __init__(self, field: str, size: int, limit: int, unit: str = "characters") -> None:
+        super().__init__(f"{field} has {size} {unit}; the limit is {limit}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class _Judged:
+    score: float
+    breakdown: tuple[CriterionResult, ...]
+
+
+def _check_ids(rubric: RubricVersion) -> Callable[[JudgeVerdicts], None]:
+    expected = [c.id for c in rubric.criteria]
+
+    def check(result: JudgeVerdicts) -> None:
+        got = [v.id for v in result.verdicts]
+        missing = [i for i in expected if i not in got]
+        extra = [i for i in got if i not in expected]
+        duplicated = sorted({i for i in got if got.count(i) > 1})
+        if missing or extra or duplicated:
+            raise ValueError(
+                f"verdicts must cover each criterion id exactly once; missing {missing}, "
+                f"unknown {extra}, duplicated {duplicated}"
+            )
+
+    return check
+
+
+def verdicts_schema(criterion_ids: tuple[str, ...]) -> dict[str, Any]:
+    """The scorer's strict JSON schema for one rubric: one verdict per criterion, ids from
+    the rubric's, scores on the integer scale."""
+    schema = copy.deepcopy(strict_schema(JudgeVerdicts))
+    verdicts = schema["properties"]["verdicts"]
+    verdicts["minItems"] = verdicts["maxItems"] = len(criterion_ids)
+    item = verdicts["items"]["properties"]
+    # In place: the properties keep their order (the reason before the score).
+    item["id"] = {"type": "string", "enum": list(criterion_ids)}
+    item["score"] = {"type": "integer", "enum": list(range(SCALE_MIN, SCALE_MAX + 1))}
+    return schema
+
+
+def _merged(truncated: list[str], cut: list[str]) -> list[str]:
+    """The response's ``truncated``: fields cut by size, then by the context budget."""
+    return [*truncated, *(f"rollout.{n}" for n in cut if f"rollout.{n}" not in truncated)]
+
+
+def judge_messages(prompt: str, rubric: RubricVersion,
+                   fields: dict[str, str]) -> list[dict[str, str]]:
+    """The scorer's chat messages for one rollout (its judged ``fields``), cache-first.
+
+    The system message, ``prompt`` and the rubric's criteria, is byte-identical for every
+    rollout judged under one rubric version; the user message holds the rollout alone,
+    the prompt and reference (shared by a GRPO group) before the response.
+    """
+    criteria = [
+        {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
+        for c in rubric.criteria
+    ]
+    rollout = {name: fields[name] for name in ("input", "supplemental_context", "output")}
+    return agent_messages("scorer", prompt, {"criteria": criteria}, {"rollout": rollout})
+
+
+class Scorer:
+    """Scores rollouts; caches identical requests and merges identical in-flight ones."""
+
+    def __init__(self, settings: ScoringSettings, gateway: LLMGateway, store: RubricStore,
+                 prompt: str, *, samples: int = 1, logprobs: bool = False) -> None:
+        self._settings = settings
+        self._samples = samples
+        """``agents.scorer.samples``: judge calls per rollout."""
+        self._logprobs = logprobs
+        """``agents.scorer.logprobs``: verdicts are expected values where logprobs come back."""
+        self._gateway = gateway
+        self._store = store
+        self._prompt = prompt
+        self._cache: OrderedDict[str, _Judged] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future[_Judged]] = {}
+        self._schemas: OrderedDict[tuple[str, ...], dict[str, Any]] = OrderedDict()
+        self.counters: Counter[str] = Counter()
+        """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``,
+        ``truncated.<cause>`` (``max_field_chars``, ``context_window``); with logprobs,
+        ``logprobs_used`` / ``logprobs_missing`` per judge reply."""
+
+    @property
+    def pending(self) -> int:
+        """Distinct judge calls queued or in flight."""
+        return len(self._inflight)
+
+    def check(self, request: ScoreRequest) -> None:
+        """Refuse a request with a free-text field over ``scoring.max_field_chars``.
+
+        Every free-text field counts (:meth:`ScoreRequest.text_sizes`: metadata included);
+        with ``scoring.oversize: truncate`` the three judged fields are cut instead (by
+        :meth:`prepare`). Called before anything is judged or stored.
+
+        Raises:
+            OversizeError: the first field over the limit.
+        """
+        limit = self._settings.max_field_chars
+        cut = self._settings.oversize == "truncate"
+        for field, size in request.text_sizes():
+            if size > limit and not (cut and field in _JUDGED):
+                raise OversizeError(field, size, limit)
+
+    def prepare(self, request: ScoreRequest) -> tuple[dict[str, str], list[str]]:
+        """Apply the size limit to the judged fields.
+
+        Returns:
+            The judged fields and the names of the fields that were truncated.
+
+        Raises:
+            OversizeError: a field is over the limit and ``scoring.oversize`` is reject.
+        """
+        limit = self._settings.max_field_chars
+        fields: dict[str, str] = {}
+        truncated: list[str] = []
+        for name in _FIELDS:
+            value = getattr(request.rollout, name) or ""
+            if len(value) > limit:
+                if self._settings.oversize == "reject":
+                    raise OversizeError(f"rollout.{name}", len(value), limit)
+                value = cut_middle(value, limit)
+                truncated.append(f"rollout.{name}")
+            fields[name] = value
+        if truncated:
+            self.counters["truncated.max_field_chars"] += 1
+        return fields, truncated
+
+    async def score(
+        self, request: ScoreRequest, rubric: RubricVersion | None = None
+    ) -> ScoreResponse:
+        """Judge one rollout against ``rubric`` (default: the global one in force).
+
+        Never fabricates: judge failures give ``status: unscored``. The breakdown is
+        always filled in (the rollout log keeps it); the API drops it unless asked.
+        Call :meth:`check` first: this checks only the judged fields.
+        """
+        whole, truncated = self.prepare(request)
+        rubric = rubric or self._store.current()
+        fields, cut = await self._within_budget(rubric, whole)
+        if cut:
+            self.counters["truncated.context_window"] += 1
+        key = self._key(rubric, fields)
+        base: dict[str, Any] = {
+            "rubric_version": rubric.version,
+            "rollout_id": request.rollout.id,
+            "truncated": _merged(truncated, cut),
+        }
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            self.counters["cached"] += 1
+            return self._response(cached, base, cached=True)
+        limit = self._settings.max_pending
+        if key not in self._inflight and limit is not None and len(self._inflight) >= limit:
+            self.counters["overloaded"] += 1
+            raise OverloadedError(f"{len(self._inflight)} judge calls pending (max_pending)")
+        try:
+            # asyncio.timeout, not wait_for: no extra task per request on the hot path.
+            async with asyncio.timeout(self._settings.timeout_seconds):
+                try:
+                    judged = await self._judge_once(key, rubric, fields,
+                                                    request.metadata.current_step)
+                except LLMContextOverflowError:
+                    # The server counted more tokens than estimated; the gateway has learnt
+                    # by how much (its budget shrank): cut to the new budget, judge once more.
+                    refitted, recut = await self._within_budget(rubric, whole)
+                    if refitted == fields:
+                        raise
+                    if not cut:
+                        self.counters["truncated.context_window"] += 1
+                    cut = recut
+                    base["truncated"] = _merged(truncated, cut)
+                    key, fields = self._key(rubric, refitted), refitted
+                    judged = await self._judge_once(key, rubric, fields,
+                                                    request.metadata.current_step)
+        except (LLMUnavailableError, LLMOutputError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError):
+                kind, exc = "judge_timeout", TimeoutError(
+                    f"no verdict within scoring.timeout_seconds ({self._settings.timeout_seconds})")
+            elif isinstance(exc, LLMContextOverflowError):
+                kind = "judge_context_overflow"
+            elif isinstance(exc, LLMUnavailableError):
+                kind = "judge_unavailable"
+            elif isinstance(exc, LLMTruncatedError):
+                kind = "judge_truncated"
+            else:
+                kind = "judge_invalid"
+            self.counters["unscored"] += 1
+            self.counters[f"unscored.{kind}"] += 1
+            log.warning("unscored rollout %s: %s", loggable(request.rollout.id), exc)
+            return ScoreResponse(
+                score=self._settings.neutral_score if self._settings.on_failure == "neutral"
+                else None,
+                status="unscored",
+                reason=f"{kind}: {exc}",
+                **base,
+            )
+        self.counters["scored"] += 1
+        return self._response(judged, base, cached=False)
+
+    async def _judge_once(self, key: str, rubric: RubricVersion, fields: dict[str, str],
+                          step: int) -> _Judged:
+        # GRPO groups often repeat a completion: concurrent identical requests share one call.
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[_Judged] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            judged = await self._judge(rubric, fields, step)
+        except BaseException as exc:
+            # Waiters sharing this call must not inherit its cancellation (a timeout of the
+            # first request): they get an ordinary judge failure instead.
+            shared = exc if isinstance(exc, Exception) else LLMUnavailableError(
+                "the shared judge call was cancelled")
+            future.set_exception(shared)
+            future.exception()  # mark retrieved: waiters, if any, re-raise it themselves
+            raise
+        finally:
+            self._inflight.pop(key, None)
+        future.set_result(judged)
+        if self._settings.cache_size > 0:
+            self._cache[key] = judged
+            while len(self._cache) > self._settings.cache_size:
+                self._cache.popitem(last=False)
+        return judged
+
+    async def _within_budget(self, rubric: RubricVersion, fields: dict[str, str]
+                             ) -> tuple[dict[str, str], list[str]]:
+        """``fields`` cut to the scorer's context budget, and the names of those cut."""
+        budget = await self._gateway.prompt_budget("scorer")
+        if budget is None:
+            return fields, []
+        return self._fit(rubric, fields, budget)
+
+    def _fit(self, rubric: RubricVersion, fields: dict[str, str], budget: int
+             ) -> tuple[dict[str, str], list[str]]:
+        """Cut the rollout's fields (head and tail kept) so the scorer's prompt fits
+        ``budget`` tokens (estimated); returns the fields and the names of those cut."""
+        empty = {name: "" for name in fields}
+        bare = estimate_messages(judge_messages(self._prompt, rubric, empty))
+        room = int((budget - bare) * CHARS_PER_TOKEN)
+        if room < MIN_FIELD_CHARS:
+            # The instructions and rubric alone nearly fill the window: cutting the rollout
+            # to nothing would judge something else. The endpoint decides (an overflow is
+            # judge_context_overflow).
+            return fields, []
+        if sum(len(v) for v in fields.values()) * 6 <= room:
+            return fields, []  # fits even if JSON wrote every character as "\u001f"
+        return fit_texts(fields, room, json_chars)
+
+    async def _judge(self, rubric: RubricVersion, fields: dict[str, str], step: int) -> _Judged:
+        messages = judge_messages(self._prompt, rubric, fields)
+        # k independent calls, not one with n=k: every endpoint (and the offline judge)
+        # takes them, each reply is validated and re-asked on its own, and the repeated
+        # prompt is a prefix-cache hit. All k must succeed: the rewards of a group must come
+        # from the same estimator.
+        replies = await asyncio.gather(*(
+            self._gateway.structured_completion(
+                "scorer", messages, JudgeVerdicts, step=step, check=_check_ids(rubric),
+                json_schema=self._schema(rubric))
+            for _ in range(self._samples)))
+        samples: dict[str, list[float]] = {c.id: [] for c in rubric.criteria}
+        from_logprobs = 0
+        for result, completion in replies:
+            values: list[float] = [v.score for v in result.verdicts]
+            if self._logprobs:
+                expected = (expected_scores(completion.logprobs, completion.content, values)
+                            if completion.logprobs else None)
+                self.counters["logprobs_missing" if expected is None else "logprobs_used"] += 1
+                if expected is not None:
+                    values, from_logprobs = list(expected), from_logprobs + 1
+            for verdict, value in zip(result.verdicts, values, strict=True):
+                samples[verdict.id].append(value)
+        reasons = {v.id: v.reason for v in replies[0][0].verdicts}
+        combined = {cid: combine(values) for cid, values in samples.items()}
+        sampled = self._samples > 1
+        breakdown = tuple(
+            CriterionResult(
+                id=c.id,
+                text=c.text,
+                weight=c.weight,
+                is_anchor=c.is_anchor,
+                verdict=combined[c.id].mean,
+                reason=reasons[c.id],
+                samples=samples[c.id] if sampled else None,
+                agreement=combined[c.id].agreement if sampled else None,
+                from_logprobs=from_logprobs if self._logprobs else None,
+            )
+            for c in rubric.criteria
+        )
+        score = aggregate([c.weight for c in breakdown], [c.verdict for c in breakdown])
+        return _Judged(score=score, breakdown=breakdown)
+
+    def _schema(self, rubric: RubricVersion) -> dict[str, Any]:
+        # Built once per rubric (a few hundred rubrics in per_instance mode, at most).
+        ids = tuple(c.id for c in rubric.criteria)
+        schema = self._schemas.get(ids)
+        if schema is None:
+            schema = self._schemas[ids] = verdicts_schema(ids)
+            while len(self._schemas) > _SCHEMA_CACHE:
+                self._schemas.popitem(last=False)
+        return schema
+
+    @staticmethod
+    def _key(rubric: RubricVersion, fields: dict[str, str]) -> str:
+        digest = hashlib.sha256()
+        digest.update(f"{rubric.scope}\x00{rubric.version}".encode())
+        for name in _FIELDS:
+            encoded = fields[name].encode("utf-8", "surrogatepass")
+            digest.update(len(encoded).to_bytes(8, "big") + encoded)
+        return digest.hexdigest()
+
+    @staticmethod
+    def _response(judged: _Judged, base: dict[str, Any], cached: bool) -> ScoreResponse:
+        return ScoreResponse(
+            score=judged.score,
+            status="scored",
+            cached=cached,
+            breakdown=list(judged.breakdown),
+            **base,
+        )

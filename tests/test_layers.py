@@ -1,0 +1,73 @@
+"""The layers of the design hold on the import graph (DESIGN.md, "layout and layers").
+
+The contracts live in pyproject.toml ([tool.importlinter]): imports point down, no import
+circle at any depth, and the trainer side (client, adapters, HTTP models) imports no
+server stack. Function-level imports, which hide arrows from a reader, are allowed only
+where a module says why: an optional dependency, or Prefect's settings read at import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from importlinter.cli import lint_imports
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("amaris", "api", "flows", "tasks", "deployments")
+
+FUNCTION_LEVEL_IMPORTS_ALLOWED = {
+    # The CLI's commands import their stack when they run: the server stack and the
+    # simulator are extras, and `amaris --help` must not load Prefect, torch or Qdrant.
+    "amaris/cli/main.py": None,
+    "amaris/cli/inspect.py": None,
+    "amaris/cli/simulate.py": None,
+    # Prefect reads its settings from the environment at import: `run_server` sets them
+    # (the Prefect server it starts picks its port) before the wiring imports Prefect.
+    "amaris/app/serve.py": {"amaris.app.wiring", "prefect.events.worker",
+                            "prefect.logging.handlers"},
+    # torch is the trainer's (OpenRLHF), not a dependency of amaris.
+    "amaris/integrations/openrlhf.py": {"torch"},
+    # matplotlib is the simulator's plotting extra.
+    "amaris/sim/report.py": {"matplotlib", "matplotlib.pyplot", "matplotlib.ticker"},
+}
+
+
+def test_import_contracts_hold() -> None:
+    # 0: every contract kept (the report names the import that breaks one).
+    assert lint_imports(config_filename=str(ROOT / "pyproject.toml")) == 0
+
+
+def _function_level_imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    type_checking: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            type_checking.update(id(child) for child in ast.walk(node))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom) and node.col_offset > 0 \
+                and id(node) not in type_checking:
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or "."])
+            found.extend((node.lineno, name) for name in names)
+    return found
+
+
+def test_no_hidden_imports() -> None:
+    hidden = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            allowed = FUNCTION_LEVEL_IMPORTS_ALLOWED.get(relative, set())
+            for line, name in _function_level_imports(path):
+                if allowed is not None and name not in allowed:
+                    hidden.append(f"{relative}:{line} imports {name} inside a function")
+    assert hidden == []
+
+
+def test_the_checks_see_a_hidden_import(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("import os\n\ndef f():\n    from amaris import settings\n"
+                      "    return settings\n")
+    assert _function_level_imports(module) == [(4, "amaris")]
