@@ -39,6 +39,7 @@ STEP_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
 """Seconds, 1 s to 1 h: a step's flow analyses every rollout of the step."""
 
 STEP_STATUSES = ("open", "completing", "done", "failed")
+TRUNCATION_CAUSES = ("max_field_chars", "context_window")
 UNSCORED_REASONS = ("judge_unavailable", "judge_invalid", "judge_truncated",
                     "judge_context_overflow")
 
@@ -143,6 +144,13 @@ class _StateCollector(Collector):
         for reason in sorted(reasons):
             unscored.add_metric([reason], counters.get(f"unscored.{reason}", 0))
         yield unscored
+        truncated = CounterMetricFamily(
+            "amaris_rollouts_truncated",
+            "Rollouts judged with their text cut (head and tail kept), by cause: over "
+            "scoring.max_field_chars, or over the scorer's context window.", labels=["cause"])
+        for cause in TRUNCATION_CAUSES:
+            truncated.add_metric([cause], counters.get(f"truncated.{cause}", 0))
+        yield truncated
         version = GaugeMetricFamily("amaris_rubric_version", "Version of the rubric in force.",
                                     labels=["scope"])
         version.add_metric(["global"], self._store.current().version)

@@ -278,7 +278,8 @@ class HealthResponse(BaseModel):
     judge_model: str
     rubric_version: int
     counters: dict[str, int] = Field(
-        default_factory=dict, description="Scored, cached and unscored rewards since start."
+        default_factory=dict, description="Scored, cached and unscored rewards since start; "
+        "truncated.<cause>: rollouts judged with their text cut."
     )
     structured_output: dict[str, StructuredOutputStatus] = Field(
         default_factory=dict, description="Per agent: the structured-output mode in use and why."

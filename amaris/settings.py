@@ -6,10 +6,12 @@ stops start-up with a message naming it (see :func:`load_settings`).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -41,6 +43,36 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+REMOTE_TIMEOUT_SECONDS = 60.0
+"""Built-in ``agents.<agent>.timeout`` of an endpoint on another host (a hosted API)."""
+LOCAL_TIMEOUT_SECONDS = 600.0
+"""Built-in ``agents.<agent>.timeout`` of an endpoint on this machine: a self-hosted model
+on one GPU or a CPU decodes one request at a time, or a few, and answers in minutes
+under load."""
+LOCAL_MAX_CONCURRENCY = 4
+"""Built-in ``client.<agent>.max_concurrency`` of an endpoint on this machine."""
+
+
+def is_local_url(base_url: str | None) -> bool:
+    """Whether ``base_url`` names this machine: ``localhost`` (or a ``*.localhost`` name)
+    or a loopback address (``127.0.0.0/8``, ``::1``)."""
+    if not base_url:
+        return False
+    try:
+        host = urlsplit(base_url).hostname
+    except ValueError:  # not a URL: the SDK will say so
+        return False
+    if host is None:
+        return False
+    host = host.rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class ClientOverride(_Section):
     """Connection to an OpenAI-compatible endpoint."""
 
@@ -48,6 +80,17 @@ class ClientOverride(_Section):
     """API key; null falls back to the default client, then to ``OPENAI_API_KEY``."""
     base_url: str | None = None
     """Endpoint URL, e.g. ``http://localhost:8000/v1``; null = the default client's / OpenAI."""
+    max_concurrency: int | None = Field(default=None, ge=0)
+    """Requests in flight to this endpoint, on each path (scoring, step pipeline), whichever
+    agents send them; null = the default client's, else 4 for an endpoint on this machine
+    (``localhost``, a loopback address) and no limit for others; 0 = no limit."""
+
+    @property
+    def request_limit(self) -> int | None:
+        """``max_concurrency`` with its default applied; None = no limit."""
+        if self.max_concurrency is not None:
+            return self.max_concurrency or None
+        return LOCAL_MAX_CONCURRENCY if is_local_url(self.base_url) else None
 
 
 class ClientSettings(_Section):
@@ -69,6 +112,8 @@ class ClientSettings(_Section):
         return ClientOverride(
             api_key=override.api_key or self.default.api_key,
             base_url=override.base_url or self.default.base_url,
+            max_concurrency=(override.max_concurrency if override.max_concurrency is not None
+                             else self.default.max_concurrency),
         )
 
 
@@ -82,7 +127,8 @@ class AgentOptions(_Section):
     max_tokens: int | None = Field(default=None, gt=0)
     """Upper bound on completion tokens."""
     timeout: float | None = Field(default=None, gt=0)
-    """Seconds before one HTTP attempt is abandoned (then retried as transient)."""
+    """Seconds before one HTTP attempt is abandoned (then retried as transient); null =
+    60, or 600 when the agent's endpoint is on this machine (a self-hosted model)."""
     structured_output: StructuredOutput | None = None
     """How the reply is constrained: ``auto`` asks for the agent's strict JSON schema and
     falls back per endpoint to ``json_object``, then to the prompt alone, when refused;
@@ -93,6 +139,9 @@ class AgentOptions(_Section):
     """OpenAI service tier, e.g. ``flex``."""
     extra_body: dict[str, Any] | None = None
     """Provider-specific request fields (OpenRouter, vLLM...)."""
+    context_window: int | None = Field(default=None, gt=0)
+    """The model's context window in tokens; null = the ``max_model_len`` the endpoint's
+    ``/v1/models`` lists for the model (vLLM), else unknown (no budget is applied)."""
     samples: int | None = Field(default=None, ge=1, le=MAX_SAMPLES)
     """Scorer only: judge calls per rollout; each criterion's verdict is the mean of the
     ``samples`` verdicts (``samples`` times the judge tokens). Informative only at a
@@ -113,6 +162,7 @@ class ResolvedAgentOptions(_Section):
     response_format: dict[str, Any] | None
     service_tier: str | None
     extra_body: dict[str, Any] | None
+    context_window: int | None
     samples: int
     logprobs: bool
 
@@ -120,18 +170,18 @@ class ResolvedAgentOptions(_Section):
 _BUILTIN_AGENT_OPTIONS: dict[str, Any] = {
     "model": "gpt-4o-mini",
     "temperature": 0.0,
-    "timeout": 60.0,
     "structured_output": "auto",
     "samples": 1,
     "logprobs": False,
 }
-"""The base layer under ``agents.default``: a field left unset anywhere takes this value."""
+"""The base layer under ``agents.default``: a field left unset anywhere takes this value
+(and ``timeout`` takes :data:`REMOTE_TIMEOUT_SECONDS` or :data:`LOCAL_TIMEOUT_SECONDS`)."""
 
 
 class AgentsSettings(_Section):
     """``agents:``: default options plus per-agent overrides, merged field by field over
-    the built-in base (model gpt-4o-mini, temperature 0, timeout 60 s, structured output
-    ``auto``)."""
+    the built-in base (model gpt-4o-mini, temperature 0, timeout 60 s, or 600 s for an
+    endpoint on this machine, structured output ``auto``)."""
 
     default: AgentOptions = AgentOptions()
     scorer: AgentOptions | None = None
@@ -153,11 +203,16 @@ class AgentsSettings(_Section):
                                      f"set agents.scorer.{name}")
         return self
 
-    def for_agent(self, agent: str) -> ResolvedAgentOptions:
-        """Options of ``agent``: its override, then ``default``, then the built-in base."""
+    def for_agent(self, agent: str, local: bool = False) -> ResolvedAgentOptions:
+        """Options of ``agent``: its override, then ``default``, then the built-in base.
+
+        ``local``: the agent's endpoint is on this machine (the longer built-in timeout);
+        :meth:`Settings.agent_options` knows it.
+        """
         merged: dict[str, Any] = {
             "max_tokens": None, "service_tier": None, "extra_body": None,
-            "response_format": None, **_BUILTIN_AGENT_OPTIONS,
+            "response_format": None, "context_window": None, **_BUILTIN_AGENT_OPTIONS,
+            "timeout": LOCAL_TIMEOUT_SECONDS if local else REMOTE_TIMEOUT_SECONDS,
         }
         merged.update(self.default.model_dump(exclude_none=True))
         override: AgentOptions | None = getattr(self, agent)
@@ -448,6 +503,11 @@ class Settings(_Section):
         if len(set(texts)) != len(texts):
             raise ValueError("anchor_rubrics/adaptive_rubrics: duplicate criterion text")
         return self
+
+    def agent_options(self, agent: str) -> ResolvedAgentOptions:
+        """The options ``agent``'s requests are sent with (defaults sized for its endpoint)."""
+        local = is_local_url(self.client.for_agent(agent).base_url)
+        return self.agents.for_agent(agent, local=local)
 
     @property
     def log_dir(self) -> Path:

@@ -328,7 +328,10 @@ def running_stack(latency_ms: float, workdir: Path, sections: dict[str, dict[str
         port = free_port()
         config: dict[str, Any] = {
             "server": {"host": "127.0.0.1", "port": port},
-            "client": {"default": {"base_url": llm_url, "api_key": API_KEY}},
+            # The offline judge on 127.0.0.1 stands for a hosted one: no per-endpoint
+            # limit (a judge on this machine gets 4 in flight by default).
+            "client": {"default": {"base_url": llm_url, "api_key": API_KEY,
+                                   "max_concurrency": 0}},
             "memory": {"path": str(data_dir), "embedding_model": None},
             "logging": {"level": "WARNING"},
         }

@@ -157,7 +157,10 @@ class Stack:
 
 def bench_config(llm_url: str, data: Path) -> dict[str, Any]:
     return {
-        "client": {"default": {"base_url": llm_url, "api_key": API_KEY}},
+        # The offline judge on 127.0.0.1 stands for a hosted one: no per-endpoint
+        # limit (a judge on this machine gets 4 in flight by default).
+        "client": {"default": {"base_url": llm_url, "api_key": API_KEY,
+                               "max_concurrency": 0}},
         "server": {"host": "127.0.0.1"},
         "concurrency": {"scorer": SCORER_CONCURRENCY},
         "scoring": {"max_pending": MAX_PENDING, "retry_after_seconds": RETRY_AFTER_S,

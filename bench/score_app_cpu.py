@@ -39,6 +39,9 @@ class ScriptedJudge:
         await asyncio.sleep(0)  # one loop turn, as an answer arriving would take
         return Completion(content=VERDICTS, prompt_tokens=400, completion_tokens=30)
 
+    async def models(self, timeout: float) -> dict[str, int | None]:
+        return {}  # no context window: no budget
+
     async def close(self) -> None:
         return None
 

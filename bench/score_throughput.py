@@ -198,7 +198,10 @@ def running_stack(latency_ms: float, workdir: Path) -> Iterator[Stack]:
         llm, llm_url = start_offline_llm(exe, latency_ms, run_dir, env)
         children.append(llm)
         config = {
-            "client": {"default": {"base_url": llm_url, "api_key": API_KEY}},
+            # The offline judge on 127.0.0.1 stands for a hosted one: no per-endpoint
+            # limit (a judge on this machine gets 4 in flight by default).
+            "client": {"default": {"base_url": llm_url, "api_key": API_KEY,
+                                   "max_concurrency": 0}},
             "memory": {"path": str(run_dir / "data")},
             "server": {"host": "127.0.0.1"},
             "logging": {"level": "WARNING"},

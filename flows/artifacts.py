@@ -68,19 +68,36 @@ def hacking_table(outcome: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def usage_markdown(step: int, rollouts: int, table: Mapping[Key, Usage],
-                   pricing: Mapping[str, ModelPrice]) -> str:
-    """The LLM requests, tokens and endpoint time of a step, by agent and model; with a
-    price table, the step's cost and its cost per 1,000 rollouts."""
+def usage_line(table: Mapping[Key, Usage], waited: float, failed: bool = False) -> str:
+    """One line: how long the step waited on the judge, its requests and their failures."""
+    u = total(table.values())
+    return (f"waited {waited:.1f} s on the judge{' before it failed' if failed else ''}"
+            f" ({u.calls + u.failed} requests, {u.seconds:.1f} s waited on endpoints; "
+            f"{u.failed} failed, {u.timed_out} of them timed out)")
+
+
+def usage_markdown(step: int, rollouts: int | None, table: Mapping[Key, Usage],
+                   pricing: Mapping[str, ModelPrice], waited: float = 0.0,
+                   failed: bool = False) -> str:
+    """The LLM requests, tokens and endpoint time of a step, by agent and model, under the
+    time the step waited on the judge (``waited``: wall time with one of its pipeline's
+    calls outstanding); with a price table, the step's cost and its cost per 1,000
+    rollouts."""
     lines = [f"# Step {step}: LLM tokens and time", "",
-             "| agent | model | calls | failed | prompt | cached | completion | reasoning "
-             "| seconds waited |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"**{usage_line(table, waited, failed)}**", "",
+             "Waited on the judge: wall time during which at least one of the step "
+             "pipeline's calls was outstanding (queueing for a concurrency slot and retries "
+             "included). Seconds waited: each request's time on its endpoint, summed "
+             "(concurrent requests each count; the scorer's requests of the step included).",
+             "",
+             "| agent | model | calls | failed | timed out | prompt | cached | completion "
+             "| reasoning | seconds waited |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     rows = sorted(table.items())
     for (agent, model), u in [*rows, (("all", ""), total(table.values()))]:
-        lines.append(f"| {agent} | {model} | {u.calls} | {u.failed} | {u.prompt_tokens} | "
-                     f"{u.cached_tokens} | {u.completion_tokens} | {u.reasoning_tokens} | "
-                     f"{u.seconds:.1f} |")
+        lines.append(f"| {agent} | {model} | {u.calls} | {u.failed} | {u.timed_out} | "
+                     f"{u.prompt_tokens} | {u.cached_tokens} | {u.completion_tokens} | "
+                     f"{u.reasoning_tokens} | {u.seconds:.1f} |")
     if not rows:
         lines.append("")
         lines.append("No LLM request of this step was made in this process (a cached re-run, "
@@ -93,6 +110,6 @@ def usage_markdown(step: int, rollouts: int, table: Mapping[Key, Usage],
                 f"`{m}`" for m in unpriced(table, pricing)) + " in `pricing`.")
         else:
             per_1000 = f"${dollars / rollouts * 1000:.4f}" if rollouts else "-"
-            lines.append(f"**Cost:** ${dollars:.4f} for {rollouts} rollouts "
-                         f"({per_1000} per 1,000 rollouts).")
+            of = f"{rollouts} rollouts" if rollouts is not None else "the step"
+            lines.append(f"**Cost:** ${dollars:.4f} for {of} ({per_1000} per 1,000 rollouts).")
     return "\n".join(lines)

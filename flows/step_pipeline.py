@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
@@ -13,8 +14,14 @@ from prefect.utilities.annotations import quote
 
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
-from flows.artifacts import hacking_table, rubric_diff_markdown, summary_markdown, usage_markdown
-from tasks._common import criteria_payload
+from flows.artifacts import (
+    hacking_table,
+    rubric_diff_markdown,
+    summary_markdown,
+    usage_line,
+    usage_markdown,
+)
+from tasks._common import criteria_payload, split_for
 from tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from tasks.generate_queries import generate_queries
 from tasks.load_rollouts import load_step_rollouts
@@ -22,10 +29,11 @@ from tasks.meta_summarize import meta_summarize
 from tasks.publish_rubric import publish_update
 from tasks.remember import remember
 from tasks.retrieve_memory import retrieve_memory
-from tasks.summarize import summarize_chunk
+from tasks.summarize import summarize_chunk, summary_payload
 from tasks.update_rubric import propose_update
 
 T = TypeVar("T")
+log = logging.getLogger("amaris.pipeline")
 
 
 def is_update_step(step: int, frequency: int | None) -> bool:
@@ -60,8 +68,19 @@ async def step_pipeline(step: int) -> dict[str, Any]:
     """Analyse, summarise, remember and (on update steps) evolve the rubric of ``step``.
 
     In ``per_instance`` mode every input seen in the step is processed as its own scope.
-    Returns the outcome per scope.
+    Returns the outcome per scope. No time bound fails the step: a slow judge makes it
+    late, and the run shows how long it waited on the judge.
     """
+    try:
+        outcome = await _run_step(step)
+    except Exception:
+        await usage_artifact(step, None, failed=True)
+        raise
+    await usage_artifact(step, outcome["rollouts"])
+    return outcome
+
+
+async def _run_step(step: int) -> dict[str, Any]:
     ctx = get_context()
     retries = ctx.settings.pipeline.task_retries
     delays = ctx.settings.pipeline.task_retry_delays_seconds
@@ -80,11 +99,6 @@ async def step_pipeline(step: int) -> dict[str, Any]:
     if any(r.get("outcome") == "published" for _, r in results):
         await asyncio.to_thread(ctx.rubrics.export)
     await hacking_table_artifact(step, outcome)
-    await acreate_markdown_artifact(
-        key=f"usage-step-{step}",
-        markdown=usage_markdown(step, len(records), ctx.gateway.ledger.for_step(step),
-                                ctx.settings.pricing),
-        description=f"Step {step} LLM tokens, time and cost")
     return outcome
 
 
@@ -106,28 +120,28 @@ async def _process_scope(
     parts = [records[i:i + size] for i in range(0, len(records), size)]
 
     async def analyze_part(index: int, part: list[dict[str, Any]]
-                           ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+                           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         groups = [peers[r["seq"]] for r in part]
         found = await analyze(index, part, criteria, groups)
         # Prefect holds the chunk's result now: its per-rollout files are redundant.
         await asyncio.to_thread(forget_analyses, ctx.settings.memory.path, [
             analysis_key(r, criteria, g) for r, g in zip(part, groups, strict=True)])
         if not pipeline.use_chunking:
-            return found, None
-        return found, await summarize(step, scope, index, metadata, criteria,
-                                      _with_scores(found, part))
+            return found, []
+        return found, await _summarize(summarize, step, scope, str(index), metadata, criteria,
+                                       _with_scores(found, part))
 
     done = await asyncio.gather(*(analyze_part(i, part) for i, part in enumerate(parts)))
     analyses = [analysis for chunk, _ in done for analysis in chunk]
     if pipeline.use_chunking and done:
-        summaries = [summary for _, summary in done if summary is not None]
+        summaries = [summary for _, chunk in done for summary in chunk]
     else:
-        summaries = [await summarize(step, scope, 0, metadata, criteria,
-                                     _with_scores(analyses, records))]
+        summaries = await _summarize(summarize, step, scope, "0", metadata, criteria,
+                                     _with_scores(analyses, records))
     meta: dict[str, Any] | None = None
     if len(summaries) > 1:
-        meta = await meta_summarize.with_options(**options)(
-            step, scope, metadata, criteria, list(summaries))
+        meta = await _consolidate(meta_summarize.with_options(**options), step, scope,
+                                  metadata, criteria, summaries)
     summary = meta or summaries[0]
     result: dict[str, Any] = {
         "rollouts": len(records),
@@ -158,6 +172,47 @@ async def _process_scope(
     )
     result.update(outcome)
     return scope, result
+
+
+async def _summarize(summarize: Any, step: int, scope: str, label: str,
+                     metadata: dict[str, Any], criteria: list[dict[str, Any]],
+                     analyses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Summaries of ``analyses``: one, or one per part when they do not fit the
+    summarizer's context budget together (parts labelled ``<label>.<part>``)."""
+    parts = await split_for("summarizer", {"criteria": criteria},
+                            summary_payload(step, metadata, []), "analyses", analyses
+                            ) or [analyses]
+    if len(parts) == 1:
+        return [await summarize(step, scope, label, metadata, criteria, parts[0])]
+    return list(await asyncio.gather(*(
+        summarize(step, scope, f"{label}.{index}", metadata, criteria, part)
+        for index, part in enumerate(parts))))
+
+
+async def _consolidate(meta_summarize: Any, step: int, scope: str, metadata: dict[str, Any],
+                       criteria: list[dict[str, Any]], summaries: list[dict[str, Any]]
+                       ) -> dict[str, Any]:
+    """One summary of ``summaries``; in rounds when they do not fit the meta-summarizer's
+    context budget together (groups that fit are consolidated, then their results)."""
+    level = 0
+    while True:
+        groups = await split_for("meta_summarizer", {"criteria": criteria},
+                                 {"step": step, "metadata": metadata}, "summaries", summaries)
+        if len(groups) <= 1:
+            return cast(dict[str, Any], await meta_summarize(step, scope, "all", metadata,
+                                                             criteria, list(summaries)))
+        if all(len(group) == 1 for group in groups):
+            # Each summary fills the budget alone: pairs, so every round shortens the list.
+            groups = [summaries[i:i + 2] for i in range(0, len(summaries), 2)]
+        summaries = list(await asyncio.gather(*(
+            meta_summarize(step, scope, f"{level}.{index}", metadata, criteria, group)
+            if len(group) > 1 else _value(group[0])
+            for index, group in enumerate(groups))))
+        level += 1
+
+
+async def _value(value: T) -> T:
+    return value
 
 
 def _with_scores(analyses: list[dict[str, Any]], records: list[dict[str, Any]]
@@ -205,6 +260,20 @@ async def _update(
         markdown=rubric_diff_markdown(rubric, after, proposal, outcome),
         description=f"Step {step} rubric update ({scope})")
     return {**outcome, "strategy": proposal["update_strategy"]}
+
+
+async def usage_artifact(step: int, rollouts: int | None, failed: bool = False) -> None:
+    """The step's LLM accounting from the ledger, on success or failure: a log line (the
+    time it waited on the judge, its requests, failures and timeouts) and an artifact (the
+    same, with tokens, time and cost by agent and model)."""
+    ctx = get_context()
+    ledger = ctx.gateway.ledger
+    table, waited = ledger.for_step(step), ledger.waited(step)
+    log.info("step %s: %s", step, usage_line(table, waited, failed))
+    await acreate_markdown_artifact(
+        key=f"usage-step-{step}",
+        markdown=usage_markdown(step, rollouts, table, ctx.settings.pricing, waited, failed),
+        description=f"Step {step} LLM tokens, time waited on the judge and cost")
 
 
 async def hacking_table_artifact(step: int, outcome: dict[str, Any]) -> None:

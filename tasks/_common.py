@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
 from amaris.agents.prompts import agent_messages
+from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest
 
 T = TypeVar("T", bound=BaseModel)
+Item = TypeVar("Item")
 
 
 def criteria_payload(rubric: RubricVersion) -> list[dict[str, Any]]:
@@ -45,7 +48,33 @@ async def ask(agent: str, context: dict[str, Any], data: dict[str, Any], schema:
               step: int) -> T:
     """One structured call of ``agent``: its template and ``context`` (amaris's state that
     many calls share: the rubric, bounds) first, the per-call ``data`` last, so a provider's
-    prefix cache serves the shared part (:func:`amaris.prompts.agent_messages`)."""
+    prefix cache serves the shared part (:func:`amaris.agents.prompts.agent_messages`)."""
     ctx = get_context()
     return await ctx.gateway.structured(
         agent, agent_messages(agent, ctx.prompts[agent], context, data), schema, step=step)
+
+
+def prompt_tokens(agent: str, context: dict[str, Any], data: dict[str, Any]) -> int:
+    """Estimated prompt tokens of :func:`ask`'s request for ``agent`` with ``context`` and
+    ``data``."""
+    return estimate_messages(agent_messages(agent, get_context().prompts[agent], context, data))
+
+
+def item_tokens(item: Any) -> int:
+    """Estimated tokens an item adds to a data message's JSON list."""
+    return estimate_tokens(json.dumps(item, ensure_ascii=False)) + 1
+
+
+async def split_for(agent: str, context: dict[str, Any], data: dict[str, Any], field: str,
+                    items: Sequence[Item], max_count: int | None = None) -> list[list[Item]]:
+    """``items`` in consecutive parts, each small enough that :func:`ask`'s request with
+    ``context`` and ``data`` holding the part as its ``field`` fits ``agent``'s context
+    budget, and of at most ``max_count`` items.
+
+    With the agent's context window unknown, only ``max_count`` bounds a part.
+    """
+    budget = await get_context().gateway.prompt_budget(agent)
+    if budget is None:
+        return split_by_budget(items, item_tokens, None, max_count)
+    room = budget - prompt_tokens(agent, context, {**data, field: []})
+    return split_by_budget(items, item_tokens, room, max_count)

@@ -23,10 +23,12 @@ from typing import Any
 from prefect import task
 
 from amaris.agents.schemas import IndividualAnalysis
+from amaris.llm.budget import CHARS_PER_TOKEN, MIN_FIELD_CHARS, fit_texts, json_chars
 from amaris.llm.gateway import LLMTransientError
+from amaris.logs import loggable
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest, retry_on_transient
-from tasks._common import ask, cache_key
+from tasks._common import ask, cache_key, prompt_tokens
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -57,11 +59,38 @@ async def analyze_one(record: dict[str, Any], criteria: list[dict[str, Any]],
         "verdicts": record.get("verdicts") or [],
         "group": group,
     }
-    analysis = await ask("analyzer", {"criteria": criteria}, data, IndividualAnalysis,
-                         record["step"])
+    context = {"criteria": criteria}
+    budget = await get_context().gateway.prompt_budget("analyzer")
+    if budget is not None:
+        data = fit_analysis(context, data, budget, record["step"])
+    analysis = await ask("analyzer", context, data, IndividualAnalysis, record["step"])
     result = analysis.model_dump(mode="json")
     result["rollout_id"] = rollout["id"]
     return result
+
+
+def fit_analysis(context: dict[str, Any], data: dict[str, Any], budget: int,
+                 step: int) -> dict[str, Any]:
+    """The analyzer's ``data`` within ``budget`` prompt tokens (estimated, with ``context``
+    in the system message): without the group's other rollouts first, then with the
+    rollout's texts cut (head and tail kept)."""
+    if prompt_tokens("analyzer", context, data) <= budget:
+        return data
+    cut = ["group"] if data["group"] else []
+    data = {**data, "group": []}
+    rollout = data["rollout"]
+    if prompt_tokens("analyzer", context, data) > budget:
+        texts = {name: rollout.get(name) or ""
+                 for name in ("input", "output", "supplemental_context")}
+        empty = {**data, "rollout": {**rollout, **dict.fromkeys(texts, "")}}
+        room = int((budget - prompt_tokens("analyzer", context, empty)) * CHARS_PER_TOKEN)
+        if room >= MIN_FIELD_CHARS:
+            fitted, names = fit_texts(texts, room, json_chars)
+            data = {**data, "rollout": {**rollout, **{n: fitted[n] for n in names}}}
+            cut += [f"rollout.{n}" for n in names]
+    log.info("step %s: rollout %s cut to fit the analyzer's context budget of %d tokens "
+             "(%s)", step, loggable(str(rollout["id"])), budget, ", ".join(cut) or "no room")
+    return data
 
 
 @task(name="analyze", cache_key_fn=cache_key("analyzer"), persist_result=True,

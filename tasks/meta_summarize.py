@@ -12,15 +12,18 @@ from tasks._common import ask, cache_key
 
 
 @task(name="meta-summarize", cache_key_fn=cache_key("meta_summarizer"), persist_result=True,
-      retry_condition_fn=retry_on_transient, task_run_name="meta-summarize-{scope}")
+      retry_condition_fn=retry_on_transient, task_run_name="meta-summarize-{scope}-{part}")
 async def meta_summarize(
     step: int,
     scope: str,
+    part: str,
     metadata: dict[str, Any],
     criteria: list[dict[str, Any]],
     summaries: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """One summary of the whole step from its chunk summaries."""
+    """One summary of ``summaries``: the step's chunk summaries (``part`` ``all``), or a
+    group of them when they do not fit the meta-summarizer's context budget together
+    (``<level>.<group>``: the flow then consolidates those summaries in turn)."""
     data = {"step": step, "metadata": metadata, "summaries": summaries}
     summary = await ask("meta_summarizer", {"criteria": criteria}, data, BatchSummary, step)
     return summary.model_dump(mode="json")

@@ -23,7 +23,7 @@ import uvicorn
 
 from amaris.app.prefect_server import free_port
 from amaris.offline.judge import respond
-from amaris.sim.judge_server import Reply, create_llm_app
+from amaris.sim.judge_server import Reply, create_llm_app, offline_models
 
 Script = Reply | Callable[[dict[str, Any]], Reply]
 
@@ -74,6 +74,7 @@ class FakeLLM:
 
     A request whose ``response_format`` type is in ``refuse_formats`` gets a 400 naming
     ``response_format`` instead (before the script), as servers without that mode answer.
+    ``GET /v1/models`` lists ``models`` and counts ``model_requests``.
     """
 
     script: list[Script] = field(default_factory=list)
@@ -82,6 +83,8 @@ class FakeLLM:
     in_flight: int = 0
     max_in_flight: int = 0
     refuse_formats: set[str] = field(default_factory=set)
+    models: list[dict[str, Any]] = field(default_factory=offline_models)
+    model_requests: int = 0
     url: str = ""
 
     def push(self, *replies: Script) -> None:
@@ -95,6 +98,12 @@ class FakeLLM:
         self.requests.clear()
         self.refuse_formats.clear()
         self.max_in_flight = 0
+        self.models = offline_models()
+        self.model_requests = 0
+
+    def _models(self) -> list[dict[str, Any]]:
+        self.model_requests += 1
+        return self.models
 
     async def _respond(self, body: dict[str, Any]) -> Reply:
         self.requests.append(body)
@@ -140,6 +149,6 @@ def serve_in_thread(app: Any) -> Iterator[str]:
 def running_fake_llm() -> Iterator[FakeLLM]:
     """Start the fake on a free 127.0.0.1 port in a thread; stop it on exit."""
     fake = FakeLLM()
-    with serve_in_thread(create_llm_app(fake._respond)) as url:
+    with serve_in_thread(create_llm_app(fake._respond, fake._models)) as url:
         fake.url = f"{url}/v1"
         yield fake

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from fastapi.testclient import TestClient
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowRunFilter,
+    FlowRunFilterName,
+    FlowRunFilterStartTime,
+    LogFilter,
+    LogFilterFlowRunId,
+)
+from prefect.logging.handlers import APILogHandler
 
 PROBLEMS = [(f"What is {a} * {b}?", a * b) for a, b in
             [(6, 7), (3, 9), (12, 4), (8, 8), (7, 5), (9, 6), (11, 3), (4, 13), (5, 5), (2, 17)]]
@@ -46,3 +58,24 @@ def score_step(client: TestClient, step: int, behaviours: list[str]) -> list[dic
 def mean(values: list[float]) -> float:
     """Arithmetic mean."""
     return sum(values) / len(values)
+
+
+async def step_run_view(name: str, since: datetime) -> tuple[list[Any], list[Any]]:
+    """The logs and artifacts of the flow run called ``name`` that started after ``since``
+    (other test files on this worker run steps of that number on the same Prefect
+    server), through Prefect's client."""
+    await APILogHandler.aflush()  # the logs still queued in this process
+    async with get_client() as prefect:
+        runs = await prefect.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name]),
+                                          start_time=FlowRunFilterStartTime(after_=since))
+        )
+        assert len(runs) == 1
+        logs = await prefect.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[runs[0].id])), limit=200
+        )
+        artifacts = await prefect.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[runs[0].id])),
+            limit=200,
+        )
+    return logs, artifacts

@@ -179,8 +179,13 @@ async def _burst(gateway: LLMGateway, agents: list[str]) -> None:
     [
         ({"concurrency.total": 2}, 2),
         ({"concurrency.scorer": 3}, 3),
-        ({"concurrency.analyzer": 1}, 8),  # another agent's limit does not apply
-        ({}, 8),
+        # another agent's limit does not apply
+        ({"concurrency.analyzer": 1, "client.default.max_concurrency": 0}, 8),
+        ({"client.default.max_concurrency": 0}, 8),
+        ({}, 4),  # an endpoint on this machine: 4 requests at a time by default
+        ({"client.default.max_concurrency": 6}, 6),
+        # the other agents on this endpoint keep its default: the endpoint's limit holds
+        ({"client.scorer.max_concurrency": 0}, 4),
     ],
 )
 async def test_concurrency_limits(
@@ -197,9 +202,29 @@ async def test_concurrency_limits(
 async def test_per_agent_limit_leaves_others_free(tmp_path: Path, fake_llm: FakeLLM) -> None:
     await _drain(fake_llm)
     fake_llm.push(*[Reply(content=GOOD, delay_s=0.15)] * 8)
-    async with open_gateway(tmp_path, fake_llm, **{"concurrency.scorer": 1}) as gateway:
+    limits = {"concurrency.scorer": 1, "client.default.max_concurrency": 0}
+    async with open_gateway(tmp_path, fake_llm, **limits) as gateway:
         await _burst(gateway, ["scorer"] * 4 + ["analyzer"] * 4)
     assert fake_llm.max_in_flight == 5  # one scorer call plus every analyzer call
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({"client.default.max_concurrency": 2}, 2),
+        # agents on one endpoint share its limit: the smallest any of them sets
+        ({"client.default.max_concurrency": 3, "client.analyzer.max_concurrency": 1}, 1),
+    ],
+)
+async def test_agents_on_one_endpoint_share_its_limit(
+    tmp_path: Path, fake_llm: FakeLLM, limits: dict[str, int], expected: int
+) -> None:
+    await _drain(fake_llm)
+    fake_llm.push(*[Reply(content=GOOD, delay_s=0.15)] * 8)
+    async with open_gateway(tmp_path, fake_llm, **limits) as gateway:
+        await _burst(gateway, ["scorer"] * 4 + ["analyzer"] * 4)
+    assert len(fake_llm.requests) == 8
+    assert fake_llm.max_in_flight == expected
 
 
 async def test_waiting_calls_do_not_hold_total_slots(tmp_path: Path, fake_llm: FakeLLM) -> None:

@@ -220,9 +220,9 @@ def test_a_steps_artifact_shows_its_tokens_and_cost(tmp_path: Path, fake_llm: Fa
     step_one = len(fake_llm.requests)
     pipeline = step_one - 8
     assert pipeline >= 5  # analyzer, summarizer, query generator, updater... on this step
-    assert f"| scorer | {MODEL} | 8 | 0 | 80000 | 32000 | 8000 | 1600 |" in markdown
+    assert f"| scorer | {MODEL} | 8 | 0 | 0 | 80000 | 32000 | 8000 | 1600 |" in markdown
     assert (
-        f"| all |  | {step_one} | 0 | {step_one * 10_000} | {step_one * 4_000} | "
+        f"| all |  | {step_one} | 0 | 0 | {step_one * 10_000} | {step_one * 4_000} | "
         f"{step_one * 1_000} | {step_one * 200} |"
     ) in markdown
     for agent in ("analyzer", "summarizer", "updater"):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from amaris.rubric.scopes import input_id
 from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, offline_reply, serve_in_thread
-from tests.pipeline_helpers import metadata, rollout, score_step
+from tests.pipeline_helpers import metadata, rollout, score_step, step_run_view
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -182,3 +184,48 @@ def test_a_step_survives_one_transient_judge_failure(
             assert calls[agent] == once + 1, calls
     finally:
         fake_llm.default = offline_reply
+
+
+def test_a_slow_judge_makes_a_step_late_not_failed(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    # An overloaded self-hosted judge: every analysis takes longer than the agent's timeout
+    # (2 s in tests) twice over, and the update once. The default task retries (3) outlast
+    # it, and the step's run says how long it waited on the judge and why.
+    slow = {"analyzer": 2 * len(HACKED), "updater": 1}
+
+    def overloaded(body: dict[str, Any]) -> Reply:
+        agent = agent_of(body)
+        if slow.get(agent, 0) > 0:
+            slow[agent] -= 1
+            return Reply(content=offline_reply(body).content, delay_s=4.0)
+        return offline_reply(body)
+
+    fake_llm.default = overloaded
+    settings = llm_settings(tmp_path, fake_llm, **{
+        "pipeline.task_retry_delays_seconds": [0.01], "memory.embedding_model": "hashing"})
+    assert settings.pipeline.task_retries == 3  # the default
+    since = datetime.now(UTC)
+    amaris = logging.getLogger("amaris")
+    level = amaris.level
+    amaris.setLevel(logging.INFO)  # as `amaris serve` logs by default (logging.level)
+    try:
+        with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
+            score_step(client, 1, HACKED)
+            assert client.post("/complete").json() == {"status": "complete"}
+            done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 300}).json()
+            assert done["status"] == "updated", done
+            assert done["scopes"]["global"]["outcome"] == "published"
+            logs, artifacts = asyncio.run(step_run_view("step-1", since))
+    finally:
+        fake_llm.default = offline_reply
+        amaris.setLevel(level)
+    calls = calls_by_agent(fake_llm)
+    assert (calls["analyzer"], calls["updater"]) == (3 * len(HACKED), 2), calls
+    # the scorer's rollouts, then 6 analyses + 1 summary + 1 query plan + 1 update
+    # answered; 13 requests timed out (the ledger's accounting of the step)
+    counted = f"({len(HACKED) + 22} requests, "
+    failed = "; 13 failed, 13 of them timed out)"
+    [line] = [log.message for log in logs if log.message.startswith("step 1: waited ")]
+    assert counted in line and line.endswith(failed), line
+    [usage] = [a for a in artifacts if a.key == "usage-step-1"]
+    assert counted in str(usage.data) and failed in str(usage.data)
+    assert "| analyzer | " in str(usage.data) and "| updater | " in str(usage.data)

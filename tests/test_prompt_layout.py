@@ -31,10 +31,10 @@ from amaris.agents.schemas import (
     RubricEvaluation,
     RubricUpdateProposal,
 )
+from amaris.app.wiring import create_app
 from amaris.llm.schema import strict_schema
 from amaris.scoring.scorer import verdicts_schema
 from amaris.settings import PromptsSettings
-from api.app import create_app
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
 from tests.pipeline_helpers import score_step

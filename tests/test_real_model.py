@@ -225,7 +225,10 @@ def test_token_counters_match_the_servers_usage(tmp_path: Path, real_llm: RealLL
 def test_cut_replies_and_context_overflow_are_typed_unscored_results(
     tmp_path: Path, real_llm: RealLLM
 ) -> None:
-    settings = real_settings(tmp_path, real_llm, "think", **{"agents.scorer.max_tokens": 8})
+    # A window larger than the server's (8192, in its /v1/models): amaris sends the long
+    # rollout whole, and the server refuses it.
+    settings = real_settings(tmp_path, real_llm, "think", **{
+        "agents.scorer.max_tokens": 8, "agents.scorer.context_window": 1_000_000})
     long_rollout = {**sample_rollouts(1, seed=5)[0], "output": "The answer is 7. " * 3000}
     with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
         cut, overflow = score_all(client, [sample_rollouts(1, seed=6)[0], long_rollout])
@@ -235,6 +238,23 @@ def test_cut_replies_and_context_overflow_are_typed_unscored_results(
     assert overflow["status"] == "unscored" and overflow["score"] is None
     assert overflow["reason"].startswith("judge_context_overflow: ")
     assert counters["unscored.judge_truncated"] == counters["unscored.judge_context_overflow"] == 1
+
+
+def test_a_rollout_over_the_context_window_is_cut_to_fit_and_judged(
+    tmp_path: Path, real_llm: RealLLM
+) -> None:
+    # A window below the server's 8192 bounds the CPU's prefill; the server counts the
+    # prompt with the model's own tokenizer, denser on this text (digits, punctuation) than
+    # amaris's estimate: the first cut is refused, and the second, to the budget corrected
+    # from the server's count, is judged.
+    settings = real_settings(tmp_path, real_llm, **{"agents.scorer.context_window": 2048})
+    long_rollout = {**sample_rollouts(1, seed=5)[0], "output": "The answer is 7. " * 3000}
+    with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
+        [fitted] = score_all(client, [long_rollout])
+        counters = client.get("/healthz").json()["counters"]
+    assert fitted["truncated"] == ["rollout.output"]
+    assert fitted["status"] == "scored", fitted
+    assert counters["truncated.context_window"] == 1
 
 
 def metric(text: str, name: str, **labels: str) -> float:

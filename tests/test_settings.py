@@ -83,6 +83,7 @@ def test_shipped_config_yaml_is_valid_and_offline() -> None:
         ("pipeline: {mode: turbo}", "pipeline.mode"),
         ("pipeline: {rollouts_per_step: 0}", "pipeline.rollouts_per_step"),
         ("concurrency: {total: -1}", "concurrency.total"),
+        ("client: {default: {max_concurrency: -1}}", "client.default.max_concurrency"),
         ("anchor_rubrics: [{text: '', weight: 1}]", "anchor_rubrics.0.text"),
         ("anchor_rubrics: [{text: 'a', weight: 0}]", "anchor_rubrics.0.weight"),
         ("anchor_rubrics: [{text: 'a', weight: -1}]", "at least one criterion needs a positive"),
@@ -139,3 +140,46 @@ def test_derived_paths(tmp_path: Path) -> None:
 def test_local_url_reaches_the_api_from_this_machine(host: str, url: str) -> None:
     settings = load_settings(None, **{"server.host": host, "server.port": 9001})
     assert settings.server.local_url == url
+
+
+@pytest.mark.parametrize(
+    ("base_url", "timeout", "limit"),
+    [
+        ("http://localhost:8000/v1", 600.0, 4),
+        ("http://127.0.0.1:11434/v1", 600.0, 4),
+        ("http://[::1]:8080/v1", 600.0, 4),
+        ("https://api.openai.com/v1", 60.0, None),
+        ("http://gpu-box.internal:8000/v1", 60.0, None),
+        (None, 60.0, None),
+    ],
+)
+def test_defaults_are_sized_for_the_endpoint(
+    base_url: str | None, timeout: float, limit: int | None
+) -> None:
+    # A model served on this machine answers in minutes under load, a few requests at a time.
+    settings = load_settings(None, **{"client.default.base_url": base_url,
+                                      "client.default.api_key": "k"})
+    for agent in ("scorer", "analyzer", "updater"):
+        assert settings.agent_options(agent).timeout == timeout
+        assert settings.client.for_agent(agent).request_limit == limit
+
+
+def test_timeout_and_endpoint_limit_set_per_agent() -> None:
+    settings = load_settings(None, **{
+        "client.default.base_url": "http://localhost:8000/v1",
+        "client.default.max_concurrency": 0,  # no limit (a vLLM server batches many)
+        "client.updater.base_url": "https://api.openai.com/v1",
+        "client.updater.max_concurrency": 8,
+        "agents.default.timeout": 1200,
+        "agents.analyzer.timeout": 90,
+    })
+    assert settings.client.for_agent("scorer").request_limit is None
+    assert settings.client.for_agent("updater").request_limit == 8
+    assert settings.agent_options("scorer").timeout == 1200
+    assert settings.agent_options("analyzer").timeout == 90
+    assert settings.agent_options("updater").timeout == 1200
+    # an agent's own endpoint decides its built-in timeout
+    remote = load_settings(None, **{"client.default.base_url": "http://localhost:8000/v1",
+                                    "client.updater.base_url": "https://api.openai.com/v1"})
+    assert remote.agent_options("scorer").timeout == 600
+    assert remote.agent_options("updater").timeout == 60

@@ -13,44 +13,11 @@ from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from tests.conftest import make_settings
-from tests.pipeline_helpers import score_step
+from tests.pipeline_helpers import score_step, step_run_view
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 BEHAVIOURS = ["correct"] * 4 + ["hacking"] * 4
-
-
-async def _step_run(name: str, since: datetime) -> tuple[list[Any], list[Any]]:
-    """The logs and artifacts of the flow run called ``name`` that started after ``since``
-    (other test files on this worker run steps of that number on the same Prefect
-    server), through Prefect's client."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        ArtifactFilter,
-        ArtifactFilterFlowRunId,
-        FlowRunFilter,
-        FlowRunFilterName,
-        FlowRunFilterStartTime,
-        LogFilter,
-        LogFilterFlowRunId,
-    )
-    from prefect.logging.handlers import APILogHandler
-
-    await APILogHandler.aflush()  # the logs still queued in this process
-    async with get_client() as prefect:
-        runs = await prefect.read_flow_runs(
-            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name]),
-                                          start_time=FlowRunFilterStartTime(after_=since))
-        )
-        assert len(runs) == 1
-        logs = await prefect.read_logs(
-            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[runs[0].id])), limit=200
-        )
-        artifacts = await prefect.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[runs[0].id])),
-            limit=200,
-        )
-    return logs, artifacts
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +36,7 @@ def step_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], list[
             assert client.post("/complete").json() == {"status": "complete"}
             done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120}).json()
             assert done["status"] == "updated", done
-            return asyncio.run(_step_run("step-1", since))
+            return asyncio.run(step_run_view("step-1", since))
     finally:
         amaris.setLevel(level)
 
@@ -84,6 +51,11 @@ def test_the_step_run_shows_amaris_log_lines(step_run: tuple[list[Any], list[Any
     ]
     assert analysed.task_run_id is not None  # attached to the analyze task run too
     assert "step 1 ('global'): rubric update published (CORRECTIVE), version 1 -> 2" in ours
+    # the offline judge answers at once; its requests are counted all the same: the 8
+    # rollouts scored, then 8 analyses, the summary, the memory queries and the update
+    waited = [m for m in ours if m.startswith("step 1: waited ")]
+    assert len(waited) == 1 and "(19 requests, " in waited[0], waited
+    assert waited[0].endswith("; 0 failed, 0 of them timed out)"), waited
 
 
 def test_the_step_run_artifacts_all_have_keys(step_run: tuple[list[Any], list[Any]]) -> None:

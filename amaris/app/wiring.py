@@ -14,6 +14,7 @@ from qdrant_client import QdrantClient
 from amaris.agents.prompts import load_prompts
 from amaris.app.prefect_env import configure_prefect
 from amaris.app.step_executor import DeploymentExecutor
+from amaris.llm.budget import ContextWindows
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.llm.ledger import TokenLedger
@@ -125,12 +126,16 @@ def build_services(
     output_modes = OutputModes()
     # One ledger: a step's scorer calls and its pipeline calls add up in one table.
     ledger = TokenLedger()
+    # One registry of context windows: each endpoint's /v1/models is read once for both.
+    windows = ContextWindows()
     gateway = LLMGateway(settings, providers, call_log, observer=metrics.llm_observer("score"),
-                         output_modes=output_modes, ledger=ledger)
+                         output_modes=output_modes, ledger=ledger,
+                         context_windows=windows)
     pipeline_gateway = LLMGateway(pipeline_gateway_settings(settings),
                                   _fresh(providers, settings), call_log,
                                   observer=metrics.llm_observer("pipeline"),
-                                  output_modes=output_modes, ledger=ledger)
+                                  output_modes=output_modes, ledger=ledger,
+                                  context_windows=windows, step_wall_time=True)
     judge = settings.agents.for_agent("scorer")
     scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"],
                     samples=judge.samples, logprobs=judge.logprobs)

@@ -100,6 +100,16 @@ def _ui(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_judge(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from amaris.app.check_judge import check_judges, render
+
+    rows = asyncio.run(check_judges(_settings(args)))
+    print(render(rows))
+    return 1 if any(row.failures for row in rows) else 0
+
+
 def _offline_llm(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -318,6 +328,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="override server.host")
     serve.add_argument("--port", type=int, default=None, help="override server.port")
     serve.set_defaults(func=_serve)
+
+    check = sub.add_parser(
+        "check-judge", help="probe every agent's LLM endpoint: reachable, model listed, "
+        "structured-output mode, one sample scoring, context window")
+    check.add_argument("--config", type=Path, default=None,
+                       help="config file (default: ./config.yaml if present, else built-ins)")
+    check.set_defaults(func=_check_judge)
 
     _add_rubrics(sub)
     _add_memory(sub)

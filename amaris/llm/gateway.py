@@ -20,7 +20,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, nullcontext
 from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
@@ -29,6 +29,12 @@ import openai
 from pydantic import BaseModel, ValidationError
 
 from amaris.context import request_id_var
+from amaris.llm.budget import (
+    ContextWindows,
+    estimate_messages,
+    prompt_budget,
+    stated_prompt_tokens,
+)
 from amaris.llm.call_log import CallLog
 from amaris.llm.ledger import OFFLINE_MODEL, TokenLedger, usage_of
 from amaris.llm.output_mode import (
@@ -138,13 +144,21 @@ class LLMGateway:
         call_log: CallLog | None = None,
         observer: Callable[[str, float], None] | None = None,
         output_modes: OutputModes | None = None,
+        context_windows: ContextWindows | None = None,
         ledger: TokenLedger | None = None,
+        step_wall_time: bool = False,
     ) -> None:
         self._settings = settings
         self.ledger = ledger or TokenLedger()
         """Tokens and time per agent and model (shared by the service's two gateways)."""
+        self._step_wall_time = step_wall_time
+        """Count each step's wall time with a call outstanding in the ledger (the step
+        pipeline's gateway)."""
         self.output_modes = output_modes or OutputModes()
         """Structured-output modes per endpoint (shared by the service's two gateways)."""
+        self.context_windows = context_windows or ContextWindows()
+        """Context windows read from endpoints (shared by the service's two gateways)."""
+        self._window_lock = asyncio.Lock()
         self._observer = observer
         """Called with (agent, seconds) after each successful request (metrics)."""
         self._providers = providers
@@ -156,6 +170,17 @@ class LLMGateway:
             for agent in providers
             if getattr(limits, agent, None)
         }
+        # One limit per endpoint, shared by every agent that sends to it: a self-hosted
+        # model serving a few requests at a time queues the rest here, where the wait
+        # does not count against a request's timeout, instead of in its own queue.
+        endpoint_limits: dict[str, int] = {}
+        for agent, provider in providers.items():
+            slots = settings.client.for_agent(agent).request_limit
+            if not provider.offline and slots is not None:
+                key = provider.description
+                endpoint_limits[key] = min(slots, endpoint_limits.get(key, slots))
+        self._per_endpoint = {key: asyncio.Semaphore(slots)
+                              for key, slots in endpoint_limits.items()}
         self.stats: Counter[str] = Counter()
         """Counters ``<agent>.<outcome>`` (calls, errors, invalid_output...) for metrics;
         tokens are in :attr:`ledger`."""
@@ -169,8 +194,35 @@ class LLMGateway:
         provider = self._providers[agent]
         if provider.offline:
             return ModeState("none", "offline judge: no response_format is sent")
-        options = self._settings.agents.for_agent(agent)
+        options = self._settings.agent_options(agent)
         return self._mode(provider, options)
+
+    async def context_window(self, agent: str) -> int | None:
+        """``agent``'s context window in tokens: ``agents.<agent>.context_window``, else the
+        ``max_model_len`` its endpoint lists (read once), else None (unknown)."""
+        options = self._settings.agent_options(agent)
+        if options.context_window is not None:
+            return options.context_window
+        provider = self._providers[agent]
+        if provider.offline:
+            return None
+        done, window = self.context_windows.cached(provider.description, options.model)
+        if done:
+            return window
+        # One read per endpoint and model, however many calls arrive before it ends.
+        async with self._window_lock:
+            return await self.context_windows.read(
+                provider.description, options.model, lambda: provider.models(options.timeout))
+
+    async def prompt_budget(self, agent: str) -> int | None:
+        """Prompt tokens ``agent`` may send (its window less room for the answer); None
+        when the window is unknown."""
+        window = await self.context_window(agent)
+        if window is None:
+            return None
+        options = self._settings.agent_options(agent)
+        scale = self.context_windows.scale(self._providers[agent].description, options.model)
+        return int(prompt_budget(window, options.max_tokens) * scale)
 
     def _mode(self, provider: ChatProvider, options: ResolvedAgentOptions) -> ModeState:
         if options.response_format is not None:
@@ -220,7 +272,7 @@ class LLMGateway:
         """
         output = (schema.__name__, json_schema if json_schema is not None
                   else strict_schema(schema))
-        completion = await self._complete(agent, messages, step, output)
+        completion = await self._waited(agent, messages, step, output)
         answer = self._answer(agent, completion, step)
         try:
             return self._validate(agent, answer, schema, check, step), completion
@@ -238,7 +290,7 @@ class LLMGateway:
                     ),
                 },
             ]
-            completion = await self._complete(agent, retry_messages, step, output, reask=True)
+            completion = await self._waited(agent, retry_messages, step, output, reask=True)
             second = self._answer(agent, completion, step)
             try:
                 return self._validate(agent, second, schema, check, step), completion
@@ -285,12 +337,22 @@ class LLMGateway:
             self.stats[f"{agent}.repaired_json"] += 1
         return result
 
+    async def _waited(
+        self, agent: str, messages: list[dict[str, str]], step: int | None,
+        output: tuple[str, dict[str, Any]], reask: bool = False,
+    ) -> Completion:
+        """:meth:`_complete`, its wall time counted as ``step``'s in the ledger
+        (:meth:`TokenLedger.outstanding`) when this gateway measures steps."""
+        with (self.ledger.outstanding(step) if self._step_wall_time and step is not None
+              else nullcontext()):
+            return await self._complete(agent, messages, step, output, reask)
+
     async def _complete(
         self, agent: str, messages: list[dict[str, str]], step: int | None,
         output: tuple[str, dict[str, Any]], reask: bool = False,
     ) -> Completion:
         provider = self._providers[agent]
-        options = self._settings.agents.for_agent(agent)
+        options = self._settings.agent_options(agent)
         budget = self._settings.gateway
         model = OFFLINE_MODEL if provider.offline else options.model
         last_error: BaseException | None = None
@@ -318,11 +380,15 @@ class LLMGateway:
             }
             try:
                 async with AsyncExitStack() as stack:
-                    # The agent's own limit first: a call queued behind it must not hold
-                    # a slot of the total that another agent's call could use.
+                    # The agent's own limit first, then its endpoint's: a call queued
+                    # behind one must not hold a slot of the next that another agent's
+                    # call could use.
                     limit = self._per_agent.get(agent)
                     if limit is not None:
                         await stack.enter_async_context(limit)
+                    endpoint = self._per_endpoint.get(provider.description)
+                    if endpoint is not None:
+                        await stack.enter_async_context(endpoint)
                     if self._total is not None:
                         await stack.enter_async_context(self._total)
                     started = time.perf_counter()
@@ -332,8 +398,8 @@ class LLMGateway:
                         completion = await provider.complete(agent, messages, options,
                                                              request_format)
             except Exception as exc:
-                self.ledger.record(agent, model, usage_of(None, time.perf_counter() - started),
-                                   step)
+                self.ledger.record(agent, model,
+                                   usage_of(None, time.perf_counter() - started, exc), step)
                 if (options.structured_output == "auto" and mode != "configured"
                         and refuses_format(exc) and self.output_modes.fall_back(
                             provider.description, options.model, mode, _short(exc))):
@@ -357,6 +423,10 @@ class LLMGateway:
                 self.stats[f"{agent}.errors"] += 1
                 last_error = exc
                 if overflow:
+                    counted = stated_prompt_tokens(str(exc))
+                    if counted is not None:
+                        self.context_windows.observe(provider.description, options.model,
+                                                     estimate_messages(messages), counted)
                     raise LLMContextOverflowError(f"{agent}: {_short(exc)}") from exc
                 if not transient:
                     raise LLMUnavailableError(f"{agent}: {_short(exc)}") from exc
@@ -386,12 +456,16 @@ class LLMGateway:
             self._log.write(record)
             self.stats[f"{agent}.calls"] += 1
             self.ledger.record(agent, model, usage_of(completion, elapsed), step)
+            if completion.prompt_tokens:
+                self.context_windows.observe(provider.description, options.model,
+                                             estimate_messages(messages),
+                                             completion.prompt_tokens)
             if self._observer is not None:
                 self._observer(agent, elapsed)
             return completion
         raise LLMTransientError(
             f"{agent}: {budget.max_attempts} attempts failed; last: {_short(last_error)}"
-        )
+        ) from last_error
 
     def _backoff(self, attempt: int, exc: BaseException) -> float:
         budget = self._settings.gateway

@@ -10,22 +10,33 @@ The gateway records every request it sends; everything else reads:
 - :func:`total` sums a table; :func:`cost` prices it with ``pricing:`` from the config.
 
 A :class:`Usage` counts requests answered (``calls``) and failed (``failed``: errors,
-timeouts, refused formats), the tokens the endpoint reported in ``usage`` (``prompt``,
-``completion``, ``reasoning`` and ``cached``; a response without ``usage`` counts as a
-call with no tokens), and ``seconds``: the time spent waiting on the endpoint, answered
-or failed requests alike (not the time queued behind amaris's own concurrency limits, nor
-retry backoff), summed over requests: concurrent requests each count theirs, so it can
-exceed the wall time. OpenAI's accounting: reasoning tokens are part of the completion tokens,
-cached tokens part of the prompt tokens. The ledger is thread-safe (the scorer's gateway
-and the pipeline's run on different threads); its tables are copies.
+timeouts, refused formats; ``timed_out`` of them timed out), the tokens the endpoint
+reported in ``usage`` (``prompt``, ``completion``, ``reasoning`` and ``cached``; a
+response without ``usage`` counts as a call with no tokens), and ``seconds``: the time
+spent waiting on the endpoint, answered or failed requests alike (not the time queued
+behind amaris's own concurrency limits, nor retry backoff), summed over requests:
+concurrent requests each count theirs, so it can exceed the wall time. OpenAI's
+accounting: reasoning tokens are part of the completion tokens, cached tokens part of the
+prompt tokens.
+
+Per step the ledger also keeps the wall time during which at least one of the step's calls
+was outstanding (:meth:`TokenLedger.outstanding`, :meth:`TokenLedger.waited`): a call from
+asking for a concurrency slot to its answer or its last failure, the gateway's retries and
+backoff included. The step pipeline's gateway measures it, so a step that took an hour
+because its judge was slow says so in its run. The ledger is thread-safe (the scorer's
+gateway and the pipeline's run on different threads); its tables are copies.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
+
+import openai
 
 from amaris.llm.providers import Completion
 from amaris.settings import ModelPrice
@@ -48,6 +59,8 @@ class Usage:
     """Requests answered."""
     failed: int = 0
     """Requests that got no answer (error, timeout, refused response_format)."""
+    timed_out: int = 0
+    """Failed requests that timed out (part of ``failed``)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     """Reasoning tokens included."""
@@ -68,10 +81,12 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
-def usage_of(completion: Completion | None, seconds: float) -> Usage:
-    """One request as a :class:`Usage`: ``completion`` None means it failed."""
+def usage_of(completion: Completion | None, seconds: float,
+             error: BaseException | None = None) -> Usage:
+    """One request as a :class:`Usage`: ``completion`` None means it failed (with
+    ``error``)."""
     if completion is None:
-        return Usage(failed=1, seconds=seconds)
+        return Usage(failed=1, timed_out=int(timed_out(error)), seconds=seconds)
     return Usage(
         calls=1,
         prompt_tokens=completion.prompt_tokens or 0,
@@ -82,6 +97,22 @@ def usage_of(completion: Completion | None, seconds: float) -> Usage:
     )
 
 
+def timed_out(error: BaseException | None) -> bool:
+    """``error``, or an error it was raised from, is a timeout."""
+    while error is not None:
+        if isinstance(error, openai.APITimeoutError | TimeoutError):
+            return True
+        error = error.__cause__
+    return False
+
+
+@dataclass
+class _Outstanding:
+    calls: int = 0
+    since: float = 0.0
+    seconds: float = 0.0
+
+
 class TokenLedger:
     """Usage per (agent, model), in total and per step. One per process, shared by the
     scoring and the pipeline gateways."""
@@ -90,6 +121,7 @@ class TokenLedger:
         self._lock = threading.Lock()
         self._totals: dict[Key, Usage] = {}
         self._steps: OrderedDict[int, dict[Key, Usage]] = OrderedDict()
+        self._waits: OrderedDict[int, _Outstanding] = OrderedDict()
 
     def record(self, agent: str, model: str, usage: Usage, step: int | None = None) -> None:
         """Count one request of ``agent`` to ``model`` (see :func:`usage_of`)."""
@@ -116,6 +148,37 @@ class TokenLedger:
         """Usage of the requests made for ``step`` in this process, by (agent, model)."""
         with self._lock:
             return _copy(self._steps.get(step, {}))
+
+    @contextmanager
+    def outstanding(self, step: int) -> Iterator[None]:
+        """Count the wall time of the block as ``step``'s time with a call outstanding
+        (overlapping blocks of one step count once)."""
+        with self._lock:
+            wait = self._waits.get(step)
+            if wait is None:
+                wait = self._waits[step] = _Outstanding()
+                while len(self._waits) > STEPS_KEPT:
+                    self._waits.popitem(last=False)
+            if wait.calls == 0:
+                wait.since = time.perf_counter()
+            wait.calls += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                wait.calls -= 1
+                if wait.calls == 0:
+                    wait.seconds += time.perf_counter() - wait.since
+
+    def waited(self, step: int) -> float:
+        """Seconds of wall time during which at least one of ``step``'s measured calls
+        (:meth:`outstanding`) was outstanding, those still running included."""
+        with self._lock:
+            wait = self._waits.get(step)
+            if wait is None:
+                return 0.0
+            running = time.perf_counter() - wait.since if wait.calls else 0.0
+            return wait.seconds + running
 
 
 def _copy(table: Mapping[Key, Usage]) -> dict[Key, Usage]:

@@ -62,6 +62,11 @@ class ChatProvider(Protocol):
         response_format: dict[str, Any] | None = None,
     ) -> Completion: ...
 
+    async def models(self, timeout: float) -> dict[str, int | None]:
+        """The models the endpoint lists, each with its context window when it says
+        (``max_model_len``, as vLLM does), else None."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -125,6 +130,14 @@ class OpenAIProvider:
             options={"timeout": options.timeout},
         )
         return parse_completion(response.content)
+
+    async def models(self, timeout: float) -> dict[str, int | None]:
+        listed: dict[str, int | None] = {}
+        async for model in self._client.with_options(timeout=timeout).models.list():
+            # Fields beyond OpenAI's own (vLLM's max_model_len) are the model's extras.
+            length = (model.model_extra or {}).get("max_model_len")
+            listed[model.id] = length if isinstance(length, int) and length > 0 else None
+        return listed
 
     async def close(self) -> None:
         self._pool.close()
@@ -216,6 +229,9 @@ class OfflineProvider:
                               logprobs=parse_logprobs({"content": sampled.logprobs}))
         content = respond(messages)
         return Completion(content=content, prompt_tokens=0, completion_tokens=0)
+
+    async def models(self, timeout: float) -> dict[str, int | None]:
+        return {}  # rules, not a model: no context window
 
     async def close(self) -> None:
         return None

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from amaris.agents.prompts import parse_data_message
+from amaris.agents.prompts import read_data
 from amaris.offline.rules import judge_criteria
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 
@@ -167,12 +167,10 @@ class VerdictSampler:
 
 
 def _scorer_data(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
-    for message in reversed(messages):
-        if message.get("role") != "user":
-            continue
-        try:
-            data = parse_data_message(str(message.get("content") or ""))
-        except ValueError:
-            continue
-        return data if data.get("agent") == "scorer" else None
-    return None
+    """The scorer's data (its context block's criteria and its data block's rollout,
+    :func:`amaris.agents.prompts.read_data`); None for another agent's messages."""
+    try:
+        data = read_data(messages)
+    except ValueError:
+        return None
+    return data if data.get("agent") == "scorer" else None

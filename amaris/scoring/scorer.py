@@ -14,6 +14,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from amaris.agents.prompts import agent_messages
+from amaris.llm.budget import (
+    CHARS_PER_TOKEN,
+    MIN_FIELD_CHARS,
+    cut_middle,
+    estimate_messages,
+    fit_texts,
+    json_chars,
+)
 from amaris.llm.gateway import (
     LLMContextOverflowError,
     LLMGateway,
@@ -106,6 +114,11 @@ def verdicts_schema(criterion_ids: tuple[str, ...]) -> dict[str, Any]:
     return schema
 
 
+def _merged(truncated: list[str], cut: list[str]) -> list[str]:
+    """The response's ``truncated``: fields cut by size, then by the context budget."""
+    return [*truncated, *(f"rollout.{n}" for n in cut if f"rollout.{n}" not in truncated)]
+
+
 def judge_messages(prompt: str, rubric: RubricVersion,
                    fields: dict[str, str]) -> list[dict[str, str]]:
     """The scorer's chat messages for one rollout (its judged ``fields``), cache-first.
@@ -120,18 +133,6 @@ def judge_messages(prompt: str, rubric: RubricVersion,
     ]
     rollout = {name: fields[name] for name in ("input", "supplemental_context", "output")}
     return agent_messages("scorer", prompt, {"criteria": criteria}, {"rollout": rollout})
-
-
-def _truncate(text: str, limit: int) -> str:
-    """Head and tail of ``text`` around a marker, ``limit`` characters in all."""
-    marker = "\n[... truncated by amaris ...]\n"
-    if limit <= len(marker):
-        # No room for the marker: a limit this small would otherwise give negative slices
-        # (and a text longer than the original limit).
-        return text[:limit]
-    head = (limit - len(marker)) * 2 // 3
-    tail = limit - len(marker) - head
-    return text[:head] + marker + text[len(text) - tail :]
 
 
 class Scorer:
@@ -151,7 +152,8 @@ class Scorer:
         self._inflight: dict[str, asyncio.Future[_Judged]] = {}
         self._schemas: OrderedDict[tuple[str, ...], dict[str, Any]] = OrderedDict()
         self.counters: Counter[str] = Counter()
-        """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``; with logprobs,
+        """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``,
+        ``truncated.<cause>`` (``max_field_chars``, ``context_window``); with logprobs,
         ``logprobs_used`` / ``logprobs_missing`` per judge reply."""
 
     @property
@@ -192,9 +194,11 @@ class Scorer:
             if len(value) > limit:
                 if self._settings.oversize == "reject":
                     raise OversizeError(f"rollout.{name}", len(value), limit)
-                value = _truncate(value, limit)
+                value = cut_middle(value, limit)
                 truncated.append(f"rollout.{name}")
             fields[name] = value
+        if truncated:
+            self.counters["truncated.max_field_chars"] += 1
         return fields, truncated
 
     async def score(
@@ -206,13 +210,16 @@ class Scorer:
         always filled in (the rollout log keeps it); the API drops it unless asked.
         Call :meth:`check` first: this checks only the judged fields.
         """
-        fields, truncated = self.prepare(request)
+        whole, truncated = self.prepare(request)
         rubric = rubric or self._store.current()
+        fields, cut = await self._within_budget(rubric, whole)
+        if cut:
+            self.counters["truncated.context_window"] += 1
         key = self._key(rubric, fields)
         base: dict[str, Any] = {
             "rubric_version": rubric.version,
             "rollout_id": request.rollout.id,
-            "truncated": truncated,
+            "truncated": _merged(truncated, cut),
         }
         cached = self._cache.get(key)
         if cached is not None:
@@ -226,8 +233,22 @@ class Scorer:
         try:
             # asyncio.timeout, not wait_for: no extra task per request on the hot path.
             async with asyncio.timeout(self._settings.timeout_seconds):
-                judged = await self._judge_once(key, rubric, fields,
-                                                request.metadata.current_step)
+                try:
+                    judged = await self._judge_once(key, rubric, fields,
+                                                    request.metadata.current_step)
+                except LLMContextOverflowError:
+                    # The server counted more tokens than estimated; the gateway has learnt
+                    # by how much (its budget shrank): cut to the new budget, judge once more.
+                    refitted, recut = await self._within_budget(rubric, whole)
+                    if refitted == fields:
+                        raise
+                    if not cut:
+                        self.counters["truncated.context_window"] += 1
+                    cut = recut
+                    base["truncated"] = _merged(truncated, cut)
+                    key, fields = self._key(rubric, refitted), refitted
+                    judged = await self._judge_once(key, rubric, fields,
+                                                    request.metadata.current_step)
         except (LLMUnavailableError, LLMOutputError, TimeoutError) as exc:
             if isinstance(exc, TimeoutError):
                 kind, exc = "judge_timeout", TimeoutError(
@@ -279,6 +300,30 @@ class Scorer:
             while len(self._cache) > self._settings.cache_size:
                 self._cache.popitem(last=False)
         return judged
+
+    async def _within_budget(self, rubric: RubricVersion, fields: dict[str, str]
+                             ) -> tuple[dict[str, str], list[str]]:
+        """``fields`` cut to the scorer's context budget, and the names of those cut."""
+        budget = await self._gateway.prompt_budget("scorer")
+        if budget is None:
+            return fields, []
+        return self._fit(rubric, fields, budget)
+
+    def _fit(self, rubric: RubricVersion, fields: dict[str, str], budget: int
+             ) -> tuple[dict[str, str], list[str]]:
+        """Cut the rollout's fields (head and tail kept) so the scorer's prompt fits
+        ``budget`` tokens (estimated); returns the fields and the names of those cut."""
+        empty = {name: "" for name in fields}
+        bare = estimate_messages(judge_messages(self._prompt, rubric, empty))
+        room = int((budget - bare) * CHARS_PER_TOKEN)
+        if room < MIN_FIELD_CHARS:
+            # The instructions and rubric alone nearly fill the window: cutting the rollout
+            # to nothing would judge something else. The endpoint decides (an overflow is
+            # judge_context_overflow).
+            return fields, []
+        if sum(len(v) for v in fields.values()) * 6 <= room:
+            return fields, []  # fits even if JSON wrote every character as "\u001f"
+        return fit_texts(fields, room, json_chars)
 
     async def _judge(self, rubric: RubricVersion, fields: dict[str, str], step: int) -> _Judged:
         messages = judge_messages(self._prompt, rubric, fields)

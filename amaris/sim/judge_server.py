@@ -105,8 +105,17 @@ def offline_responder(profile: FaultProfile) -> Responder:
     return responder
 
 
-def create_llm_app(responder: Responder) -> FastAPI:
-    """FastAPI app speaking the chat-completions protocol; records nothing itself."""
+def offline_models() -> list[dict[str, Any]]:
+    """``/v1/models`` of the offline judge: one model, no context window."""
+    return [{"id": "offline-rules", "object": "model"}]
+
+
+def create_llm_app(responder: Responder,
+                   models: Callable[[], list[dict[str, Any]]] = offline_models) -> FastAPI:
+    """FastAPI app speaking the chat-completions protocol; records nothing itself.
+
+    ``models()`` gives the ``data`` of ``GET /v1/models`` (vLLM adds ``max_model_len``).
+    """
     app = FastAPI(title="amaris offline LLM")
 
     @app.post("/v1/chat/completions")
@@ -156,7 +165,7 @@ def create_llm_app(responder: Responder) -> FastAPI:
         return JSONResponse(answer)
 
     @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "offline-rules", "object": "model"}]}
+    async def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": models()}
 
     return app

@@ -111,7 +111,7 @@ def context_from_config() -> PipelineContext:
     return PipelineContext(
         settings=settings,
         gateway=LLMGateway(pipeline_gateway_settings(settings), build_providers(settings),
-                           CallLog(settings.log_dir)),
+                           CallLog(settings.log_dir), step_wall_time=True),
         memory=MemoryStore(qdrant, prefix, build_embedder(settings.memory, settings.client)),
         rollouts=RolloutLog(qdrant, prefix, writer=writer),
         steps=StepRegistry(qdrant, prefix),
