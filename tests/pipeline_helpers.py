@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import datetime
 from typing import Any
 
@@ -60,22 +62,34 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-async def step_run_view(name: str, since: datetime) -> tuple[list[Any], list[Any]]:
+async def step_run_view(name: str, since: datetime,
+                        deadline_s: float = 60.0) -> tuple[list[Any], list[Any]]:
     """The logs and artifacts of the flow run called ``name`` that started after ``since``
     (other test files on this worker run steps of that number on the same Prefect
-    server), through Prefect's client."""
+    server), through Prefect's client.
+
+    The server stores logs and artifacts as their batches arrive: read again (up to
+    ``deadline_s``) until the run shows amaris log lines and an artifact."""
     await APILogHandler.aflush()  # the logs still queued in this process
+    give_up = time.monotonic() + deadline_s
     async with get_client() as prefect:
         runs = await prefect.read_flow_runs(
             flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name]),
                                           start_time=FlowRunFilterStartTime(after_=since))
         )
         assert len(runs) == 1
-        logs = await prefect.read_logs(
-            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[runs[0].id])), limit=200
-        )
-        artifacts = await prefect.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[runs[0].id])),
-            limit=200,
-        )
+        while True:
+            logs = await prefect.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[runs[0].id])),
+                limit=200,
+            )
+            artifacts = await prefect.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[runs[0].id])),
+                limit=200,
+            )
+            seen = any(log.name.startswith("amaris") for log in logs) and artifacts
+            if seen or time.monotonic() > give_up:
+                break
+            await asyncio.sleep(0.5)
     return logs, artifacts
