@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import logging
-import sqlite3
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from qdrant_client import QdrantClient
+from qdrant_client import QdrantClient, models
 
-import amaris.memory.qdrant
-from amaris.memory.qdrant import ensure_collection, tune_local_collection
+from amaris.memory.qdrant import delete_points, ensure_collection, is_local
 from amaris.memory.rollout_log import RolloutLog, StepRegistry, _rollout_id
 
 
@@ -132,29 +129,26 @@ def test_step_registry_transitions_persist(tmp_path: Path) -> None:
     client.close()
 
 
-def test_local_collections_run_in_wal_mode(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+def test_local_mode_is_read_from_the_public_init_options(tmp_path: Path) -> None:
+    folder = QdrantClient(path=str(tmp_path))
+    memory = QdrantClient(location=":memory:")
+    server = QdrantClient(url="http://127.0.0.1:1", check_compatibility=False)  # not contacted
+    assert (is_local(folder), is_local(memory), is_local(server)) == (True, True, False)
+    folder.close()
+    memory.close()
+    server.close()
+
+
+def test_delete_points_in_local_mode_ignores_absent_ids_and_keeps_the_rest(
+    tmp_path: Path,
 ) -> None:
     client = QdrantClient(path=str(tmp_path))
-    RolloutLog(client, "t")
-    StepRegistry(client, "t")
-    for name in ("t_rollouts", "t_steps"):
-        connection: sqlite3.Connection = client._client.collections[name].storage.storage
-        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert connection.execute("PRAGMA synchronous").fetchone() == (1,)  # NORMAL
+    ensure_collection(client, "d", None)
+    client.upsert("d", points=[models.PointStruct(id=i, vector={}, payload={"n": i})
+                               for i in (1, 2, 3)])
+    delete_points(client, "d", [1, 3, 99])
+    assert [(p.id, p.payload) for p in client.retrieve("d", [1, 2, 3])] == [(2, {"n": 2})]
     client.close()
-    # Nothing to tune in memory, and a collection the client does not know is reported.
-    memory = QdrantClient(location=":memory:")
-    ensure_collection(memory, "m", 8)
-    assert tune_local_collection(memory, "m") is False
-    memory.close()
-    client = QdrantClient(path=str(tmp_path))
-    monkeypatch.setattr(amaris.memory.qdrant, "_tuning_warned", False)
-    with caplog.at_level(logging.WARNING, logger="amaris.memory.qdrant"):
-        assert tune_local_collection(client, "missing") is False
-        assert tune_local_collection(client, "missing") is False
-    assert [r.getMessage()[:44] for r in caplog.records] == [
-        "cannot tune embedded Qdrant collection missi"
-    ]
-    assert tune_local_collection(client, "t_rollouts") is True
-    client.close()
+    reopened = QdrantClient(path=str(tmp_path))  # the deletion is stored, not only in RAM
+    assert [p.id for p in reopened.retrieve("d", [1, 2, 3])] == [2]
+    reopened.close()

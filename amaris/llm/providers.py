@@ -6,10 +6,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx2
 import openai
 
-from amaris.llm.transport import ConnectionPool, JsonEndpoint, lean_transport_applies
+from amaris.llm.transport import JsonEndpoint
 from amaris.offline.judge import respond
 from amaris.offline.sampling import VerdictSampler
 from amaris.redact import redact_url
@@ -98,10 +97,9 @@ class OpenAIProvider:
 
     The client holds the endpoint's configuration (base URL, key, auth and platform
     headers) and defines the errors. Requests go through
-    :class:`~amaris.llm.transport.JsonEndpoint`, which sends the body with those headers
-    and raises those errors at a ninth of the SDK request path's CPU (measured in
-    ``docs/benchmarks.md``); where an environment proxy applies, through the client's
-    own ``post``. Either way the answer is read from the response's JSON.
+    :class:`~amaris.llm.transport.JsonEndpoint` (``aiohttp``), which sends the body with
+    those headers and raises those errors at a fraction of the SDK request path's CPU
+    (measured in ``docs/benchmarks.md``). The answer is read from the response's JSON.
     """
 
     offline = False
@@ -111,9 +109,7 @@ class OpenAIProvider:
         # attempt budget written in GatewaySettings is the real one.
         self._client = openai.AsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url,
                                           max_retries=0)
-        self._pool = ConnectionPool()
-        self._endpoint = (JsonEndpoint(self._client, self._pool)
-                          if lean_transport_applies(self._client.base_url) else None)
+        self._endpoint = JsonEndpoint(self._client)
         # Shown in /healthz and written in every call-log line: no credentials in it.
         self.description = redact_url(base_url or "https://api.openai.com/v1")
 
@@ -122,14 +118,8 @@ class OpenAIProvider:
         response_format: dict[str, Any] | None = None,
     ) -> Completion:
         body = chat_body(messages, options, response_format)
-        if self._endpoint is not None:
-            return parse_completion(
-                await self._endpoint.post("chat/completions", body, options.timeout))
-        response = await self._client.post(
-            "/chat/completions", cast_to=httpx2.Response, body=body,
-            options={"timeout": options.timeout},
-        )
-        return parse_completion(response.content)
+        return parse_completion(
+            await self._endpoint.post("chat/completions", body, options.timeout))
 
     async def models(self, timeout: float) -> dict[str, int | None]:
         listed: dict[str, int | None] = {}
@@ -140,7 +130,7 @@ class OpenAIProvider:
         return listed
 
     async def close(self) -> None:
-        self._pool.close()
+        await self._endpoint.close()
         await self._client.close()
 
 

@@ -5,12 +5,9 @@ Also the one place that creates and tunes collections (:func:`ensure_collection`
 
 from __future__ import annotations
 
-import logging
-import sqlite3
 from pathlib import Path
 
 from qdrant_client import QdrantClient, models
-from qdrant_client.local.qdrant_local import QdrantLocal
 
 from amaris.settings import MemorySettings
 
@@ -49,52 +46,11 @@ class CollectionMismatchError(RuntimeError):
     """An existing collection has a different vector configuration than the one asked for."""
 
 
-_log = logging.getLogger(__name__)
-_tuning_warned = False
-
-
-def tune_local_collection(client: QdrantClient, name: str) -> bool:
-    """Make commits of an embedded (local-mode) collection cheap.
-
-    Local mode commits every point to sqlite with an fsync (~2.2 ms per point).
-    ``journal_mode=WAL`` + ``synchronous=NORMAL`` bring that to ~0.1 ms and keep each
-    commit durable against a process crash (kill -9), not against power loss. Does
-    nothing for a server or ``:memory:``. The sqlite connection is a qdrant-client
-    internal; if it is not where expected, a warning is logged once and nothing changes.
-
-    Args:
-        client: Any Qdrant client.
-        name: An existing collection.
-
-    Returns:
-        Whether the pragmas were applied.
-    """
-    global _tuning_warned
-    inner = getattr(client, "_client", None)
-    if not isinstance(inner, QdrantLocal) or not getattr(inner, "persistent", False):
-        return False
-    try:
-        persistence = inner.collections[name].storage
-        if persistence is None:
-            raise AttributeError("storage")
-        connection = persistence.storage
-        if not isinstance(connection, sqlite3.Connection):
-            raise TypeError(type(connection).__name__)
-    except (AttributeError, KeyError, TypeError) as exc:
-        if not _tuning_warned:
-            _tuning_warned = True
-            _log.warning(
-                "cannot tune embedded Qdrant collection %s (qdrant-client internals changed: "
-                "%r); each point costs an fsync",
-                name,
-                exc,
-            )
-        return False
-    # journal_mode is stored in the database file; synchronous is per connection, so both
-    # are applied on every open.
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA synchronous=NORMAL")
-    return True
+def is_local(client: QdrantClient) -> bool:
+    """Whether ``client`` is embedded Qdrant (a folder or ``:memory:``), read from its
+    public ``init_options`` (what it was opened with)."""
+    options = client.init_options
+    return options.get("path") is not None or options.get("location") == ":memory:"
 
 
 def _vector_size(client: QdrantClient, name: str) -> int | None:
@@ -107,7 +63,7 @@ def _vector_size(client: QdrantClient, name: str) -> int | None:
 
 
 def ensure_collection(client: QdrantClient, name: str, vector_size: int | None) -> None:
-    """Create a collection if missing, check its vectors, and tune it.
+    """Create a collection if missing and check its vectors.
 
     Args:
         client: Any Qdrant client.
@@ -134,13 +90,12 @@ def ensure_collection(client: QdrantClient, name: str, vector_size: int | None) 
                 f"collection {name} has vector size {existing}, expected {vector_size}; "
                 "use another memory.collection prefix (or delete the collection)"
             )
-    tune_local_collection(client, name)
 
 
 def ensure_payload_index(client: QdrantClient, name: str, field: str) -> None:
     """An integer payload index on ``field`` (filters on a Qdrant server use it; embedded
     Qdrant ignores indexes and filters in Python)."""
-    if isinstance(getattr(client, "_client", None), QdrantLocal):
+    if is_local(client):
         return
     client.create_payload_index(name, field, field_schema=models.PayloadSchemaType.INTEGER)
 
@@ -150,21 +105,11 @@ def delete_points(client: QdrantClient, name: str, ids: list[models.ExtendedPoin
 
     Embedded Qdrant only flags a deleted point and keeps its payload in RAM until the
     folder is reopened; over a long run of retention drops (512 rollouts a step) that is
-    gigabytes. So in local mode the payloads of the points just deleted are released
-    too (a qdrant-client internal, skipped if it is not where expected).
+    gigabytes. So in local mode the payloads of the points still there are cleared first
+    (``clear_payload``, public API), which releases them.
     """
+    if is_local(client) and ids:
+        present = [point.id for point in client.retrieve(name, ids, with_payload=False)]
+        if present:
+            client.clear_payload(name, points_selector=models.PointIdsList(points=present))
     client.delete(name, points_selector=models.PointIdsList(points=ids))
-    inner = getattr(client, "_client", None)
-    if not isinstance(inner, QdrantLocal):
-        return
-    collection = inner.collections.get(name)
-    index = getattr(collection, "ids", None)
-    payloads = getattr(collection, "payload", None)
-    deleted = getattr(collection, "deleted", None)
-    if not isinstance(index, dict) or not isinstance(payloads, list) or deleted is None:
-        return
-    for point_id in ids:
-        idx = index.get(str(point_id))
-        # Only a point now flagged deleted: an upsert writes a fresh payload if it returns.
-        if idx is not None and deleted[idx]:
-            payloads[idx] = {}
