@@ -17,12 +17,12 @@ from amaris.agents.prompts import data_message
 from amaris.app.wiring import create_app
 from amaris.llm.providers import TokenLogprob, parse_logprobs
 from amaris.offline.sampling import DOUBT_MAX, VerdictSampler
+from amaris.scoring.verdicts import combine, expected_scores
 from amaris.settings import ConfigError, Settings, load_settings
 from amaris.sim.driver import RolloutResult
 from amaris.sim.judge_server import FaultProfile, Reply, create_llm_app, offline_responder
 from amaris.sim.metrics import zero_variance
 from amaris.sim.policy import Policy
-from amaris.verdicts import combine, expected_scores
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, serve_in_thread, token_logprobs, verdicts_with_logprobs
 

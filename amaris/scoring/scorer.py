@@ -36,8 +36,8 @@ from amaris.rubric.model import RubricVersion
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.rubric.store import RubricStore
 from amaris.scoring.aggregate import aggregate
+from amaris.scoring.verdicts import combine, expected_scores
 from amaris.settings import ScoringSettings
-from amaris.verdicts import combine, expected_scores
 
 log = logging.getLogger("amaris.scoring.scorer")
 
