@@ -105,14 +105,15 @@ def replicas(tmp_path: Path, names: list[str], **overrides: Any
              ) -> Iterator[tuple[list[TestClient], PoolWorker]]:
     shared = QdrantClient(location=":memory:")
     with ExitStack() as stack:
+        pool = replica_settings(tmp_path, "r", **overrides).pipeline.work_pool
+        assert pool is not None
+        worker = stack.enter_context(PoolWorker(pool))  # the pool exists before the replicas
         clients = []
         for name in names:
             settings = replica_settings(tmp_path, name, **overrides)
             services = build_services(settings, qdrant=shared)
             clients.append(stack.enter_context(TestClient(create_app(settings,
                                                                      services=services))))
-        assert settings.pipeline.work_pool is not None
-        worker = stack.enter_context(PoolWorker(settings.pipeline.work_pool))
         yield clients, worker
     shared.close()
 
@@ -260,7 +261,7 @@ def test_replica_restart_gives_its_interrupted_step_a_new_attempt(tmp_path: Path
                                                                         qdrant=shared)))
 
     try:
-        with app("r1") as first, PoolWorker(f"pool-{tmp_path.name}"[:60]):
+        with PoolWorker(f"pool-{tmp_path.name}"[:60]), app("r1") as first:
             for i in range(3):
                 score(first, step, i)
             registry = first.app.state.services.steps  # type: ignore[attr-defined]
@@ -270,7 +271,7 @@ def test_replica_restart_gives_its_interrupted_step_a_new_attempt(tmp_path: Path
         # names it the executor
         asyncio.run(running_run(step))
         registry.set(step, status="completing", executor="r1")
-        with app("r2") as other, PoolWorker(f"pool-{tmp_path.name}"[:60]):
+        with PoolWorker(f"pool-{tmp_path.name}"[:60]), app("r2") as other:
             # another replica only watches a step r1 was running
             pending = other.get("/rubric_status/wait",
                                 params={"step": step, "timeout": 2}).json()

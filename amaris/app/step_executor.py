@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable, Coroutine
 from typing import Any
 from uuid import UUID
 
@@ -24,15 +22,12 @@ from prefect.client.orchestration import get_client
 from prefect.runner import Runner
 
 from amaris.memory.rollout_log import StepRegistry
+from amaris.steps.coordinator import StepRunFailedError
 from deployments.steps import add_steps, register_steps, submit_step
 
 log = logging.getLogger("amaris.pipeline")
 
 POLL_SECONDS = 0.5
-
-
-class StepFailed(RuntimeError):
-    """The step's run ended in a state other than Completed."""
 
 
 class DeploymentExecutor:
@@ -43,7 +38,6 @@ class DeploymentExecutor:
         self,
         steps: StepRegistry,
         replica: str,
-        on_done: Callable[[int], Coroutine[Any, Any, None]] | None = None,
         poll_seconds: float = POLL_SECONDS,
         work_pool: str | None = None,
     ) -> None:
@@ -52,7 +46,6 @@ class DeploymentExecutor:
         self._work_pool = work_pool
         self._steps = steps
         self.replica = replica
-        self._on_done = on_done
         self._poll_seconds = poll_seconds
         self._ready = asyncio.Event()
         self._serving: asyncio.Task[None] | None = None
@@ -75,12 +68,12 @@ class DeploymentExecutor:
         ``new_attempt``: the previous attempt failed or its executor died; start another.
 
         Raises:
-            StepFailed: the run failed (its error is in the step registry).
+            StepRunFailedError: the run ended other than Completed (or another replica
+                recorded the step failed).
         """
         await self._ready.wait()
         record = await asyncio.to_thread(self._steps.get, step) or {}
         attempt = int(record.get("attempt", 0)) + (1 if new_attempt else 0)
-        started = time.monotonic()
         run = await submit_step(step, attempt)
         # ``executor``: the replica that started this attempt; its restart starts the next
         # one if the step is still ``completing`` then.
@@ -93,37 +86,25 @@ class DeploymentExecutor:
             **({"executor": self.replica} if mine else {}),
         )
         log.info("replica %s submitted step %s (flow run %s)", self.replica, step, run.id)
-        return await self._follow(step, run.id, started)
+        return await self._follow(step, run.id)
 
-    async def _follow(self, step: int, flow_run_id: UUID, started: float) -> dict[str, Any]:
-        """Until the run ends (then record its outcome) or the registry has one (another
+    async def _follow(self, step: int, flow_run_id: UUID) -> dict[str, Any]:
+        """The step's outcome once its run ends, or once the registry has one (another
         replica recorded it, or a later attempt ended)."""
         while True:
             async with get_client() as client:
                 state = (await client.read_flow_run(flow_run_id)).state
             if state is not None and state.is_final():
+                if not state.is_completed():
+                    raise StepRunFailedError(f"step run ended {state.type.value}: {state.message}")
                 break
             record = await asyncio.to_thread(self._steps.get, step) or {}
             if record.get("status") == "done":
-                return {"step": step, "scopes": record.get("scopes")}
+                break
             if record.get("status") == "failed":
-                raise StepFailed(str(record.get("error") or "step failed"))
+                raise StepRunFailedError(str(record.get("error") or "step failed"))
             await asyncio.sleep(self._poll_seconds)
-        if not state.is_completed():
-            error = f"step run ended {state.type.value}: {state.message}"
-            log.error("step %s failed: %s", step, error)
-            await asyncio.to_thread(self._steps.set, step, status="failed", error=error)
-            raise StepFailed(error)
         # The flow stored its scopes in the registry: its result lives in the storage of
         # the process that ran it, which this replica may not reach.
-        await asyncio.to_thread(
-            self._steps.set,
-            step,
-            status="done",
-            error=None,
-            duration_s=round(time.monotonic() - started, 3),
-        )
-        if self._on_done is not None:
-            await self._on_done(step)
         final = await asyncio.to_thread(self._steps.get, step) or {}
         return {"step": step, "scopes": final.get("scopes")}
