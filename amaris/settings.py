@@ -333,12 +333,15 @@ class PipelineSettings(_Section):
     mode: Literal["async", "sync"] = "async"
     executor: Literal["local", "deployment"] = "local"
     """``local``: step flows run in this process (one replica). ``deployment``: steps are
-    submitted as runs of the ``amaris-step/steps`` Prefect deployment, which every replica
-    serves; counts and step status are read from the shared store (several replicas)."""
+    submitted as runs of the ``amaris-step/steps`` Prefect deployment (``deployments/
+    steps.py``), which Prefect's runner in every replica, or a work pool's workers, execute
+    in processes of their own; counts and step status are read from the shared store
+    (several replicas)."""
     work_pool: str | None = Field(default=None, min_length=1)
     """With ``executor: deployment``: the Prefect work pool the step deployment goes to.
     Its workers run the steps (in processes of their own, which read ``AMARIS_CONFIG``)
-    and the replicas only submit runs; null = the replicas serve the deployment."""
+    and the replicas only submit runs; null = every replica serves the deployment with a
+    Prefect runner (whose runs read ``AMARIS_CONFIG`` too)."""
     rollouts_per_step: int | None = Field(default=None, gt=0)
     """Complete a step by itself after this many rollouts; null = manual /complete."""
     max_step: int = Field(default=10_000_000, ge=0)

@@ -5,11 +5,18 @@ Two amaris apps share one Qdrant store (one client in this process: the machine 
 Qdrant server binary) and the session's Prefect server. Rollouts of a step arrive at
 both; the step completes once their sum reaches ``rollouts_per_step``, runs once as a
 deployment run, and both replicas see it done.
+
+Prefect executes a deployment run in a process of its own (a runner's subprocess, a
+worker's job), which cannot reach the one in-process store: so the replicas here put the
+deployment on a work pool, and :class:`PoolWorker` stands in for the pool's worker process,
+executing its scheduled runs in this process with Prefect's engine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -21,25 +28,93 @@ from fastapi.testclient import TestClient
 from qdrant_client import QdrantClient
 
 from amaris.app.wiring import build_services, create_app
+from flows.step_pipeline import step_pipeline
 from tests.conftest import make_settings
 from tests.pipeline_helpers import metadata, rollout
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
+class PoolWorker:
+    """The worker of a work pool, in this process: runs the pool's scheduled flow runs one
+    by one with Prefect's engine (as a process worker's job would), and lists them."""
+
+    def __init__(self, pool: str) -> None:
+        self.pool = pool
+        self.executed: list[Any] = []
+        self._stop = threading.Event()
+        context = contextvars.copy_context()  # the session's Prefect test settings
+        self._thread = threading.Thread(target=context.run, args=(self._main,), daemon=True)
+
+    def __enter__(self) -> PoolWorker:
+        asyncio.run(create_pool(self.pool))
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _main(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import (
+            FlowRunFilter,
+            FlowRunFilterState,
+            FlowRunFilterStateType,
+            WorkPoolFilter,
+            WorkPoolFilterName,
+        )
+        from prefect.client.schemas.objects import StateType
+        from prefect.flow_engine import run_flow_async
+
+        pool = WorkPoolFilter(name=WorkPoolFilterName(any_=[self.pool]))
+        scheduled = FlowRunFilter(state=FlowRunFilterState(
+            type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])))
+        while not self._stop.is_set():
+            async with get_client() as client:
+                runs = await client.read_flow_runs(work_pool_filter=pool,
+                                                   flow_run_filter=scheduled)
+            for run in runs:
+                self.executed.append(run.id)
+                await run_flow_async(step_pipeline, flow_run=run, parameters=run.parameters,
+                                     return_type="state")
+            await asyncio.sleep(0.2)  # the worker's poll interval
+
+
+async def create_pool(pool: str) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+
+    async with get_client() as client:
+        await client.create_work_pool(WorkPoolCreate(name=pool, type="process"),
+                                      overwrite=True)
+
+
+def replica_settings(tmp_path: Path, name: str, **overrides: Any) -> Any:
+    return make_settings(tmp_path, **{
+        "pipeline.executor": "deployment", "server.replica_id": name,
+        "pipeline.work_pool": f"pool-{tmp_path.name}"[:60],
+        "memory.collection": f"scale_{tmp_path.name}"[:60], **overrides})
+
+
 @contextmanager
-def replicas(tmp_path: Path, names: list[str], **overrides: Any) -> Iterator[list[TestClient]]:
+def replicas(tmp_path: Path, names: list[str], **overrides: Any
+             ) -> Iterator[tuple[list[TestClient], PoolWorker]]:
     shared = QdrantClient(location=":memory:")
     with ExitStack() as stack:
+        pool = replica_settings(tmp_path, "r", **overrides).pipeline.work_pool
+        assert pool is not None
+        worker = stack.enter_context(PoolWorker(pool))  # the pool exists before the replicas
         clients = []
         for name in names:
-            settings = make_settings(tmp_path, **{
-                "pipeline.executor": "deployment", "server.replica_id": name,
-                "memory.collection": f"scale_{tmp_path.name}"[:60], **overrides})
+            settings = replica_settings(tmp_path, name, **overrides)
             services = build_services(settings, qdrant=shared)
             clients.append(stack.enter_context(TestClient(create_app(settings,
                                                                      services=services))))
-        yield clients
+        yield clients, worker
     shared.close()
 
 
@@ -75,7 +150,7 @@ async def running_run(step: int) -> None:
 
 def test_step_counted_across_replicas_runs_once(tmp_path: Path) -> None:
     step = 9001  # a step number no other test of the session's Prefect server uses
-    with replicas(tmp_path, ["r1", "r2"], **{"pipeline.rollouts_per_step": 6}) as (a, b):
+    with replicas(tmp_path, ["r1", "r2"], **{"pipeline.rollouts_per_step": 6}) as ((a, b), worker):
         for i in range(3):  # neither replica alone reaches 6
             score(a, step, 2 * i)
             score(b, step, 2 * i + 1)
@@ -99,11 +174,13 @@ def test_step_counted_across_replicas_runs_once(tmp_path: Path) -> None:
                         rollout(step, 6, "correct")["id"]: True}
     runs = asyncio.run(step_runs(step))
     assert len(runs) == 1 and runs[0].state.is_completed()
+    # both replicas submitted the step; one flow run of it was executed, once
+    assert worker.executed == [runs[0].id]
 
 
 def test_manual_complete_at_one_replica_wakes_the_other(tmp_path: Path) -> None:
     step = 9002
-    with replicas(tmp_path, ["r1", "r2"]) as (a, b):
+    with replicas(tmp_path, ["r1", "r2"]) as ((a, b), worker):
         for i in range(4):
             score(a, step, i)
         assert b.post("/complete", json={"step": step}).json() == {"status": "complete"}
@@ -115,24 +192,16 @@ def test_manual_complete_at_one_replica_wakes_the_other(tmp_path: Path) -> None:
         assert b.get("/rubric_status/wait").json()["step"] == step
     runs = asyncio.run(step_runs(step))
     assert len(runs) == 1 and runs[0].state.is_completed()
+    assert worker.executed == [runs[0].id]
 
 
 def test_work_pool_runs_are_left_to_the_pool_workers(tmp_path: Path) -> None:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.flow_engine import run_flow_async
 
-    from flows.step_pipeline import step_pipeline
-
     step, pool = 9003, "amaris-test-pool"
-
-    async def create_pool() -> None:
-        async with get_client() as client:
-            await client.create_work_pool(WorkPoolCreate(name=pool, type="process"),
-                                          overwrite=True)
-
-    asyncio.run(create_pool())
-    with replicas(tmp_path, ["r1"], **{"pipeline.work_pool": pool}) as (a,):
+    asyncio.run(create_pool(pool))
+    settings = replica_settings(tmp_path, "r1", **{"pipeline.work_pool": pool})
+    with TestClient(create_app(settings)) as a:
         # the deployment is registered once the pipeline has started (seconds under load)
         a.app.state.services.runner.ready.result(timeout=120)  # type: ignore[attr-defined]
         for i in range(3):
@@ -187,14 +256,12 @@ def test_replica_restart_gives_its_interrupted_step_a_new_attempt(tmp_path: Path
     shared = QdrantClient(location=":memory:")
 
     def app(name: str) -> TestClient:
-        settings = make_settings(tmp_path, **{
-            "pipeline.executor": "deployment", "server.replica_id": name,
-            "memory.collection": f"scale_{tmp_path.name}"[:60]})
+        settings = replica_settings(tmp_path, name)
         return TestClient(create_app(settings, services=build_services(settings,
                                                                         qdrant=shared)))
 
     try:
-        with app("r1") as first:
+        with PoolWorker(f"pool-{tmp_path.name}"[:60]), app("r1") as first:
             for i in range(3):
                 score(first, step, i)
             registry = first.app.state.services.steps  # type: ignore[attr-defined]
@@ -204,7 +271,7 @@ def test_replica_restart_gives_its_interrupted_step_a_new_attempt(tmp_path: Path
         # names it the executor
         asyncio.run(running_run(step))
         registry.set(step, status="completing", executor="r1")
-        with app("r2") as other:
+        with PoolWorker(f"pool-{tmp_path.name}"[:60]), app("r2") as other:
             # another replica only watches a step r1 was running
             pending = other.get("/rubric_status/wait",
                                 params={"step": step, "timeout": 2}).json()

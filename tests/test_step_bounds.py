@@ -237,7 +237,7 @@ def test_complete_past_max_step_is_refused_even_when_steps_complete_by_themselve
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_replica_bounds_new_steps_on_the_shared_registry(tmp_path: Path) -> None:
     bounds = {**BOUNDS, "pipeline.max_open_steps": 2}
-    with replicas(tmp_path, ["r1", "r2"], **bounds) as (a, b):
+    with replicas(tmp_path, ["r1", "r2"], **bounds) as ((a, b), _):
         for step in (50, 51):
             assert a.post("/score", json=body(step, f"a{step}")).status_code == 200
         # b has taken no rollout: what it knows of the steps comes from the registry

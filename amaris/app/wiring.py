@@ -39,6 +39,7 @@ from amaris.steps.context import (
 )
 from amaris.steps.coordinator import StepCoordinator, enforce_retention
 from amaris.steps.runner import PipelineRunner
+from amaris.steps.store import InProcess, SharedStore
 from api.app import create_app as create_api
 from flows.step_pipeline import step_pipeline
 
@@ -157,8 +158,10 @@ def build_services(
     async def after_step(step: int) -> None:
         await asyncio.to_thread(enforce_retention, settings, rollouts, memory, step)
 
+    # One replica or several: which collaborators run steps and hold their state is the only
+    # difference (configuration), not a second path through the coordinator.
     executor = DeploymentExecutor(
-        steps, replica, on_done=after_step, work_pool=settings.pipeline.work_pool,
+        steps, replica, work_pool=settings.pipeline.work_pool,
     ) if shared else None
 
     async def start_pipeline() -> None:
@@ -174,7 +177,8 @@ def build_services(
         return runner.submit(step_pipeline(step))
 
     coordinator = StepCoordinator(settings, rollouts, steps, run_step, on_done=after_step,
-                                  on_finished=metrics.observe_step, shared=shared,
+                                  on_finished=metrics.observe_step,
+                                  store=SharedStore(steps, rollouts) if shared else InProcess(),
                                   replica=replica, after_wake=settle_heap)
     metrics.watch({"score": gateway, "pipeline": pipeline_gateway}, scorer, store, coordinator,
                   ledger, settings.pricing)

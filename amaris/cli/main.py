@@ -31,7 +31,13 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     from amaris.app.serve import run_server
 
-    return run_server(_settings(args))
+    settings = _settings(args)
+    path = args.config if args.config is not None else Path("config.yaml")
+    if path.is_file():
+        # Step runs that Prefect's runner executes in processes of their own
+        # (``pipeline.executor: deployment``) build their pipeline context from it.
+        os.environ.setdefault("AMARIS_CONFIG", str(path.resolve()))
+    return run_server(settings)
 
 
 def _prefect_home(settings: Settings) -> Path:

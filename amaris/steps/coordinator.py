@@ -3,8 +3,10 @@
 A step is ``open`` while rollouts arrive, ``completing`` while its flow runs, then
 ``done`` or ``failed``. Status lives in Qdrant (``StepRegistry``) so a restart
 resumes steps that were completing; the asyncio events here only wake waiters of
-this process. With ``shared`` (``pipeline.executor: deployment``, several replicas),
-counts and statuses are read from the store, never from this process's memory alone.
+this process. What other processes did to steps comes from a :class:`StepStore`
+(``amaris/steps/store.py``): nothing with one replica, the shared store with several
+(``pipeline.executor: deployment``), so counts and statuses are never this process's
+memory alone.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from amaris.logs import loggable
 from amaris.memory.batched_append import BatchedAppender
 from amaris.memory.rollout_log import RolloutLog, StepRegistry, step_records
 from amaris.settings import Settings
+from amaris.steps.store import InProcess, StepStore
 
 log = logging.getLogger("amaris.steps.coordinator")
 
 RunStep = Callable[[int, bool], concurrent.futures.Future[dict[str, Any]]]
 """Runs a step's flow (``True``: as a new attempt after a failure); the outcome."""
 _STATUS_TTL = 1.0
-"""Seconds a shared replica trusts its view of an open step's status."""
+"""Seconds a replica trusts its view of an open step's status."""
 _WAIT_POLL = 0.5
 
 Refusal = Literal["out_of_range", "too_many_open", "not_next"]
@@ -48,6 +51,11 @@ class StepRefusedError(ValueError):
         super().__init__(message)
         self.reason: Refusal = reason
         self.field = field
+
+
+class StepRunFailedError(RuntimeError):
+    """A step's run ended other than Completed; the message says how (its run's state, as
+    recorded). A run step raises it when the failure is not an exception of this process."""
 
 
 class UnknownStepError(LookupError):
@@ -70,17 +78,16 @@ class StepCoordinator:
         run_step: RunStep,
         on_done: Callable[[int], Coroutine[Any, Any, None]] | None = None,
         on_finished: Callable[[str, float], None] | None = None,
-        shared: bool = False, replica: str = "",
+        store: StepStore | None = None, replica: str = "",
         after_wake: Callable[[], None] | None = None,
     ) -> None:
         """``on_finished`` (metrics) gets ``done`` or ``failed`` and the pipeline's seconds.
 
         ``after_wake``: called (on the loop) once a step's waiters are woken.
-        ``shared``: other replicas log and complete steps too; the executor of a step (not
-        this coordinator) records its outcome and runs ``on_done``. ``replica``: this
-        process's name in the registry's ``executor`` field.
+        ``store``: what other processes did to steps (default: none do, :class:`InProcess`).
+        ``replica``: this process's name in the registry's ``executor`` field.
         """
-        self._shared = shared
+        self._store: StepStore = store or InProcess()
         self._after_wake = after_wake
         self._replica = replica
         self._checked: dict[int, float] = {}
@@ -129,11 +136,11 @@ class StepCoordinator:
                 resumed.append(step)
         by_step = {int(e["step"]): e for e in entries}
         for step in resumed:
-            # Shared: a step another replica executes is only watched; one this replica was
-            # executing when it stopped gets a new attempt.
-            mine = not self._shared or by_step[step].get("executor") == self._replica
+            # A step another replica started is only watched; one this replica started (the
+            # only replica: it started them all) gets a new attempt.
+            mine = by_step[step].get("executor", "") == self._replica
             log.warning("resuming step %s, interrupted while completing", step)
-            await self._start(step, resume=True, new_attempt=self._shared and mine)
+            await self._start(step, resume=True, new_attempt=mine)
         started = [s for s, st in self._status.items() if st != "open"]
         self._last_started = max(started) if started else None
         return resumed
@@ -161,10 +168,9 @@ class StepCoordinator:
         A step is refused past ``pipeline.max_step``; a step amaris does not know yet also
         when it is more than ``pipeline.max_steps_ahead`` past the newest step it knows
         (any step when it knows none), or when ``pipeline.max_open_steps`` are open.
-        Shared replicas re-read the registry (at most every second) for a step they do not
-        know.
+        A step it does not know is first looked up in the store (at most every second).
         """
-        if (self._shared and step not in self._status
+        if (step not in self._status
                 and step <= self._settings.pipeline.max_step
                 and time.monotonic() - self._steps_synced >= _STATUS_TTL):
             # Other replicas open steps too: judge a step new to this replica on the
@@ -203,7 +209,9 @@ class StepCoordinator:
         await self._appender.append(step, record)
         if status is None:
             self._status[step] = "open"
-            await asyncio.to_thread(self._register_open, step)
+            # Never turn another replica's ``completing`` back into ``open``.
+            if await self._store.get(step) is None:
+                await asyncio.to_thread(self._steps.set, step, status="open")
         if record["late"]:
             log.warning("rollout %s arrived after step %s was completed; logged, not analysed",
                         loggable(record["rollout"]["id"]), step)
@@ -212,31 +220,23 @@ class StepCoordinator:
         target = self._settings.pipeline.rollouts_per_step
         if target is None:
             return
-        # Shared: every replica's rollouts count (their writers' counts are in the store).
-        count = (await asyncio.to_thread(self._rollouts.count, step) if self._shared
-                 else self._counts[step])
-        if count >= target:
+        if await self._store.count(step, self._counts[step]) >= target:
             await self._start(step)
 
     async def _open_status(self, step: int) -> str | None:
-        """The step's status; shared replicas re-read an open step at most every second,
+        """The step's status; an open step is looked up in the store at most every second,
         so a step another replica completed is seen (its late rollouts flagged)."""
         status = self._status.get(step)
-        if not self._shared or status not in (None, "open"):
+        if status not in (None, "open"):
             return status
         now = time.monotonic()
         if now - self._checked.get(step, 0.0) < _STATUS_TTL:
             return status
         self._checked[step] = now
-        record = await asyncio.to_thread(self._steps.get, step)
+        record = await self._store.get(step)
         if record is not None:
             self._status[step] = status = str(record["status"])
         return status
-
-    def _register_open(self, step: int) -> None:
-        # Shared: never turn another replica's ``completing`` back into ``open``.
-        if not self._shared or self._steps.get(step) is None:
-            self._steps.set(step, status="open")
 
     # -- control ------------------------------------------------------------------
     async def complete(self, step: int | None = None) -> str:
@@ -272,10 +272,10 @@ class StepCoordinator:
         return "complete"
 
     async def _stored_status(self, step: int) -> str | None:
-        """The step's status; shared replicas read the registry's (one record), unless
-        this process supervises the step's run itself."""
-        if self._shared and step not in self._supervised:
-            record = await asyncio.to_thread(self._steps.get, step)
+        """The step's status, as the store has it (one record) unless this process
+        supervises the step's run itself."""
+        if step not in self._supervised:
+            record = await self._store.get(step)
             if record is not None:
                 self._status[step] = str(record["status"])
                 if record["status"] != "open":
@@ -283,10 +283,8 @@ class StepCoordinator:
         return self._status.get(step)
 
     async def _sync_from_store(self) -> None:
-        """Shared: adopt the statuses other replicas wrote (steps they opened or ran)."""
-        if not self._shared:
-            return
-        for entry in await asyncio.to_thread(self._steps.list, None, 10_000):
+        """Adopt the statuses other replicas wrote (steps they opened or ran)."""
+        for entry in await self._store.entries():
             step, status = int(entry["step"]), str(entry["status"])
             if self._status.get(step) != "completing" or status in ("done", "failed"):
                 self._status[step] = status
@@ -337,10 +335,10 @@ class StepCoordinator:
         try:
             if not self._closing:
                 async with asyncio.timeout(timeout):
-                    if self._shared and target not in self._supervised:
-                        await self._poll_final(target, event)
-                    else:
+                    if target in self._supervised:
                         await event.wait()
+                    else:
+                        await self._poll_final(target, event)
         except TimeoutError:
             pass
         finally:
@@ -366,10 +364,10 @@ class StepCoordinator:
             event.set()
 
     async def _poll_final(self, step: int, event: asyncio.Event) -> None:
-        """Shared: until the registry says ``done`` or ``failed`` (whichever replica ran
-        the step) or this process's own supervision ends."""
+        """Until the store says ``done`` or ``failed`` (whichever replica ran the step) or
+        this process's own supervision ends."""
         while not event.is_set():
-            record = await asyncio.to_thread(self._steps.get, step) or {}
+            record = await self._store.get(step) or {}
             if record.get("status") in ("done", "failed"):
                 self._status[step] = str(record["status"])
                 self._outcomes[step] = {"error": record.get("error"),
@@ -399,8 +397,8 @@ class StepCoordinator:
         async with self._lock:
             if not resume and self._status.get(step) == "completing":
                 return
-            if self._shared and not resume and not new_attempt:
-                record = await asyncio.to_thread(self._steps.get, step) or {}
+            if not resume and not new_attempt:
+                record = await self._store.get(step) or {}
                 if record.get("status") in ("completing", "done"):
                     # Another replica completed it: watch it, do not start it again.
                     self._status[step] = str(record["status"])
@@ -408,9 +406,7 @@ class StepCoordinator:
             self._status[step] = "completing"
             self._event(step).clear()
             self._last_started = max(step, self._last_started or step)
-            # Shared: the count of every replica's rollouts, not this one's.
-            count = (await asyncio.to_thread(self._rollouts.count, step) if self._shared
-                     else self._counts.get(step, 0))
+            count = await self._store.count(step, self._counts.get(step, 0))
             await asyncio.to_thread(self._steps.set, step, status="completing",
                                     rollout_count=count, error=None)
             self._supervised.add(step)
@@ -425,24 +421,24 @@ class StepCoordinator:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            error = str(exc) if self._shared else f"{type(exc).__name__}: {exc}"
+            error = (str(exc) if isinstance(exc, StepRunFailedError)
+                     else f"{type(exc).__name__}: {exc}")
             log.error("step %s failed: %s", step, error)
             self._status[step] = "failed"
             self._outcomes[step] = {"error": error}
             self._finished("failed", started)
-            if not self._shared:  # shared: the executing replica recorded it
-                await asyncio.to_thread(self._steps.set, step, status="failed", error=error)
+            # Every replica that supervised the run records the same outcome.
+            await asyncio.to_thread(self._steps.set, step, status="failed", error=error)
         else:
             self._status[step] = "done"
             self._outcomes[step] = outcome
             self._finished("done", started)
             log.info("step %s done in %.1f s", step, time.monotonic() - started)
-            if not self._shared:
-                await asyncio.to_thread(self._steps.set, step, status="done",
-                                        duration_s=round(time.monotonic() - started, 3),
-                                        scopes=outcome.get("scopes"))
-                if self._on_done is not None:
-                    await self._on_done(step)
+            await asyncio.to_thread(self._steps.set, step, status="done", error=None,
+                                    duration_s=round(time.monotonic() - started, 3),
+                                    scopes=outcome.get("scopes"))
+            if self._on_done is not None:
+                await self._on_done(step)
         finally:
             self._counts.pop(step, None)
             self._supervised.discard(step)
