@@ -20,6 +20,9 @@ FUNCTION_LEVEL_IMPORTS_ALLOWED = {
     # The CLI's commands import their stack when they run: the server stack and the
     # simulator are extras, and `amaris --help` must not load Prefect, torch or Qdrant.
     "amaris/cli/main.py": None,
+    # The console script: a client-only install (no server extra) gets a message naming
+    # the extra instead of a traceback.
+    "amaris/cli/entry.py": {"amaris.cli.main"},
     "amaris/cli/inspect.py": None,
     "amaris/cli/simulate.py": None,
     # Prefect reads its settings from the environment at import: `run_server` sets them
