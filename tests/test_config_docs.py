@@ -48,9 +48,15 @@ def dotted_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
 
 def test_the_walk_finds_nested_and_per_agent_keys() -> None:
     keys = dotted_keys(Settings)
-    assert {"server.api_key", "client.<agent>.base_url", "agents.<agent>.model",
-            "concurrency.<agent>", "pricing.<model>.prompt", "anchor_rubrics[].text",
-            "memory.rollout_retention_steps"} <= keys
+    assert {
+        "server.api_key",
+        "client.<agent>.base_url",
+        "agents.<agent>.model",
+        "concurrency.<agent>",
+        "pricing.<model>.prompt",
+        "anchor_rubrics[].text",
+        "memory.rollout_retention_steps",
+    } <= keys
     assert not any("scorer" in key for key in keys)
 
 
