@@ -1,7 +1,9 @@
 """One typed settings object, validated once from ``config.yaml`` and the environment.
 
 Every section is a small pydantic model with ``extra="forbid"``, so a misspelt key
-stops start-up with a message naming it (see :func:`load_settings`).
+stops start-up with a message naming it (see :func:`load_settings`). Every key can also
+be set as ``AMARIS_<SECTION>__<KEY>`` (pydantic-settings); the layers, lowest first:
+built-in defaults, the YAML file, the environment, command-line overrides.
 """
 
 from __future__ import annotations
@@ -14,7 +16,16 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, SettingsError
 
 AGENTS: tuple[str, ...] = (
     "scorer",
@@ -41,6 +52,18 @@ AgentName = Literal[
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+ENV_PREFIX = "AMARIS_"
+"""Environment variables ``AMARIS_<SECTION>__<KEY>`` set ``<section>.<key>``."""
+ENV_NESTED_DELIMITER = "__"
+ENV_NULL = "null"
+"""An environment value that sets a key to null."""
+
+
+def secret_value(secret: SecretStr | None) -> str | None:
+    """The text of a secret setting, for the one place that sends it (never to log)."""
+    return secret.get_secret_value() if secret is not None else None
 
 
 REMOTE_TIMEOUT_SECONDS = 60.0
@@ -76,8 +99,9 @@ def is_local_url(base_url: str | None) -> bool:
 class ClientOverride(_Section):
     """Connection to an OpenAI-compatible endpoint."""
 
-    api_key: str | None = None
-    """API key; null falls back to the default client, then to ``OPENAI_API_KEY``."""
+    api_key: SecretStr | None = None
+    """API key; null falls back to the default client, then to ``OPENAI_API_KEY``. A secret:
+    shown as ``**********`` in reprs, dumps and errors."""
     base_url: str | None = None
     """Endpoint URL, e.g. ``http://localhost:8000/v1``; null = the default client's / OpenAI."""
     max_concurrency: int | None = Field(default=None, ge=0)
@@ -291,9 +315,9 @@ class ServerSettings(_Section):
     host: str = "127.0.0.1"
     """Bind address; ``0.0.0.0`` exposes the service to the network."""
     port: int = Field(default=8002, ge=1, le=65535)
-    api_key: str | None = None
+    api_key: SecretStr | None = None
     """When set (or ``AMARIS_API_KEY``), every path but /healthz needs ``Bearer <key>``
-    (the OpenAPI schema and docs included)."""
+    (the OpenAPI schema and docs included). A secret: never shown."""
     max_body_bytes: int = Field(default=4_000_000, gt=0)
     """Larger request bodies get 413 (by their Content-Length, else as they stream in)."""
     body_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
@@ -436,6 +460,13 @@ class ScoringSettings(_Section):
     """Longest a rollout may wait for its verdict (queueing, retries and re-ask included);
     past it the rollout is unscored with reason ``judge_timeout``; null = no bound."""
 
+    @field_validator("on_failure", mode="before")
+    @classmethod
+    def _null_policy(cls, value: Any) -> Any:
+        # The policy is named "null": an unquoted YAML null or AMARIS_SCORING__ON_FAILURE=null
+        # (both read as None) mean it too.
+        return "null" if value is None else value
+
     @model_validator(mode="after")
     def _neutral_needs_value(self) -> ScoringSettings:
         if self.on_failure == "neutral" and self.neutral_score is None:
@@ -476,8 +507,18 @@ class RubricItem(_Section):
         return value
 
 
-class Settings(_Section):
-    """The whole configuration."""
+class Settings(BaseSettings):
+    """The whole configuration. ``Settings()`` reads the environment over the built-in
+    defaults; :func:`load_settings` adds the YAML file and the command line."""
+
+    model_config = SettingsConfigDict(
+        extra="forbid",
+        frozen=True,
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        env_parse_none_str=ENV_NULL,
+        case_sensitive=False,
+    )
 
     client: ClientSettings = ClientSettings()
     agents: AgentsSettings = AgentsSettings()
@@ -519,13 +560,37 @@ class Settings(_Section):
 
 
 class ConfigError(Exception):
-    """The configuration is invalid; the message names every offending key."""
+    """The configuration is invalid; the message names every offending key (and the
+    environment variable that set it)."""
 
 
-def _format_errors(error: ValidationError, source: str) -> str:
+def _environment_names() -> dict[tuple[str, ...], str]:
+    """``AMARIS_<SECTION>__<KEY>`` variables that set a key: their dotted path -> name."""
+    found: dict[tuple[str, ...], str] = {}
+    for name in os.environ:
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        path = tuple(name[len(ENV_PREFIX) :].lower().split(ENV_NESTED_DELIMITER))
+        if path[0] in Settings.model_fields:
+            found[path] = name
+    return found
+
+
+def _format_errors(
+    error: ValidationError, source: str, environment: dict[tuple[str, ...], str]
+) -> str:
     lines = [f"invalid configuration in {source}:"]
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        loc = tuple(str(part) for part in item["loc"])
+        key = ".".join(loc) or "(top level)"
+        # The variables that set this key, a key inside it, or the section holding it.
+        names = sorted(
+            name
+            for path, name in environment.items()
+            if path[: len(loc)] == loc or loc[: len(path)] == path
+        )
+        if names:
+            key = f"{key} ({', '.join(names)})"
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
@@ -533,8 +598,39 @@ def _format_errors(error: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def _apply_environment(raw: dict[str, Any]) -> dict[str, Any]:
-    """Fill secrets from the environment where the file leaves them null."""
+def _read_environment() -> dict[str, Any]:
+    """The keys set by ``AMARIS_<SECTION>__<KEY>`` variables, as a raw mapping (JSON for a
+    list or a mapping, ``null`` for null), read by pydantic-settings.
+
+    Raises:
+        ConfigError: a variable's value is not the JSON its key needs.
+    """
+    try:
+        return EnvSettingsSource(Settings)()
+    except SettingsError as exc:
+        names = sorted(
+            name for path, name in _environment_names().items() if f'"{path[0]}"' in str(exc)
+        )
+        raise ConfigError(
+            f"invalid configuration in the environment: {', '.join(names)}: "
+            f"not valid JSON ({exc.__cause__ or exc})"
+        ) from None
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``top`` over ``base``, mappings merged key by key."""
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        if isinstance(below, dict) and isinstance(value, dict):
+            merged[key] = _merge(below, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _apply_secret_fallbacks(raw: dict[str, Any]) -> dict[str, Any]:
+    """``OPENAI_API_KEY`` and ``AMARIS_API_KEY`` where no layer sets the key."""
     client = raw.setdefault("client", {}) or {}
     raw["client"] = client
     default = client.setdefault("default", {}) or {}
@@ -564,12 +660,18 @@ def set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
 def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
     """Read, merge with the environment and validate the configuration.
 
+    Layers, each over the one before: the built-in defaults, the YAML file, the
+    ``AMARIS_<SECTION>__<KEY>`` environment variables, ``overrides``; then
+    ``OPENAI_API_KEY`` / ``AMARIS_API_KEY`` fill in an API key no layer set.
+
     Args:
         path: YAML file; None = built-in defaults only.
-        overrides: dotted keys (``server.port=9000``) applied after the file.
+        overrides: dotted keys (``server.port=9000``, the command line's) applied last.
 
     Raises:
-        ConfigError: unreadable file or invalid keys/values, naming each key.
+        ConfigError: unreadable file or invalid keys/values, naming each key (and the
+            environment variable that set it). It carries no secret: the validation
+            error, whose input values could hold one, is not chained.
     """
     source = str(path) if path is not None else "(defaults)"
     raw: dict[str, Any] = {}
@@ -583,12 +685,16 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"configuration {source}: top level must be a mapping")
         raw = loaded or {}
+    environment = _environment_names()
+    if environment:
+        source = f"{source} and the environment"
+    raw = _merge(raw, _read_environment())
     for dotted, value in overrides.items():
         if value is None:
             continue
         set_dotted(raw, dotted, value)
-    raw = _apply_environment(raw)
+    raw = _apply_secret_fallbacks(raw)
     try:
         return Settings.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source)) from exc
+        raise ConfigError(_format_errors(exc, source, environment)) from None

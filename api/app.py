@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from amaris import __version__
 from amaris.metrics import Metrics
 from amaris.services import Services
-from amaris.settings import Settings
+from amaris.settings import Settings, secret_value
 from api import errors
 from api.middleware import RequestGuard, RequestMetrics
 from api.routes import health, memory, metrics, openrlhf, rubrics, score, steps
@@ -51,7 +51,7 @@ def create_app(settings: Settings, services: Services | ServicesFactory) -> Fast
     )
     # The bearer key is checked at the edge, for every path but /healthz, before routing
     # and before any body is read: no router needs (or can forget) an auth dependency.
-    app.add_middleware(RequestGuard, api_key=settings.server.api_key,
+    app.add_middleware(RequestGuard, api_key=secret_value(settings.server.api_key),
                        max_body_bytes=settings.server.max_body_bytes,
                        body_timeout_seconds=settings.server.body_timeout_seconds)
     app.add_middleware(RequestMetrics, metrics=registry)  # added last: outermost

@@ -35,6 +35,11 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # A developer's real key must never reach a test (or make it call a real endpoint).
     for name in ("OPENAI_API_KEY", "AMARIS_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
+    # Nor a developer's AMARIS_<SECTION>__<KEY> settings.
+    for name in list(os.environ):
+        upper = name.upper()
+        if any(upper.startswith(f"AMARIS_{field.upper()}") for field in Settings.model_fields):
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 import amaris
 from amaris.app.wiring import create_app
-from amaris.settings import Settings
+from amaris.settings import Settings, secret_value
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 
@@ -201,7 +201,7 @@ def test_amaris_api_key_env_protects_the_endpoints(
 ) -> None:
     monkeypatch.setenv("AMARIS_API_KEY", "from-env")
     settings = make_settings(tmp_path)
-    assert settings.server.api_key == "from-env"
+    assert secret_value(settings.server.api_key) == "from-env"
     with serve(settings) as client:
         assert client.get("/healthz").status_code == 200
         for method, path, body in PROTECTED:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from amaris.settings import ConfigError, load_settings
+from amaris.settings import ConfigError, load_settings, secret_value
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -112,10 +112,10 @@ def test_secrets_come_from_the_environment(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
     monkeypatch.setenv("AMARIS_API_KEY", "amaris-env")
     settings = load_settings(write(tmp_path, "server: {port: 9000}"))
-    assert settings.client.default.api_key == "sk-env"
-    assert settings.server.api_key == "amaris-env"
+    assert secret_value(settings.client.default.api_key) == "sk-env"
+    assert secret_value(settings.server.api_key) == "amaris-env"
     explicit = load_settings(write(tmp_path, "server: {api_key: from-file}"))
-    assert explicit.server.api_key == "from-file"
+    assert secret_value(explicit.server.api_key) == "from-file"
 
 
 def test_overrides_apply_after_the_file(tmp_path: Path) -> None:

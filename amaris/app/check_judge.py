@@ -28,7 +28,7 @@ from amaris.models import ScoreRequest
 from amaris.rubric.model import adaptive_from_config, anchors_from_config
 from amaris.rubric.store import RubricStore
 from amaris.scoring.scorer import Scorer
-from amaris.settings import AGENTS, AgentOptions, ResolvedAgentOptions, Settings
+from amaris.settings import AGENTS, AgentOptions, ResolvedAgentOptions, Settings, secret_value
 
 SAMPLE = {
     "rollout": {
@@ -146,7 +146,8 @@ async def check_judges(settings: Settings) -> list[AgentCheck]:
                 rows.append(row)
                 continue
             client = settings.client.for_agent(agent)
-            key = f"{client.base_url}\x00{client.api_key}\x00{options.model_dump_json()}"
+            secret = secret_value(client.api_key)
+            key = f"{client.base_url}\x00{secret}\x00{options.model_dump_json()}"
             if key not in samples:
                 samples[key] = await _sample(as_scorer(settings, agent))
             found = samples[key]

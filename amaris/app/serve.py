@@ -20,7 +20,7 @@ from amaris.app.prefect_env import configure_prefect
 from amaris.app.prefect_server import PrefectServer, die_with_parent, free_port
 from amaris.logs import configure_logging
 from amaris.redact import redact_url
-from amaris.settings import Settings
+from amaris.settings import Settings, secret_value
 
 log = logging.getLogger("amaris")
 
@@ -209,8 +209,9 @@ class RepairWorker:
         # through the environment (inherited by the runs' processes), never a parameter.
         env = dict(os.environ)
         env["AMARIS_REPAIR_URL"] = server.local_url
-        if server.api_key:
-            env["AMARIS_API_KEY"] = server.api_key
+        key = secret_value(server.api_key)
+        if key:
+            env["AMARIS_API_KEY"] = key
         home = Path(os.environ["PREFECT_HOME"])
         with (home / "repair-worker.log").open("ab") as out:
             self._proc = subprocess.Popen(

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from amaris.redact import redact_url
-from amaris.settings import Settings
+from amaris.settings import Settings, secret_value
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -53,7 +53,7 @@ def api_get(settings: Settings, url: str | None, path: str,
     """
     import httpx
 
-    key = settings.server.api_key
+    key = secret_value(settings.server.api_key)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     query = {name: value for name, value in (params or {}).items() if value is not None}
     base = server_url(settings, url)

@@ -13,7 +13,7 @@ from typing import Any
 from amaris.app.prefect_server import AUTH_FILE, read_auth_string, recorded_server
 from amaris.cli import inspect as cli_inspect
 from amaris.redact import redact_url
-from amaris.settings import ConfigError, Settings, load_settings
+from amaris.settings import ConfigError, Settings, load_settings, secret_value
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -71,8 +71,9 @@ def _repair(args: argparse.Namespace) -> int:
         return 1
     # The operator's own run: the flow repairs the server this command names.
     os.environ["AMARIS_REPAIR_URL"] = cli_inspect.server_url(settings, args.url)
-    if settings.server.api_key:
-        os.environ.setdefault("AMARIS_API_KEY", settings.server.api_key)
+    key = secret_value(settings.server.api_key)
+    if key:
+        os.environ.setdefault("AMARIS_API_KEY", key)
     from flows.repair import repair_steps
 
     outcome = asyncio.run(repair_steps())

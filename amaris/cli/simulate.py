@@ -19,7 +19,7 @@ from typing import Any
 
 from amaris.cli.inspect import CommandError, api_get, server_url
 from amaris.redact import redact_url
-from amaris.settings import Settings
+from amaris.settings import Settings, secret_value
 from amaris.sim.driver import RunResult, StepResult, run
 from amaris.sim.policy import PlannedRollout, Policy
 from amaris.sim.progress import Progress
@@ -109,11 +109,11 @@ def _server(args: argparse.Namespace, settings: Settings, stack: ExitStack,
     from amaris.sim.server import managed_server
 
     if getattr(args, "url", None):
-        yield server_url(settings, args.url), settings.server.api_key
+        yield server_url(settings, args.url), secret_value(settings.server.api_key)
         return
     folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="amaris-sim-")))
     with managed_server(config_path(args), folder, overrides, prefect_env) as url:
-        yield url, settings.server.api_key
+        yield url, secret_value(settings.server.api_key)
 
 
 def simulate(settings: Settings, args: argparse.Namespace) -> int:

@@ -47,7 +47,7 @@ from amaris.llm.output_mode import (
 from amaris.llm.providers import ChatProvider, Completion, OfflineProvider, OpenAIProvider
 from amaris.llm.reasoning import split_reasoning
 from amaris.llm.schema import strict_schema
-from amaris.settings import AGENTS, ResolvedAgentOptions, Settings
+from amaris.settings import AGENTS, ResolvedAgentOptions, Settings, secret_value
 
 T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger("amaris.llm")
@@ -500,8 +500,8 @@ def build_providers(settings: Settings) -> dict[str, ChatProvider]:
         if client.api_key is None and client.base_url is None:
             providers[agent] = offline
             continue
-        key = (client.api_key, client.base_url)
+        key = (secret_value(client.api_key), client.base_url)
         if key not in by_endpoint:
-            by_endpoint[key] = OpenAIProvider(client.api_key, client.base_url)
+            by_endpoint[key] = OpenAIProvider(*key)
         providers[agent] = by_endpoint[key]
     return providers

@@ -18,7 +18,7 @@ from functools import lru_cache
 from itertools import pairwise
 from typing import Any, Protocol
 
-from amaris.settings import ClientSettings, MemorySettings
+from amaris.settings import ClientSettings, MemorySettings, secret_value
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 _MINILM_DIM = 384
@@ -214,7 +214,9 @@ def build_embedder(memory: MemorySettings, client_settings: ClientSettings) -> E
     if choice.startswith("openai:") and choice[len("openai:") :].strip():
         default = client_settings.default
         return OpenAIEmbedder(
-            choice[len("openai:") :].strip(), api_key=default.api_key, base_url=default.base_url
+            choice[len("openai:") :].strip(),
+            api_key=secret_value(default.api_key),
+            base_url=default.base_url,
         )
     raise EmbedderConfigError(
         f"memory.embedding_model {choice!r}: expected null, {MINILM_NAME!r}, 'hashing' "
