@@ -32,6 +32,7 @@ from typing import Any
 import aiohttp
 import httpx2
 import openai
+import yarl
 
 KEEPALIVE_EXPIRY_S = 4.0
 """Idle connections older than this are not reused: uvicorn (vLLM) closes its idle ones
@@ -90,7 +91,10 @@ class JsonEndpoint:
     """
 
     def __init__(self, client: openai.AsyncOpenAI) -> None:
-        self._base = str(client.base_url).rstrip("/")
+        # Credentials in the URL (``http://user:pass@host/v1``, as some proxies take) are
+        # not sent: aiohttp refuses them beside the bearer header, which is the endpoint's auth.
+        self._base_url = yarl.URL(str(client.base_url)).with_user(None)
+        self._base = str(self._base_url.with_query(None)).rstrip("/")
         headers = {k: v for k, v in client.default_headers.items() if isinstance(v, str)}
         headers.update(client.auth_headers)
         headers["Accept-Encoding"] = "identity"
@@ -124,7 +128,9 @@ class JsonEndpoint:
 
         ``timeout`` bounds the connect and each wait for response bytes.
         """
-        url = f"{self._base}/{path}"
+        # A query in the base URL (``?tenant=...``, ``?api-version=...``) stays a query.
+        base = self._base_url
+        url = str(base.with_path(f"{base.path.rstrip('/')}/{path}").with_query(base.query))
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         limits = self._timeouts.get(timeout)
         if limits is None:
