@@ -1,172 +1,67 @@
-"""``amaris serve``: the API, its pipeline thread and (by default) a Prefect server."""
+"""``amaris serve``: the API and its pipeline thread, on the Prefect server
+:func:`amaris.app.launch.launched` started (Prefect's environment is set before this
+module, which imports Prefect, is imported)."""
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import uvicorn
+from prefect.events.worker import EventsWorker
+from prefect.logging.handlers import APILogWorker
 
-from amaris.app.prefect_env import configure_prefect
-from amaris.app.prefect_server import PrefectServer, die_with_parent, free_port
-from amaris.logs import configure_logging
-from amaris.redact import redact_url
-from amaris.settings import Settings, secret_value
+from amaris.app.launch import Launch
+from amaris.app.wiring import build_services, create_app
+from amaris.settings import Settings
 
 log = logging.getLogger("amaris")
 
 PREFECT_FLUSH_TIMEOUT_S = 1.5
 """How long Prefect's log and event queues have to reach its server on shutdown."""
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
-def run_server(settings: Settings) -> int:
-    """Serve until SIGINT/SIGTERM; then finish in-flight requests (30 s at most), leave
-    running steps resumable and stop the Prefect server child.
-
-    A signal during start-up (the Prefect server booting, storage opening) stops it there:
-    the children started so far are stopped and the exit code is 0 (:class:`_Signals`).
-    """
-    signals = _Signals()
-    signals.install()
-    server: PrefectServer | None = None
-    worker: RepairWorker | None = None
+def serve(settings: Settings, launch: Launch) -> int:
+    """Serve until SIGINT/SIGTERM; then finish in-flight requests (30 s at most) and leave
+    running steps resumable (:func:`~amaris.app.launch.launched` then stops the children)."""
+    server = launch.server
     try:
-        configure_logging(settings.logging.level, settings.logging.format)
-        configure_prefect(settings)
-        if not os.environ.get("PREFECT_API_URL"):
-            wanted = settings.prefect.port
-            port = wanted if wanted is not None and _port_free(wanted) else free_port()
-            server = signals.server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
-            server.start()
-            # Before prefect is imported in this process: its settings read the environment
-            # once. The children (repair worker, its runs) inherit the address and the auth
-            # string.
-            os.environ.update(server.client_env())
-            log.warning("Prefect UI: %s (step runs, task runs, artifacts)", server.url)
-        else:
-            log.warning("using the Prefect API at %s",
-                        redact_url(os.environ["PREFECT_API_URL"]))
-        worker = signals.worker = RepairWorker(settings, server)
-        worker.start_when_ready()
-        # Imported here, not at the top: Prefect (which the wiring imports) reads its
-        # settings (PREFECT_API_URL, the auth string, PREFECT_HOME) from the environment
-        # once, at import; they are set above, once the Prefect server has a port.
-        from amaris.app.wiring import build_services, create_app
-
         services = build_services(
             settings, warm_prefect=True, prefect_ready=server.wait_ready if server else None
         )
         app = create_app(settings, services=services)
         config = uvicorn.Config(
-            app, host=settings.server.host, port=settings.server.port,
-            log_level=settings.logging.level.lower(), timeout_graceful_shutdown=30,
+            app,
+            host=settings.server.host,
+            port=settings.server.port,
+            log_level=settings.logging.level.lower(),
+            timeout_graceful_shutdown=30,
             # Longer than clients' pool keep-alive (httpx: 5 s), so the server never
             # closes a connection a client is about to reuse (a reset mid-request).
             timeout_keep_alive=75,
             # A request arriving with this many connections open gets 503.
-            limit_concurrency=settings.server.max_connections)
+            limit_concurrency=settings.server.max_connections,
+        )
         # uvicorn drains requests before the app's shutdown: end step waits first, or
         # long polls would hold the drain for up to its 30 s. It handles the signals while
         # it runs, then re-raises the one it got with the handler it found installed.
-        signals.serving()
+        launch.signals.serving()
         WaitEndingServer(config, services.coordinator.end_waits).run()
     finally:
-        signals.stopping()
+        launch.signals.stopping()
         _flush_prefect()
-        _stop_children(worker, server)
     return 0
 
-def _stop_children(worker: RepairWorker | None, server: Any) -> None:
-    """Stop the repair worker and the Prefect server side by side. Stopping the server
-    also ends the threads still waiting for it to answer."""
-    log.info("stopping the repair worker and the Prefect server")
-    stopper = threading.Thread(target=worker.stop) if worker is not None else None
-    if stopper is not None:
-        stopper.start()
-    if server is not None:
-        server.stop()
-    if stopper is not None:
-        stopper.join()
-    log.info("stopped")
 
 def _flush_prefect() -> None:
     """Send the logs and events Prefect still queues (of step runs just cancelled) while its
     server answers: at exit, with the server gone, each queue waits on failed connections."""
-    if "prefect" not in sys.modules:
-        return  # never imported (stopped during start-up): nothing queued
-    # Imported here, not at the top: Prefect reads its settings (PREFECT_API_URL, the auth
-    # string) from the environment once, at import, and run_server sets them first.
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
     deadline = time.monotonic() + PREFECT_FLUSH_TIMEOUT_S
     for service in (APILogWorker, EventsWorker):
         service.drain_all(timeout=max(0.0, deadline - time.monotonic()))
 
-class _Signals:
-    """What SIGTERM and SIGINT do in ``amaris serve``.
-
-    During start-up nothing has been served: the handler stops the children started so
-    far and ends the process at once, exit code 0. It does not raise: an exception raised
-    by a signal handler surfaces wherever the main thread is, and in a callback whose
-    exceptions Python ignores (importlib's module-lock callback, seen here) it is lost,
-    the signal with it, and an import lock may be left behind. While serving, uvicorn
-    handles the signals (drain, shutdown) and then re-raises the one it got: then the
-    handler raises ``SystemExit(0)`` in plain code, through ``run_server``'s ``finally``.
-    Once stopping, further signals are ignored: they would cut the stopping short.
-    """
-
-    def __init__(self) -> None:
-        self.server: Any = None
-        self.worker: RepairWorker | None = None
-        self._serving = False
-        self._stopping = False
-
-    def install(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._handle)
-
-    def serving(self) -> None:
-        """From now on uvicorn answers the signals first."""
-        self._serving = True
-
-    def stopping(self) -> None:
-        """The process is stopping its children: ignore further signals."""
-        self._stopping = True
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if self._stopping:
-            log.warning("signal %s: already stopping", signum)
-            return
-        self._stopping = True
-        log.warning("signal %s: stopping", signum)
-        if self._serving:
-            raise SystemExit(0)
-        # One after the other: starting a thread here could wait forever on a lock the
-        # interrupted main thread holds.
-        if self.worker is not None:
-            self.worker.stop()
-        if self.server is not None:
-            self.server.stop()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
 
 class WaitEndingServer(uvicorn.Server):
     """uvicorn that calls ``end_waits`` as its shutdown starts, before draining requests."""
@@ -178,62 +73,3 @@ class WaitEndingServer(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._end_waits()
         await super().shutdown(sockets)
-
-class RepairWorker:
-    """The child process serving the scheduled-repair deployment (``amaris repair-worker``)."""
-
-    def __init__(self, settings: Settings, server: Any) -> None:
-        self._settings = settings
-        self._server = server
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._stopped = threading.Event()
-
-    def start_when_ready(self) -> None:
-        """Spawn the worker once the Prefect API answers (in a thread; never blocks)."""
-        if self._settings.prefect.repair_interval_seconds is None:
-            return
-        threading.Thread(target=self._spawn, name="amaris-repair-worker", daemon=True).start()
-
-    def _spawn(self) -> None:
-
-        try:
-            if self._server is not None:
-                self._server.wait_ready()
-        except RuntimeError as exc:
-            log.error("no scheduled repair: %s", exc)
-            return
-        if self._stopped.is_set():
-            return
-        server = self._settings.server
-        # The repair runs' only target is this service: its address and key reach them
-        # through the environment (inherited by the runs' processes), never a parameter.
-        env = dict(os.environ)
-        env["AMARIS_REPAIR_URL"] = server.local_url
-        key = secret_value(server.api_key)
-        if key:
-            env["AMARIS_API_KEY"] = key
-        home = Path(os.environ["PREFECT_HOME"])
-        with (home / "repair-worker.log").open("ab") as out:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "amaris.cli.main", "repair-worker", "--interval",
-                 str(self._settings.prefect.repair_interval_seconds)],
-                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
-            )
-        log.info("scheduled repair every %s s (pid %s)",
-                 self._settings.prefect.repair_interval_seconds, self._proc.pid)
-        # PR_SET_PDEATHSIG fires when the spawning *thread* ends: this thread must live
-        # as long as the child is meant to.
-        self._stopped.wait()
-
-    def stop(self) -> None:
-        """Stop the worker child."""
-        self._stopped.set()
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)

@@ -13,16 +13,19 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import httpx
+from qdrant_client import QdrantClient
+
+from amaris.memory.embedder import build_embedder
+from amaris.memory.inspection import inspect_memory, search_memory
+from amaris.memory.qdrant import StoreLockedError, open_qdrant
+from amaris.memory.store import MemoryStore
 from amaris.redact import redact_url
+from amaris.rubric.diff import diff_rubrics
+from amaris.rubric.store import RubricStore
 from amaris.settings import Settings, secret_value
-
-if TYPE_CHECKING:
-    from qdrant_client import QdrantClient
-
-    from amaris.memory.store import MemoryStore
-    from amaris.rubric.store import RubricStore
 
 WIDTH = 100
 """Widest line of the human-readable output."""
@@ -44,14 +47,14 @@ def server_url(settings: Settings, url: str | None = None) -> str:
     return url.rstrip("/") if url else settings.server.local_url
 
 
-def api_get(settings: Settings, url: str | None, path: str,
-            params: Mapping[str, Any] | None = None) -> Any:
+def api_get(
+    settings: Settings, url: str | None, path: str, params: Mapping[str, Any] | None = None
+) -> Any:
     """The JSON answer of ``GET <server><path>``, with the configured bearer key.
 
     Raises:
         CommandError: code 1 if the server is unreachable, 2 if it answers an error.
     """
-    import httpx
 
     key = secret_value(settings.server.api_key)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -70,13 +73,18 @@ def api_get(settings: Settings, url: str | None, path: str,
     except (ValueError, KeyError, TypeError):
         problems = [response.text or response.reason_phrase]
     raise CommandError(
-        f"{'; '.join(problems)} (HTTP {response.status_code} from {redact_url(base)})")
+        f"{'; '.join(problems)} (HTTP {response.status_code} from {redact_url(base)})"
+    )
 
 
-def read_store(settings: Settings, url: str | None, local: Callable[[QdrantClient], Any],
-               path: str, params: Mapping[str, Any] | None = None) -> Any:
+def read_store(
+    settings: Settings,
+    url: str | None,
+    local: Callable[[QdrantClient], Any],
+    path: str,
+    params: Mapping[str, Any] | None = None,
+) -> Any:
     """``local(client)`` on the store opened here, or ``GET path`` while a server holds it."""
-    from amaris.memory.qdrant import StoreLockedError, open_qdrant
 
     try:
         client = open_qdrant(settings.memory)
@@ -89,14 +97,11 @@ def read_store(settings: Settings, url: str | None, local: Callable[[QdrantClien
 
 
 def _rubric_store(client: QdrantClient, settings: Settings) -> RubricStore:
-    from amaris.rubric.store import RubricStore
 
     return RubricStore(client, settings.memory.collection, settings.memory.rubrics_export_path)
 
 
 def _memory_store(client: QdrantClient, settings: Settings) -> MemoryStore:
-    from amaris.memory.embedder import build_embedder
-    from amaris.memory.store import MemoryStore
 
     embedder = build_embedder(settings.memory, settings.client)
     return MemoryStore(client, settings.memory.collection, embedder)
@@ -135,7 +140,6 @@ def rubrics_history(settings: Settings, args: argparse.Namespace) -> int:
 
 def rubrics_diff(settings: Settings, args: argparse.Namespace) -> int:
     """What changed from version ``a`` to ``b``."""
-    from amaris.rubric.diff import diff_rubrics
 
     def local(client: QdrantClient) -> Any:
         store = _rubric_store(client, settings)
@@ -147,8 +151,10 @@ def rubrics_diff(settings: Settings, args: argparse.Namespace) -> int:
 
 def print_rubric(rubric: dict[str, Any]) -> None:
     """One version with its criteria."""
-    print(f"rubric version {rubric['version']} (origin {rubric['origin']}, parent "
-          f"{rubric['parent']}, step {rubric['step']}, created {rubric['created_at']})")
+    print(
+        f"rubric version {rubric['version']} (origin {rubric['origin']}, parent "
+        f"{rubric['parent']}, step {rubric['step']}, created {rubric['created_at']})"
+    )
     for kind in ("anchors", "adaptive"):
         print(f"{kind}:")
         if not rubric[kind]:
@@ -166,11 +172,14 @@ def print_history(versions: list[dict[str, Any]]) -> None:
     if not versions:
         print("no rubric version yet (a server creates version 1 at start)")
         return
-    print(f"{'version':>7}  {'parent':>6}  {'origin':<8}  {'step':>5}  {'created_at':<32}  "
-          "adaptive")
+    print(
+        f"{'version':>7}  {'parent':>6}  {'origin':<8}  {'step':>5}  {'created_at':<32}  adaptive"
+    )
     for v in versions:
-        print(f"{v['version']:>7}  {_dash(v['parent']):>6}  {v['origin']:<8}  "
-              f"{_dash(v['step']):>5}  {v['created_at']:<32}  {len(v['adaptive']):>8}")
+        print(
+            f"{v['version']:>7}  {_dash(v['parent']):>6}  {v['origin']:<8}  "
+            f"{_dash(v['step']):>5}  {v['created_at']:<32}  {len(v['adaptive']):>8}"
+        )
 
 
 def _criterion(sign: str, c: dict[str, Any]) -> str:
@@ -179,8 +188,10 @@ def _criterion(sign: str, c: dict[str, Any]) -> str:
 
 def print_diff(diff: dict[str, Any]) -> None:
     """``+`` added, ``-`` removed, ``~`` changed criteria."""
-    counts = f"{len(diff['added'])} added, {len(diff['removed'])} removed, " \
-             f"{len(diff['changed'])} changed"
+    counts = (
+        f"{len(diff['added'])} added, {len(diff['removed'])} removed, "
+        f"{len(diff['changed'])} changed"
+    )
     if not (diff["added"] or diff["removed"] or diff["changed"]):
         counts = "no differences"
     print(f"rubric {diff['a']} -> {diff['b']}: {counts}")
@@ -190,13 +201,18 @@ def print_diff(diff: dict[str, Any]) -> None:
         print(_criterion("-", c))
     for change in diff["changed"]:
         old, new = change["before"], change["after"]
-        weight = f"{old['weight']:+.2f}" if old["weight"] == new["weight"] \
+        weight = (
+            f"{old['weight']:+.2f}"
+            if old["weight"] == new["weight"]
             else f"{old['weight']:+.2f} -> {new['weight']:+.2f}"
+        )
         text = new["text"] if old["text"] == new["text"] else f"{old['text']} -> {new['text']}"
         print(f"~ {change['id']:>4}  weight {weight}  {text}")
     if diff["anchors_changed"]:
-        print("note: the anchors differ: the versions belong to different lineages "
-              "(`amaris rubrics init`)")
+        print(
+            "note: the anchors differ: the versions belong to different lineages "
+            "(`amaris rubrics init`)"
+        )
 
 
 # -- memory ------------------------------------------------------------------------------------
@@ -204,7 +220,6 @@ def print_diff(diff: dict[str, Any]) -> None:
 
 def memory_inspect(settings: Settings, args: argparse.Namespace) -> int:
     """Documents per step, per type and step, and the latest documents."""
-    from amaris.memory.inspection import inspect_memory
 
     def local(client: QdrantClient) -> Any:
         return inspect_memory(_memory_store(client, settings), args.recent).model_dump(mode="json")
@@ -215,11 +230,15 @@ def memory_inspect(settings: Settings, args: argparse.Namespace) -> int:
 
 def memory_search(settings: Settings, args: argparse.Namespace) -> int:
     """The documents most similar to the query, with their similarity."""
-    from amaris.memory.inspection import search_memory
 
     def local(client: QdrantClient) -> Any:
-        hits = search_memory(_memory_store(client, settings), args.query, limit=args.limit,
-                             doc_type=args.type, scope=args.scope)
+        hits = search_memory(
+            _memory_store(client, settings),
+            args.query,
+            limit=args.limit,
+            doc_type=args.type,
+            scope=args.scope,
+        )
         return [hit.model_dump(mode="json") for hit in hits]
 
     params = {"q": args.query, "limit": args.limit, "type": args.type, "scope": args.scope}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -10,10 +11,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import uvicorn
+
+from amaris.agents.prompts import PromptError
+from amaris.app.check_judge import check_judges, render
+from amaris.app.launch import launched
 from amaris.app.prefect_server import AUTH_FILE, read_auth_string, recorded_server
 from amaris.cli import inspect as cli_inspect
+from amaris.cli import simulate as commands
+from amaris.client import AmarisError
+from amaris.memory.embedder import EmbedderConfigError
+from amaris.memory.inspection import MAX_RECENT, MAX_SEARCH_LIMIT
+from amaris.memory.models import DOC_TYPES
+from amaris.memory.qdrant import CollectionMismatchError, StoreLockedError, open_qdrant
+from amaris.memory.store import MemoryStoreError
 from amaris.redact import redact_url
+from amaris.rubric.store import RubricStore, RubricStoreError
 from amaris.settings import ConfigError, Settings, load_settings, secret_value
+from amaris.sim.driver import DriverError
+from amaris.sim.judge_server import FaultProfile, create_llm_app, offline_responder
+from amaris.sim.server import ServerError
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -29,15 +46,18 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from amaris.app.serve import run_server
-
     settings = _settings(args)
     path = args.config if args.config is not None else Path("config.yaml")
     if path.is_file():
         # Step runs that Prefect's runner executes in processes of their own
         # (``pipeline.executor: deployment``) build their pipeline context from it.
         os.environ.setdefault("AMARIS_CONFIG", str(path.resolve()))
-    return run_server(settings)
+    with launched(settings) as launch:
+        # Imported once launched() has set Prefect's environment: Prefect reads it once,
+        # at import (amaris.app.launch says which settings).
+        from amaris.app.serve import serve
+
+        return serve(settings, launch)
 
 
 def _prefect_home(settings: Settings) -> Path:
@@ -62,12 +82,13 @@ def _use_recorded_prefect(settings: Settings) -> bool:
 
 
 def _repair(args: argparse.Namespace) -> int:
-    import asyncio
 
     settings = _settings(args)
     if not _use_recorded_prefect(settings):
-        print("amaris: no Prefect server for this data folder; is `amaris serve` running?",
-              file=sys.stderr)
+        print(
+            "amaris: no Prefect server for this data folder; is `amaris serve` running?",
+            file=sys.stderr,
+        )
         return 1
     # The operator's own run: the flow repairs the server this command names.
     os.environ["AMARIS_REPAIR_URL"] = cli_inspect.server_url(settings, args.url)
@@ -98,19 +119,21 @@ def _ui(args: argparse.Namespace) -> int:
     elif recorded is not None:
         print(recorded["url"])
         auth = home / AUTH_FILE
-        print(f"log in with the auth string in {auth} (`cat {auth}`; paste the whole line "
-              "into the UI's password field)", file=sys.stderr)
+        print(
+            f"log in with the auth string in {auth} (`cat {auth}`; paste the whole line "
+            "into the UI's password field)",
+            file=sys.stderr,
+        )
     else:
-        print("no Prefect server is running for this data folder; start `amaris serve`",
-              file=sys.stderr)
+        print(
+            "no Prefect server is running for this data folder; start `amaris serve`",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
 
 def _check_judge(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from amaris.app.check_judge import check_judges, render
 
     rows = asyncio.run(check_judges(_settings(args)))
     print(render(rows))
@@ -118,28 +141,32 @@ def _check_judge(args: argparse.Namespace) -> int:
 
 
 def _offline_llm(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from amaris.sim.judge_server import FaultProfile, create_llm_app, offline_responder
 
     for name in ("error_rate", "timeout_rate", "malformed_rate"):
         value = getattr(args, name)
         if not 0.0 <= value <= 1.0:
             print(f"--{name.replace('_', '-')} must be within [0, 1]", file=sys.stderr)
             return 2
-    profile = FaultProfile(args.latency_ms, args.error_rate, args.timeout_rate,
-                           args.malformed_rate, args.seed)
-    print(f"amaris offline LLM (rule-based, NOT an LLM) on http://{args.host}:{args.port}/v1 "
-          f"latency={args.latency_ms}ms errors={args.error_rate} timeouts={args.timeout_rate} "
-          f"malformed={args.malformed_rate}", file=sys.stderr)
-    uvicorn.run(create_llm_app(offline_responder(profile)), host=args.host, port=args.port,
-                log_level="warning", access_log=False)
+    profile = FaultProfile(
+        args.latency_ms, args.error_rate, args.timeout_rate, args.malformed_rate, args.seed
+    )
+    print(
+        f"amaris offline LLM (rule-based, NOT an LLM) on http://{args.host}:{args.port}/v1 "
+        f"latency={args.latency_ms}ms errors={args.error_rate} timeouts={args.timeout_rate} "
+        f"malformed={args.malformed_rate}",
+        file=sys.stderr,
+    )
+    uvicorn.run(
+        create_llm_app(offline_responder(profile)),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+    )
     return 0
 
 
 def _rubrics_init(args: argparse.Namespace) -> int:
-    from amaris.memory.qdrant import StoreLockedError, open_qdrant
-    from amaris.rubric.store import RubricStore
 
     settings = _settings(args)
     try:
@@ -148,11 +175,12 @@ def _rubrics_init(args: argparse.Namespace) -> int:
         print(f"{exc}; stop the server before `amaris rubrics init`.", file=sys.stderr)
         return 1
     try:
-        store = RubricStore(client, settings.memory.collection,
-                            settings.memory.rubrics_export_path)
+        store = RubricStore(client, settings.memory.collection, settings.memory.rubrics_export_path)
         version = store.reset_from_config(settings)
-        print(f"rubric version {version.version} created from the configuration "
-              f"({len(version.anchors)} anchors, {len(version.adaptive)} adaptive)")
+        print(
+            f"rubric version {version.version} created from the configuration "
+            f"({len(version.anchors)} anchors, {len(version.adaptive)} adaptive)"
+        )
         return 0
     finally:
         client.close()
@@ -178,10 +206,15 @@ def _bounded(low: int, high: int | None = None) -> Callable[[str], int]:
 
 
 def _store_options(parser: argparse.ArgumentParser, *, json_output: bool = True) -> None:
-    parser.add_argument("--config", type=Path, default=None,
-                        help="config file (default: ./config.yaml if present, else built-ins)")
-    parser.add_argument("--url", default=None,
-                        help="server to ask when it holds the store (default: from server:)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="config file (default: ./config.yaml if present, else built-ins)",
+    )
+    parser.add_argument(
+        "--url", default=None, help="server to ask when it holds the store (default: from server:)"
+    )
     if json_output:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -206,8 +239,7 @@ def _add_rubrics(sub: Any) -> None:
     show = actions.add_parser("show", help="the version in force")
     _store_options(show, json_output=False)
     show.set_defaults(func=_with_settings(cli_inspect.rubrics_show))
-    init = actions.add_parser("init", help="a new version from the configuration (server "
-                                           "stopped)")
+    init = actions.add_parser("init", help="a new version from the configuration (server stopped)")
     _store_options(init, json_output=False)
     init.set_defaults(func=_rubrics_init)
     history = actions.add_parser("history", help="every version, oldest first")
@@ -222,22 +254,29 @@ def _add_rubrics(sub: Any) -> None:
 
 def _add_memory(sub: Any) -> None:
     # main() imports qdrant_client anyway; amaris.memory adds milliseconds (torch loads lazily).
-    from amaris.memory.inspection import MAX_RECENT, MAX_SEARCH_LIMIT
-    from amaris.memory.models import DOC_TYPES
 
     memory = sub.add_parser("memory", help="inspect or search the pipeline's memory")
     actions = memory.add_subparsers(dest="action", required=True)
     inspect = actions.add_parser("inspect", help="documents per step and type, recent ones")
-    inspect.add_argument("--recent", type=_bounded(0, MAX_RECENT), default=20,
-                         help=f"latest documents to list (default 20, at most {MAX_RECENT})")
+    inspect.add_argument(
+        "--recent",
+        type=_bounded(0, MAX_RECENT),
+        default=20,
+        help=f"latest documents to list (default 20, at most {MAX_RECENT})",
+    )
     _store_options(inspect)
     inspect.set_defaults(func=_with_settings(cli_inspect.memory_inspect))
     search = actions.add_parser("search", help="the documents most similar to a text")
     search.add_argument("query", help="free text")
-    search.add_argument("--limit", type=_bounded(1, MAX_SEARCH_LIMIT), default=5,
-                        help=f"most hits (default 5, at most {MAX_SEARCH_LIMIT})")
-    search.add_argument("--type", choices=sorted(DOC_TYPES), default=None,
-                        help="only this document type")
+    search.add_argument(
+        "--limit",
+        type=_bounded(1, MAX_SEARCH_LIMIT),
+        default=5,
+        help=f"most hits (default 5, at most {MAX_SEARCH_LIMIT})",
+    )
+    search.add_argument(
+        "--type", choices=sorted(DOC_TYPES), default=None, help="only this document type"
+    )
     search.add_argument("--scope", default=None, help="only this scope (default: all)")
     _store_options(search)
     search.set_defaults(func=_with_settings(cli_inspect.memory_search))
@@ -247,10 +286,6 @@ def _sim_command(name: str) -> Callable[[argparse.Namespace], int]:
     """A command of :mod:`amaris.cli.simulate`, imported when it runs (matplotlib, httpx)."""
 
     def command(args: argparse.Namespace) -> int:
-        from amaris.cli import simulate as commands
-        from amaris.client import AmarisError
-        from amaris.sim.driver import DriverError
-        from amaris.sim.server import ServerError
 
         function: Callable[[Settings, argparse.Namespace], int] = getattr(commands, name)
         try:
@@ -278,7 +313,8 @@ def _modes(text: str) -> list[str]:
     if unknown or not modes:
         raise argparse.ArgumentTypeError(
             f"unknown memory mode {', '.join(map(repr, unknown)) or repr(text)} "
-            f"(known: {', '.join(MEMORY_MODES)})")
+            f"(known: {', '.join(MEMORY_MODES)})"
+        )
     if len(set(modes)) != len(modes):
         raise argparse.ArgumentTypeError(f"a memory mode is repeated in {text!r}")
     return modes
@@ -286,36 +322,73 @@ def _modes(text: str) -> list[str]:
 
 def _add_sim(sub: Any) -> None:
     simulate = sub.add_parser(
-        "simulate", help="simulated RL training loop against amaris; writes a report folder")
-    simulate.add_argument("--config", type=Path, default=None,
-                          help="config of the server started here (default: ./config.yaml if "
-                          "present, else built-ins: the offline judge)")
-    simulate.add_argument("--url", default=None,
-                          help="use this running server instead of starting one")
-    simulate.add_argument("--steps", type=_bounded(1, 1000), default=10,
-                          help="training steps (default 10)")
-    simulate.add_argument("--rollouts-per-step", type=_bounded(1, 1024), default=32,
-                          help="rollouts per step (default 32)")
+        "simulate", help="simulated RL training loop against amaris; writes a report folder"
+    )
+    simulate.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="config of the server started here (default: ./config.yaml if "
+        "present, else built-ins: the offline judge)",
+    )
+    simulate.add_argument(
+        "--url", default=None, help="use this running server instead of starting one"
+    )
+    simulate.add_argument(
+        "--steps", type=_bounded(1, 1000), default=10, help="training steps (default 10)"
+    )
+    simulate.add_argument(
+        "--rollouts-per-step",
+        type=_bounded(1, 1024),
+        default=32,
+        help="rollouts per step (default 32)",
+    )
     simulate.add_argument("--seed", type=int, default=0, help="seed of tasks and mix (default 0)")
-    simulate.add_argument("--group-size", type=_bounded(1, 64), default=1,
-                          help="rollouts per prompt, a GRPO group (1-64, default 1)")
-    simulate.add_argument("--learning-rate", type=_non_negative, default=2.0,
-                          help="how fast the mix follows reward (default 2.0; 0: fixed mix)")
-    simulate.add_argument("--out", type=Path, default=Path("sim-report"),
-                          help="report folder (default ./sim-report)")
+    simulate.add_argument(
+        "--group-size",
+        type=_bounded(1, 64),
+        default=1,
+        help="rollouts per prompt, a GRPO group (1-64, default 1)",
+    )
+    simulate.add_argument(
+        "--learning-rate",
+        type=_non_negative,
+        default=2.0,
+        help="how fast the mix follows reward (default 2.0; 0: fixed mix)",
+    )
+    simulate.add_argument(
+        "--out", type=Path, default=Path("sim-report"), help="report folder (default ./sim-report)"
+    )
     simulate.set_defaults(func=_sim_command("simulate"))
 
     replay = sub.add_parser(
-        "replay", help="re-run the evolution over recorded rollouts under each memory mode")
-    replay.add_argument("rollouts", type=Path, metavar="ROLLOUTS.jsonl",
-                        help="rollout-log records, as `amaris export` writes them")
-    replay.add_argument("--config", type=Path, default=None,
-                        help="config of the servers started here (default: ./config.yaml if "
-                        "present, else built-ins)")
-    replay.add_argument("--modes", type=_modes, default=list(MEMORY_MODES),
-                        help="comma-separated memory modes (default none,static,dynamic,both)")
-    replay.add_argument("--out", type=Path, default=Path("replay-report"),
-                        help="report folder (default ./replay-report)")
+        "replay", help="re-run the evolution over recorded rollouts under each memory mode"
+    )
+    replay.add_argument(
+        "rollouts",
+        type=Path,
+        metavar="ROLLOUTS.jsonl",
+        help="rollout-log records, as `amaris export` writes them",
+    )
+    replay.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="config of the servers started here (default: ./config.yaml if "
+        "present, else built-ins)",
+    )
+    replay.add_argument(
+        "--modes",
+        type=_modes,
+        default=list(MEMORY_MODES),
+        help="comma-separated memory modes (default none,static,dynamic,both)",
+    )
+    replay.add_argument(
+        "--out",
+        type=Path,
+        default=Path("replay-report"),
+        help="report folder (default ./replay-report)",
+    )
     replay.set_defaults(func=_sim_command("replay"))
 
     export = sub.add_parser("export", help="write the rollout log as JSONL")
@@ -330,17 +403,27 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the reward service")
-    serve.add_argument("--config", type=Path, default=None,
-                       help="config file (default: ./config.yaml if present, else built-ins)")
+    serve.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="config file (default: ./config.yaml if present, else built-ins)",
+    )
     serve.add_argument("--host", default=None, help="override server.host")
     serve.add_argument("--port", type=int, default=None, help="override server.port")
     serve.set_defaults(func=_serve)
 
     check = sub.add_parser(
-        "check-judge", help="probe every agent's LLM endpoint: reachable, model listed, "
-        "structured-output mode, one sample scoring, context window")
-    check.add_argument("--config", type=Path, default=None,
-                       help="config file (default: ./config.yaml if present, else built-ins)")
+        "check-judge",
+        help="probe every agent's LLM endpoint: reachable, model listed, "
+        "structured-output mode, one sample scoring, context window",
+    )
+    check.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="config file (default: ./config.yaml if present, else built-ins)",
+    )
     check.set_defaults(func=_check_judge)
 
     _add_rubrics(sub)
@@ -350,8 +433,12 @@ def build_parser() -> argparse.ArgumentParser:
     llm = sub.add_parser("offline-llm", help="serve the offline judge as an OpenAI-compatible API")
     llm.add_argument("--host", default="127.0.0.1")
     llm.add_argument("--port", type=int, default=8011)
-    llm.add_argument("--latency-ms", type=float, default=0.0,
-                     help="answer each request after this many ms (its rules' own work included)")
+    llm.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0.0,
+        help="answer each request after this many ms (its rules' own work included)",
+    )
     llm.add_argument("--error-rate", type=float, default=0.0)
     llm.add_argument("--timeout-rate", type=float, default=0.0)
     llm.add_argument("--malformed-rate", type=float, default=0.0)
@@ -362,11 +449,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
-    from amaris.agents.prompts import PromptError
-    from amaris.memory.embedder import EmbedderConfigError
-    from amaris.memory.qdrant import CollectionMismatchError, StoreLockedError
-    from amaris.memory.store import MemoryStoreError
-    from amaris.rubric.store import RubricStoreError
 
     args = build_parser().parse_args(argv)
     try:
@@ -374,8 +456,15 @@ def main(argv: list[str] | None = None) -> int:
     except cli_inspect.CommandError as exc:
         print(f"amaris: {exc}", file=sys.stderr)
         return exc.code
-    except (ConfigError, PromptError, StoreLockedError, RubricStoreError, MemoryStoreError,
-            EmbedderConfigError, CollectionMismatchError) as exc:
+    except (
+        ConfigError,
+        PromptError,
+        StoreLockedError,
+        RubricStoreError,
+        MemoryStoreError,
+        EmbedderConfigError,
+        CollectionMismatchError,
+    ) as exc:
         print(f"amaris: {exc}", file=sys.stderr)
         return 2
     return code

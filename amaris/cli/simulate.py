@@ -18,12 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from amaris.cli.inspect import CommandError, api_get, server_url
+from amaris.memory.qdrant import StoreLockedError, open_qdrant
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
 from amaris.sim.driver import RunResult, StepResult, run
 from amaris.sim.policy import PlannedRollout, Policy
 from amaris.sim.progress import Progress
 from amaris.sim.records import RecordedRollout, RecordsError, local_records, read_recorded
+from amaris.sim.report import write_report
+from amaris.sim.server import managed_server, shared_prefect
 
 MODES: dict[str, tuple[bool, bool]] = {
     "none": (False, False),
@@ -55,7 +58,6 @@ def api_records(settings: Settings, url: str | None) -> list[dict[str, Any]]:
 
 def export(settings: Settings, args: argparse.Namespace) -> int:
     """Write the rollout log as JSONL (one record a line, by step then arrival)."""
-    from amaris.memory.qdrant import StoreLockedError, open_qdrant
 
     try:
         client = open_qdrant(settings.memory)
@@ -102,11 +104,14 @@ class SimulatedSource:
 
 
 @contextmanager
-def _server(args: argparse.Namespace, settings: Settings, stack: ExitStack,
-            overrides: Mapping[str, Any] | None = None,
-            prefect_env: Mapping[str, str] | None = None) -> Iterator[tuple[str, str | None]]:
+def _server(
+    args: argparse.Namespace,
+    settings: Settings,
+    stack: ExitStack,
+    overrides: Mapping[str, Any] | None = None,
+    prefect_env: Mapping[str, str] | None = None,
+) -> Iterator[tuple[str, str | None]]:
     """(URL, bearer key): ``--url`` as given, else an ``amaris serve`` started here."""
-    from amaris.sim.server import managed_server
 
     if getattr(args, "url", None):
         yield server_url(settings, args.url), secret_value(settings.server.api_key)
@@ -118,23 +123,30 @@ def _server(args: argparse.Namespace, settings: Settings, stack: ExitStack,
 
 def simulate(settings: Settings, args: argparse.Namespace) -> int:
     """Run the simulated training loop and write the report folder."""
-    from amaris.sim.report import write_report
 
     progress = Progress(args.steps, "simulate")
     with ExitStack() as stack, _server(args, settings, stack) as (url, key):
         # A server given by --url may hold steps already: continue after them.
         first = 1 + max((int(s["step"]) for s in api_get(settings, url, "/steps")), default=-1)
-        policy = Policy(args.seed, args.rollouts_per_step, first + args.steps,
-                        args.learning_rate, group_size=args.group_size)
+        policy = Policy(
+            args.seed,
+            args.rollouts_per_step,
+            first + args.steps,
+            args.learning_rate,
+            group_size=args.group_size,
+        )
         source = SimulatedSource(policy, args.steps, first)
-        print(f"amaris simulate: {args.steps} steps x {args.rollouts_per_step} rollouts from "
-              f"step {first}, seed {args.seed}, server {redact_url(url)}", file=sys.stderr)
-        result = asyncio.run(run(url, source, label="simulate", api_key=key,
-                                 progress=progress))
+        print(
+            f"amaris simulate: {args.steps} steps x {args.rollouts_per_step} rollouts from "
+            f"step {first}, seed {args.seed}, server {redact_url(url)}",
+            file=sys.stderr,
+        )
+        result = asyncio.run(run(url, source, label="simulate", api_key=key, progress=progress))
         records = [r for r in api_records(settings, url) if r["step"] in source.steps()]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rollouts.jsonl").write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8"
+    )
     intro = [
         f"{args.steps} steps x {args.rollouts_per_step} rollouts (groups of {args.group_size} "
         f"per prompt), seed {args.seed}, learning "
@@ -142,11 +154,15 @@ def simulate(settings: Settings, args: argparse.Namespace) -> int:
         "read this page: docs/simulation.md. The run's rollout log is in rollouts.jsonl "
         "(`amaris replay rollouts.jsonl` re-runs it under each memory mode).",
     ]
-    extra = {"seed": args.seed, "steps": args.steps, "rollouts_per_step": args.rollouts_per_step,
-             "group_size": args.group_size,
-             "learning_rate": args.learning_rate, "mixes": policy.mixes}
-    report = write_report(args.out, [result], "amaris simulate", intro, extra,
-                          settings.pricing)
+    extra = {
+        "seed": args.seed,
+        "steps": args.steps,
+        "rollouts_per_step": args.rollouts_per_step,
+        "group_size": args.group_size,
+        "learning_rate": args.learning_rate,
+        "mixes": policy.mixes,
+    }
+    report = write_report(args.out, [result], "amaris simulate", intro, extra, settings.pricing)
     print(f"report: {report} (and report.html, metrics.json)", file=sys.stderr)
     return 0
 
@@ -164,9 +180,14 @@ class ReplaySource:
         return sorted(self._by_step)
 
     def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
-        return [PlannedRollout(r.rollout.model_dump(mode="json", exclude_none=True),
-                               {**r.metadata, "current_step": step}, r.behaviour)
-                for r in self._by_step[step]]
+        return [
+            PlannedRollout(
+                r.rollout.model_dump(mode="json", exclude_none=True),
+                {**r.metadata, "current_step": step},
+                r.behaviour,
+            )
+            for r in self._by_step[step]
+        ]
 
     def observe(self, result: StepResult) -> None:
         """A replay does not learn."""
@@ -177,17 +198,19 @@ def mode_overrides(settings: Settings, mode: str) -> dict[str, int]:
     static, dynamic = MODES[mode]
     memory = settings.memory
     return {
-        "memory.static_memory_steps":
-            (memory.static_memory_steps or DEFAULT_STATIC_STEPS) if static else 0,
-        "memory.dynamic_memory_limit_per_query":
-            (memory.dynamic_memory_limit_per_query or DEFAULT_DYNAMIC_LIMIT) if dynamic else 0,
+        "memory.static_memory_steps": (memory.static_memory_steps or DEFAULT_STATIC_STEPS)
+        if static
+        else 0,
+        "memory.dynamic_memory_limit_per_query": (
+            memory.dynamic_memory_limit_per_query or DEFAULT_DYNAMIC_LIMIT
+        )
+        if dynamic
+        else 0,
     }
 
 
 def replay(settings: Settings, args: argparse.Namespace) -> int:
     """Re-run the evolution over recorded rollouts under each memory mode; one report."""
-    from amaris.sim.report import write_report
-    from amaris.sim.server import shared_prefect
 
     try:
         records = read_recorded(args.rollouts)
@@ -200,11 +223,12 @@ def replay(settings: Settings, args: argparse.Namespace) -> int:
         prefect_env = stack.enter_context(shared_prefect(folder))
         for mode in args.modes:
             overrides = mode_overrides(settings, mode)
-            with ExitStack() as inner, _server(args, settings, inner, overrides,
-                                               prefect_env) as (url, key):
+            with (
+                ExitStack() as inner,
+                _server(args, settings, inner, overrides, prefect_env) as (url, key),
+            ):
                 progress = Progress(len(source.steps()), f"replay {mode}")
-                result = asyncio.run(run(url, source, label=mode, api_key=key,
-                                         progress=progress))
+                result = asyncio.run(run(url, source, label=mode, api_key=key, progress=progress))
             result.memory = {k.removeprefix("memory."): v for k, v in overrides.items()}
             results.append(result)
     intro = [
@@ -213,7 +237,8 @@ def replay(settings: Settings, args: argparse.Namespace) -> int:
         "(a fresh data folder per mode). What the modes mean: docs/simulation.md.",
     ]
     extra = {"source": str(args.rollouts), "modes": list(args.modes)}
-    report = write_report(args.out, results, "amaris replay: memory ablation", intro, extra,
-                          settings.pricing)
+    report = write_report(
+        args.out, results, "amaris replay: memory ablation", intro, extra, settings.pricing
+    )
     print(f"report: {report} (and report.html, metrics.json)", file=sys.stderr)
     return 0

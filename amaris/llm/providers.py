@@ -107,9 +107,9 @@ class OpenAIProvider:
     def __init__(self, api_key: str | None, base_url: str | None) -> None:
         # max_retries=0: retries live in exactly one layer, the gateway's, so the
         # attempt budget written in GatewaySettings is the real one.
-        self._client = openai.AsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url,
+        self._sdk = openai.AsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url,
                                           max_retries=0)
-        self._endpoint = JsonEndpoint(self._client)
+        self._endpoint = JsonEndpoint(self._sdk)
         # Shown in /healthz and written in every call-log line: no credentials in it.
         self.description = redact_url(base_url or "https://api.openai.com/v1")
 
@@ -123,7 +123,7 @@ class OpenAIProvider:
 
     async def models(self, timeout: float) -> dict[str, int | None]:
         listed: dict[str, int | None] = {}
-        async for model in self._client.with_options(timeout=timeout).models.list():
+        async for model in self._sdk.with_options(timeout=timeout).models.list():
             # Fields beyond OpenAI's own (vLLM's max_model_len) are the model's extras.
             length = (model.model_extra or {}).get("max_model_len")
             listed[model.id] = length if isinstance(length, int) and length > 0 else None
@@ -131,7 +131,7 @@ class OpenAIProvider:
 
     async def close(self) -> None:
         await self._endpoint.close()
-        await self._client.close()
+        await self._sdk.close()
 
 
 def parse_completion(raw: bytes) -> Completion:
