@@ -36,6 +36,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _common import ROOT, command_line, loadavg, machine, markers, write_doc
 
@@ -128,26 +129,15 @@ def measure(kind: str, ref: str | None, work: Path) -> dict[str, object]:
     added = du_bytes(venv) - before_size
     dists = distributions(python) - before_dists
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    has = json.loads(
-        subprocess.run(
-            [str(python), "-c", HAS_PROBE, *SERVER_PACKAGES],
-            check=True,
-            capture_output=True,
-            text=True,
-            cwd=work,
-            env=env,
-        ).stdout
-    )
-    loaded = json.loads(
-        subprocess.run(
-            [str(python), "-c", IMPORT_PROBE],
-            check=True,
-            capture_output=True,
-            text=True,
-            cwd=work,
-            env=env,
-        ).stdout
-    )
+
+    def probe(*args: str) -> Any:
+        """The JSON a probe script prints in the fresh venv."""
+        done = subprocess.run([str(python), "-c", *args], check=True, capture_output=True,
+                              text=True, cwd=work, env=env)
+        return json.loads(done.stdout)
+
+    has = probe(HAS_PROBE, *SERVER_PACKAGES)
+    loaded = probe(IMPORT_PROBE)
     cli = subprocess.run(
         [str(venv / "bin" / "amaris"), "--help"], capture_output=True, text=True, cwd=work, env=env
     )

@@ -159,6 +159,8 @@ class LLMGateway:
         self.context_windows = context_windows or ContextWindows()
         """Context windows read from endpoints (shared by the service's two gateways)."""
         self._window_lock = asyncio.Lock()
+        self._options: dict[str, ResolvedAgentOptions] = {}
+        """Each agent's resolved options (settings are frozen: resolved once, not per call)."""
         self._observer = observer
         """Called with (agent, seconds) after each successful request (metrics)."""
         self._providers = providers
@@ -189,18 +191,24 @@ class LLMGateway:
         """The provider serving ``agent``."""
         return self._providers[agent]
 
+    def _agent_options(self, agent: str) -> ResolvedAgentOptions:
+        options = self._options.get(agent)
+        if options is None:
+            options = self._options[agent] = self._settings.agent_options(agent)
+        return options
+
     def output_mode(self, agent: str) -> ModeState:
         """The structured-output mode ``agent``'s requests are sent in now, and why."""
         provider = self._providers[agent]
         if provider.offline:
             return ModeState("none", "offline judge: no response_format is sent")
-        options = self._settings.agent_options(agent)
+        options = self._agent_options(agent)
         return self._mode(provider, options)
 
     async def context_window(self, agent: str) -> int | None:
         """``agent``'s context window in tokens: ``agents.<agent>.context_window``, else the
         ``max_model_len`` its endpoint lists (read once), else None (unknown)."""
-        options = self._settings.agent_options(agent)
+        options = self._agent_options(agent)
         if options.context_window is not None:
             return options.context_window
         provider = self._providers[agent]
@@ -220,7 +228,7 @@ class LLMGateway:
         window = await self.context_window(agent)
         if window is None:
             return None
-        options = self._settings.agent_options(agent)
+        options = self._agent_options(agent)
         scale = self.context_windows.scale(self._providers[agent].description, options.model)
         return int(prompt_budget(window, options.max_tokens) * scale)
 
@@ -352,7 +360,7 @@ class LLMGateway:
         output: tuple[str, dict[str, Any]], reask: bool = False,
     ) -> Completion:
         provider = self._providers[agent]
-        options = self._settings.agent_options(agent)
+        options = self._agent_options(agent)
         budget = self._settings.gateway
         model = OFFLINE_MODEL if provider.offline else options.model
         last_error: BaseException | None = None

@@ -151,6 +151,8 @@ class Scorer:
         self._cache: OrderedDict[str, _Judged] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[_Judged]] = {}
         self._schemas: OrderedDict[tuple[str, ...], dict[str, Any]] = OrderedDict()
+        self._bare_tokens: OrderedDict[tuple[str, int], int] = OrderedDict()
+        """Estimated tokens of the scorer's prompt with an empty rollout, per rubric version."""
         self.counters: Counter[str] = Counter()
         """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``,
         ``truncated.<cause>`` (``max_field_chars``, ``context_window``); with logprobs,
@@ -313,8 +315,7 @@ class Scorer:
              ) -> tuple[dict[str, str], list[str]]:
         """Cut the rollout's fields (head and tail kept) so the scorer's prompt fits
         ``budget`` tokens (estimated); returns the fields and the names of those cut."""
-        empty = {name: "" for name in fields}
-        bare = estimate_messages(judge_messages(self._prompt, rubric, empty))
+        bare = self._bare(rubric, tuple(fields))
         room = int((budget - bare) * CHARS_PER_TOKEN)
         if room < MIN_FIELD_CHARS:
             # The instructions and rubric alone nearly fill the window: cutting the rollout
@@ -324,6 +325,18 @@ class Scorer:
         if sum(len(v) for v in fields.values()) * 6 <= room:
             return fields, []  # fits even if JSON wrote every character as "\u001f"
         return fit_texts(fields, room, json_chars)
+
+    def _bare(self, rubric: RubricVersion, names: tuple[str, ...]) -> int:
+        # Built once per rubric version, not per request: the hot path only looks it up.
+        key = (rubric.scope, rubric.version)
+        bare = self._bare_tokens.get(key)
+        if bare is None:
+            empty = {name: "" for name in names}
+            bare = self._bare_tokens[key] = estimate_messages(
+                judge_messages(self._prompt, rubric, empty))
+            while len(self._bare_tokens) > _SCHEMA_CACHE:
+                self._bare_tokens.popitem(last=False)
+        return bare
 
     async def _judge(self, rubric: RubricVersion, fields: dict[str, str], step: int) -> _Judged:
         messages = judge_messages(self._prompt, rubric, fields)
