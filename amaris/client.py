@@ -54,7 +54,9 @@ class RewardClient:
     """
 
     def __init__(
-        self, base_url: str = "http://127.0.0.1:8002", timeout: float = 600.0,
+        self,
+        base_url: str = "http://127.0.0.1:8002",
+        timeout: float = 600.0,
         api_key: str | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -67,7 +69,9 @@ class RewardClient:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
@@ -102,8 +106,9 @@ class RewardClient:
 
         Items keep their own status (``scored`` / ``unscored`` / ``invalid``).
         """
-        data = await self._post("/batch_score",
-                                {"items": items, "include_breakdown": include_breakdown})
+        data = await self._post(
+            "/batch_score", {"items": items, "include_breakdown": include_breakdown}
+        )
         return BatchScoreResponse.model_validate(data).results
 
     # -- step control (AMARIS API) ---------------------------------------------------
@@ -114,15 +119,19 @@ class RewardClient:
             ``complete``, or ``noop`` when the server completes steps by itself.
         """
         with self._sync_client() as http:
-            return str(self._check("/complete", _send(http.post, "/complete",
-                                                      json=_step_body(step)))["status"])
+            return str(
+                self._check("/complete", _send(http.post, "/complete", json=_step_body(step)))[
+                    "status"
+                ]
+            )
 
     async def rollouts_complete_async(self, step: int | None = None) -> str:
         """Async :meth:`rollouts_complete`."""
         return str((await self._post("/complete", _step_body(step)))["status"])
 
-    def rubric_updated(self, step: int | None = None, timeout: float | None = None
-                       ) -> dict[str, Any]:
+    def rubric_updated(
+        self, step: int | None = None, timeout: float | None = None
+    ) -> dict[str, Any]:
         """Block until the step's rubric evolution finished (default: the latest step).
 
         The server holds one wait open for ``server.max_wait_seconds`` at most, then
@@ -138,22 +147,26 @@ class RewardClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._sync_client(timeout) as http:
             while True:
-                result = self._check(path, _send(http.get, path,
-                                                 params=_wait_params(step, _left(deadline))))
+                result = self._check(
+                    path, _send(http.get, path, params=_wait_params(step, _left(deadline)))
+                )
                 if not _ask_again(result, deadline):
                     return _wait_result(result)
                 step = result.get("step", step)
 
-    async def rubric_updated_async(self, step: int | None = None, timeout: float | None = None
-                                   ) -> dict[str, Any]:
+    async def rubric_updated_async(
+        self, step: int | None = None, timeout: float | None = None
+    ) -> dict[str, Any]:
         """Async :meth:`rubric_updated`."""
         path = "/rubric_status/wait"
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
                 response = await self._http.get(
-                    path, params=_wait_params(step, _left(deadline)),
-                    timeout=_http_timeout(self._timeout, timeout))
+                    path,
+                    params=_wait_params(step, _left(deadline)),
+                    timeout=_http_timeout(self._timeout, timeout),
+                )
             except httpx.TransportError as exc:
                 raise ServerUnavailableError(f"{path}: {exc}") from exc
             result = self._check(path, response)
@@ -162,8 +175,11 @@ class RewardClient:
             step = result.get("step", step)
 
     def _sync_client(self, wait: float | None = None) -> httpx.Client:
-        return httpx.Client(base_url=self._base_url, headers=self._headers,
-                            timeout=_http_timeout(self._timeout, wait))
+        return httpx.Client(
+            base_url=self._base_url,
+            headers=self._headers,
+            timeout=_http_timeout(self._timeout, wait),
+        )
 
     async def _post(self, path: str, body: dict[str, Any], allow_503: bool = False) -> Any:
         try:
@@ -184,12 +200,17 @@ class RewardClient:
             except ValueError:
                 detail = []
             fields = [d.get("field", "") for d in detail if isinstance(d, dict)]
-            message = "; ".join(f"{d.get('field')}: {d.get('message')}" for d in detail
-                                if isinstance(d, dict)) or response.text[:300]
+            message = (
+                "; ".join(
+                    f"{d.get('field')}: {d.get('message')}" for d in detail if isinstance(d, dict)
+                )
+                or response.text[:300]
+            )
             raise InvalidRequestError(response.status_code, message, fields)
         if response.status_code >= 500:
-            raise ServerUnavailableError(f"{path}: HTTP {response.status_code}: "
-                                         f"{response.text[:300]}")
+            raise ServerUnavailableError(
+                f"{path}: HTTP {response.status_code}: {response.text[:300]}"
+            )
         return response.json()
 
 
@@ -221,8 +242,7 @@ def _left(deadline: float | None) -> float | None:
 
 def _ask_again(result: dict[str, Any], deadline: float | None) -> bool:
     """A ``pending`` answer came before the caller's own deadline (the server's cap)."""
-    return result.get("status") == "pending" and (
-        deadline is None or time.monotonic() < deadline)
+    return result.get("status") == "pending" and (deadline is None or time.monotonic() < deadline)
 
 
 def _http_timeout(default: float, wait: float | None) -> float | None:

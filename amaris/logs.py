@@ -59,8 +59,9 @@ def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     handler = _StderrHandler()
     handler.addFilter(_RequestIdFilter())
     handler.setFormatter(
-        JsonFormatter() if fmt == "json" else
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
+        JsonFormatter()
+        if fmt == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s")
     )
     for name in ("amaris", "api"):
         logger = logging.getLogger(name)

@@ -31,8 +31,7 @@ if TYPE_CHECKING:
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text format served by ``GET /metrics``."""
 
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                   120.0)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 """Seconds, 5 ms to 120 s: a request is as slow as the judge behind it."""
 
 STEP_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
@@ -40,8 +39,12 @@ STEP_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
 
 STEP_STATUSES = ("open", "completing", "done", "failed")
 TRUNCATION_CAUSES = ("max_field_chars", "context_window")
-UNSCORED_REASONS = ("judge_unavailable", "judge_invalid", "judge_truncated",
-                    "judge_context_overflow")
+UNSCORED_REASONS = (
+    "judge_unavailable",
+    "judge_invalid",
+    "judge_truncated",
+    "judge_context_overflow",
+)
 
 
 class Metrics:
@@ -51,22 +54,37 @@ class Metrics:
         self.registry = CollectorRegistry()
         http_labels = ["method", "route", "status"]
         self.http_requests = CounterInstrument(
-            "amaris_http_requests", "HTTP requests by method, route template and status.",
-            http_labels, registry=self.registry)
+            "amaris_http_requests",
+            "HTTP requests by method, route template and status.",
+            http_labels,
+            registry=self.registry,
+        )
         self.http_duration = HistogramInstrument(
             "amaris_http_request_duration_seconds",
             "HTTP request duration by method, route template and status.",
-            http_labels, buckets=LATENCY_BUCKETS, registry=self.registry)
+            http_labels,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.llm_call_duration = HistogramInstrument(
             "amaris_llm_call_duration_seconds",
             "Duration of successful LLM requests (one per HTTP attempt), by agent and path.",
-            ["agent", "path"], buckets=LATENCY_BUCKETS, registry=self.registry)
+            ["agent", "path"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.step_duration = HistogramInstrument(
-            "amaris_step_duration_seconds", "Duration of step pipelines, done or failed.",
-            buckets=STEP_BUCKETS, registry=self.registry)
+            "amaris_step_duration_seconds",
+            "Duration of step pipelines, done or failed.",
+            buckets=STEP_BUCKETS,
+            registry=self.registry,
+        )
         self.steps = CounterInstrument(
-            "amaris_steps", "Step pipelines finished, by outcome.", ["outcome"],
-            registry=self.registry)
+            "amaris_steps",
+            "Step pipelines finished, by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
         for outcome in ("done", "failed"):
             self.steps.labels(outcome)
         self._state: Collector | None = None
@@ -90,9 +108,15 @@ class Metrics:
         self.steps.labels(outcome).inc()
         self.step_duration.observe(seconds)
 
-    def watch(self, gateways: Mapping[str, LLMGateway], scorer: Scorer, store: RubricStore,
-              coordinator: StepCoordinator, ledger: TokenLedger,
-              pricing: Mapping[str, ModelPrice]) -> None:
+    def watch(
+        self,
+        gateways: Mapping[str, LLMGateway],
+        scorer: Scorer,
+        store: RubricStore,
+        coordinator: StepCoordinator,
+        ledger: TokenLedger,
+        pricing: Mapping[str, ModelPrice],
+    ) -> None:
         """Export these objects' counters at scrape time (replacing earlier ones)."""
         if self._state is not None:
             self.registry.unregister(self._state)
@@ -107,19 +131,29 @@ class Metrics:
 _LLM_COUNTERS = {
     "calls": ("amaris_llm_calls", "Successful LLM requests, by agent and path."),
     "errors": ("amaris_llm_errors", "Failed LLM request attempts, by agent and path."),
-    "invalid_output": ("amaris_llm_invalid_output",
-                       "LLM answers that did not validate, by agent and path."),
-    "repaired_json": ("amaris_llm_repaired_json",
-                      "LLM answers whose JSON had to be repaired, by agent and path."),
+    "invalid_output": (
+        "amaris_llm_invalid_output",
+        "LLM answers that did not validate, by agent and path.",
+    ),
+    "repaired_json": (
+        "amaris_llm_repaired_json",
+        "LLM answers whose JSON had to be repaired, by agent and path.",
+    ),
 }
 
 
 class _StateCollector(Collector):
     """Reads the services' own counters when Prometheus scrapes."""
 
-    def __init__(self, gateways: Mapping[str, LLMGateway], scorer: Scorer, store: RubricStore,
-                 coordinator: StepCoordinator, ledger: TokenLedger,
-                 pricing: Mapping[str, ModelPrice]) -> None:
+    def __init__(
+        self,
+        gateways: Mapping[str, LLMGateway],
+        scorer: Scorer,
+        store: RubricStore,
+        coordinator: StepCoordinator,
+        ledger: TokenLedger,
+        pricing: Mapping[str, ModelPrice],
+    ) -> None:
         self._gateways = dict(gateways)
         self._ledger = ledger
         self._pricing = dict(pricing)
@@ -132,43 +166,54 @@ class _StateCollector(Collector):
         yield from self._ledger_metrics()
         # dict(...) copies in one step: the pipeline thread updates its gateway's stats.
         counters = dict(self._scorer.counters)
-        rewards = CounterMetricFamily("amaris_rewards", "Rewards answered, by status.",
-                                      labels=["status"])
+        rewards = CounterMetricFamily(
+            "amaris_rewards", "Rewards answered, by status.", labels=["status"]
+        )
         for status in ("scored", "cached", "unscored"):
             rewards.add_metric([status], counters.get(status, 0))
         yield rewards
-        unscored = CounterMetricFamily("amaris_unscored", "Unscored rollouts, by reason.",
-                                       labels=["reason"])
-        reasons = {*UNSCORED_REASONS, *(k.split(".", 1)[1] for k in counters
-                                        if k.startswith("unscored."))}
+        unscored = CounterMetricFamily(
+            "amaris_unscored", "Unscored rollouts, by reason.", labels=["reason"]
+        )
+        reasons = {
+            *UNSCORED_REASONS,
+            *(k.split(".", 1)[1] for k in counters if k.startswith("unscored.")),
+        }
         for reason in sorted(reasons):
             unscored.add_metric([reason], counters.get(f"unscored.{reason}", 0))
         yield unscored
         truncated = CounterMetricFamily(
             "amaris_rollouts_truncated",
             "Rollouts judged with their text cut (head and tail kept), by cause: over "
-            "scoring.max_field_chars, or over the scorer's context window.", labels=["cause"])
+            "scoring.max_field_chars, or over the scorer's context window.",
+            labels=["cause"],
+        )
         for cause in TRUNCATION_CAUSES:
             truncated.add_metric([cause], counters.get(f"truncated.{cause}", 0))
         yield truncated
-        version = GaugeMetricFamily("amaris_rubric_version", "Version of the rubric in force.",
-                                    labels=["scope"])
+        version = GaugeMetricFamily(
+            "amaris_rubric_version", "Version of the rubric in force.", labels=["scope"]
+        )
         version.add_metric(["global"], self._store.current().version)
         yield version
         known = list(self._coordinator.snapshot().values())
-        steps = GaugeMetricFamily("amaris_step_status",
-                                  "Steps this process knows, by status.", labels=["status"])
+        steps = GaugeMetricFamily(
+            "amaris_step_status", "Steps this process knows, by status.", labels=["status"]
+        )
         for status in sorted({*STEP_STATUSES, *known}):
             steps.add_metric([status], known.count(status))
         yield steps
         yield GaugeMetricFamily(
             "amaris_step_waiters",
             "Requests waiting for a step's pipeline (/rubric_status/wait, sync-mode /score).",
-            value=self._coordinator.waiters)
+            value=self._coordinator.waiters,
+        )
 
     def _llm(self) -> Iterable[Metric]:
-        families = {kind: CounterMetricFamily(name, text, labels=["agent", "path"])
-                    for kind, (name, text) in _LLM_COUNTERS.items()}
+        families = {
+            kind: CounterMetricFamily(name, text, labels=["agent", "path"])
+            for kind, (name, text) in _LLM_COUNTERS.items()
+        }
         for path, gateway in self._gateways.items():
             stats = dict(gateway.stats)
             agents = {*AGENTS, *(key.rsplit(".", 1)[0] for key in stats)}
@@ -180,24 +225,31 @@ class _StateCollector(Collector):
     def _ledger_metrics(self) -> Iterable[Metric]:
         labels = ["agent", "model"]
         calls = CounterMetricFamily(
-            "amaris_llm_model_calls", "LLM requests answered, by agent and model.", labels=labels)
+            "amaris_llm_model_calls", "LLM requests answered, by agent and model.", labels=labels
+        )
         failed = CounterMetricFamily(
             "amaris_llm_model_failed",
-            "LLM requests that got no answer (error, timeout, refused format), by agent and "
-            "model.", labels=labels)
+            "LLM requests that got no answer (error, timeout, refused format), by agent and model.",
+            labels=labels,
+        )
         tokens = CounterMetricFamily(
             "amaris_llm_tokens",
             "LLM tokens the endpoint reported, by agent, model and kind (prompt, completion, "
             "reasoning: part of completion, cached: part of prompt).",
-            labels=[*labels, "kind"])
+            labels=[*labels, "kind"],
+        )
         seconds = CounterMetricFamily(
             "amaris_llm_wait_seconds",
             "Seconds spent waiting on the LLM endpoint (answered and failed requests), by "
-            "agent and model.", labels=labels)
+            "agent and model.",
+            labels=labels,
+        )
         cost = CounterMetricFamily(
             "amaris_llm_cost_dollars",
             "Dollars of the LLM tokens at the configured pricing, by agent and model (models "
-            "with a price only).", labels=labels)
+            "with a price only).",
+            labels=labels,
+        )
         for (agent, model), usage in sorted(self._ledger.totals().items()):
             calls.add_metric([agent, model], usage.calls)
             failed.add_metric([agent, model], usage.failed)

@@ -51,8 +51,10 @@ def valid_json(value: Any) -> Any:
         if isinstance(item, dict | list):
             if depth >= MAX_JSON_DEPTH:
                 raise PydanticCustomError(
-                    "json_too_deep", "is nested deeper than {limit} levels (at {where})",
-                    {"limit": MAX_JSON_DEPTH, "where": _short(where)})
+                    "json_too_deep",
+                    "is nested deeper than {limit} levels (at {where})",
+                    {"limit": MAX_JSON_DEPTH, "where": _short(where)},
+                )
             if isinstance(item, dict):
                 for key, child in item.items():
                     _text_at(str(key), f"a key of {where}")
@@ -63,8 +65,10 @@ def valid_json(value: Any) -> Any:
             _text_at(item, where)
         elif isinstance(item, float) and not math.isfinite(item):
             raise PydanticCustomError(
-                "json_number", "has {value} at {where}: NaN and Infinity are not JSON numbers",
-                {"value": str(item), "where": _short(where)})
+                "json_number",
+                "has {value} at {where}: NaN and Infinity are not JSON numbers",
+                {"value": str(item), "where": _short(where)},
+            )
     return value
 
 
@@ -72,8 +76,11 @@ def _text_at(text: str, where: str) -> None:
     try:
         valid_text(text)
     except PydanticCustomError as exc:
-        raise PydanticCustomError("invalid_text", "{problem} (in {where})",
-                                  {"where": _short(where), "problem": exc.message()}) from None
+        raise PydanticCustomError(
+            "invalid_text",
+            "{problem} (in {where})",
+            {"where": _short(where), "problem": exc.message()},
+        ) from None
 
 
 def _short(where: str) -> str:
@@ -99,8 +106,7 @@ class Rollout(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: Text = Field(min_length=1, max_length=512,
-                     description="Unique rollout id within its step.")
+    id: Text = Field(min_length=1, max_length=512, description="Unique rollout id within its step.")
     input: Text = Field(description="The prompt the policy answered.")
     output: Text = Field(description="The policy's response.")
     supplemental_context: Text | None = Field(
@@ -110,7 +116,9 @@ class Rollout(BaseModel):
         default=None, description="Free-form metadata, stored with the rollout."
     )
     group_id: Text | None = Field(
-        default=None, min_length=1, max_length=512,
+        default=None,
+        min_length=1,
+        max_length=512,
         description="Key of the rollout's group (the prompt id): the analyzer compares the "
         "responses of one group. Default: rollouts with the same input form a group.",
     )
@@ -135,8 +143,10 @@ class TrainingMetadata(BaseModel):
         for name in self.model_extra or {}:
             if len(name) > MAX_EXTRA_NAME:
                 raise PydanticCustomError(
-                    "extra_name", "an extra field's name has {size} characters; the limit "
-                    "is {limit}", {"size": len(name), "limit": MAX_EXTRA_NAME})
+                    "extra_name",
+                    "an extra field's name has {size} characters; the limit is {limit}",
+                    {"size": len(name), "limit": MAX_EXTRA_NAME},
+                )
         return self
 
 
@@ -185,18 +195,25 @@ class CriterionResult(BaseModel):
     verdict: int | float = Field(
         description="Judge verdict on the declared scale (0-4): an integer, or a fraction with "
         "agents.scorer.samples > 1 (the mean of the samples) or agents.scorer.logprobs (the "
-        "expected score).")
+        "expected score)."
+    )
     reason: str = Field(description="The judge's reason (of the first sample).")
     samples: list[int | float] | None = Field(
-        default=None, description="The k verdicts whose mean is the verdict "
-        "(agents.scorer.samples > 1); null otherwise.")
+        default=None,
+        description="The k verdicts whose mean is the verdict "
+        "(agents.scorer.samples > 1); null otherwise.",
+    )
     agreement: float | None = Field(
-        default=None, description="Share of the samples that round to their most common "
-        "value: 1 when the k verdicts agree (agents.scorer.samples > 1); null otherwise.")
+        default=None,
+        description="Share of the samples that round to their most common "
+        "value: 1 when the k verdicts agree (agents.scorer.samples > 1); null otherwise.",
+    )
     from_logprobs: int | None = Field(
-        default=None, description="How many of the judge replies gave this verdict as an "
+        default=None,
+        description="How many of the judge replies gave this verdict as an "
         "expected value from logprobs (the others gave none: their plain verdict is used); "
-        "null when agents.scorer.logprobs is off.")
+        "null when agents.scorer.logprobs is off.",
+    )
 
 
 ScoreStatus = Literal["scored", "unscored", "invalid"]
@@ -264,8 +281,10 @@ class StructuredOutputStatus(BaseModel):
         description="json_schema, json_object, none (the prompt alone) or configured "
         "(agents.<agent>.response_format sent as is)."
     )
-    reason: str = Field(description="Why: the default, the configuration, or the refusal "
-                        "that made amaris fall back.")
+    reason: str = Field(
+        description="Why: the default, the configuration, or the refusal "
+        "that made amaris fall back."
+    )
 
 
 class HealthResponse(BaseModel):
@@ -278,8 +297,9 @@ class HealthResponse(BaseModel):
     judge_model: str
     rubric_version: int
     counters: dict[str, int] = Field(
-        default_factory=dict, description="Scored, cached and unscored rewards since start; "
-        "truncated.<cause>: rollouts judged with their text cut."
+        default_factory=dict,
+        description="Scored, cached and unscored rewards since start; "
+        "truncated.<cause>: rollouts judged with their text cut.",
     )
     structured_output: dict[str, StructuredOutputStatus] = Field(
         default_factory=dict, description="Per agent: the structured-output mode in use and why."

@@ -64,8 +64,12 @@ class Services:
     async def score(self, request: ScoreRequest) -> ScoreResponse:
         """The hot path of one rollout (see :func:`amaris.scoring.reward.score_rollout`)."""
         return await score_rollout(
-            request, scopes=self.scopes, scorer=self.scorer, coordinator=self.coordinator,
-            ids=self.ids, sync=self.settings.pipeline.mode == "sync",
+            request,
+            scopes=self.scopes,
+            scorer=self.scorer,
+            coordinator=self.coordinator,
+            ids=self.ids,
+            sync=self.settings.pipeline.mode == "sync",
         )
 
     async def start(self) -> None:
@@ -130,5 +134,3 @@ def settle_heap() -> None:
         gc.unfreeze()
     gc.collect()
     gc.freeze()
-
-

@@ -136,8 +136,11 @@ class ClientSettings(_Section):
         return ClientOverride(
             api_key=override.api_key or self.default.api_key,
             base_url=override.base_url or self.default.base_url,
-            max_concurrency=(override.max_concurrency if override.max_concurrency is not None
-                             else self.default.max_concurrency),
+            max_concurrency=(
+                override.max_concurrency
+                if override.max_concurrency is not None
+                else self.default.max_concurrency
+            ),
         )
 
 
@@ -223,8 +226,10 @@ class AgentsSettings(_Section):
                 continue
             for name in SCORER_ONLY:
                 if getattr(options, name) is not None:
-                    raise ValueError(f"agents.{section}.{name}: only the scorer reads it; "
-                                     f"set agents.scorer.{name}")
+                    raise ValueError(
+                        f"agents.{section}.{name}: only the scorer reads it; "
+                        f"set agents.scorer.{name}"
+                    )
         return self
 
     def for_agent(self, agent: str, local: bool = False) -> ResolvedAgentOptions:
@@ -234,8 +239,12 @@ class AgentsSettings(_Section):
         :meth:`Settings.agent_options` knows it.
         """
         merged: dict[str, Any] = {
-            "max_tokens": None, "service_tier": None, "extra_body": None,
-            "response_format": None, "context_window": None, **_BUILTIN_AGENT_OPTIONS,
+            "max_tokens": None,
+            "service_tier": None,
+            "extra_body": None,
+            "response_format": None,
+            "context_window": None,
+            **_BUILTIN_AGENT_OPTIONS,
             "timeout": LOCAL_TIMEOUT_SECONDS if local else REMOTE_TIMEOUT_SECONDS,
         }
         merged.update(self.default.model_dump(exclude_none=True))
@@ -330,8 +339,9 @@ class ServerSettings(_Section):
     max_wait_seconds: float = Field(default=300.0, gt=0, le=86400)
     """Longest one ``GET /rubric_status/wait`` is held open (a longer or absent
     ``timeout`` is capped; the answer is then ``pending`` and the client asks again)."""
-    replica_id: str | None = Field(default=None, min_length=1, max_length=128,
-                                   pattern=r"^[A-Za-z0-9_.:-]+$")
+    replica_id: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$"
+    )
     """This replica's name when ``pipeline.executor`` is ``deployment`` (its rollout-log
     sequence and the step runs it executes); null = ``<hostname>:<port>``. Keep it stable
     across restarts of one replica and distinct between replicas."""

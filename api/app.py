@@ -34,8 +34,11 @@ def create_app(settings: Settings, services: Services | ServicesFactory) -> Fast
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        built = (services if isinstance(services, Services)
-                 else await asyncio.to_thread(services, registry))
+        built = (
+            services
+            if isinstance(services, Services)
+            else await asyncio.to_thread(services, registry)
+        )
         app.state.services = built
         await built.start()
         try:
@@ -51,9 +54,12 @@ def create_app(settings: Settings, services: Services | ServicesFactory) -> Fast
     )
     # The bearer key is checked at the edge, for every path but /healthz, before routing
     # and before any body is read: no router needs (or can forget) an auth dependency.
-    app.add_middleware(RequestGuard, api_key=secret_value(settings.server.api_key),
-                       max_body_bytes=settings.server.max_body_bytes,
-                       body_timeout_seconds=settings.server.body_timeout_seconds)
+    app.add_middleware(
+        RequestGuard,
+        api_key=secret_value(settings.server.api_key),
+        max_body_bytes=settings.server.max_body_bytes,
+        body_timeout_seconds=settings.server.body_timeout_seconds,
+    )
     app.add_middleware(RequestMetrics, metrics=registry)  # added last: outermost
     errors.install(app)
     app.include_router(health.router)

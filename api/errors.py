@@ -45,22 +45,32 @@ INPUT_ERRORS: dict[int | str, dict[str, Any]] = {
 """OpenAPI responses of protected routes that take input."""
 
 STEP_ERRORS: dict[int | str, dict[str, Any]] = {
-    409: {"model": ErrorResponse, "description": "The step is refused in the current state: "
-          "`pipeline.max_open_steps` steps are open, or (`/complete`) the step has no "
-          "rollouts and is not the next step."},
-    422: {"model": ErrorResponse, "description": "Invalid input; `detail` names each field "
-          "(a step past `pipeline.max_step` or `pipeline.max_steps_ahead` included)."},
+    409: {
+        "model": ErrorResponse,
+        "description": "The step is refused in the current state: "
+        "`pipeline.max_open_steps` steps are open, or (`/complete`) the step has no "
+        "rollouts and is not the next step.",
+    },
+    422: {
+        "model": ErrorResponse,
+        "description": "Invalid input; `detail` names each field "
+        "(a step past `pipeline.max_step` or `pipeline.max_steps_ahead` included).",
+    },
 }
 """OpenAPI responses of routes that take a step number which may open or complete a step."""
 
-_STEP_REFUSALS = {"out_of_range": (422, "invalid_request"),
-                  "too_many_open": (409, "too_many_open_steps"),
-                  "not_next": (409, "nothing_to_complete")}
+_STEP_REFUSALS = {
+    "out_of_range": (422, "invalid_request"),
+    "too_many_open": (409, "too_many_open_steps"),
+    "not_next": (409, "nothing_to_complete"),
+}
 
 
 CONFLICT_ERRORS: dict[int | str, dict[str, Any]] = {
-    409: {"model": ErrorResponse,
-          "description": "The rollout id is already in its step with other content."},
+    409: {
+        "model": ErrorResponse,
+        "description": "The rollout id is already in its step with other content.",
+    },
 }
 """OpenAPI responses of the route that logs one rollout per request."""
 
@@ -111,8 +121,7 @@ def error_response(
 def step_refused(exc: StepRefusedError, field: str | None = None) -> JSONResponse:
     """The answer to a refused step (its ``field``, or the one the error names)."""
     status, error = _STEP_REFUSALS[exc.reason]
-    return error_response(status, error, [ErrorDetail(field=field or exc.field,
-                                                      message=str(exc))])
+    return error_response(status, error, [ErrorDetail(field=field or exc.field, message=str(exc))])
 
 
 def install(app: FastAPI) -> None:
@@ -121,8 +130,12 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         detail = validation_details(list(exc.errors()))
-        log.warning("422 %s %s: %s", request.method, loggable(request.url.path),
-                    loggable("; ".join(f"{d.field}: {d.message}" for d in detail), limit=1000))
+        log.warning(
+            "422 %s %s: %s",
+            request.method,
+            loggable(request.url.path),
+            loggable("; ".join(f"{d.field}: {d.message}" for d in detail), limit=1000),
+        )
         return error_response(422, "invalid_request", detail)
 
     refused = {"count": 0, "logged_at": 0.0}
@@ -135,25 +148,41 @@ def install(app: FastAPI) -> None:
         refused["count"] += 1
         now = time.monotonic()
         if now - refused["logged_at"] >= 10:
-            log.warning("429 %s %s: %s (%d refused since the last report)", request.method,
-                        loggable(request.url.path), exc, refused["count"])
+            log.warning(
+                "429 %s %s: %s (%d refused since the last report)",
+                request.method,
+                loggable(request.url.path),
+                exc,
+                refused["count"],
+            )
             refused.update(count=0, logged_at=now)
-        return error_response(429, "overloaded", [ErrorDetail(
-            field="scoring.max_pending", message=f"{exc}; retry later")],
-            headers={"Retry-After": str(retry_after)})
+        return error_response(
+            429,
+            "overloaded",
+            [ErrorDetail(field="scoring.max_pending", message=f"{exc}; retry later")],
+            headers={"Retry-After": str(retry_after)},
+        )
 
     @app.exception_handler(StepRefusedError)
     async def _step_refused(request: Request, exc: StepRefusedError) -> JSONResponse:
-        log.warning("%s %s %s: %s: %s", _STEP_REFUSALS[exc.reason][0], request.method,
-                    loggable(request.url.path), exc.field, exc)
+        log.warning(
+            "%s %s %s: %s: %s",
+            _STEP_REFUSALS[exc.reason][0],
+            request.method,
+            loggable(request.url.path),
+            exc.field,
+            exc,
+        )
         return step_refused(exc)
 
     @app.exception_handler(OversizeError)
     async def _oversize(request: Request, exc: OversizeError) -> JSONResponse:
-        log.warning("413 %s %s: %s", request.method, loggable(request.url.path),
-                    loggable(exc, limit=1000))
-        return error_response(413, "payload_too_large", [ErrorDetail(field=exc.field,
-                                                                      message=str(exc))])
+        log.warning(
+            "413 %s %s: %s", request.method, loggable(request.url.path), loggable(exc, limit=1000)
+        )
+        return error_response(
+            413, "payload_too_large", [ErrorDetail(field=exc.field, message=str(exc))]
+        )
 
     @app.exception_handler(RolloutConflictError)
     async def _conflict(request: Request, exc: RolloutConflictError) -> JSONResponse:
@@ -163,12 +192,23 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        log.warning("%s %s %s: %s", exc.status_code, request.method, loggable(request.url.path),
-                    exc.detail)
-        names = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
-                 408: "request_timeout", 413: "payload_too_large"}
-        field = ("Authorization" if exc.status_code == 401
-                 else "body" if isinstance(exc, BodyError) else "path")
+        log.warning(
+            "%s %s %s: %s", exc.status_code, request.method, loggable(request.url.path), exc.detail
+        )
+        names = {
+            401: "unauthorized",
+            404: "not_found",
+            405: "method_not_allowed",
+            408: "request_timeout",
+            413: "payload_too_large",
+        }
+        field = (
+            "Authorization"
+            if exc.status_code == 401
+            else "body"
+            if isinstance(exc, BodyError)
+            else "path"
+        )
         return error_response(
             exc.status_code,
             names.get(exc.status_code, "http_error"),
@@ -180,8 +220,9 @@ def install(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # Starlette's ServerErrorMiddleware calls this for any unhandled exception (and then
         # re-raises it, so it is still logged with its traceback by the server).
-        log.error("500 %s %s: %s: %s", request.method, loggable(request.url.path),
-                  type(exc).__name__, exc)
+        log.error(
+            "500 %s %s: %s: %s", request.method, loggable(request.url.path), type(exc).__name__, exc
+        )
         return error_response(
             500, "internal_error", [ErrorDetail(field="server", message="internal server error")]
         )

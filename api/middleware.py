@@ -47,7 +47,8 @@ def is_json(content_type: bytes) -> bool:
     """Whether a ``Content-Type`` value is ``application/json`` or ``application/*+json``."""
     media = content_type.split(b";", 1)[0].strip().lower()
     return media == b"application/json" or (
-        media.startswith(b"application/") and media.endswith(b"+json"))
+        media.startswith(b"application/") and media.endswith(b"+json")
+    )
 
 
 class RequestGuard:
@@ -63,8 +64,9 @@ class RequestGuard:
     never taken in.
     """
 
-    def __init__(self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int,
-                 body_timeout_seconds: float) -> None:
+    def __init__(
+        self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int, body_timeout_seconds: float
+    ) -> None:
         self.app = app
         self.key = api_key.encode("utf-8") if api_key else None
         self.max_body_bytes = max_body_bytes
@@ -96,8 +98,11 @@ class RequestGuard:
         if length is not None and length.isdigit():
             # More digits than any limit has: over it (and no int() of a huge string).
             declared = int(length) if len(length) <= 18 else self.max_body_bytes + 1
-        body = None if not chunked and (length is None or declared == 0) else _BodyChannel(
-            receive, self.max_body_bytes, self.body_timeout_seconds)
+        body = (
+            None
+            if not chunked and (length is None or declared == 0)
+            else _BodyChannel(receive, self.max_body_bytes, self.body_timeout_seconds)
+        )
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -109,32 +114,66 @@ class RequestGuard:
 
         token = request_id_var.set(request_id)
         try:
-            if self.key is not None and scope["path"] not in OPEN_PATHS and (
-                    authorization is None or not bearer_matches(authorization, self.key)):
-                await self._refuse(scope, send_with_id, 401, "unauthorized", "Authorization",
-                                   "missing or wrong bearer key in the Authorization header",
-                                   {"WWW-Authenticate": "Bearer"})
+            if (
+                self.key is not None
+                and scope["path"] not in OPEN_PATHS
+                and (authorization is None or not bearer_matches(authorization, self.key))
+            ):
+                await self._refuse(
+                    scope,
+                    send_with_id,
+                    401,
+                    "unauthorized",
+                    "Authorization",
+                    "missing or wrong bearer key in the Authorization header",
+                    {"WWW-Authenticate": "Bearer"},
+                )
             elif declared is not None and declared > self.max_body_bytes:
-                await self._refuse(scope, send_with_id, 413, "payload_too_large", "body",
-                                   f"request body is over server.max_body_bytes "
-                                   f"({self.max_body_bytes})")
+                await self._refuse(
+                    scope,
+                    send_with_id,
+                    413,
+                    "payload_too_large",
+                    "body",
+                    f"request body is over server.max_body_bytes ({self.max_body_bytes})",
+                )
             elif body is not None and (content_type is None or not is_json(content_type)):
                 got = content_type.decode("latin-1")[:100] if content_type else "none"
-                await self._refuse(scope, send_with_id, 415, "unsupported_media_type",
-                                   "Content-Type", "the request body must be JSON: Content-Type "
-                                   f"application/json (or application/*+json), got {got!r}")
+                await self._refuse(
+                    scope,
+                    send_with_id,
+                    415,
+                    "unsupported_media_type",
+                    "Content-Type",
+                    "the request body must be JSON: Content-Type "
+                    f"application/json (or application/*+json), got {got!r}",
+                )
             else:
                 await self.app(scope, receive if body is None else body, send_with_id)
         finally:
             request_id_var.reset(token)
 
-    async def _refuse(self, scope: Scope, send: Send, status: int, error: str, field: str,
-                      message: str, headers: dict[str, str] | None = None) -> None:
+    async def _refuse(
+        self,
+        scope: Scope,
+        send: Send,
+        status: int,
+        error: str,
+        field: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         log.warning("%s %s %s: %s", status, scope["method"], loggable(scope["path"]), message)
-        response = error_response(status, error, [ErrorDetail(field=field, message=message)],
-                                  headers=headers)
-        await send({"type": "http.response.start", "status": response.status_code,
-                    "headers": response.raw_headers})
+        response = error_response(
+            status, error, [ErrorDetail(field=field, message=message)], headers=headers
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status_code,
+                "headers": response.raw_headers,
+            }
+        )
         await send({"type": "http.response.body", "body": response.body})
 
 
@@ -160,13 +199,15 @@ class _BodyChannel:
             async with asyncio.timeout_at(self.deadline):
                 message = await self.receive()
         except TimeoutError:
-            raise BodyError(408, f"request body not received within "
-                                 f"server.body_timeout_seconds ({self.timeout:g} s)") from None
+            raise BodyError(
+                408,
+                f"request body not received within "
+                f"server.body_timeout_seconds ({self.timeout:g} s)",
+            ) from None
         if message["type"] == "http.request":
             self.received += len(message.get("body", b""))
             if self.received > self.limit:
-                raise BodyError(413, f"request body is over server.max_body_bytes "
-                                     f"({self.limit})")
+                raise BodyError(413, f"request body is over server.max_body_bytes ({self.limit})")
             self.done = not message.get("more_body", False)
         return message
 
@@ -202,5 +243,6 @@ class RequestMetrics:
         finally:
             # The router records its choice in the scope (the same dict all the way down).
             template = getattr(scope.get("route"), "path_format", None)
-            self.metrics.observe_request(scope["method"], str(template or "other"), status,
-                                         time.perf_counter() - started)
+            self.metrics.observe_request(
+                scope["method"], str(template or "other"), status, time.perf_counter() - started
+            )

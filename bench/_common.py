@@ -71,26 +71,28 @@ class ResponseLike(Protocol):
 class ClientLike(Protocol):
     """What the benchmarks use of an ``httpx``/``httpx2`` ``AsyncClient``."""
 
-    async def post(self, url: str, *, json: Any = None,
-                   headers: dict[str, str] | None = None) -> ResponseLike: ...
+    async def post(
+        self, url: str, *, json: Any = None, headers: dict[str, str] | None = None
+    ) -> ResponseLike: ...
 
 
 @asynccontextmanager
-async def open_client(lib: str, connections: int,
-                      timeout_s: float) -> AsyncIterator[ClientLike]:
+async def open_client(lib: str, connections: int, timeout_s: float) -> AsyncIterator[ClientLike]:
     """One ``AsyncClient`` allowing ``connections`` concurrent keep-alive connections."""
     if lib == "httpx":
         async with httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=connections,
-                                max_keepalive_connections=connections),
-            timeout=httpx.Timeout(timeout_s), trust_env=False,
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            timeout=httpx.Timeout(timeout_s),
+            trust_env=False,
         ) as client:
             yield client
     else:
         async with httpx2.AsyncClient(
-            limits=httpx2.Limits(max_connections=connections,
-                                 max_keepalive_connections=connections),
-            timeout=httpx2.Timeout(timeout_s), trust_env=False,
+            limits=httpx2.Limits(
+                max_connections=connections, max_keepalive_connections=connections
+            ),
+            timeout=httpx2.Timeout(timeout_s),
+            trust_env=False,
         ) as client2:
             yield client2
 
@@ -191,16 +193,23 @@ class Child:
     """A subprocess a benchmark owns, in its own session; stopped by PID (terminate,
     then kill), with whatever it left running in its session."""
 
-    def __init__(self, name: str, argv: list[str], log_path: Path, cwd: Path,
-                 env: dict[str, str]) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_path: Path, cwd: Path, env: dict[str, str]
+    ) -> None:
         self.name = name
         self.log_path = log_path
         with log_path.open("wb") as log:
             # Own session: a Ctrl-C in the terminal reaches only the benchmark, which
             # then stops its children itself, in order.
-            self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                                          start_new_session=True)
+            self.popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+            )
         self.pid = self.popen.pid
 
     def alive(self) -> bool:
@@ -219,16 +228,20 @@ class Child:
             try:
                 self.popen.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                print(f"  {self.name} (pid {self.pid}) ignored SIGTERM; killing it",
-                      file=sys.stderr)
+                print(
+                    f"  {self.name} (pid {self.pid}) ignored SIGTERM; killing it", file=sys.stderr
+                )
                 self.popen.kill()
                 self.popen.wait(timeout=STOP_TIMEOUT_S)
         # Processes the child started and left behind (same session), by their PIDs.
         leftovers = session_pids(self.pid)
         if not leftovers:
             return
-        print(f"  {self.name} (pid {self.pid}) left {len(leftovers)} process(es) running "
-              f"(pids {', '.join(map(str, leftovers))}); stopping them", file=sys.stderr)
+        print(
+            f"  {self.name} (pid {self.pid}) left {len(leftovers)} process(es) running "
+            f"(pids {', '.join(map(str, leftovers))}); stopping them",
+            file=sys.stderr,
+        )
         for pid in leftovers:
             send_signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
@@ -243,20 +256,39 @@ def child_env() -> dict[str, str]:
     env = dict(os.environ)
     # A developer's keys, endpoint or Prefect must not change what is measured (amaris
     # keeps Prefect's home under memory.path, in the temporary folder, when unset).
-    for name in ("AMARIS_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL", "PREFECT_API_URL",
-                 "PREFECT_HOME"):
+    for name in (
+        "AMARIS_API_KEY",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "PREFECT_API_URL",
+        "PREFECT_HOME",
+    ):
         env.pop(name, None)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
-def start_offline_llm(exe: str, latency_ms: float, folder: Path,
-                      env: dict[str, str]) -> tuple[Child, str]:
+def start_offline_llm(
+    exe: str, latency_ms: float, folder: Path, env: dict[str, str]
+) -> tuple[Child, str]:
     """``amaris offline-llm`` on a free port, logging into ``folder``; (child, base URL)."""
     port = free_port()
-    llm = Child("offline-llm", [exe, "offline-llm", "--host", "127.0.0.1",
-                                "--port", str(port), "--latency-ms", f"{latency_ms:g}"],
-                folder / "offline-llm.log", folder, env)
+    llm = Child(
+        "offline-llm",
+        [
+            exe,
+            "offline-llm",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--latency-ms",
+            f"{latency_ms:g}",
+        ],
+        folder / "offline-llm.log",
+        folder,
+        env,
+    )
     return llm, f"http://127.0.0.1:{port}/v1"
 
 
@@ -266,8 +298,9 @@ def wait_ready(child: Child, url: str, check: Callable[[httpx2.Response], bool])
     last = "no answer"
     while time.monotonic() < deadline:
         if not child.alive():
-            raise RuntimeError(f"{child.name} exited with code {child.popen.returncode}:\n"
-                               f"{child.log_tail()}")
+            raise RuntimeError(
+                f"{child.name} exited with code {child.popen.returncode}:\n{child.log_tail()}"
+            )
         try:
             response = httpx2.get(url, timeout=2.0, trust_env=False)
             if response.status_code == 200 and check(response):
@@ -276,16 +309,21 @@ def wait_ready(child: Child, url: str, check: Callable[[httpx2.Response], bool])
         except httpx2.HTTPError as exc:
             last = f"{type(exc).__name__}: {exc}"
         time.sleep(0.2)
-    raise RuntimeError(f"{child.name} not ready after {STARTUP_TIMEOUT_S:.0f}s ({last}):\n"
-                       f"{child.log_tail()}")
+    raise RuntimeError(
+        f"{child.name} not ready after {STARTUP_TIMEOUT_S:.0f}s ({last}):\n{child.log_tail()}"
+    )
 
 
 def wait_servers_ready(llm: Child, llm_url: str, amaris: Child, amaris_url: str) -> None:
     """Wait until the offline LLM lists its models and amaris judges through it."""
     wait_ready(llm, f"{llm_url}/models", lambda r: bool(r.json().get("data")))
-    wait_ready(amaris, f"{amaris_url}/healthz",
-               lambda r: r.json().get("judge_backend") == llm_url
-               and r.json().get("offline_judge") is False)
+    wait_ready(
+        amaris,
+        f"{amaris_url}/healthz",
+        lambda r: (
+            r.json().get("judge_backend") == llm_url and r.json().get("offline_judge") is False
+        ),
+    )
 
 
 @contextmanager
@@ -312,8 +350,9 @@ class Stack:
 
 
 @contextmanager
-def running_stack(latency_ms: float, workdir: Path, sections: dict[str, dict[str, Any]]
-                  ) -> Iterator[Stack]:
+def running_stack(
+    latency_ms: float, workdir: Path, sections: dict[str, dict[str, Any]]
+) -> Iterator[Stack]:
     """Start the offline LLM (``latency_ms`` per call) and amaris judging through it, with
     its data under ``workdir`` and WARNING logs, ``sections`` merged into its config; stop
     both by PID on exit, whatever happens (amaris first: it holds connections to the LLM).
@@ -330,8 +369,7 @@ def running_stack(latency_ms: float, workdir: Path, sections: dict[str, dict[str
             "server": {"host": "127.0.0.1", "port": port},
             # The offline judge on 127.0.0.1 stands for a hosted one: no per-endpoint
             # limit (a judge on this machine gets 4 in flight by default).
-            "client": {"default": {"base_url": llm_url, "api_key": API_KEY,
-                                   "max_concurrency": 0}},
+            "client": {"default": {"base_url": llm_url, "api_key": API_KEY, "max_concurrency": 0}},
             "memory": {"path": str(data_dir), "embedding_model": None},
             "logging": {"level": "WARNING"},
         }
@@ -339,13 +377,17 @@ def running_stack(latency_ms: float, workdir: Path, sections: dict[str, dict[str
             config[name] = {**config.get(name, {}), **values}
         path = workdir / "config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        amaris = Child("amaris", [exe, "serve", "--config", str(path)], workdir / "amaris.log",
-                       workdir, env)
+        amaris = Child(
+            "amaris", [exe, "serve", "--config", str(path)], workdir / "amaris.log", workdir, env
+        )
         children.append(amaris)
         url = f"http://127.0.0.1:{port}"
         wait_servers_ready(llm, llm_url, amaris, url)
-        print(f"offline-llm pid {llm.pid} ({llm_url}, {latency_ms:g} ms/call), amaris pid "
-              f"{amaris.pid} ({url}), files in {workdir}", flush=True)
+        print(
+            f"offline-llm pid {llm.pid} ({llm_url}, {latency_ms:g} ms/call), amaris pid "
+            f"{amaris.pid} ({url}), files in {workdir}",
+            flush=True,
+        )
         yield Stack(llm, amaris, llm_url, url, data_dir, config)
     finally:
         for child in reversed(children):
@@ -368,8 +410,10 @@ def settle(child: Child, *, after_startup: bool = True) -> None:
         if used <= SETTLE_IDLE_CPU:
             return
     when = f" {SETTLE_TIMEOUT_S:.0f}s after start-up" if after_startup else ""
-    print(f"  {child.name} still uses {used or 0:.0%} of a core{when}; measuring anyway",
-          file=sys.stderr)
+    print(
+        f"  {child.name} still uses {used or 0:.0%} of a core{when}; measuring anyway",
+        file=sys.stderr,
+    )
 
 
 def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
@@ -426,20 +470,22 @@ def machine() -> str:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    return (f"nproc {cores}{f' ({model})' if model else ''}, Python "
-            f"{platform.python_version()}, {platform.system()} {platform.release()}")
+    return (
+        f"nproc {cores}{f' ({model})' if model else ''}, Python "
+        f"{platform.python_version()}, {platform.system()} {platform.release()}"
+    )
 
 
 def command_line() -> str:
     """This benchmark's command line, paths relative to the current folder when inside it."""
+
     def rel(path: str) -> str:
         try:
             return str(Path(path).relative_to(Path.cwd()))
         except ValueError:
             return path
 
-    return shlex.join([rel(sys.executable), rel(str(Path(sys.argv[0]).absolute())),
-                       *sys.argv[1:]])
+    return shlex.join([rel(sys.executable), rel(str(Path(sys.argv[0]).absolute())), *sys.argv[1:]])
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -447,8 +493,9 @@ def markers(name: str) -> tuple[str, str]:
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
 
 
-def write_doc(path: Path, text: str, mark_start: str, mark_end: str,
-              intro: str = DOC_INTRO) -> None:
+def write_doc(
+    path: Path, text: str, mark_start: str, mark_end: str, intro: str = DOC_INTRO
+) -> None:
     """Replace only the section between ``mark_start`` and ``mark_end`` (re-reading the file
     right before); append it if absent; create the file (``intro`` first) if missing."""
     if path.is_file():
@@ -456,7 +503,7 @@ def write_doc(path: Path, text: str, mark_start: str, mark_end: str,
         start = current.find(mark_start)
         end = current.find(mark_end, start + 1) if start >= 0 else -1
         if start >= 0 and end >= 0:
-            updated = current[:start] + text.rstrip("\n") + current[end + len(mark_end):]
+            updated = current[:start] + text.rstrip("\n") + current[end + len(mark_end) :]
         else:
             updated = current.rstrip("\n") + "\n\n" + text
     else:

@@ -132,8 +132,14 @@ def measure(kind: str, ref: str | None, work: Path) -> dict[str, object]:
 
     def probe(*args: str) -> Any:
         """The JSON a probe script prints in the fresh venv."""
-        done = subprocess.run([str(python), "-c", *args], check=True, capture_output=True,
-                              text=True, cwd=work, env=env)
+        done = subprocess.run(
+            [str(python), "-c", *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=work,
+            env=env,
+        )
         return json.loads(done.stdout)
 
     has = probe(HAS_PROBE, *SERVER_PACKAGES)

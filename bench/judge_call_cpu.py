@@ -44,8 +44,9 @@ from amaris.llm.providers import OpenAIProvider
 from amaris.settings import Settings
 
 
-async def measure(call: Callable[[], Awaitable[object]], clients: int,
-                  duration: float) -> tuple[float, float]:
+async def measure(
+    call: Callable[[], Awaitable[object]], clients: int, duration: float
+) -> tuple[float, float]:
     """(calls per second, CPU ms per call) over ``duration`` after 1 s of warm-up."""
     stop = time.monotonic() + 1.0 + duration
     counting = False
@@ -70,40 +71,54 @@ async def measure(call: Callable[[], Awaitable[object]], clients: int,
 async def run(url: str, clients: int, duration: float, only: list[str]) -> None:
     settings = Settings()
     options = settings.agents.for_agent("scorer")
-    body = scorer_request_body(settings, load_prompts(settings.prompts)["scorer"],
-                               rollout_fields(1))
+    body = scorer_request_body(
+        settings, load_prompts(settings.prompts)["scorer"], rollout_fields(1)
+    )
     sdk = openai.AsyncOpenAI(api_key=API_KEY, base_url=url, max_retries=0)
     tuned = openai.AsyncOpenAI(
-        api_key=API_KEY, base_url=url, max_retries=0,
-        http_client=httpx2.AsyncClient(limits=httpx2.Limits(
-            max_connections=clients, max_keepalive_connections=clients)),
+        api_key=API_KEY,
+        base_url=url,
+        max_retries=0,
+        http_client=httpx2.AsyncClient(
+            limits=httpx2.Limits(max_connections=clients, max_keepalive_connections=clients)
+        ),
     )
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     provider = OpenAIProvider(API_KEY, url)
 
     async def via_sdk() -> None:
-        await sdk.post("/chat/completions", cast_to=ChatCompletion, body=body,
-                       options={"timeout": options.timeout})
+        await sdk.post(
+            "/chat/completions",
+            cast_to=ChatCompletion,
+            body=body,
+            options={"timeout": options.timeout},
+        )
 
     async def via_tuned() -> None:
-        await tuned.post("/chat/completions", cast_to=httpx2.Response, body=body,
-                         options={"timeout": options.timeout})
+        await tuned.post(
+            "/chat/completions",
+            cast_to=httpx2.Response,
+            body=body,
+            options={"timeout": options.timeout},
+        )
 
     async def via_aiohttp() -> None:
-        async with session.post(f"{url}/chat/completions", json=body,
-                                headers={"Authorization": f"Bearer {API_KEY}"}) as response:
+        async with session.post(
+            f"{url}/chat/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"}
+        ) as response:
             await response.read()
 
     async def via_amaris() -> None:
         await provider.complete("scorer", body["messages"], options)
 
-    calls = {"sdk": via_sdk, "sdk-tuned": via_tuned, "aiohttp": via_aiohttp,
-             "amaris": via_amaris}
+    calls = {"sdk": via_sdk, "sdk-tuned": via_tuned, "aiohttp": via_aiohttp, "amaris": via_amaris}
     try:
         for name in only:
             rate, cpu = await measure(calls[name], clients, duration)
-            print(f"{name:9s} {clients} in flight: {rate:7.1f} calls/s, {cpu:.3f} ms CPU per call",
-                  flush=True)
+            print(
+                f"{name:9s} {clients} in flight: {rate:7.1f} calls/s, {cpu:.3f} ms CPU per call",
+                flush=True,
+            )
     finally:
         await sdk.close()
         await tuned.close()
@@ -119,8 +134,9 @@ def main() -> None:
     parser.add_argument("--only", default="sdk,sdk-tuned,aiohttp,amaris")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="amaris-bench-") as folder:
-        llm, url = start_offline_llm(amaris_executable(), args.latency_ms, Path(folder),
-                                     child_env())
+        llm, url = start_offline_llm(
+            amaris_executable(), args.latency_ms, Path(folder), child_env()
+        )
         try:
             wait_ready(llm, f"{url}/models", lambda response: True)
             asyncio.run(run(url, args.clients, args.duration, args.only.split(",")))

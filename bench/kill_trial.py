@@ -269,8 +269,13 @@ def main() -> int:
                         "server": {"host": "127.0.0.1", "port": port},
                         # The offline judge on 127.0.0.1 stands for a hosted one: no per-endpoint
                         # limit (a judge on this machine gets 4 in flight by default).
-                        "client": {"default": {"base_url": llm_url, "api_key": "offline",
-                                               "max_concurrency": 0}},
+                        "client": {
+                            "default": {
+                                "base_url": llm_url,
+                                "api_key": "offline",
+                                "max_concurrency": 0,
+                            }
+                        },
                         "memory": {"path": str(workdir / "data"), "embedding_model": "hashing"},
                         # One criterion per update: more steps publish a version (the offline
                         # updater adds a pitfall per unpenalised hacking behaviour).

@@ -92,8 +92,14 @@ class Block:
     drain_s: float = 0.0
 
 
-async def train_step(client: RewardClient, http: httpx.AsyncClient, policy: Policy, step: int,
-                     evolve: bool, compute_s: float) -> StepTiming:
+async def train_step(
+    client: RewardClient,
+    http: httpx.AsyncClient,
+    policy: Policy,
+    step: int,
+    evolve: bool,
+    compute_s: float,
+) -> StepTiming:
     """One trainer step: score the step's rollouts, (complete it), compute."""
     t0 = time.perf_counter()
     rubric = (await http.get("/rubrics")).json()
@@ -110,8 +116,10 @@ async def train_step(client: RewardClient, http: httpx.AsyncClient, policy: Poli
 
 
 async def measure(url: str, amaris: Child, args: argparse.Namespace) -> list[Block]:
-    async with RewardClient(url, timeout=600) as client, \
-            httpx.AsyncClient(base_url=url, timeout=600) as http:
+    async with (
+        RewardClient(url, timeout=600) as client,
+        httpx.AsyncClient(base_url=url, timeout=600) as http,
+    ):
         # Correct answers only: the warm-up leaves the rubric as configured (v1).
         warm = Policy(SEED, args.rollouts, args.steps, learning_rate=0.0, mix={"correct": 1.0})
         t0 = time.perf_counter()
@@ -129,12 +137,15 @@ async def measure(url: str, amaris: Child, args: argparse.Namespace) -> list[Blo
             first = 100 * (index + 1)
             block = Block(variant)
             for offset in range(args.steps):
-                timing = await train_step(client, http, policy, first + offset,
-                                          variant == "on", args.compute_s)
+                timing = await train_step(
+                    client, http, policy, first + offset, variant == "on", args.compute_s
+                )
                 block.steps.append(timing)
-                print(f"  {variant:>3} step {timing.step}: {timing.total_s:.3f} s (scoring "
-                      f"{timing.scoring_s:.3f} s, /complete {timing.complete_s * 1000:.1f} ms)",
-                      flush=True)
+                print(
+                    f"  {variant:>3} step {timing.step}: {timing.total_s:.3f} s (scoring "
+                    f"{timing.scoring_s:.3f} s, /complete {timing.complete_s * 1000:.1f} ms)",
+                    flush=True,
+                )
             if variant == "on":
                 t0 = time.perf_counter()
                 await client.rubric_updated_async(first + args.steps - 1, timeout=600)
@@ -157,33 +168,52 @@ def summary_rows(blocks: list[Block]) -> tuple[list[tuple[str, str, str]], float
     added = statistics.mean(stat(on, "total_s")) - statistics.mean(stat(off, "total_s"))
     share = added / statistics.mean(stat(off, "total_s"))
     rows = [("steps measured", str(len(off)), str(len(on)))]
-    for what, label in (("total_s", "step wall time"), ("scoring_s", "scoring the rollouts"),
-                        ("complete_s", "`POST /complete`")):
+    for what, label in (
+        ("total_s", "step wall time"),
+        ("scoring_s", "scoring the rollouts"),
+        ("complete_s", "`POST /complete`"),
+    ):
         for name, fn in (("mean", statistics.mean), ("median", statistics.median)):
-            rows.append((f"{label}, {name} (s)", f"{fn(stat(off, what)):.3f}",
-                         f"{fn(stat(on, what)):.3f}"))
-        rows.append((f"{label}, min / max (s)",
-                     f"{min(stat(off, what)):.3f} / {max(stat(off, what)):.3f}",
-                     f"{min(stat(on, what)):.3f} / {max(stat(on, what)):.3f}"))
+            rows.append(
+                (f"{label}, {name} (s)", f"{fn(stat(off, what)):.3f}", f"{fn(stat(on, what)):.3f}")
+            )
+        rows.append(
+            (
+                f"{label}, min / max (s)",
+                f"{min(stat(off, what)):.3f} / {max(stat(off, what)):.3f}",
+                f"{min(stat(on, what)):.3f} / {max(stat(on, what)):.3f}",
+            )
+        )
     versions = sorted({s.rubric_version for s in on})
-    rows.append(("rubric versions the steps were scored under",
-                 ", ".join(sorted({f"v{s.rubric_version}" for s in off})),
-                 ", ".join(f"v{v}" for v in versions)))
+    rows.append(
+        (
+            "rubric versions the steps were scored under",
+            ", ".join(sorted({f"v{s.rubric_version}" for s in off})),
+            ", ".join(f"v{v}" for v in versions),
+        )
+    )
     drains = [b.drain_s for b in blocks if b.variant == "on"]
-    rows.append(("drain: last step's pipeline after an \"on\" block (s, not in step times)",
-                 "-", " / ".join(f"{d:.2f}" for d in drains)))
+    rows.append(
+        (
+            'drain: last step\'s pipeline after an "on" block (s, not in step times)',
+            "-",
+            " / ".join(f"{d:.2f}" for d in drains),
+        )
+    )
     return rows, added, share
 
 
-def section(blocks: list[Block], args: argparse.Namespace, started: datetime,
-            load_start: str, load_end: str) -> str:
+def section(
+    blocks: list[Block], args: argparse.Namespace, started: datetime, load_start: str, load_end: str
+) -> str:
     rows, added, share = summary_rows(blocks)
     table = "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
     per_block = "\n".join(
         f"| {i + 1} | {b.variant} | {b.steps[0].step}-{b.steps[-1].step} | "
         f"{statistics.mean(s.total_s for s in b.steps):.3f} | "
         f"{statistics.mean(s.scoring_s for s in b.steps):.3f} |"
-        for i, b in enumerate(blocks))
+        for i, b in enumerate(blocks)
+    )
     verdict = "PASS" if share <= TARGET_OVERHEAD else "FAIL"
     measured = f"{share:+.2%} ({added * 1000:+.1f} ms)"
     return f"""{MARK_START}
@@ -231,18 +261,32 @@ with the next step's scoring (the judge calls themselves wait on the LLM, not th
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=5, help="steps per block (default 5)")
-    parser.add_argument("--repeats", type=int, default=2,
-                        help="off/on block pairs (default 2)")
-    parser.add_argument("--rollouts", type=int, default=64,
-                        help="rollouts per step (default 64)")
-    parser.add_argument("--compute-s", type=float, default=15.0,
-                        help="trainer compute per step, seconds (default 15)")
-    parser.add_argument("--latency-ms", type=float, default=1000.0,
-                        help="offline LLM latency per call (default 1000)")
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="keep the servers' files (logs, data) in this folder")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
-                        help="markdown file to update (default docs/benchmarks.md)")
+    parser.add_argument("--repeats", type=int, default=2, help="off/on block pairs (default 2)")
+    parser.add_argument("--rollouts", type=int, default=64, help="rollouts per step (default 64)")
+    parser.add_argument(
+        "--compute-s",
+        type=float,
+        default=15.0,
+        help="trainer compute per step, seconds (default 15)",
+    )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=1000.0,
+        help="offline LLM latency per call (default 1000)",
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep the servers' files (logs, data) in this folder",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "docs" / "benchmarks.md",
+        help="markdown file to update (default docs/benchmarks.md)",
+    )
     args = parser.parse_args(argv)
     if min(args.steps, args.repeats, args.rollouts) < 1:
         parser.error("--steps, --repeats and --rollouts must be >= 1")
@@ -257,10 +301,14 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     load_start = loadavg()
     try:
-        config = {"pipeline": {"mode": "async", "rollouts_per_step": None},
-                  "prefect": {"port": None, "repair_interval_seconds": None}}
-        with work_folder("amaris-loop-bench-", args.keep) as workdir, \
-                running_stack(args.latency_ms, workdir, config) as stack:
+        config = {
+            "pipeline": {"mode": "async", "rollouts_per_step": None},
+            "prefect": {"port": None, "repair_interval_seconds": None},
+        }
+        with (
+            work_folder("amaris-loop-bench-", args.keep) as workdir,
+            running_stack(args.latency_ms, workdir, config) as stack,
+        ):
             blocks = asyncio.run(measure(stack.amaris_url, stack.amaris, args))
     except KeyboardInterrupt:
         print("interrupted; servers stopped, nothing written", file=sys.stderr)
@@ -270,8 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     for figure, off, on in rows:
         print(f"{figure}: off {off}, on {on}")
     print(f"added wall time per step: {added * 1000:+.1f} ms ({share:+.2%})")
-    write_doc(args.out, section(blocks, args, started, load_start, loadavg()),
-              MARK_START, MARK_END)
+    write_doc(args.out, section(blocks, args, started, load_start, loadavg()), MARK_START, MARK_END)
     print(f"\nwritten to {args.out}")
     return 0
 

@@ -159,12 +159,14 @@ def bench_config(llm_url: str, data: Path) -> dict[str, Any]:
     return {
         # The offline judge on 127.0.0.1 stands for a hosted one: no per-endpoint
         # limit (a judge on this machine gets 4 in flight by default).
-        "client": {"default": {"base_url": llm_url, "api_key": API_KEY,
-                               "max_concurrency": 0}},
+        "client": {"default": {"base_url": llm_url, "api_key": API_KEY, "max_concurrency": 0}},
         "server": {"host": "127.0.0.1"},
         "concurrency": {"scorer": SCORER_CONCURRENCY},
-        "scoring": {"max_pending": MAX_PENDING, "retry_after_seconds": RETRY_AFTER_S,
-                    "cache_size": 0},
+        "scoring": {
+            "max_pending": MAX_PENDING,
+            "retry_after_seconds": RETRY_AFTER_S,
+            "cache_size": 0,
+        },
         "memory": {"embedding_model": "hashing", "path": str(data)},
         "logging": {"level": "WARNING"},
         "prefect": {"repair_interval_seconds": None},
@@ -201,8 +203,9 @@ alive to the permanent generation (``gc.collect(); gc.freeze()``), logged as ``F
 
 
 @contextmanager
-def running_stack(workdir: Path, gc_log: Path | None = None,
-                  gc_freeze: bool = False) -> Iterator[Stack]:
+def running_stack(
+    workdir: Path, gc_log: Path | None = None, gc_freeze: bool = False
+) -> Iterator[Stack]:
     """Start the offline LLM, amaris and the prober; stop them all on exit."""
     exe = amaris_executable()
     env = child_env()
@@ -211,15 +214,19 @@ def running_stack(workdir: Path, gc_log: Path | None = None,
         llm, llm_url = start_offline_llm(exe, JUDGE_LATENCY_MS, workdir, env)
         children.append(llm)
         config_path = workdir / "config.yaml"
-        config_path.write_text(yaml.safe_dump(bench_config(llm_url, workdir / "data"),
-                                              sort_keys=False), encoding="utf-8")
+        config_path.write_text(
+            yaml.safe_dump(bench_config(llm_url, workdir / "data"), sort_keys=False),
+            encoding="utf-8",
+        )
         amaris_port = free_port()
         serve = ["serve", "--config", str(config_path), "--port", str(amaris_port)]
         # With --gc-log: the same command, in an interpreter that logs its collections.
-        argv = ([exe, *serve] if gc_log is None
-                else [sys.executable, "-c", GC_WRAPPER, str(gc_log.resolve()), *serve])
-        amaris = Child("amaris", argv,
-                       workdir / "amaris.log", workdir, env)
+        argv = (
+            [exe, *serve]
+            if gc_log is None
+            else [sys.executable, "-c", GC_WRAPPER, str(gc_log.resolve()), *serve]
+        )
+        amaris = Child("amaris", argv, workdir / "amaris.log", workdir, env)
         children.append(amaris)
         amaris_url = f"http://127.0.0.1:{amaris_port}"
         wait_servers_ready(llm, llm_url, amaris, amaris_url)
@@ -230,14 +237,20 @@ def running_stack(workdir: Path, gc_log: Path | None = None,
             time.sleep(2.0)
             settle(amaris)
         probe_log = workdir / "probe.log"
-        prober = Child("prober", [sys.executable, str(Path(__file__).resolve()),
-                                  "--probe", f"{amaris_url}/healthz"],
-                       probe_log, workdir, env)
+        prober = Child(
+            "prober",
+            [sys.executable, str(Path(__file__).resolve()), "--probe", f"{amaris_url}/healthz"],
+            probe_log,
+            workdir,
+            env,
+        )
         children.append(prober)
-        print(f"offline-llm pid {llm.pid} ({llm_url}), amaris pid {amaris.pid} "
-              f"({amaris_url}), prober pid {prober.pid}; logs in {workdir}", flush=True)
-        yield Stack(llm, amaris, prober, llm_url, amaris_url, load_settings(config_path),
-                    probe_log)
+        print(
+            f"offline-llm pid {llm.pid} ({llm_url}), amaris pid {amaris.pid} "
+            f"({amaris_url}), prober pid {prober.pid}; logs in {workdir}",
+            flush=True,
+        )
+        yield Stack(llm, amaris, prober, llm_url, amaris_url, load_settings(config_path), probe_log)
     finally:
         # Prober, then amaris (it holds connections to the LLM), then the LLM.
         for child in reversed(children):
@@ -264,8 +277,9 @@ def probe_main(url: str) -> int:
             sys.stdout.write(f"P {t0:.6f} {elapsed_ms:.3f} {outcome}\n")
             sys.stdout.flush()
             # The next tick on the 100 ms grid after this probe (a slow probe skips ticks).
-            next_at += PROBE_INTERVAL_S * max(1, math.ceil((time.monotonic() - next_at)
-                                                           / PROBE_INTERVAL_S))
+            next_at += PROBE_INTERVAL_S * max(
+                1, math.ceil((time.monotonic() - next_at) / PROBE_INTERVAL_S)
+            )
 
 
 @dataclass
@@ -321,21 +335,32 @@ def rollout_body(run: str, n: int) -> dict[str, Any]:
         f"Each pencil costs 45 / 3 = 15 cents, so 7 pencils cost 7 * 15 = 105 cents. "
         f"Final answer: 105. [overload {run} sample {n}]"
     )
-    return {"rollout": {"id": f"overload-{run}-{n}", "input": QUESTION, "output": output,
-                        "supplemental_context": REFERENCE},
-            "metadata": {"current_step": 0}}
+    return {
+        "rollout": {
+            "id": f"overload-{run}-{n}",
+            "input": QUESTION,
+            "output": output,
+            "supplemental_context": REFERENCE,
+        },
+        "metadata": {"current_step": 0},
+    }
 
 
-async def run_load(stack: Stack, capacity: float, phase_s: float,
-                   http_client: str) -> tuple[list[Phase], list[Sample], int]:
+async def run_load(
+    stack: Stack, capacity: float, phase_s: float, http_client: str
+) -> tuple[list[Phase], list[Sample], int]:
     """Warm-up, then the phases, open loop; returns the phases, the samples and the number
     of requests still unanswered after DRAIN_TIMEOUT_S."""
     url = f"{stack.amaris_url}/score"
     run = uuid.uuid4().hex[:8]
     samples: list[Sample] = []
     counter = itertools.count()
-    pids: dict[str, int | None] = {"amaris": stack.amaris.pid, "llm": stack.llm.pid,
-                                   "bench": None, "prober": stack.prober.pid}
+    pids: dict[str, int | None] = {
+        "amaris": stack.amaris.pid,
+        "llm": stack.llm.pid,
+        "bench": None,
+        "prober": stack.prober.pid,
+    }
     loop = asyncio.get_running_loop()
     origin = loop.time() + 0.2
     schedule = [("warm-up", WARMUP_LOAD, WARMUP_S), *((n, m, phase_s) for n, m in PHASES)]
@@ -364,8 +389,17 @@ async def run_load(stack: Stack, capacity: float, phase_s: float,
             except Exception as exc:  # recorded as an outcome: the run must go on
                 outcome = type(exc).__name__
                 detail = repr(exc)[:300]
-            samples.append(Sample(phase, scheduled, lag_ms, (loop.time() - scheduled) * 1000.0,
-                                  outcome, retry_after, detail))
+            samples.append(
+                Sample(
+                    phase,
+                    scheduled,
+                    lag_ms,
+                    (loop.time() - scheduled) * 1000.0,
+                    outcome,
+                    retry_after,
+                    detail,
+                )
+            )
 
         async def cpu_probe() -> None:
             previous: dict[str, float | None] = {}
@@ -373,20 +407,27 @@ async def run_load(stack: Stack, capacity: float, phase_s: float,
             for i, phase in enumerate([*phases, None]):
                 at = phase.start if phase is not None else phases[-1].end
                 await asyncio.sleep(max(0.0, at - loop.time()))
-                now: dict[str, float | None] = {name: cpu_seconds(pid)
-                                                for name, pid in pids.items()}
+                now: dict[str, float | None] = {
+                    name: cpu_seconds(pid) for name, pid in pids.items()
+                }
                 now["machine"] = machine_busy_seconds()
                 now_at = loop.time()
                 if i > 0:
                     done = phases[i - 1]
                     for name, value in now.items():
                         before = previous.get(name)
-                        done.cpu[name] = (None if value is None or before is None
-                                          else (value - before) / (now_at - previous_at))
+                        done.cpu[name] = (
+                            None
+                            if value is None or before is None
+                            else (value - before) / (now_at - previous_at)
+                        )
                     ours = [done.cpu.get(name) for name in pids]
                     total = done.cpu.get("machine")
-                    done.cpu["others"] = (None if total is None or None in ours
-                                          else max(0.0, total - sum(v or 0.0 for v in ours)))
+                    done.cpu["others"] = (
+                        None
+                        if total is None or None in ours
+                        else max(0.0, total - sum(v or 0.0 for v in ours))
+                    )
                 previous, previous_at = now, now_at
 
         tasks: set[asyncio.Task[None]] = set()
@@ -402,8 +443,11 @@ async def run_load(stack: Stack, capacity: float, phase_s: float,
                 task = asyncio.create_task(one(phase.name, scheduled))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-            print(f"  phase {phase.name}: {phase.rate:g} req/s offered for "
-                  f"{phase.end - phase.start:g} s", flush=True)
+            print(
+                f"  phase {phase.name}: {phase.rate:g} req/s offered for "
+                f"{phase.end - phase.start:g} s",
+                flush=True,
+            )
         await cpu_task
         unanswered = 0
         if tasks:
@@ -443,8 +487,9 @@ def phase_stats(phase: Phase, samples: list[Sample], probes: list[Probe]) -> Pha
         launched=len(mine),
         scored=sum(s.outcome == "scored" for s in mine),
         refused=sum(s.outcome == "429" for s in mine),
-        refused_without_retry_after=sum(s.outcome == "429" and s.retry_after != str(RETRY_AFTER_S)
-                                        for s in mine),
+        refused_without_retry_after=sum(
+            s.outcome == "429" and s.retry_after != str(RETRY_AFTER_S) for s in mine
+        ),
         other=Counter(s.outcome for s in mine if s.outcome not in {"scored", "429"}),
         scored_ms=[s.latency_ms for s in mine if s.outcome == "scored"],
         refused_ms=[s.latency_ms for s in mine if s.outcome == "429"],
@@ -464,8 +509,12 @@ class Window:
     p99_ms: float
 
     def good(self, threshold_ms: float) -> bool:
-        return (self.refused == 0 and self.other == 0 and self.scored > 0
-                and self.p99_ms <= threshold_ms)
+        return (
+            self.refused == 0
+            and self.other == 0
+            and self.scored > 0
+            and self.p99_ms <= threshold_ms
+        )
 
 
 def windows(phase: Phase, samples: list[Sample]) -> list[Window]:
@@ -479,8 +528,16 @@ def windows(phase: Phase, samples: list[Sample]) -> list[Window]:
         inside = [s for s in mine if lo <= s.scheduled < lo + WINDOW_S]
         scored = [s.latency_ms for s in inside if s.outcome == "scored"]
         refused = sum(s.outcome == "429" for s in inside)
-        out.append(Window(offset, len(inside), len(scored), refused,
-                          len(inside) - len(scored) - refused, pct(scored, 99)))
+        out.append(
+            Window(
+                offset,
+                len(inside),
+                len(scored),
+                refused,
+                len(inside) - len(scored) - refused,
+                pct(scored, 99),
+            )
+        )
     return out
 
 
@@ -518,7 +575,7 @@ def results_table(stats: list[PhaseStats], capacity: float) -> str:
         )
     lines += [
         "",
-        "Responsiveness and the machine (CPU: cores used on average; \"others\": every "
+        'Responsiveness and the machine (CPU: cores used on average; "others": every '
         "process not started by this benchmark):",
         "",
         "| phase | /healthz probes | /healthz p50 (ms) | /healthz p99 (ms) "
@@ -532,8 +589,9 @@ def results_table(stats: list[PhaseStats], capacity: float) -> str:
         def cores(name: str, cpu: dict[str, float | None] = cpu) -> str:
             return fmt(cpu.get(name), 2)
 
-        healthz = f"{len(s.healthz_ms)}" + (f" ({s.healthz_failed} failed)"
-                                            if s.healthz_failed else "")
+        healthz = f"{len(s.healthz_ms)}" + (
+            f" ({s.healthz_failed} failed)" if s.healthz_failed else ""
+        )
         lines.append(
             f"| ({s.phase.name}) | {healthz} | {fmt(pct(s.healthz_ms, 50))} "
             f"| {fmt(pct(s.healthz_ms, 99))} | {fmt(max(s.healthz_ms, default=float('nan')))} "
@@ -543,18 +601,23 @@ def results_table(stats: list[PhaseStats], capacity: float) -> str:
     return "\n".join(lines)
 
 
-def recovery_table(phase_c: Phase, samples: list[Sample], threshold_ms: float,
-                   seconds: int = 6) -> str:
-    lines = ["| window of (c) (s) | sent | 200 scored | 429 | other | /score 200 p99 (ms) "
-             "| good |", "|---|---:|---:|---:|---:|---:|---|"]
+def recovery_table(
+    phase_c: Phase, samples: list[Sample], threshold_ms: float, seconds: int = 6
+) -> str:
+    lines = [
+        "| window of (c) (s) | sent | 200 scored | 429 | other | /score 200 p99 (ms) | good |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     for w in windows(phase_c, samples):
         if w.offset > seconds - WINDOW_S + 1e-9:
             break
         if round(w.offset / WINDOW_STEP_S) % 5:
             continue
-        lines.append(f"| {w.offset:.1f}-{w.offset + WINDOW_S:.1f} | {w.sent} | {w.scored} "
-                     f"| {w.refused} | {w.other} | {fmt(w.p99_ms)} "
-                     f"| {'yes' if w.good(threshold_ms) else 'no'} |")
+        lines.append(
+            f"| {w.offset:.1f}-{w.offset + WINDOW_S:.1f} | {w.sent} | {w.scored} "
+            f"| {w.refused} | {w.other} | {fmt(w.p99_ms)} "
+            f"| {'yes' if w.good(threshold_ms) else 'no'} |"
+        )
     return "\n".join(lines)
 
 
@@ -587,36 +650,53 @@ def judge(stats: list[PhaseStats], samples: list[Sample], unanswered: int) -> Ve
     scored_p99 = pct(b.scored_ms, 99)
     refused_p99 = pct(b.refused_ms, 99)
     checks = [
-        (f"/healthz p99 during (b) < {HEALTHZ_P99_TARGET_MS:g} ms, no failed probe",
-         f"{fmt(healthz_p99)} ms, {b.healthz_failed} failed",
-         healthz_p99 < HEALTHZ_P99_TARGET_MS and b.healthz_failed == 0),
-        (f"accepted /score p99 during (b) < {bound_ms:g} ms "
-         f"({BOUND_FACTOR:g} x {JUDGE_LATENCY_MS:g} ms x {MAX_PENDING}/{SCORER_CONCURRENCY}; "
-         f"ideal worst wait {waves * JUDGE_LATENCY_MS:g} ms)",
-         f"{fmt(scored_p99)} ms", scored_p99 < bound_ms),
-        ("excess load refused with 429 + Retry-After during (b)",
-         f"{b.refused / b.seconds:.1f}/s refused, {b.refused_without_retry_after} without "
-         f"Retry-After: {RETRY_AFTER_S}",
-         b.refused > 0 and b.refused_without_retry_after == 0),
-        (f"refusals are immediate, not queued: 429 p99 during (b) < judge latency "
-         f"({JUDGE_LATENCY_MS:g} ms)", f"{fmt(refused_p99)} ms",
-         refused_p99 < JUDGE_LATENCY_MS),
-        ("every request answered 200 scored or 429 (no timeout, error, unscored)",
-         f"other: {others_text(a.other + b.other + c.other)}; unanswered: {unanswered}",
-         not (a.other + b.other + c.other) and unanswered == 0),
+        (
+            f"/healthz p99 during (b) < {HEALTHZ_P99_TARGET_MS:g} ms, no failed probe",
+            f"{fmt(healthz_p99)} ms, {b.healthz_failed} failed",
+            healthz_p99 < HEALTHZ_P99_TARGET_MS and b.healthz_failed == 0,
+        ),
+        (
+            f"accepted /score p99 during (b) < {bound_ms:g} ms "
+            f"({BOUND_FACTOR:g} x {JUDGE_LATENCY_MS:g} ms x {MAX_PENDING}/{SCORER_CONCURRENCY}; "
+            f"ideal worst wait {waves * JUDGE_LATENCY_MS:g} ms)",
+            f"{fmt(scored_p99)} ms",
+            scored_p99 < bound_ms,
+        ),
+        (
+            "excess load refused with 429 + Retry-After during (b)",
+            f"{b.refused / b.seconds:.1f}/s refused, {b.refused_without_retry_after} without "
+            f"Retry-After: {RETRY_AFTER_S}",
+            b.refused > 0 and b.refused_without_retry_after == 0,
+        ),
+        (
+            f"refusals are immediate, not queued: 429 p99 during (b) < judge latency "
+            f"({JUDGE_LATENCY_MS:g} ms)",
+            f"{fmt(refused_p99)} ms",
+            refused_p99 < JUDGE_LATENCY_MS,
+        ),
+        (
+            "every request answered 200 scored or 429 (no timeout, error, unscored)",
+            f"other: {others_text(a.other + b.other + c.other)}; unanswered: {unanswered}",
+            not (a.other + b.other + c.other) and unanswered == 0,
+        ),
     ]
     contention: list[str] = []
     for s in stats:
         lag = pct(s.lag_ms, 99)
         if lag > MAX_GENERATOR_LAG_MS:
-            contention.append(f"the load generator launched requests late in ({s.phase.name}) "
-                              f"(p99 {lag:.0f} ms > {MAX_GENERATOR_LAG_MS:g} ms)")
+            contention.append(
+                f"the load generator launched requests late in ({s.phase.name}) "
+                f"(p99 {lag:.0f} ms > {MAX_GENERATOR_LAG_MS:g} ms)"
+            )
         others = s.phase.cpu.get("others")
         if others is not None and others > MAX_OTHERS_CORES:
-            contention.append(f"other processes used {others:.2f} cores during "
-                              f"({s.phase.name}) (> {MAX_OTHERS_CORES:g})")
-    return Verdicts(bound_ms, threshold_ms, recovery_time(c.phase, samples, threshold_ms),
-                    checks, contention)
+            contention.append(
+                f"other processes used {others:.2f} cores during "
+                f"({s.phase.name}) (> {MAX_OTHERS_CORES:g})"
+            )
+    return Verdicts(
+        bound_ms, threshold_ms, recovery_time(c.phase, samples, threshold_ms), checks, contention
+    )
 
 
 def outcome(passed: bool, contention: list[str]) -> str:
@@ -629,21 +709,32 @@ def outcome(passed: bool, contention: list[str]) -> str:
 def verdict_lines(v: Verdicts) -> str:
     lines = ["| verdict | check | measured | result |", "|---|---|---|---|"]
     for name, measured, ok in v.checks:
-        lines.append(f"| stays responsive at 4x capacity | {name} | {measured} "
-                     f"| {'PASS' if ok else 'FAIL'} |")
-    lines.append(f"| **stays responsive at 4x capacity** | all of the above | | "
-                 f"**{outcome(v.responsive, v.contention)}** |")
+        lines.append(
+            f"| stays responsive at 4x capacity | {name} | {measured} "
+            f"| {'PASS' if ok else 'FAIL'} |"
+        )
+    lines.append(
+        f"| **stays responsive at 4x capacity** | all of the above | | "
+        f"**{outcome(v.responsive, v.contention)}** |"
+    )
     recovery = "never (within the phase)" if v.recovery_s is None else f"{v.recovery_s:.1f} s"
-    lines.append(f"| **recovers** | recovery time < {RECOVERY_TARGET_S:g} s | {recovery} "
-                 f"| **{outcome(v.recovers, v.contention)}** |")
+    lines.append(
+        f"| **recovers** | recovery time < {RECOVERY_TARGET_S:g} s | {recovery} "
+        f"| **{outcome(v.recovers, v.contention)}** |"
+    )
     lines.append("")
     if v.contention:
-        lines.append("Run contended (a PASS stands, a FAIL is reported INCONCLUSIVE): "
-                     + "; ".join(v.contention) + ".")
+        lines.append(
+            "Run contended (a PASS stands, a FAIL is reported INCONCLUSIVE): "
+            + "; ".join(v.contention)
+            + "."
+        )
     else:
-        lines.append(f"Run clean: the load generator kept its schedule (launch lag p99 <= "
-                     f"{MAX_GENERATOR_LAG_MS:g} ms) and other processes used <= "
-                     f"{MAX_OTHERS_CORES:g} core in every phase.")
+        lines.append(
+            f"Run clean: the load generator kept its schedule (launch lag p99 <= "
+            f"{MAX_GENERATOR_LAG_MS:g} ms) and other processes used <= "
+            f"{MAX_OTHERS_CORES:g} core in every phase."
+        )
     return "\n".join(lines)
 
 
@@ -669,17 +760,29 @@ def gc_text(args: argparse.Namespace, stats: list[PhaseStats], probes: list[Prob
     if args.gc_log is None:
         return ""
     freeze = f", `--gc-freeze`: {frozen} start-up objects frozen" if args.gc_freeze else ""
-    lines = ["", f"Garbage collections in amaris (`--gc-log`{freeze}):", "",
-             "| phase | generation-2 collections | their pauses (ms) "
-             "| slowest /healthz probe overlapping one (ms) |", "|---|---:|---|---:|"]
+    lines = [
+        "",
+        f"Garbage collections in amaris (`--gc-log`{freeze}):",
+        "",
+        "| phase | generation-2 collections | their pauses (ms) "
+        "| slowest /healthz probe overlapping one (ms) |",
+        "|---|---:|---|---:|",
+    ]
     for s in stats:
-        mine = [(t, ms) for t, ms, gen in collections
-                if gen == 2 and s.phase.start <= t < s.phase.end]
-        hit = [p.latency_ms for p in probes for t, ms in mine
-               if p.sent <= t + ms / 1000.0 and t <= p.sent + p.latency_ms / 1000.0]
-        lines.append(f"| ({s.phase.name}) | {len(mine)} "
-                     f"| {', '.join(f'{ms:.0f}' for _, ms in mine) or '-'} "
-                     f"| {fmt(max(hit, default=float('nan')))} |")
+        mine = [
+            (t, ms) for t, ms, gen in collections if gen == 2 and s.phase.start <= t < s.phase.end
+        ]
+        hit = [
+            p.latency_ms
+            for p in probes
+            for t, ms in mine
+            if p.sent <= t + ms / 1000.0 and t <= p.sent + p.latency_ms / 1000.0
+        ]
+        lines.append(
+            f"| ({s.phase.name}) | {len(mine)} "
+            f"| {', '.join(f'{ms:.0f}' for _, ms in mine) or '-'} "
+            f"| {fmt(max(hit, default=float('nan')))} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -689,13 +792,22 @@ def counters_text(counters: dict[str, Any], stats: list[PhaseStats]) -> str:
         return "Server counters: not available."
     seen = sum(s.refused for s in stats)
     listed = ", ".join(f"`{k}` {v}" for k, v in sorted(counters.items()))
-    return (f"Server counters at the end (`/healthz`): {listed}; the load generator counted "
-            f"{seen} answers 429 (`overloaded` counts every refusal, warm-up included).")
+    return (
+        f"Server counters at the end (`/healthz`): {listed}; the load generator counted "
+        f"{seen} answers 429 (`overloaded` counts every refusal, warm-up included)."
+    )
 
 
-def section(stats: list[PhaseStats], samples: list[Sample], verdicts: Verdicts,
-            capacity: float, args: argparse.Namespace, started: datetime,
-            counters: dict[str, Any], probes: list[Probe]) -> str:
+def section(
+    stats: list[PhaseStats],
+    samples: list[Sample],
+    verdicts: Verdicts,
+    capacity: float,
+    args: argparse.Namespace,
+    started: datetime,
+    counters: dict[str, Any],
+    probes: list[Probe],
+) -> str:
     phase_c = next(s.phase for s in stats if s.phase.name == "c")
     rate_c = phase_c.rate
     waves = math.ceil(MAX_PENDING / SCORER_CONCURRENCY)
@@ -770,32 +882,57 @@ def timeline(phases: list[Phase], samples: list[Sample], probes: list[Probe]) ->
         scored = [s.latency_ms for s in inside if s.outcome == "scored"]
         refused = sum(s.outcome == "429" for s in inside)
         healthz = [p.latency_ms for p in probes if lo <= p.sent < lo + 1]
-        lines.append(f"  {second:>6}  {phase:>5}  {len(inside):>4}  {len(scored):>6}  "
-                     f"{refused:>4}  {len(inside) - len(scored) - refused:>5}  "
-                     f"{fmt(pct(scored, 99)):>12}  {fmt(max(healthz, default=float('nan'))):>14}")
+        lines.append(
+            f"  {second:>6}  {phase:>5}  {len(inside):>4}  {len(scored):>6}  "
+            f"{refused:>4}  {len(inside) - len(scored) - refused:>5}  "
+            f"{fmt(pct(scored, 99)):>12}  {fmt(max(healthz, default=float('nan'))):>14}"
+        )
     return "\n".join(lines)
 
 
 # -- main ----------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--phase-seconds", type=float, default=20.0,
-                        help="seconds of each phase (default 20)")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
-                        help="markdown file to update (default docs/benchmarks.md)")
-    parser.add_argument("--http-client", choices=["httpx2", "httpx"], default="httpx2",
-                        help="load generator's client library (default httpx2, see above)")
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="keep the servers' logs and data in this folder")
-    parser.add_argument("--py-spy", type=Path, default=None, dest="py_spy",
-                        help="record amaris with py-spy during the load (.json: Chrome trace "
-                             "with timestamps, .svg: flame graph, else raw stacks)")
-    parser.add_argument("--gc-log", type=Path, default=None, dest="gc_log",
-                        help="run amaris in an interpreter logging its garbage collections "
-                             "(generation 2, or >= 5 ms) to this file, monotonic times")
-    parser.add_argument("--gc-freeze", action="store_true",
-                        help="experiment (needs --gc-log): once amaris is idle after start-up, "
-                             "gc.collect() + gc.freeze() in it (SIGUSR1 to the wrapper)")
+    parser.add_argument(
+        "--phase-seconds", type=float, default=20.0, help="seconds of each phase (default 20)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "docs" / "benchmarks.md",
+        help="markdown file to update (default docs/benchmarks.md)",
+    )
+    parser.add_argument(
+        "--http-client",
+        choices=["httpx2", "httpx"],
+        default="httpx2",
+        help="load generator's client library (default httpx2, see above)",
+    )
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="keep the servers' logs and data in this folder"
+    )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        dest="py_spy",
+        help="record amaris with py-spy during the load (.json: Chrome trace "
+        "with timestamps, .svg: flame graph, else raw stacks)",
+    )
+    parser.add_argument(
+        "--gc-log",
+        type=Path,
+        default=None,
+        dest="gc_log",
+        help="run amaris in an interpreter logging its garbage collections "
+        "(generation 2, or >= 5 ms) to this file, monotonic times",
+    )
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="experiment (needs --gc-log): once amaris is idle after start-up, "
+        "gc.collect() + gc.freeze() in it (SIGUSR1 to the wrapper)",
+    )
     parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.gc_freeze and args.gc_log is None:
@@ -814,8 +951,9 @@ def fetch_counters(url: str) -> dict[str, Any]:
         return {}
 
 
-def measure(workdir: Path, args: argparse.Namespace
-            ) -> tuple[list[Phase], list[Sample], list[Probe], int, float, dict[str, Any]]:
+def measure(
+    workdir: Path, args: argparse.Namespace
+) -> tuple[list[Phase], list[Sample], list[Probe], int, float, dict[str, Any]]:
     with running_stack(workdir, args.gc_log, args.gc_freeze) as stack:
         scorer_limit = stack.settings.concurrency.scorer
         if scorer_limit is None:
@@ -823,13 +961,17 @@ def measure(workdir: Path, args: argparse.Namespace
         total = stack.settings.concurrency.total
         limit = scorer_limit if total is None else min(total, scorer_limit)
         capacity = limit / (JUDGE_LATENCY_MS / 1000.0)
-        print(f"judge capacity: concurrency.scorer {limit} / {JUDGE_LATENCY_MS:g} ms = "
-              f"{capacity:g} rollouts/s; max_pending "
-              f"{stack.settings.scoring.max_pending}", flush=True)
+        print(
+            f"judge capacity: concurrency.scorer {limit} / {JUDGE_LATENCY_MS:g} ms = "
+            f"{capacity:g} rollouts/s; max_pending "
+            f"{stack.settings.scoring.max_pending}",
+            flush=True,
+        )
         profiler = start_profiler(stack.amaris.pid, args.py_spy)
         try:
             phases, samples, unanswered = asyncio.run(
-                run_load(stack, capacity, args.phase_seconds, args.http_client))
+                run_load(stack, capacity, args.phase_seconds, args.http_client)
+            )
         finally:
             stop_profiler(profiler)
         time.sleep(0.5)
@@ -848,15 +990,34 @@ def start_profiler(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None
     if out is None:
         return None
     exe = require_py_spy(out)
-    print(f"  py-spy started at monotonic {time.monotonic():.3f}, log "
-          f"{out.with_suffix('.log')}", flush=True)
+    print(
+        f"  py-spy started at monotonic {time.monotonic():.3f}, log {out.with_suffix('.log')}",
+        flush=True,
+    )
     # Native frames (the GC, C extensions) need the blocking mode: py-spy pauses amaris
     # for each sample, which perturbs it slightly.
-    argv = [exe, "record", "--pid", str(pid), "--threads", "--native", "--rate", "100",
-            "--format", PY_SPY_FORMATS.get(out.suffix, "raw"), "--output", str(out)]
+    argv = [
+        exe,
+        "record",
+        "--pid",
+        str(pid),
+        "--threads",
+        "--native",
+        "--rate",
+        "100",
+        "--format",
+        PY_SPY_FORMATS.get(out.suffix, "raw"),
+        "--output",
+        str(out),
+    ]
     with out.with_suffix(".log").open("wb") as log:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def dump(folder: Path, phases: list[Phase], samples: list[Sample], probes: list[Probe]) -> None:
@@ -867,8 +1028,9 @@ def dump(folder: Path, phases: list[Phase], samples: list[Sample], probes: list[
     with (folder / "probes.jsonl").open("w", encoding="utf-8") as out:
         for probe in probes:
             out.write(json.dumps(asdict(probe)) + "\n")
-    (folder / "phases.json").write_text(json.dumps([asdict(p) for p in phases], indent=1),
-                                        encoding="utf-8")
+    (folder / "phases.json").write_text(
+        json.dumps([asdict(p) for p in phases], indent=1), encoding="utf-8"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -900,8 +1062,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(verdict_lines(verdicts))
     print(gc_text(args, stats, probes))
-    write_doc(args.out, section(stats, samples, verdicts, capacity, args, started, counters,
-                                probes), MARK_START, MARK_END)
+    write_doc(
+        args.out,
+        section(stats, samples, verdicts, capacity, args, started, counters, probes),
+        MARK_START,
+        MARK_END,
+    )
     print(f"\nwritten to {args.out}")
     return 0 if verdicts.responsive and verdicts.recovers else 1
 

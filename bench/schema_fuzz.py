@@ -49,10 +49,16 @@ def snapshot(session: requests.Session, url: str) -> dict[str, Any]:
     rollouts: dict[int, Any] = {}
     for entry in steps:
         answer = session.get(f"{url}/steps/{entry['step']}/rollouts", headers=AUTH, timeout=30)
-        rollouts[entry["step"]] = (len(answer.json()["records"]) if answer.status_code == 200
-                                   else f"HTTP {answer.status_code}")
-    return {"steps": {e["step"]: e["status"] for e in steps},
-            "rollouts": rollouts, "rubric_versions": len(history)}
+        rollouts[entry["step"]] = (
+            len(answer.json()["records"])
+            if answer.status_code == 200
+            else f"HTTP {answer.status_code}"
+        )
+    return {
+        "steps": {e["step"]: e["status"] for e in steps},
+        "rollouts": rollouts,
+        "rubric_versions": len(history),
+    }
 
 
 def settle(session: requests.Session, url: str, limit_s: float = 120.0) -> None:
@@ -81,8 +87,9 @@ def one_case(probe: Probe, label: str, counts: collections.Counter[str], case: A
     """Send one case; count its answer; check that a refusal changed no state."""
     counts["cases"] += 1
     try:
-        response = case.call(base_url=probe.url, session=probe.session, headers=AUTH,
-                             timeout=probe.client_timeout)
+        response = case.call(
+            base_url=probe.url, session=probe.session, headers=AUTH, timeout=probe.client_timeout
+        )
     except requests.Timeout:
         counts["hung"] += 1
         return
@@ -100,13 +107,16 @@ def one_case(probe: Probe, label: str, counts: collections.Counter[str], case: A
         return
     after = snapshot(probe.session, probe.url)
     if after != probe.state:
-        probe.changes.append(f"{label} {status} changed state: "
-                             f"{json.dumps(probe.state)[:300]} -> {json.dumps(after)[:300]}")
+        probe.changes.append(
+            f"{label} {status} changed state: "
+            f"{json.dumps(probe.state)[:300]} -> {json.dumps(after)[:300]}"
+        )
         probe.state = after
 
 
-def case_runner(probe: Probe, label: str, counts: collections.Counter[str]
-                ) -> Callable[[Any], None]:
+def case_runner(
+    probe: Probe, label: str, counts: collections.Counter[str]
+) -> Callable[[Any], None]:
     """A test function for hypothesis's ``given`` (it inspects the signature: no partial)."""
 
     def run(case: Any) -> None:
@@ -126,15 +136,27 @@ def fuzz(url: str, examples: int, client_timeout: float) -> dict[str, Any]:
         counts = per_op.setdefault(label, collections.Counter())
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             run = given(case=operation.as_strategy(generation_mode=mode))(
-                case_runner(probe, label, counts))
+                case_runner(probe, label, counts)
+            )
             with contextlib.suppress(Unsatisfiable):  # no invalid form: an input-less route
-                settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-                         suppress_health_check=list(HealthCheck), phases=[Phase.generate])(run)()
+                settings(
+                    max_examples=examples,
+                    deadline=None,
+                    database=None,
+                    derandomize=True,
+                    suppress_health_check=list(HealthCheck),
+                    phases=[Phase.generate],
+                )(run)()
     totals: collections.Counter[str] = collections.Counter()
     for counts in per_op.values():
         totals.update(counts)
-    return {"per_operation": {k: dict(v) for k, v in per_op.items()}, "totals": dict(totals),
-            "state_changes": probe.changes, "errors": probe.errors, "final_state": probe.state}
+    return {
+        "per_operation": {k: dict(v) for k, v in per_op.items()},
+        "totals": dict(totals),
+        "state_changes": probe.changes,
+        "errors": probe.errors,
+        "final_state": probe.state,
+    }
 
 
 def steps_text(state: dict[str, Any]) -> str:
@@ -146,21 +168,30 @@ def report(result: dict[str, Any], examples: int, client_timeout: float) -> str:
     start, end = markers(NAME)
     totals = result["totals"]
     lines = [
-        start, "## Schema fuzzing (every operation, positive and negative cases)", "",
+        start,
+        "## Schema fuzzing (every operation, positive and negative cases)",
+        "",
         f"`{command_line()}` on {machine()}: schemathesis, {examples} examples per operation "
-        f"and mode, bearer key set, client timeout {client_timeout:g} s.", "",
+        f"and mode, bearer key set, client timeout {client_timeout:g} s.",
+        "",
         f"- cases: **{totals.get('cases', 0)}**; 5xx: **{totals.get('5xx', 0)}**; "
         f"refused requests that changed state: **{len(result['state_changes'])}**; "
         f"hung (no answer within the client timeout): **{totals.get('hung', 0)}**; "
-        f"steps known at the end: {steps_text(result['final_state'])}", "",
-        "| operation | cases | 2xx | 4xx | 5xx | hung |", "|---|---:|---:|---:|---:|---:|",
+        f"steps known at the end: {steps_text(result['final_state'])}",
+        "",
+        "| operation | cases | 2xx | 4xx | 5xx | hung |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for label, counts in sorted(result["per_operation"].items()):
-        lines.append(f"| `{label}` | {counts.get('cases', 0)} | {counts.get('2xx', 0)} | "
-                     f"{counts.get('4xx', 0)} | {counts.get('5xx', 0)} | "
-                     f"{counts.get('hung', 0)} |")
-    for title, items in (("5xx answers", result["errors"]),
-                         ("State changed by a refused request", result["state_changes"])):
+        lines.append(
+            f"| `{label}` | {counts.get('cases', 0)} | {counts.get('2xx', 0)} | "
+            f"{counts.get('4xx', 0)} | {counts.get('5xx', 0)} | "
+            f"{counts.get('hung', 0)} |"
+        )
+    for title, items in (
+        ("5xx answers", result["errors"]),
+        ("State changed by a refused request", result["state_changes"]),
+    ):
         if items:
             lines += ["", f"{title} (first 10):", ""]
             lines += [f"- `{item[:240]}`" for item in items[:10]]
@@ -175,9 +206,12 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--keep", type=Path, default=None, help="keep the work folder here")
     args = parser.parse_args()
-    with work_folder("amaris-fuzz-", args.keep) as workdir, running_stack(
+    with (
+        work_folder("amaris-fuzz-", args.keep) as workdir,
+        running_stack(
             0, workdir, {"server": {"api_key": KEY}, "pipeline": {"rollouts_per_step": None}}
-    ) as stack:
+        ) as stack,
+    ):
         result = fuzz(stack.amaris_url, args.examples, args.client_timeout)
     text = report(result, args.examples, args.client_timeout)
     print(text)

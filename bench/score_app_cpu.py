@@ -32,8 +32,9 @@ class ScriptedJudge:
     offline = False
     description = "scripted (benchmark)"
 
-    async def complete(self, agent: str, messages: Any, options: Any,
-                       response_format: Any = None) -> Any:
+    async def complete(
+        self, agent: str, messages: Any, options: Any, response_format: Any = None
+    ) -> Any:
         from amaris.llm.providers import Completion
 
         await asyncio.sleep(0)  # one loop turn, as an answer arriving would take
@@ -47,12 +48,17 @@ class ScriptedJudge:
 
 
 def request_body(n: int) -> bytes:
-    return json.dumps({
-        "rollout": {"id": f"r{n}", "input": "3 pencils cost 45 cents. What do 7 cost?",
-                    "output": f"Each costs 15 cents, so 105 cents. Final answer: 105. [{n}]",
-                    "supplemental_context": "Answer: 105"},
-        "metadata": {"current_step": 0},
-    }).encode()
+    return json.dumps(
+        {
+            "rollout": {
+                "id": f"r{n}",
+                "input": "3 pencils cost 45 cents. What do 7 cost?",
+                "output": f"Each costs 15 cents, so 105 cents. Final answer: 105. [{n}]",
+                "supplemental_context": "Answer: 105",
+            },
+            "metadata": {"current_step": 0},
+        }
+    ).encode()
 
 
 async def call(app: Any, n: int) -> None:
@@ -61,12 +67,23 @@ async def call(app: Any, n: int) -> None:
     sent = False
     messages: list[dict[str, Any]] = []
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-        "method": "POST", "scheme": "http", "path": "/score", "raw_path": b"/score",
-        "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 2), "state": {},
-        "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode())],
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/score",
+        "raw_path": b"/score",
+        "query_string": b"",
+        "root_path": "",
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+        "state": {},
+        "headers": [
+            (b"host", b"bench"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
     }
 
     async def receive() -> dict[str, Any]:
@@ -90,8 +107,15 @@ async def run(requests: int, clients: int, folder: str) -> None:
     from amaris.settings import AGENTS, load_settings
     from api.app import create_app
 
-    settings = load_settings(None, **{"memory.path": folder, "memory.embedding_model": "hashing",
-                                      "scoring.cache_size": 0, "logging.level": "WARNING"})
+    settings = load_settings(
+        None,
+        **{
+            "memory.path": folder,
+            "memory.embedding_model": "hashing",
+            "scoring.cache_size": 0,
+            "logging.level": "WARNING",
+        },
+    )
     judge = ScriptedJudge()
     services = build_services(settings, providers=dict.fromkeys(AGENTS, judge))
     app = create_app(settings, services=services)
@@ -108,8 +132,10 @@ async def run(requests: int, clients: int, folder: str) -> None:
         thread, process = time.thread_time() - thread, time.process_time() - process
     finally:
         await services.stop()
-    print(f"{done} requests, {clients} at a time: main thread {thread / done * 1000:.3f} ms CPU "
-          f"per /score, whole process {process / done * 1000:.3f} ms")
+    print(
+        f"{done} requests, {clients} at a time: main thread {thread / done * 1000:.3f} ms CPU "
+        f"per /score, whole process {process / done * 1000:.3f} ms"
+    )
 
 
 def main() -> None:

@@ -132,8 +132,11 @@ def scorer_request_body(settings: Settings, prompt: str, fields: dict[str, str])
     # The very functions amaris uses: "direct" sends exactly what amaris sends (the default
     # structured output: the rubric's strict verdict schema).
     schema = verdicts_schema(tuple(c.id for c in rubric.criteria))
-    return chat_body(messages, settings.agents.for_agent("scorer"),
-                     response_format("json_schema", JudgeVerdicts.__name__, schema))
+    return chat_body(
+        messages,
+        settings.agents.for_agent("scorer"),
+        response_format("json_schema", JudgeVerdicts.__name__, schema),
+    )
 
 
 def direct_sender(llm_url: str, settings: Settings) -> Send:
@@ -160,8 +163,10 @@ def amaris_sender(amaris_url: str) -> Send:
     url = f"{amaris_url}/score"
 
     async def send(client: ClientLike, n: int) -> str | None:
-        body = {"rollout": {"id": f"bench-{n}", **rollout_fields(n)},
-                "metadata": {"current_step": 0}}
+        body = {
+            "rollout": {"id": f"bench-{n}", **rollout_fields(n)},
+            "metadata": {"current_step": 0},
+        }
         response = await client.post(url, json=body)
         if response.status_code != 200:
             return f"HTTP {response.status_code}: {response.text[:200]}"
@@ -200,8 +205,7 @@ def running_stack(latency_ms: float, workdir: Path) -> Iterator[Stack]:
         config = {
             # The offline judge on 127.0.0.1 stands for a hosted one: no per-endpoint
             # limit (a judge on this machine gets 4 in flight by default).
-            "client": {"default": {"base_url": llm_url, "api_key": API_KEY,
-                                   "max_concurrency": 0}},
+            "client": {"default": {"base_url": llm_url, "api_key": API_KEY, "max_concurrency": 0}},
             "memory": {"path": str(run_dir / "data")},
             "server": {"host": "127.0.0.1"},
             "logging": {"level": "WARNING"},
@@ -210,19 +214,24 @@ def running_stack(latency_ms: float, workdir: Path) -> Iterator[Stack]:
         config_path = run_dir / "config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         amaris_port = free_port()
-        amaris = Child("amaris", [exe, "serve", "--config", str(config_path),
-                                  "--port", str(amaris_port)],
-                       run_dir / "amaris.log", run_dir, env)
+        amaris = Child(
+            "amaris",
+            [exe, "serve", "--config", str(config_path), "--port", str(amaris_port)],
+            run_dir / "amaris.log",
+            run_dir,
+            env,
+        )
         children.append(amaris)
         amaris_url = f"http://127.0.0.1:{amaris_port}"
-        print(f"judge latency {latency_ms:g} ms: started offline-llm (pid {llm.pid}) and amaris "
-              f"(pid {amaris.pid}); waiting until they answer and amaris is idle", flush=True)
+        print(
+            f"judge latency {latency_ms:g} ms: started offline-llm (pid {llm.pid}) and amaris "
+            f"(pid {amaris.pid}); waiting until they answer and amaris is idle",
+            flush=True,
+        )
         wait_servers_ready(llm, llm_url, amaris, amaris_url)
         settle(amaris)
-        print(f"  ready: offline-llm {llm_url}, amaris {amaris_url}, logs in {run_dir}",
-              flush=True)
-        yield Stack(latency_ms, llm, amaris, llm_url, amaris_url,
-                    load_settings(config_path))
+        print(f"  ready: offline-llm {llm_url}, amaris {amaris_url}, logs in {run_dir}", flush=True)
+        yield Stack(latency_ms, llm, amaris, llm_url, amaris_url, load_settings(config_path))
     finally:
         # amaris first (it holds connections to the LLM), then the LLM.
         for child in reversed(children):
@@ -253,8 +262,15 @@ class Result:
         return percentile(self.latencies_ms, q)
 
 
-async def run_load(stack: Stack, mode: str, send: Send, clients: int, warmup_s: float,
-                   duration_s: float, http_client: str) -> Result:
+async def run_load(
+    stack: Stack,
+    mode: str,
+    send: Send,
+    clients: int,
+    warmup_s: float,
+    duration_s: float,
+    http_client: str,
+) -> Result:
     """Closed loop: ``clients`` workers send back to back for warm-up + duration.
 
     Counted: the requests that complete inside the measurement window (after the
@@ -262,8 +278,7 @@ async def run_load(stack: Stack, mode: str, send: Send, clients: int, warmup_s: 
     """
     result = Result(mode, stack.latency_ms, clients, duration_s)
     counter = itertools.count()
-    pids: dict[str, int | None] = {"amaris": stack.amaris.pid, "llm": stack.llm.pid,
-                                   "bench": None}
+    pids: dict[str, int | None] = {"amaris": stack.amaris.pid, "llm": stack.llm.pid, "bench": None}
     async with open_client(http_client, clients + 8, REQUEST_TIMEOUT_S) as client:
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -306,8 +321,9 @@ async def run_load(stack: Stack, mode: str, send: Send, clients: int, warmup_s: 
     return result
 
 
-async def measure_stack(stack: Stack, clients_list: list[int], warmup_s: float,
-                        duration_s: float, http_client: str) -> list[Result]:
+async def measure_stack(
+    stack: Stack, clients_list: list[int], warmup_s: float, duration_s: float, http_client: str
+) -> list[Result]:
     direct = direct_sender(stack.llm_url, stack.settings)
     scored = amaris_sender(stack.amaris_url)
     results: list[Result] = []
@@ -316,8 +332,7 @@ async def measure_stack(stack: Stack, clients_list: list[int], warmup_s: float,
             for child in (stack.llm, stack.amaris):
                 if not child.alive():
                     raise RuntimeError(f"{child.name} died:\n{child.log_tail()}")
-            result = await run_load(stack, mode, send, clients, warmup_s, duration_s,
-                                    http_client)
+            result = await run_load(stack, mode, send, clients, warmup_s, duration_s, http_client)
             results.append(result)
             print(f"  {row_text(result)}", flush=True)
             for sample in result.error_samples:
@@ -328,11 +343,13 @@ async def measure_stack(stack: Stack, clients_list: list[int], warmup_s: float,
 # -- report ----------------------------------------------------------------------------
 def row_text(r: Result) -> str:
     cpu = r.cpu_ms_per_req
-    return (f"latency {r.latency_ms:>4g} ms  clients {r.clients:>3}  {r.mode:<6}  "
-            f"ok {r.ok:>6}  err {r.errors:>4}  {r.throughput:8.1f} req/s  "
-            f"p50 {fmt(r.pct(50)):>7}  p90 {fmt(r.pct(90)):>7}  p99 {fmt(r.pct(99)):>7} ms  "
-            f"cpu ms/req amaris {fmt(cpu.get('amaris'), 2)} llm {fmt(cpu.get('llm'), 2)} "
-            f"bench {fmt(cpu.get('bench'), 2)}")
+    return (
+        f"latency {r.latency_ms:>4g} ms  clients {r.clients:>3}  {r.mode:<6}  "
+        f"ok {r.ok:>6}  err {r.errors:>4}  {r.throughput:8.1f} req/s  "
+        f"p50 {fmt(r.pct(50)):>7}  p90 {fmt(r.pct(90)):>7}  p99 {fmt(r.pct(99)):>7} ms  "
+        f"cpu ms/req amaris {fmt(cpu.get('amaris'), 2)} llm {fmt(cpu.get('llm'), 2)} "
+        f"bench {fmt(cpu.get('bench'), 2)}"
+    )
 
 
 @dataclass
@@ -354,8 +371,9 @@ def compare(results: list[Result]) -> list[Comparison]:
         if d is None:
             continue
         ratio = r.throughput / d.throughput if d.throughput > 0 else float("nan")
-        out.append(Comparison(r.latency_ms, r.clients, ratio, r.pct(50) - d.pct(50),
-                              r.pct(99) - d.pct(99)))
+        out.append(
+            Comparison(r.latency_ms, r.clients, ratio, r.pct(50) - d.pct(50), r.pct(99) - d.pct(99))
+        )
     return out
 
 
@@ -384,31 +402,39 @@ def comparison_table(comparisons: list[Comparison]) -> str:
         "|---:|---:|---:|---:|---:|",
     ]
     for c in comparisons:
-        lines.append(f"| {c.latency_ms:g} | {c.clients} | {c.ratio * 100:.1f}% "
-                     f"| {c.added_p50:+.1f} | {c.added_p99:+.1f} |")
+        lines.append(
+            f"| {c.latency_ms:g} | {c.clients} | {c.ratio * 100:.1f}% "
+            f"| {c.added_p50:+.1f} | {c.added_p99:+.1f} |"
+        )
     return "\n".join(lines)
 
 
 def targets(comparisons: list[Comparison]) -> list[tuple[str, str, str]]:
     """(target, measured, PASS/FAIL/NOT MEASURED)."""
-    at = next((c for c in comparisons if c.clients == TARGET_CLIENTS
-               and c.latency_ms == TARGET_LATENCY_MS), None)
+    at = next(
+        (
+            c
+            for c in comparisons
+            if c.clients == TARGET_CLIENTS and c.latency_ms == TARGET_LATENCY_MS
+        ),
+        None,
+    )
     thr = f"/score throughput >= {TARGET_THROUGHPUT_RATIO:.0%} of direct"
     p50 = f"p50 added latency <= {TARGET_ADDED_P50_MS:g} ms"
     if at is None:
         return [(thr, "-", "NOT MEASURED"), (p50, "-", "NOT MEASURED")]
     return [
         (thr, f"{at.ratio:.1%}", "PASS" if at.ratio >= TARGET_THROUGHPUT_RATIO else "FAIL"),
-        (p50, f"{at.added_p50:+.1f} ms",
-         "PASS" if at.added_p50 <= TARGET_ADDED_P50_MS else "FAIL"),
+        (p50, f"{at.added_p50:+.1f} ms", "PASS" if at.added_p50 <= TARGET_ADDED_P50_MS else "FAIL"),
     ]
-
 
 
 def section(results: list[Result], args: argparse.Namespace, started: datetime) -> str:
     comparisons = compare(results)
-    target_lines = "\n".join(f"| {name} | {measured} | **{verdict}** |"
-                             for name, measured, verdict in targets(comparisons))
+    target_lines = "\n".join(
+        f"| {name} | {measured} | **{verdict}** |"
+        for name, measured, verdict in targets(comparisons)
+    )
     return f"""{MARK_START}
 ## `/score` throughput and latency vs. direct judge calls
 
@@ -470,18 +496,42 @@ def _numbers(text: str, kind: type[int] | type[float]) -> list[Any]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=10.0,
-                        help="measured seconds per (latency, clients, mode) (default 10)")
-    parser.add_argument("--warmup", type=float, default=1.0,
-                        help="warm-up seconds before each measurement (default 1)")
-    parser.add_argument("--clients", type=lambda s: _numbers(s, int), default=[1, 16, 64],
-                        help="concurrent clients, comma-separated (default 1,16,64)")
-    parser.add_argument("--latencies", type=lambda s: _numbers(s, float), default=[0.0, 200.0],
-                        help="judge latencies in ms, comma-separated (default 0,200)")
-    parser.add_argument("--http-client", choices=["httpx2", "httpx"], default="httpx2",
-                        help="load generator's client library (default httpx2, see above)")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
-                        help="markdown file to update (default docs/benchmarks.md)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=10.0,
+        help="measured seconds per (latency, clients, mode) (default 10)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=1.0,
+        help="warm-up seconds before each measurement (default 1)",
+    )
+    parser.add_argument(
+        "--clients",
+        type=lambda s: _numbers(s, int),
+        default=[1, 16, 64],
+        help="concurrent clients, comma-separated (default 1,16,64)",
+    )
+    parser.add_argument(
+        "--latencies",
+        type=lambda s: _numbers(s, float),
+        default=[0.0, 200.0],
+        help="judge latencies in ms, comma-separated (default 0,200)",
+    )
+    parser.add_argument(
+        "--http-client",
+        choices=["httpx2", "httpx"],
+        default="httpx2",
+        help="load generator's client library (default httpx2, see above)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "docs" / "benchmarks.md",
+        help="markdown file to update (default docs/benchmarks.md)",
+    )
     args = parser.parse_args(argv)
     if args.duration <= 0 or any(c < 1 for c in args.clients):
         parser.error("--duration must be > 0 and every client count >= 1")
@@ -499,15 +549,18 @@ def main(argv: list[str] | None = None) -> int:
             for latency_ms in args.latencies:
                 with running_stack(latency_ms, Path(tmp)) as stack:
                     measured = asyncio.run(
-                        measure_stack(stack, args.clients, args.warmup, args.duration,
-                                      args.http_client)
+                        measure_stack(
+                            stack, args.clients, args.warmup, args.duration, args.http_client
+                        )
                     )
                     results += measured
                     if any(r.errors for r in measured):
                         # The temporary folder goes away: show the servers' side now.
                         for child in (stack.amaris, stack.llm):
-                            print(f"--- end of the {child.name} log:\n{child.log_tail(40)}",
-                                  file=sys.stderr)
+                            print(
+                                f"--- end of the {child.name} log:\n{child.log_tail(40)}",
+                                file=sys.stderr,
+                            )
     except KeyboardInterrupt:
         print("interrupted; servers stopped, nothing written", file=sys.stderr)
         return 130

@@ -134,8 +134,7 @@ def trial(moment: str, folder: Path, exe: str, env: dict[str, str], llm_url: str
         "server": {"host": "127.0.0.1", "port": port},
         # The offline judge on 127.0.0.1 stands for a hosted one: no per-endpoint
         # limit (a judge on this machine gets 4 in flight by default).
-        "client": {"default": {"base_url": llm_url, "api_key": "bench",
-                               "max_concurrency": 0}},
+        "client": {"default": {"base_url": llm_url, "api_key": "bench", "max_concurrency": 0}},
         "concurrency": {"analyzer": 1},
         "memory": {"path": str(data), "embedding_model": None},
         "prefect": {"port": free_port(), "repair_interval_seconds": 60},

@@ -103,8 +103,17 @@ BUSY_PROBE_STEP = 1001
 REQUEST_TIMEOUT_S = 300.0
 PREFECT_SETTLE_S = 20.0
 """How long to wait for Prefect's server to record the step's task runs."""
-STAGES = ("load-rollouts", "analyze", "summarize", "meta-summarize", "remember",
-          "generate-queries", "retrieve-memory", "update-rubric", "publish-rubric")
+STAGES = (
+    "load-rollouts",
+    "analyze",
+    "summarize",
+    "meta-summarize",
+    "remember",
+    "generate-queries",
+    "retrieve-memory",
+    "update-rubric",
+    "publish-rubric",
+)
 """Task-run name prefixes of the step flow, in order (see flows/step_pipeline.py)."""
 LLM_AGENTS = ("analyzer", "summarizer", "meta_summarizer", "query_generator", "updater")
 """The step path's LLM agents, in the order they run."""
@@ -112,11 +121,17 @@ ALONE_AGENTS = ("meta_summarizer", "query_generator", "updater")
 """Agents making one call, alone in flight: their latency is the LLM's, unloaded."""
 
 # -- rollouts ------------------------------------------------------------------------
-LEAD_INS = ("Let me work it out.", "Here is my reasoning.", "Working step by step.",
-            "Quick check first.", "Thinking about it carefully.", "Let us see.",
-            "Computing the product.", "Straightforward multiplication.")
-BEHAVIOURS = ("correct", "correct", "wrong", "several", "correct", "several", "wrong",
-              "correct")
+LEAD_INS = (
+    "Let me work it out.",
+    "Here is my reasoning.",
+    "Working step by step.",
+    "Quick check first.",
+    "Thinking about it carefully.",
+    "Let us see.",
+    "Computing the product.",
+    "Straightforward multiplication.",
+)
+BEHAVIOURS = ("correct", "correct", "wrong", "several", "correct", "several", "wrong", "correct")
 """Behaviour of the k-th rollout of a group (8 rollouts per prompt, as a GRPO group)."""
 GROUP_SIZE = len(BEHAVIOURS)
 
@@ -128,8 +143,12 @@ def problem(n: int) -> tuple[str, int]:
 
 
 def metadata(step: int) -> dict[str, Any]:
-    return {"high_level_goal": "Train a careful math assistant", "model_size": "7B",
-            "current_step": step, "total_steps": 10}
+    return {
+        "high_level_goal": "Train a careful math assistant",
+        "model_size": "7B",
+        "current_step": step,
+        "total_steps": 10,
+    }
 
 
 def step_rollout(step: int, index: int) -> dict[str, Any]:
@@ -144,17 +163,24 @@ def step_rollout(step: int, index: int) -> dict[str, Any]:
         "wrong": f"{lead} I computed it quickly. The answer is {answer + 1}.",
         "several": f"{lead} The answer is {answer - 1} or {answer} or {answer + 1}.",
     }
-    return {"id": f"s{step}-r{index}-{behaviour}", "input": question,
-            "output": outputs[behaviour], "supplemental_context": f"Answer: {answer}"}
+    return {
+        "id": f"s{step}-r{index}-{behaviour}",
+        "input": question,
+        "output": outputs[behaviour],
+        "supplemental_context": f"Answer: {answer}",
+    }
 
 
 def probe_rollout(step: int, n: int) -> dict[str, Any]:
     """A unique correct rollout for the latency probes (no score-cache hit)."""
     question, answer = problem(n)
     expression = question[8:-1]
-    return {"id": f"probe-{step}-{n}", "input": question,
-            "output": f"{expression} = {answer}. The answer is {answer}.",
-            "supplemental_context": f"Answer: {answer}"}
+    return {
+        "id": f"probe-{step}-{n}",
+        "input": question,
+        "output": f"{expression} = {answer}. The answer is {answer}.",
+        "supplemental_context": f"Answer: {answer}",
+    }
 
 
 # -- processes ---------------------------------------------------------------------
@@ -176,8 +202,13 @@ def thread_names(pid: int) -> dict[int, str]:
     if exe is None:
         return {}
     try:
-        dump = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True,
-                              text=True, timeout=30, check=False).stdout
+        dump = subprocess.run(
+            [exe, "dump", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
     names: dict[int, str] = {}
@@ -189,8 +220,9 @@ def thread_names(pid: int) -> dict[int, str]:
 
 
 # -- HTTP ------------------------------------------------------------------------------
-async def score(client: httpx2.AsyncClient, url: str, step: int,
-                rollout: dict[str, Any]) -> str | None:
+async def score(
+    client: httpx2.AsyncClient, url: str, step: int, rollout: dict[str, Any]
+) -> str | None:
     """POST /score; None when scored, else a description of the failure."""
     body = {"rollout": rollout, "metadata": metadata(step)}
     try:
@@ -203,8 +235,13 @@ async def score(client: httpx2.AsyncClient, url: str, step: int,
     return None if status == "scored" else f"status {status}: {response.text[:200]}"
 
 
-async def score_many(client: httpx2.AsyncClient, url: str, step: int,
-                     rollouts: list[dict[str, Any]], concurrency: int) -> None:
+async def score_many(
+    client: httpx2.AsyncClient,
+    url: str,
+    step: int,
+    rollouts: list[dict[str, Any]],
+    concurrency: int,
+) -> None:
     """Score ``rollouts`` with ``concurrency`` requests in flight; fail on any error."""
     gate = asyncio.Semaphore(concurrency)
 
@@ -217,8 +254,9 @@ async def score_many(client: httpx2.AsyncClient, url: str, step: int,
         raise RuntimeError(f"{len(errors)} /score errors for step {step}; first: {errors[0]}")
 
 
-async def run_step(client: httpx2.AsyncClient, url: str, step: int) -> tuple[float, float,
-                                                                               dict[str, Any]]:
+async def run_step(
+    client: httpx2.AsyncClient, url: str, step: int
+) -> tuple[float, float, dict[str, Any]]:
     """``/complete`` then ``/rubric_status/wait``: (wall-clock start, seconds, wait answer)."""
     started_at = time.time()
     t0 = time.perf_counter()
@@ -229,8 +267,9 @@ async def run_step(client: httpx2.AsyncClient, url: str, step: int) -> tuple[flo
     elapsed = time.perf_counter() - t0
     answer: dict[str, Any] = waited.json()
     if waited.status_code != 200 or answer.get("status") != "updated":
-        raise RuntimeError(f"step {step} did not update: HTTP {waited.status_code} "
-                           f"{waited.text[:500]}")
+        raise RuntimeError(
+            f"step {step} did not update: HTTP {waited.status_code} {waited.text[:500]}"
+        )
     return started_at, elapsed, answer
 
 
@@ -254,9 +293,16 @@ class Probe:
         return ", ".join(f"{ms:.0f} ms at {start - since:+.1f} s" for ms, start in pairs)
 
 
-async def probe_load(client: httpx2.AsyncClient, url: str, probe: Probe, step: int,
-                     numbers: Iterator[int], concurrency: int, count: int | None = None,
-                     stop: asyncio.Event | None = None) -> Probe:
+async def probe_load(
+    client: httpx2.AsyncClient,
+    url: str,
+    probe: Probe,
+    step: int,
+    numbers: Iterator[int],
+    concurrency: int,
+    count: int | None = None,
+    stop: asyncio.Event | None = None,
+) -> Probe:
     """``concurrency`` workers sending unique rollouts back to back, until ``count``
     requests were sent or ``stop`` is set (requests in flight then still count)."""
     sent = itertools.count()
@@ -332,8 +378,13 @@ def call_stats(calls: list[dict[str, Any]], rollouts: int, config: dict[str, Any
     """Counts per agent, those the configuration implies, and the critical path in waves."""
     counts = Counter(str(c["agent"]) for c in calls)
     chunks = math.ceil(rollouts / CHUNK_SIZE)
-    expected = {"analyzer": rollouts, "summarizer": chunks,
-                "meta_summarizer": 1 if chunks > 1 else 0, "query_generator": 1, "updater": 1}
+    expected = {
+        "analyzer": rollouts,
+        "summarizer": chunks,
+        "meta_summarizer": 1 if chunks > 1 else 0,
+        "query_generator": 1,
+        "updater": 1,
+    }
     ok = [c for c in calls if c.get("outcome") == "ok"]
     latency = statistics.median(float(c["latency_ms"]) for c in ok) if ok else float("nan")
     waves: dict[str, int] = {}
@@ -341,10 +392,16 @@ def call_stats(calls: list[dict[str, Any]], rollouts: int, config: dict[str, Any
         n = counts.get(agent, 0)
         limit = limit_of(config, agent)
         waves[agent] = math.ceil(n / limit) if limit else (1 if n else 0)
-    by_agent = {a: statistics.median(float(c["latency_ms"]) for c in ok if c["agent"] == a)
-                for a in LLM_AGENTS if any(c["agent"] == a for c in ok)}
-    first = {a: min(float(c["time"]) for c in calls if c["agent"] == a)
-             for a in LLM_AGENTS if counts.get(a)}
+    by_agent = {
+        a: statistics.median(float(c["latency_ms"]) for c in ok if c["agent"] == a)
+        for a in LLM_AGENTS
+        if any(c["agent"] == a for c in ok)
+    }
+    first = {
+        a: min(float(c["time"]) for c in calls if c["agent"] == a)
+        for a in LLM_AGENTS
+        if counts.get(a)
+    }
     return CallStats(
         counts={a: counts.get(a, 0) for a in LLM_AGENTS},
         expected=expected,
@@ -390,10 +447,17 @@ def prefect_runs(data_dir: Path, step: int) -> tuple[TaskRun | None, list[TaskRu
             with sqlite3.connect(uri, uri=True, timeout=5.0) as db:
                 row = db.execute(
                     "SELECT id, start_time, end_time FROM flow_run WHERE name = ? "
-                    "ORDER BY created DESC LIMIT 1", (f"step-{step}",)).fetchone()
-                rows = [] if row is None else db.execute(
-                    "SELECT name, start_time, end_time FROM task_run WHERE flow_run_id = ?",
-                    (row[0],)).fetchall()
+                    "ORDER BY created DESC LIMIT 1",
+                    (f"step-{step}",),
+                ).fetchone()
+                rows = (
+                    []
+                    if row is None
+                    else db.execute(
+                        "SELECT name, start_time, end_time FROM task_run WHERE flow_run_id = ?",
+                        (row[0],),
+                    ).fetchall()
+                )
         except sqlite3.Error as exc:
             print(f"  cannot read Prefect's database {candidates[0]}: {exc}", file=sys.stderr)
             return None, []
@@ -420,9 +484,13 @@ def stage_of(name: str) -> str:
     return name
 
 
-STAGE_AGENT = {"analyze": "analyzer", "summarize": "summarizer",
-               "meta-summarize": "meta_summarizer", "generate-queries": "query_generator",
-               "update-rubric": "updater"}
+STAGE_AGENT = {
+    "analyze": "analyzer",
+    "summarize": "summarizer",
+    "meta-summarize": "meta_summarizer",
+    "generate-queries": "query_generator",
+    "update-rubric": "updater",
+}
 """The stages that are LLM waves, and their agent."""
 
 
@@ -436,8 +504,9 @@ class Timeline:
     """Wall time minus the lower bound, split by cause (sums to the overhead)."""
 
 
-def critical_path(spans: dict[str, tuple[float, float, int]], start: float,
-                  end: float) -> dict[str, float]:
+def critical_path(
+    spans: dict[str, tuple[float, float, int]], start: float, end: float
+) -> dict[str, float]:
     """Seconds of [start, end] owned by each stage: an LLM stage owns the time it runs, a
     stage without LLM calls only the time no LLM stage runs (side by side, it costs
     nothing); "" owns the time no stage runs. Stages running together share it."""
@@ -455,8 +524,14 @@ def critical_path(spans: dict[str, tuple[float, float, int]], start: float,
     return owned
 
 
-def timeline(started_at: float, wall_s: float, flow: TaskRun | None, tasks: list[TaskRun],
-             calls: CallStats, analyzer_limit: int | None) -> Timeline | None:
+def timeline(
+    started_at: float,
+    wall_s: float,
+    flow: TaskRun | None,
+    tasks: list[TaskRun],
+    calls: CallStats,
+    analyzer_limit: int | None,
+) -> Timeline | None:
     if flow is None or not tasks:
         return None
     latency_s = calls.median_latency_ms / 1000.0
@@ -468,8 +543,11 @@ def timeline(started_at: float, wall_s: float, flow: TaskRun | None, tasks: list
     for stage in STAGES:
         runs = [t for t in tasks if stage_of(t.name) == stage]
         if runs:
-            spans[stage] = (rel(min(t.start for t in runs)), rel(max(t.end for t in runs)),
-                            len(runs))
+            spans[stage] = (
+                rel(min(t.start for t in runs)),
+                rel(max(t.end for t in runs)),
+                len(runs),
+            )
     rows: list[tuple[str, str]] = [
         ("POST /complete -> flow run start", f"{rel(flow.start):.2f} s"),
     ]
@@ -477,43 +555,73 @@ def timeline(started_at: float, wall_s: float, flow: TaskRun | None, tasks: list
     previous = "flow start"
     for stage, (s, e, n) in sorted(spans.items(), key=lambda item: item[1][0]):
         gap = s - previous_end
-        rows.append((f"gap {previous} -> {stage} start" if gap >= 0 else
-                     f"{stage} starts before {previous} (side by side)", f"{gap:.2f} s"))
-        rows.append((f"{stage} ({n} task run{'s' if n > 1 else ''})",
-                     f"{s:.2f} -> {e:.2f} s ({e - s:.2f} s)"))
+        rows.append(
+            (
+                f"gap {previous} -> {stage} start"
+                if gap >= 0
+                else f"{stage} starts before {previous} (side by side)",
+                f"{gap:.2f} s",
+            )
+        )
+        rows.append(
+            (
+                f"{stage} ({n} task run{'s' if n > 1 else ''})",
+                f"{s:.2f} -> {e:.2f} s ({e - s:.2f} s)",
+            )
+        )
         if e >= previous_end:
             previous_end, previous = e, f"{stage} end"
     rows.append((f"gap {previous} -> flow run end", f"{rel(flow.end) - previous_end:.2f} s"))
-    rows.append(("flow run end -> /rubric_status/wait answered",
-                 f"{wall_s - rel(flow.end):.2f} s"))
+    rows.append(("flow run end -> /rubric_status/wait answered", f"{wall_s - rel(flow.end):.2f} s"))
     ends = sorted(rel(t.end) for t in tasks if stage_of(t.name) == "analyze")
     if ends and analyzer_limit:
-        wave_ends = [ends[min(i + analyzer_limit, len(ends)) - 1]
-                     for i in range(0, len(ends), analyzer_limit)]
+        wave_ends = [
+            ends[min(i + analyzer_limit, len(ends)) - 1]
+            for i in range(0, len(ends), analyzer_limit)
+        ]
         starts = sorted(rel(t.start) for t in tasks if stage_of(t.name) == "analyze")
-        rows.append(("analyze task runs started (first -> last)",
-                     f"{starts[0]:.2f} -> {starts[-1]:.2f} s"))
+        rows.append(
+            ("analyze task runs started (first -> last)", f"{starts[0]:.2f} -> {starts[-1]:.2f} s")
+        )
         steps = [b - a for a, b in itertools.pairwise([starts[0], *wave_ends])]
-        rows.append((f"analyzer wave ends (every {analyzer_limit}th task run end)",
-                     ", ".join(f"{w:.2f}" for w in wave_ends) + " s"))
-        rows.append(("analyzer wave durations (ideal = 1 call latency "
-                     f"{latency_s:.2f} s)", ", ".join(f"{d:.2f}" for d in steps) + " s"))
+        rows.append(
+            (
+                f"analyzer wave ends (every {analyzer_limit}th task run end)",
+                ", ".join(f"{w:.2f}" for w in wave_ends) + " s",
+            )
+        )
+        rows.append(
+            (
+                f"analyzer wave durations (ideal = 1 call latency {latency_s:.2f} s)",
+                ", ".join(f"{d:.2f}" for d in steps) + " s",
+            )
+        )
     owned = critical_path(spans, rel(flow.start), rel(flow.end))
     breakdown: list[tuple[str, float]] = [
-        ("POST /complete -> flow run start, flow run end -> wait answered",
-         rel(flow.start) + wall_s - rel(flow.end)),
-        ("gaps between the flow's stages (no task run running: Prefect task-run set-up, "
-         "parameter handling)", owned.pop("", 0.0)),
+        (
+            "POST /complete -> flow run start, flow run end -> wait answered",
+            rel(flow.start) + wall_s - rel(flow.end),
+        ),
+        (
+            "gaps between the flow's stages (no task run running: Prefect task-run set-up, "
+            "parameter handling)",
+            owned.pop("", 0.0),
+        ),
     ]
     for stage in spans:
         agent = STAGE_AGENT.get(stage)
         if agent is not None:
             waves = calls.waves.get(agent, 0)
-            breakdown.append((f"{stage}: time on the critical path - {waves} x call latency",
-                              owned.get(stage, 0.0) - waves * latency_s))
+            breakdown.append(
+                (
+                    f"{stage}: time on the critical path - {waves} x call latency",
+                    owned.get(stage, 0.0) - waves * latency_s,
+                )
+            )
         else:
-            breakdown.append((f"{stage} (no LLM call), while no LLM stage runs",
-                              owned.get(stage, 0.0)))
+            breakdown.append(
+                (f"{stage} (no LLM call), while no LLM stage runs", owned.get(stage, 0.0))
+            )
     return Timeline(rows, breakdown)
 
 
@@ -527,35 +635,53 @@ class CpuUse:
     threads: list[tuple[str, float]]
 
     def rows(self) -> list[tuple[str, str]]:
-        out = [(f"CPU {name}", f"{cpu:.2f} s ({cpu / self.wall_s:.0%} of a core)")
-               for name, cpu in self.processes]
+        out = [
+            (f"CPU {name}", f"{cpu:.2f} s ({cpu / self.wall_s:.0%} of a core)")
+            for name, cpu in self.processes
+        ]
         total = sum(cpu for _, cpu in self.processes)
         cores = os.cpu_count() or 1
-        out.append(("CPU all of the above",
-                    f"{total:.2f} s ({total / self.wall_s / cores:.0%} of {cores} cores)"))
-        out += [(f"CPU amaris thread {name}", f"{cpu:.2f} s ({cpu / self.wall_s:.0%} of a core)")
-                for name, cpu in self.threads]
+        out.append(
+            (
+                "CPU all of the above",
+                f"{total:.2f} s ({total / self.wall_s / cores:.0%} of {cores} cores)",
+            )
+        )
+        out += [
+            (f"CPU amaris thread {name}", f"{cpu:.2f} s ({cpu / self.wall_s:.0%} of a core)")
+            for name, cpu in self.threads
+        ]
         return out
 
 
-def cpu_use(stack: Stack, wall_s: float, before: dict[str, dict[tuple[int, int], float]],
-            after: dict[str, dict[tuple[int, int], float]], bench_s: float) -> CpuUse:
+def cpu_use(
+    stack: Stack,
+    wall_s: float,
+    before: dict[str, dict[tuple[int, int], float]],
+    after: dict[str, dict[tuple[int, int], float]],
+    bench_s: float,
+) -> CpuUse:
     def delta(name: str) -> dict[tuple[int, int], float]:
         return {key: value - before[name].get(key, 0.0) for key, value in after[name].items()}
 
     amaris = delta("amaris")
     main_pid = stack.amaris.pid
     processes = [
-        (f"amaris API process (pid {main_pid})",
-         sum(v for (pid, _), v in amaris.items() if pid == main_pid)),
-        ("amaris's child processes (its Prefect server, the repair worker)",
-         sum(v for (pid, _), v in amaris.items() if pid != main_pid)),
+        (
+            f"amaris API process (pid {main_pid})",
+            sum(v for (pid, _), v in amaris.items() if pid == main_pid),
+        ),
+        (
+            "amaris's child processes (its Prefect server, the repair worker)",
+            sum(v for (pid, _), v in amaris.items() if pid != main_pid),
+        ),
         ("offline LLM", sum(delta("llm").values())),
         ("benchmark (load generator)", bench_s),
     ]
     names = thread_names(main_pid)
-    busiest = sorted(((tid, v) for (pid, tid), v in amaris.items() if pid == main_pid),
-                     key=lambda item: -item[1])[:4]
+    busiest = sorted(
+        ((tid, v) for (pid, tid), v in amaris.items() if pid == main_pid), key=lambda item: -item[1]
+    )[:4]
     threads = [(f"{names.get(tid, '?')} (tid {tid})", v) for tid, v in busiest]
     return CpuUse(wall_s, processes, threads)
 
@@ -597,15 +723,23 @@ class Report:
         ratio = self.p99_ratio
         counts_ok = "PASS" if self.calls.match else "FAIL"
         return [
-            (f"step wall time <= lower bound + {TARGET_OVERHEAD:.0%}",
-             f"{self.wall_s:.2f} s vs {self.lower_bound_s:.2f} s (+{over:.1%})",
-             "PASS" if over <= TARGET_OVERHEAD else "FAIL"),
-            (f"/score p99 during the step <= {TARGET_P99_RATIO:g} x idle p99",
-             f"{self.busy.pct(99):.0f} ms vs {self.idle.pct(99):.0f} ms (x{ratio:.2f})",
-             "PASS" if ratio <= TARGET_P99_RATIO and not self.busy.errors else "FAIL"),
-            ("LLM calls of the step = those the configuration implies",
-             ", ".join(f"{a} {self.calls.counts[a]}/{self.calls.expected[a]}"
-                       for a in LLM_AGENTS), counts_ok),
+            (
+                f"step wall time <= lower bound + {TARGET_OVERHEAD:.0%}",
+                f"{self.wall_s:.2f} s vs {self.lower_bound_s:.2f} s (+{over:.1%})",
+                "PASS" if over <= TARGET_OVERHEAD else "FAIL",
+            ),
+            (
+                f"/score p99 during the step <= {TARGET_P99_RATIO:g} x idle p99",
+                f"{self.busy.pct(99):.0f} ms vs {self.idle.pct(99):.0f} ms (x{ratio:.2f})",
+                "PASS" if ratio <= TARGET_P99_RATIO and not self.busy.errors else "FAIL",
+            ),
+            (
+                "LLM calls of the step = those the configuration implies",
+                ", ".join(
+                    f"{a} {self.calls.counts[a]}/{self.calls.expected[a]}" for a in LLM_AGENTS
+                ),
+                counts_ok,
+            ),
         ]
 
 
@@ -644,10 +778,13 @@ def figures_table(r: Report) -> str:
         lines.append(
             f"| /score {probe.name}: {len(probe.latencies_ms)} requests, {len(probe.errors)} "
             f"errors, p50 / p90 / p99 / max | {fmt(probe.pct(50))} / {fmt(probe.pct(90))} / "
-            f"{fmt(probe.pct(99))} / {fmt(max(probe.latencies_ms, default=float('nan')))} ms |")
+            f"{fmt(probe.pct(99))} / {fmt(max(probe.latencies_ms, default=float('nan')))} ms |"
+        )
     lines.append(f"| /score p99 during / idle | x{r.p99_ratio:.2f} |")
-    lines.append(f"| slowest /score during the step (start from `POST /complete`) "
-                 f"| {r.busy.slowest(r.started_at)} |")
+    lines.append(
+        f"| slowest /score during the step (start from `POST /complete`) "
+        f"| {r.busy.slowest(r.started_at)} |"
+    )
     return "\n".join(lines)
 
 
@@ -672,8 +809,9 @@ def breakdown_table(r: Report) -> str:
 
 
 def section(r: Report, args: argparse.Namespace, started: datetime, load: str) -> str:
-    verdicts = "\n".join(f"| {name} | {measured} | **{verdict}** |"
-                         for name, measured, verdict in r.verdicts())
+    verdicts = "\n".join(
+        f"| {name} | {measured} | **{verdict}** |" for name, measured, verdict in r.verdicts()
+    )
     return f"""{MARK_START}
 ## Step pipeline: wall time vs. the LLM critical path, `/score` during a step
 
@@ -736,63 +874,109 @@ def start_profiler(stack: Stack, out: Path | None) -> subprocess.Popen[bytes] | 
         return None
     exe = require_py_spy(out)
     return subprocess.Popen(
-        [exe, "record", "--pid", str(stack.amaris.pid), "--subprocesses", "--threads",
-         "--nonblocking", "--rate", "100", "--format", PY_SPY_FORMATS.get(out.suffix, "raw"),
-         "--output", str(out)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
+        [
+            exe,
+            "record",
+            "--pid",
+            str(stack.amaris.pid),
+            "--subprocesses",
+            "--threads",
+            "--nonblocking",
+            "--rate",
+            "100",
+            "--format",
+            PY_SPY_FORMATS.get(out.suffix, "raw"),
+            "--output",
+            str(out),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 async def measure(stack: Stack, args: argparse.Namespace) -> Report:
     url = stack.amaris_url
     limits = httpx2.Limits(max_connections=128, max_keepalive_connections=128)
-    async with httpx2.AsyncClient(limits=limits, timeout=httpx2.Timeout(REQUEST_TIMEOUT_S),
-                                  trust_env=False) as client:
+    async with httpx2.AsyncClient(
+        limits=limits, timeout=httpx2.Timeout(REQUEST_TIMEOUT_S), trust_env=False
+    ) as client:
         t0 = time.perf_counter()
-        await score_many(client, url, WARMUP_STEP,
-                         [step_rollout(WARMUP_STEP, i) for i in range(4)], 4)
+        await score_many(
+            client, url, WARMUP_STEP, [step_rollout(WARMUP_STEP, i) for i in range(4)], 4
+        )
         await run_step(client, url, WARMUP_STEP)
-        print(f"warm-up step {WARMUP_STEP} done in {time.perf_counter() - t0:.1f} s "
-              "(Prefect boot, MiniLM load)", flush=True)
+        print(
+            f"warm-up step {WARMUP_STEP} done in {time.perf_counter() - t0:.1f} s "
+            "(Prefect boot, MiniLM load)",
+            flush=True,
+        )
         await asyncio.to_thread(settle, stack.amaris, after_startup=False)
 
         t0 = time.perf_counter()
-        await score_many(client, url, MEASURED_STEP,
-                         [step_rollout(MEASURED_STEP, i) for i in range(args.rollouts)], 64)
+        await score_many(
+            client,
+            url,
+            MEASURED_STEP,
+            [step_rollout(MEASURED_STEP, i) for i in range(args.rollouts)],
+            64,
+        )
         scoring_s = time.perf_counter() - t0
-        print(f"scored {args.rollouts} rollouts of step {MEASURED_STEP} in {scoring_s:.1f} s",
-              flush=True)
+        print(
+            f"scored {args.rollouts} rollouts of step {MEASURED_STEP} in {scoring_s:.1f} s",
+            flush=True,
+        )
         await asyncio.to_thread(settle, stack.amaris, after_startup=False)
 
         numbers = itertools.count(100_000)
-        idle = await probe_load(client, url, Probe("idle"), IDLE_PROBE_STEP, numbers,
-                                args.probe_concurrency, count=args.probe_requests)
-        print(f"idle /score: {len(idle.latencies_ms)} ok, p50 {idle.pct(50):.0f} ms, "
-              f"p99 {idle.pct(99):.0f} ms", flush=True)
+        idle = await probe_load(
+            client,
+            url,
+            Probe("idle"),
+            IDLE_PROBE_STEP,
+            numbers,
+            args.probe_concurrency,
+            count=args.probe_requests,
+        )
+        print(
+            f"idle /score: {len(idle.latencies_ms)} ok, p50 {idle.pct(50):.0f} ms, "
+            f"p99 {idle.pct(99):.0f} ms",
+            flush=True,
+        )
         await asyncio.to_thread(settle, stack.amaris, after_startup=False)
 
         profiler = start_profiler(stack, args.py_spy)
         try:
-            cpu_before = {"amaris": thread_cpu(stack.amaris.pid),
-                          "llm": thread_cpu(stack.llm.pid)}
+            cpu_before = {"amaris": thread_cpu(stack.amaris.pid), "llm": thread_cpu(stack.llm.pid)}
             bench_before = sum(os.times()[:2])
             stop = asyncio.Event()
             busy_task = asyncio.create_task(
-                probe_load(client, url, Probe("during the step"), BUSY_PROBE_STEP, numbers,
-                           args.probe_concurrency, stop=stop))
+                probe_load(
+                    client,
+                    url,
+                    Probe("during the step"),
+                    BUSY_PROBE_STEP,
+                    numbers,
+                    args.probe_concurrency,
+                    stop=stop,
+                )
+            )
             try:
                 started_at, wall_s, answer = await run_step(client, url, MEASURED_STEP)
             finally:
                 stop.set()
             busy = await busy_task
-            cpu_after = {"amaris": thread_cpu(stack.amaris.pid),
-                         "llm": thread_cpu(stack.llm.pid)}
+            cpu_after = {"amaris": thread_cpu(stack.amaris.pid), "llm": thread_cpu(stack.llm.pid)}
             bench_s = sum(os.times()[:2]) - bench_before
             load_after = loadavg(all_three=True)
         finally:
             stop_profiler(profiler)
-        print(f"step {MEASURED_STEP}: {wall_s:.2f} s; /score during it: "
-              f"{len(busy.latencies_ms)} ok, p99 {busy.pct(99):.0f} ms", flush=True)
+        print(
+            f"step {MEASURED_STEP}: {wall_s:.2f} s; /score during it: "
+            f"{len(busy.latencies_ms)} ok, p99 {busy.pct(99):.0f} ms",
+            flush=True,
+        )
 
     await asyncio.sleep(1.0)  # the call log is written by a background thread
     calls = call_stats(read_calls(stack.data_dir, MEASURED_STEP), args.rollouts, stack.config)
@@ -800,10 +984,17 @@ async def measure(stack: Stack, args: argparse.Namespace) -> Report:
     flow, tasks = await asyncio.to_thread(prefect_runs, stack.data_dir, MEASURED_STEP)
     line = timeline(started_at, wall_s, flow, tasks, calls, limit_of(stack.config, "analyzer"))
     return Report(
-        rollouts=args.rollouts, latency_ms=args.latency_ms,
-        analyzer_concurrency=args.analyzer_concurrency, wall_s=wall_s,
-        lower_bound_s=lower_bound_s, calls=calls, idle=idle, busy=busy, timeline=line,
-        scoring_s=scoring_s, flow_s=None if flow is None else flow.end - flow.start,
+        rollouts=args.rollouts,
+        latency_ms=args.latency_ms,
+        analyzer_concurrency=args.analyzer_concurrency,
+        wall_s=wall_s,
+        lower_bound_s=lower_bound_s,
+        calls=calls,
+        idle=idle,
+        busy=busy,
+        timeline=line,
+        scoring_s=scoring_s,
+        flow_s=None if flow is None else flow.end - flow.start,
         step_answer=answer,
         started_at=started_at,
         cpu=cpu_use(stack, wall_s, cpu_before, cpu_after, bench_s),
@@ -813,27 +1004,59 @@ async def measure(stack: Stack, args: argparse.Namespace) -> Report:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--rollouts", type=int, default=256,
-                        help="rollouts in the measured step (default 256)")
-    parser.add_argument("--latency-ms", type=float, default=1000.0,
-                        help="offline LLM latency per call (default 1000)")
-    parser.add_argument("--analyzer-concurrency", type=int, default=32,
-                        help="concurrency.analyzer (default 32)")
-    parser.add_argument("--probe-requests", type=int, default=200,
-                        help="/score requests of the idle latency probe (default 200)")
-    parser.add_argument("--probe-concurrency", type=int, default=4,
-                        help="/score requests in flight in the probes (default 4)")
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="keep the servers' files (logs, data) in this folder")
-    parser.add_argument("--py-spy", type=Path, default=None, metavar="FILE",
-                        help="record amaris and its children with py-spy during the step, to FILE "
-                        "(.json: Chrome trace with timestamps, .svg: flame graph, "
-                        ".speedscope, else raw collapsed stacks)")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
-                        help="markdown file to update (default docs/benchmarks.md)")
+    parser.add_argument(
+        "--rollouts", type=int, default=256, help="rollouts in the measured step (default 256)"
+    )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=1000.0,
+        help="offline LLM latency per call (default 1000)",
+    )
+    parser.add_argument(
+        "--analyzer-concurrency", type=int, default=32, help="concurrency.analyzer (default 32)"
+    )
+    parser.add_argument(
+        "--probe-requests",
+        type=int,
+        default=200,
+        help="/score requests of the idle latency probe (default 200)",
+    )
+    parser.add_argument(
+        "--probe-concurrency",
+        type=int,
+        default=4,
+        help="/score requests in flight in the probes (default 4)",
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep the servers' files (logs, data) in this folder",
+    )
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="record amaris and its children with py-spy during the step, to FILE "
+        "(.json: Chrome trace with timestamps, .svg: flame graph, "
+        ".speedscope, else raw collapsed stacks)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "docs" / "benchmarks.md",
+        help="markdown file to update (default docs/benchmarks.md)",
+    )
     args = parser.parse_args(argv)
-    if args.rollouts < 1 or args.analyzer_concurrency < 1 or args.probe_requests < 1 \
-            or args.probe_concurrency < 1 or args.latency_ms < 0:
+    if (
+        args.rollouts < 1
+        or args.analyzer_concurrency < 1
+        or args.probe_requests < 1
+        or args.probe_concurrency < 1
+        or args.latency_ms < 0
+    ):
         parser.error("counts must be >= 1 and --latency-ms >= 0")
     return args
 
@@ -851,8 +1074,10 @@ def main(argv: list[str] | None = None) -> int:
             # every amaris on the machine, and another one's server could answer ours.
             "prefect": {"port": None},
         }
-        with work_folder("amaris-step-bench-", args.keep) as workdir, \
-                running_stack(args.latency_ms, workdir, config) as stack:
+        with (
+            work_folder("amaris-step-bench-", args.keep) as workdir,
+            running_stack(args.latency_ms, workdir, config) as stack,
+        ):
             report = asyncio.run(measure(stack, args))
     except KeyboardInterrupt:
         print("interrupted; servers stopped, nothing written", file=sys.stderr)

@@ -41,32 +41,60 @@ def variants(k: int) -> list[tuple[str, dict[str, Any]]]:
         ("temperature 1, samples 1", {"temperature": 1.0}),
         (f"samples {k}, temperature 1", {"temperature": 1.0, "samples": k}),
         ("logprobs", {"logprobs": True}),
-        (f"samples {k} + logprobs, temperature 1",
-         {"temperature": 1.0, "samples": k, "logprobs": True}),
+        (
+            f"samples {k} + logprobs, temperature 1",
+            {"temperature": 1.0, "samples": k, "logprobs": True},
+        ),
     ]
 
 
-def run(label: str, scorer: dict[str, Any], args: argparse.Namespace,
-        folder: Path) -> dict[str, Any]:
+def run(
+    label: str, scorer: dict[str, Any], args: argparse.Namespace, folder: Path
+) -> dict[str, Any]:
     """One ``amaris simulate`` with ``agents.scorer`` = ``scorer``; its figures."""
     slug = "".join(c if c.isalnum() else "-" for c in label)
     config = folder / f"{slug}.yaml"
-    config.write_text(yaml.safe_dump({"agents": {"scorer": scorer}} if scorer else {}),
-                      encoding="utf-8")
+    config.write_text(
+        yaml.safe_dump({"agents": {"scorer": scorer}} if scorer else {}), encoding="utf-8"
+    )
     out = folder / slug
     started = time.monotonic()
     subprocess.run(
-        [sys.executable, "-m", "amaris.cli.main", "simulate", "--config", str(config),
-         "--steps", str(args.steps), "--rollouts-per-step", str(args.rollouts_per_step),
-         "--group-size", str(args.group_size), "--seed", str(args.seed), "--out", str(out)],
-        check=True, cwd=folder, stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "amaris.cli.main",
+            "simulate",
+            "--config",
+            str(config),
+            "--steps",
+            str(args.steps),
+            "--rollouts-per-step",
+            str(args.rollouts_per_step),
+            "--group-size",
+            str(args.group_size),
+            "--seed",
+            str(args.seed),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        cwd=folder,
+        stdin=subprocess.DEVNULL,
+    )
     wall = time.monotonic() - started
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     overall = metrics["runs"]["simulate"]["overall"]
     steps = metrics["runs"]["simulate"]["steps"]
-    return {"label": label, "groups": overall["groups"], "mean_reward": overall["mean_reward"],
-            "unscored": overall["unscored"], "wall_s": wall,
-            "first": steps[0]["groups"], "last": steps[-1]["groups"]}
+    return {
+        "label": label,
+        "groups": overall["groups"],
+        "mean_reward": overall["mean_reward"],
+        "unscored": overall["unscored"],
+        "wall_s": wall,
+        "first": steps[0]["groups"],
+        "last": steps[-1]["groups"],
+    }
 
 
 def _share(groups: dict[str, Any]) -> str:
@@ -91,9 +119,11 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['label']} | {_share(r['groups'])} | {_share(r['first'])} | "
-                     f"{_share(r['last'])} | {r['mean_reward']:.3f} | {r['unscored']} | "
-                     f"{r['wall_s']:.0f} s |")
+        lines.append(
+            f"| {r['label']} | {_share(r['groups'])} | {_share(r['first'])} | "
+            f"{_share(r['last'])} | {r['mean_reward']:.3f} | {r['unscored']} | "
+            f"{r['wall_s']:.0f} s |"
+        )
     lines += [
         "",
         "The offline judge's verdicts carry a seeded doubt (`amaris/offline/sampling.py`): "
@@ -121,8 +151,9 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--write", action="store_true",
-                        help="write the section of docs/benchmarks.md")
+    parser.add_argument(
+        "--write", action="store_true", help="write the section of docs/benchmarks.md"
+    )
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="amaris-bench-zv-") as tmp:

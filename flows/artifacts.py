@@ -11,8 +11,9 @@ from amaris.rubric.model import RubricVersion
 from amaris.settings import ModelPrice
 
 
-def rubric_diff_markdown(before: RubricVersion, after: RubricVersion,
-                         proposal: dict[str, Any], outcome: dict[str, Any]) -> str:
+def rubric_diff_markdown(
+    before: RubricVersion, after: RubricVersion, proposal: dict[str, Any], outcome: dict[str, Any]
+) -> str:
     """Human-readable diff of the adaptive rubric, with the strategy and rationale."""
     old = {c.id: c for c in before.adaptive}
     new = {c.id: c for c in after.adaptive}
@@ -32,8 +33,10 @@ def rubric_diff_markdown(before: RubricVersion, after: RubricVersion,
         if cid not in old:
             lines.append(f"| added | {cid} | {c.weight:+.2f} | {c.text} |")
         elif old[cid] != c:
-            lines.append(f"| changed | {cid} | {old[cid].weight:+.2f} -> {c.weight:+.2f} | "
-                         f"{old[cid].text} -> {c.text} |")
+            lines.append(
+                f"| changed | {cid} | {old[cid].weight:+.2f} -> {c.weight:+.2f} | "
+                f"{old[cid].text} -> {c.text} |"
+            )
     for cid, c in old.items():
         if cid not in new:
             lines.append(f"| retired | {cid} | {c.weight:+.2f} | {c.text} |")
@@ -45,15 +48,23 @@ def rubric_diff_markdown(before: RubricVersion, after: RubricVersion,
 def summary_markdown(step: int, scope: str, summary: dict[str, Any]) -> str:
     """The step summary as markdown."""
     hacking = summary.get("aggregated_reward_hacking", {})
-    lines = [f"# Step {step} summary ({scope})", "",
-             summary.get("executive_summary", {}).get("summary", ""), "",
-             "## Reward hacking"]
+    lines = [
+        f"# Step {step} summary ({scope})",
+        "",
+        summary.get("executive_summary", {}).get("summary", ""),
+        "",
+        "## Reward hacking",
+    ]
     behaviours = hacking.get("behaviours", [])
-    lines += [f"- **{b.get('tag')}**: {b.get('count')} rollouts ({b.get('share', 0):.0%}) "
-              f"{b.get('description', '')}" for b in behaviours] or ["- none detected"]
+    lines += [
+        f"- **{b.get('tag')}**: {b.get('count')} rollouts ({b.get('share', 0):.0%}) "
+        f"{b.get('description', '')}"
+        for b in behaviours
+    ] or ["- none detected"]
     lines += ["", "## Recommendations"]
-    lines += [f"- {r}" for r in summary.get("rubric_evolution_plan", {})
-              .get("recommendations", [])] or ["- none"]
+    lines += [
+        f"- {r}" for r in summary.get("rubric_evolution_plan", {}).get("recommendations", [])
+    ] or ["- none"]
     return "\n".join(lines)
 
 
@@ -62,52 +73,76 @@ def hacking_table(outcome: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for scope, result in outcome.get("scopes", {}).items():
         for b in result.get("hacking", []):
-            rows.append({"scope": scope, "tag": b.get("tag"), "count": b.get("count"),
-                         "share": round(float(b.get("share", 0.0)), 3),
-                         "examples": ", ".join(b.get("rollout_ids", [])[:5])})
+            rows.append(
+                {
+                    "scope": scope,
+                    "tag": b.get("tag"),
+                    "count": b.get("count"),
+                    "share": round(float(b.get("share", 0.0)), 3),
+                    "examples": ", ".join(b.get("rollout_ids", [])[:5]),
+                }
+            )
     return rows
 
 
 def usage_line(table: Mapping[Key, Usage], waited: float, failed: bool = False) -> str:
     """One line: how long the step waited on the judge, its requests and their failures."""
     u = total(table.values())
-    return (f"waited {waited:.1f} s on the judge{' before it failed' if failed else ''}"
-            f" ({u.calls + u.failed} requests, {u.seconds:.1f} s waited on endpoints; "
-            f"{u.failed} failed, {u.timed_out} of them timed out)")
+    return (
+        f"waited {waited:.1f} s on the judge{' before it failed' if failed else ''}"
+        f" ({u.calls + u.failed} requests, {u.seconds:.1f} s waited on endpoints; "
+        f"{u.failed} failed, {u.timed_out} of them timed out)"
+    )
 
 
-def usage_markdown(step: int, rollouts: int | None, table: Mapping[Key, Usage],
-                   pricing: Mapping[str, ModelPrice], waited: float = 0.0,
-                   failed: bool = False) -> str:
+def usage_markdown(
+    step: int,
+    rollouts: int | None,
+    table: Mapping[Key, Usage],
+    pricing: Mapping[str, ModelPrice],
+    waited: float = 0.0,
+    failed: bool = False,
+) -> str:
     """The LLM requests, tokens and endpoint time of a step, by agent and model, under the
     time the step waited on the judge (``waited``: wall time with one of its pipeline's
     calls outstanding); with a price table, the step's cost and its cost per 1,000
     rollouts."""
-    lines = [f"# Step {step}: LLM tokens and time", "",
-             f"**{usage_line(table, waited, failed)}**", "",
-             "Waited on the judge: wall time during which at least one of the step "
-             "pipeline's calls was outstanding (queueing for a concurrency slot and retries "
-             "included). Seconds waited: each request's time on its endpoint, summed "
-             "(concurrent requests each count; the scorer's requests of the step included).",
-             "",
-             "| agent | model | calls | failed | timed out | prompt | cached | completion "
-             "| reasoning | seconds waited |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Step {step}: LLM tokens and time",
+        "",
+        f"**{usage_line(table, waited, failed)}**",
+        "",
+        "Waited on the judge: wall time during which at least one of the step "
+        "pipeline's calls was outstanding (queueing for a concurrency slot and retries "
+        "included). Seconds waited: each request's time on its endpoint, summed "
+        "(concurrent requests each count; the scorer's requests of the step included).",
+        "",
+        "| agent | model | calls | failed | timed out | prompt | cached | completion "
+        "| reasoning | seconds waited |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     rows = sorted(table.items())
     for (agent, model), u in [*rows, (("all", ""), total(table.values()))]:
-        lines.append(f"| {agent} | {model} | {u.calls} | {u.failed} | {u.timed_out} | "
-                     f"{u.prompt_tokens} | {u.cached_tokens} | {u.completion_tokens} | "
-                     f"{u.reasoning_tokens} | {u.seconds:.1f} |")
+        lines.append(
+            f"| {agent} | {model} | {u.calls} | {u.failed} | {u.timed_out} | "
+            f"{u.prompt_tokens} | {u.cached_tokens} | {u.completion_tokens} | "
+            f"{u.reasoning_tokens} | {u.seconds:.1f} |"
+        )
     if not rows:
         lines.append("")
-        lines.append("No LLM request of this step was made in this process (a cached re-run, "
-                     "or the rollouts were scored by another process).")
+        lines.append(
+            "No LLM request of this step was made in this process (a cached re-run, "
+            "or the rollouts were scored by another process)."
+        )
     if pricing:
         dollars = cost(table, pricing)
         lines.append("")
         if dollars is None:
-            lines.append("**Cost:** unknown: no price for " + ", ".join(
-                f"`{m}`" for m in unpriced(table, pricing)) + " in `pricing`.")
+            lines.append(
+                "**Cost:** unknown: no price for "
+                + ", ".join(f"`{m}`" for m in unpriced(table, pricing))
+                + " in `pricing`."
+            )
         else:
             per_1000 = f"${dollars / rollouts * 1000:.4f}" if rollouts else "-"
             of = f"{rollouts} rollouts" if rollouts is not None else "the step"

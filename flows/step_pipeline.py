@@ -52,9 +52,13 @@ def _group_peers(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]
     for members in by_group.values():
         for record in members:
             peers[record["seq"]] = [
-                {"id": m["rollout"]["id"], "output": m["rollout"]["output"][:1000],
-                 "score": m.get("score")}
-                for m in members if m is not record
+                {
+                    "id": m["rollout"]["id"],
+                    "output": m["rollout"]["output"][:1000],
+                    "score": m.get("score"),
+                }
+                for m in members
+                if m is not record
             ][:16]
     return peers
 
@@ -89,10 +93,12 @@ async def _run_step(step: int) -> dict[str, Any]:
     by_scope: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         by_scope[record["scope"]].append(record)
-    results = await asyncio.gather(*(
-        _process_scope(step, scope, scope_records, options)
-        for scope, scope_records in sorted(by_scope.items())
-    ))
+    results = await asyncio.gather(
+        *(
+            _process_scope(step, scope, scope_records, options)
+            for scope, scope_records in sorted(by_scope.items())
+        )
+    )
     outcome = {"step": step, "rollouts": len(records), "scopes": dict(results)}
     # In the shared registry too: a replica that did not run this flow reads it there.
     await asyncio.to_thread(ctx.steps.set, step, scopes=outcome["scopes"])
@@ -117,31 +123,38 @@ async def _process_scope(
     analyze = analyze_chunk.with_options(**options)
     summarize = summarize_chunk.with_options(**options)
     size = pipeline.chunk_size
-    parts = [records[i:i + size] for i in range(0, len(records), size)]
+    parts = [records[i : i + size] for i in range(0, len(records), size)]
 
-    async def analyze_part(index: int, part: list[dict[str, Any]]
-                           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    async def analyze_part(
+        index: int, part: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         groups = [peers[r["seq"]] for r in part]
         found = await analyze(index, part, criteria, groups)
         # Prefect holds the chunk's result now: its per-rollout files are redundant.
-        await asyncio.to_thread(forget_analyses, ctx.settings.memory.path, [
-            analysis_key(r, criteria, g) for r, g in zip(part, groups, strict=True)])
+        await asyncio.to_thread(
+            forget_analyses,
+            ctx.settings.memory.path,
+            [analysis_key(r, criteria, g) for r, g in zip(part, groups, strict=True)],
+        )
         if not pipeline.use_chunking:
             return found, []
-        return found, await _summarize(summarize, step, scope, str(index), metadata, criteria,
-                                       _with_scores(found, part))
+        return found, await _summarize(
+            summarize, step, scope, str(index), metadata, criteria, _with_scores(found, part)
+        )
 
     done = await asyncio.gather(*(analyze_part(i, part) for i, part in enumerate(parts)))
     analyses = [analysis for chunk, _ in done for analysis in chunk]
     if pipeline.use_chunking and done:
         summaries = [summary for _, chunk in done for summary in chunk]
     else:
-        summaries = await _summarize(summarize, step, scope, "0", metadata, criteria,
-                                     _with_scores(analyses, records))
+        summaries = await _summarize(
+            summarize, step, scope, "0", metadata, criteria, _with_scores(analyses, records)
+        )
     meta: dict[str, Any] | None = None
     if len(summaries) > 1:
-        meta = await _consolidate(meta_summarize.with_options(**options), step, scope,
-                                  metadata, criteria, summaries)
+        meta = await _consolidate(
+            meta_summarize.with_options(**options), step, scope, metadata, criteria, summaries
+        )
     summary = meta or summaries[0]
     result: dict[str, Any] = {
         "rollouts": len(records),
@@ -163,51 +176,87 @@ async def _process_scope(
         update,
         # quote(): Prefect would walk every analysis looking for futures (~0.1 s of the
         # loop); remember is never cached, so nothing needs to see inside.
-        _after(queried, remember(step, scope, _unwalked(list(analyses)),
-                                 _unwalked(list(summaries)), meta)),
+        _after(
+            queried,
+            remember(step, scope, _unwalked(list(analyses)), _unwalked(list(summaries)), meta),
+        ),
         acreate_markdown_artifact(
             key=f"summary-step-{step}-{_slug(scope)}",
             markdown=summary_markdown(step, scope, summary),
-            description=f"Step {step} summary ({scope})"),
+            description=f"Step {step} summary ({scope})",
+        ),
     )
     result.update(outcome)
     return scope, result
 
 
-async def _summarize(summarize: Any, step: int, scope: str, label: str,
-                     metadata: dict[str, Any], criteria: list[dict[str, Any]],
-                     analyses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+async def _summarize(
+    summarize: Any,
+    step: int,
+    scope: str,
+    label: str,
+    metadata: dict[str, Any],
+    criteria: list[dict[str, Any]],
+    analyses: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
     """Summaries of ``analyses``: one, or one per part when they do not fit the
     summarizer's context budget together (parts labelled ``<label>.<part>``)."""
-    parts = await split_for("summarizer", {"criteria": criteria},
-                            summary_payload(step, metadata, []), "analyses", analyses
-                            ) or [analyses]
+    parts = await split_for(
+        "summarizer",
+        {"criteria": criteria},
+        summary_payload(step, metadata, []),
+        "analyses",
+        analyses,
+    ) or [analyses]
     if len(parts) == 1:
         return [await summarize(step, scope, label, metadata, criteria, parts[0])]
-    return list(await asyncio.gather(*(
-        summarize(step, scope, f"{label}.{index}", metadata, criteria, part)
-        for index, part in enumerate(parts))))
+    return list(
+        await asyncio.gather(
+            *(
+                summarize(step, scope, f"{label}.{index}", metadata, criteria, part)
+                for index, part in enumerate(parts)
+            )
+        )
+    )
 
 
-async def _consolidate(meta_summarize: Any, step: int, scope: str, metadata: dict[str, Any],
-                       criteria: list[dict[str, Any]], summaries: list[dict[str, Any]]
-                       ) -> dict[str, Any]:
+async def _consolidate(
+    meta_summarize: Any,
+    step: int,
+    scope: str,
+    metadata: dict[str, Any],
+    criteria: list[dict[str, Any]],
+    summaries: list[dict[str, Any]],
+) -> dict[str, Any]:
     """One summary of ``summaries``; in rounds when they do not fit the meta-summarizer's
     context budget together (groups that fit are consolidated, then their results)."""
     level = 0
     while True:
-        groups = await split_for("meta_summarizer", {"criteria": criteria},
-                                 {"step": step, "metadata": metadata}, "summaries", summaries)
+        groups = await split_for(
+            "meta_summarizer",
+            {"criteria": criteria},
+            {"step": step, "metadata": metadata},
+            "summaries",
+            summaries,
+        )
         if len(groups) <= 1:
-            return cast(dict[str, Any], await meta_summarize(step, scope, "all", metadata,
-                                                             criteria, list(summaries)))
+            return cast(
+                dict[str, Any],
+                await meta_summarize(step, scope, "all", metadata, criteria, list(summaries)),
+            )
         if all(len(group) == 1 for group in groups):
             # Each summary fills the budget alone: pairs, so every round shortens the list.
-            groups = [summaries[i:i + 2] for i in range(0, len(summaries), 2)]
-        summaries = list(await asyncio.gather(*(
-            meta_summarize(step, scope, f"{level}.{index}", metadata, criteria, group)
-            if len(group) > 1 else _value(group[0])
-            for index, group in enumerate(groups))))
+            groups = [summaries[i : i + 2] for i in range(0, len(summaries), 2)]
+        summaries = list(
+            await asyncio.gather(
+                *(
+                    meta_summarize(step, scope, f"{level}.{index}", metadata, criteria, group)
+                    if len(group) > 1
+                    else _value(group[0])
+                    for index, group in enumerate(groups)
+                )
+            )
+        )
         level += 1
 
 
@@ -215,8 +264,9 @@ async def _value(value: T) -> T:
     return value
 
 
-def _with_scores(analyses: list[dict[str, Any]], records: list[dict[str, Any]]
-                 ) -> list[dict[str, Any]]:
+def _with_scores(
+    analyses: list[dict[str, Any]], records: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Analyses with the reward each rollout got, as the summarizer reads them."""
     return [{**a, "score": r.get("score")} for a, r in zip(analyses, records, strict=True)]
 
@@ -236,8 +286,13 @@ async def _skip(rubric: RubricVersion) -> dict[str, Any]:
 
 
 async def _update(
-    step: int, scope: str, rubric: RubricVersion, metadata: dict[str, Any],
-    criteria: list[dict[str, Any]], summary: dict[str, Any], options: dict[str, Any],
+    step: int,
+    scope: str,
+    rubric: RubricVersion,
+    metadata: dict[str, Any],
+    criteria: list[dict[str, Any]],
+    summary: dict[str, Any],
+    options: dict[str, Any],
     queried: asyncio.Event,
 ) -> dict[str, Any]:
     """Queries -> retrieval -> proposal -> guardrails and publication, plus the diff.
@@ -247,18 +302,21 @@ async def _update(
     ctx = get_context()
     try:
         queries = await generate_queries.with_options(**options)(
-            step, scope, metadata, criteria, summary)
+            step, scope, metadata, criteria, summary
+        )
         memory = await retrieve_memory(step, scope, queries)
     finally:
         queried.set()
     proposal = await propose_update.with_options(**options)(
-        step, scope, rubric.version, metadata, criteria, summary, memory)
+        step, scope, rubric.version, metadata, criteria, summary, memory
+    )
     outcome = await publish_update(step, scope, rubric.version, proposal)
     after = await asyncio.to_thread(ctx.rubrics.current, scope)
     await acreate_markdown_artifact(
         key=f"rubric-diff-step-{step}-{_slug(scope)}",
         markdown=rubric_diff_markdown(rubric, after, proposal, outcome),
-        description=f"Step {step} rubric update ({scope})")
+        description=f"Step {step} rubric update ({scope})",
+    )
     return {**outcome, "strategy": proposal["update_strategy"]}
 
 
@@ -273,15 +331,19 @@ async def usage_artifact(step: int, rollouts: int | None, failed: bool = False) 
     await acreate_markdown_artifact(
         key=f"usage-step-{step}",
         markdown=usage_markdown(step, rollouts, table, ctx.settings.pricing, waited, failed),
-        description=f"Step {step} LLM tokens, time waited on the judge and cost")
+        description=f"Step {step} LLM tokens, time waited on the judge and cost",
+    )
 
 
 async def hacking_table_artifact(step: int, outcome: dict[str, Any]) -> None:
     """A table of the step's reward-hacking findings, across scopes."""
     rows = hacking_table(outcome)
     if rows:
-        await acreate_table_artifact(key=f"hacking-step-{step}", table=rows,
-                                    description=f"Step {step} reward-hacking findings")
+        await acreate_table_artifact(
+            key=f"hacking-step-{step}",
+            table=rows,
+            description=f"Step {step} reward-hacking findings",
+        )
 
 
 def _slug(scope: str) -> str:

@@ -44,14 +44,16 @@ def cache_key(agent: str) -> Callable[[TaskRunContext, dict[str, Any]], str]:
     return key
 
 
-async def ask(agent: str, context: dict[str, Any], data: dict[str, Any], schema: type[T],
-              step: int) -> T:
+async def ask(
+    agent: str, context: dict[str, Any], data: dict[str, Any], schema: type[T], step: int
+) -> T:
     """One structured call of ``agent``: its template and ``context`` (amaris's state that
     many calls share: the rubric, bounds) first, the per-call ``data`` last, so a provider's
     prefix cache serves the shared part (:func:`amaris.agents.prompts.agent_messages`)."""
     ctx = get_context()
     return await ctx.gateway.structured(
-        agent, agent_messages(agent, ctx.prompts[agent], context, data), schema, step=step)
+        agent, agent_messages(agent, ctx.prompts[agent], context, data), schema, step=step
+    )
 
 
 def prompt_tokens(agent: str, context: dict[str, Any], data: dict[str, Any]) -> int:
@@ -65,8 +67,14 @@ def item_tokens(item: Any) -> int:
     return estimate_tokens(json.dumps(item, ensure_ascii=False)) + 1
 
 
-async def split_for(agent: str, context: dict[str, Any], data: dict[str, Any], field: str,
-                    items: Sequence[Item], max_count: int | None = None) -> list[list[Item]]:
+async def split_for(
+    agent: str,
+    context: dict[str, Any],
+    data: dict[str, Any],
+    field: str,
+    items: Sequence[Item],
+    max_count: int | None = None,
+) -> list[list[Item]]:
     """``items`` in consecutive parts, each small enough that :func:`ask`'s request with
     ``context`` and ``data`` holding the part as its ``field`` fits ``agent``'s context
     budget, and of at most ``max_count`` items.

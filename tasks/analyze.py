@@ -33,16 +33,19 @@ from tasks._common import ask, cache_key, prompt_tokens
 log = logging.getLogger("amaris.pipeline")
 
 
-def analysis_key(record: dict[str, Any], criteria: list[dict[str, Any]],
-                 group: list[dict[str, Any]]) -> str:
+def analysis_key(
+    record: dict[str, Any], criteria: list[dict[str, Any]], group: list[dict[str, Any]]
+) -> str:
     """The result-store key of one rollout's analysis: everything it depends on."""
     ctx = get_context()
-    return "analyzer-item-" + digest(ctx.namespace, record, criteria, group,
-                                     ctx.prompt_fingerprint("analyzer"))
+    return "analyzer-item-" + digest(
+        ctx.namespace, record, criteria, group, ctx.prompt_fingerprint("analyzer")
+    )
 
 
-async def analyze_one(record: dict[str, Any], criteria: list[dict[str, Any]],
-                      group: list[dict[str, Any]]) -> dict[str, Any]:
+async def analyze_one(
+    record: dict[str, Any], criteria: list[dict[str, Any]], group: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Analyse one logged rollout: reward hacking, progress, rubric fit."""
     rollout = record["rollout"]
     # Most shared first: the step's metadata, then what a GRPO group shares (its prompt and
@@ -69,8 +72,9 @@ async def analyze_one(record: dict[str, Any], criteria: list[dict[str, Any]],
     return result
 
 
-def fit_analysis(context: dict[str, Any], data: dict[str, Any], budget: int,
-                 step: int) -> dict[str, Any]:
+def fit_analysis(
+    context: dict[str, Any], data: dict[str, Any], budget: int, step: int
+) -> dict[str, Any]:
     """The analyzer's ``data`` within ``budget`` prompt tokens (estimated, with ``context``
     in the system message): without the group's other rollouts first, then with the
     rollout's texts cut (head and tail kept)."""
@@ -80,23 +84,36 @@ def fit_analysis(context: dict[str, Any], data: dict[str, Any], budget: int,
     data = {**data, "group": []}
     rollout = data["rollout"]
     if prompt_tokens("analyzer", context, data) > budget:
-        texts = {name: rollout.get(name) or ""
-                 for name in ("input", "output", "supplemental_context")}
+        texts = {
+            name: rollout.get(name) or "" for name in ("input", "output", "supplemental_context")
+        }
         empty = {**data, "rollout": {**rollout, **dict.fromkeys(texts, "")}}
         room = int((budget - prompt_tokens("analyzer", context, empty)) * CHARS_PER_TOKEN)
         if room >= MIN_FIELD_CHARS:
             fitted, names = fit_texts(texts, room, json_chars)
             data = {**data, "rollout": {**rollout, **{n: fitted[n] for n in names}}}
             cut += [f"rollout.{n}" for n in names]
-    log.info("step %s: rollout %s cut to fit the analyzer's context budget of %d tokens "
-             "(%s)", step, loggable(str(rollout["id"])), budget, ", ".join(cut) or "no room")
+    log.info(
+        "step %s: rollout %s cut to fit the analyzer's context budget of %d tokens (%s)",
+        step,
+        loggable(str(rollout["id"])),
+        budget,
+        ", ".join(cut) or "no room",
+    )
     return data
 
 
-@task(name="analyze", cache_key_fn=cache_key("analyzer"), persist_result=True,
-      retry_condition_fn=retry_on_transient, task_run_name="analyze-{index}")
+@task(
+    name="analyze",
+    cache_key_fn=cache_key("analyzer"),
+    persist_result=True,
+    retry_condition_fn=retry_on_transient,
+    task_run_name="analyze-{index}",
+)
 async def analyze_chunk(
-    index: int, records: list[dict[str, Any]], criteria: list[dict[str, Any]],
+    index: int,
+    records: list[dict[str, Any]],
+    criteria: list[dict[str, Any]],
     groups: list[list[dict[str, Any]]],
 ) -> list[dict[str, Any]]:
     """Analyses of ``records`` (``groups[i]``: the other rollouts of record i's group).
@@ -107,12 +124,15 @@ async def analyze_chunk(
         Exception: a permanent failure of some analysis.
     """
     folder = get_context().settings.memory.path / "pipeline-cache"
-    paths = [folder / f"{analysis_key(r, criteria, g)}.json"
-             for r, g in zip(records, groups, strict=True)]
+    paths = [
+        folder / f"{analysis_key(r, criteria, g)}.json"
+        for r, g in zip(records, groups, strict=True)
+    ]
     stored = await asyncio.to_thread(_read_existing, paths)
 
-    async def stored_or_asked(record: dict[str, Any], group: list[dict[str, Any]],
-                              path: Path) -> dict[str, Any]:
+    async def stored_or_asked(
+        record: dict[str, Any], group: list[dict[str, Any]], path: Path
+    ) -> dict[str, Any]:
         if path in stored:
             return stored[path]
         result = await analyze_one(record, criteria, group)
@@ -126,15 +146,27 @@ async def analyze_chunk(
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     step = records[0]["step"] if records else None
     if errors:
-        log.warning("step %s: %d of the %d analyses of chunk %d failed", step, len(errors),
-                    len(records), index)
+        log.warning(
+            "step %s: %d of the %d analyses of chunk %d failed",
+            step,
+            len(errors),
+            len(records),
+            index,
+        )
         # A permanent error ends the task; only transient ones are worth its retry.
         permanent = [e for e in errors if not isinstance(e, LLMTransientError)]
         raise (permanent or errors)[0]
     analyses = [o for o in outcomes if not isinstance(o, BaseException)]
     flagged = sum(1 for a in analyses if a.get("reward_hacking_analysis", {}).get("detected"))
-    log.info("step %s: chunk %d analysed, %d rollouts (%d from an earlier attempt), %d "
-             "flagged for reward hacking", step, index, len(analyses), len(stored), flagged)
+    log.info(
+        "step %s: chunk %d analysed, %d rollouts (%d from an earlier attempt), %d "
+        "flagged for reward hacking",
+        step,
+        index,
+        len(analyses),
+        len(stored),
+        flagged,
+    )
     return analyses
 
 

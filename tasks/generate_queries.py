@@ -20,8 +20,13 @@ def adaptive_query_budget(summary: dict[str, Any]) -> int:
     return max(2, min(8, 1 + behaviours + gaps))
 
 
-@task(name="generate-queries", cache_key_fn=cache_key("query_generator"), persist_result=True,
-      retry_condition_fn=retry_on_transient, task_run_name="generate-queries-{scope}")
+@task(
+    name="generate-queries",
+    cache_key_fn=cache_key("query_generator"),
+    persist_result=True,
+    retry_condition_fn=retry_on_transient,
+    task_run_name="generate-queries-{scope}",
+)
 async def generate_queries(
     step: int,
     scope: str,

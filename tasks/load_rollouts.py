@@ -25,6 +25,11 @@ async def load_step_rollouts(step: int) -> list[dict[str, Any]]:
             continue  # arrived after the step was completed: logged, not analysed
         latest[(record["scope"], record["rollout"]["id"])] = record
     late = sum(1 for r in records if r.get("late"))
-    log.info("step %s: %d rollouts to analyse in %d scope(s)%s", step, len(latest),
-             len({scope for scope, _ in latest}), f"; {late} late, not analysed" if late else "")
+    log.info(
+        "step %s: %d rollouts to analyse in %d scope(s)%s",
+        step,
+        len(latest),
+        len({scope for scope, _ in latest}),
+        f"; {late} late, not analysed" if late else "",
+    )
     return sorted(latest.values(), key=lambda r: int(r["seq"]))

@@ -11,8 +11,13 @@ from amaris.steps.retry import retry_on_transient
 from tasks._common import ask, cache_key
 
 
-@task(name="meta-summarize", cache_key_fn=cache_key("meta_summarizer"), persist_result=True,
-      retry_condition_fn=retry_on_transient, task_run_name="meta-summarize-{scope}-{part}")
+@task(
+    name="meta-summarize",
+    cache_key_fn=cache_key("meta_summarizer"),
+    persist_result=True,
+    retry_condition_fn=retry_on_transient,
+    task_run_name="meta-summarize-{scope}-{part}",
+)
 async def meta_summarize(
     step: int,
     scope: str,

@@ -36,8 +36,11 @@ async def publish_update(
     if current.step == step and current.origin == "updater":
         # Published by an earlier run of this step that crashed before recording it.
         await asyncio.to_thread(_record_version, step, scope, current.version)
-        return {"outcome": "already_published", "version": current.version,
-                "base_version": base_version}
+        return {
+            "outcome": "already_published",
+            "version": current.version,
+            "base_version": base_version,
+        }
     parsed = RubricUpdateProposal.model_validate(proposal)
     outcome: dict[str, Any] = {"base_version": base_version, "strategy": parsed.update_strategy}
     try:
@@ -53,23 +56,50 @@ async def publish_update(
             outcome.update(outcome="unchanged", version=current.version)
         else:
             version = await asyncio.to_thread(
-                ctx.rubrics.publish, anchors=current.anchors, adaptive=applied.adaptive,
-                origin="updater", step=step, next_adaptive_id=applied.next_adaptive_id,
-                scope=scope, export=False,
+                ctx.rubrics.publish,
+                anchors=current.anchors,
+                adaptive=applied.adaptive,
+                origin="updater",
+                step=step,
+                next_adaptive_id=applied.next_adaptive_id,
+                scope=scope,
+                export=False,
             )
             outcome.update(outcome="published", version=version.version)
             await asyncio.to_thread(_record_version, step, scope, version.version)
-    log.info("step %s (%r): rubric update %s (%s), version %s -> %s%s", step, scope,
-             outcome["outcome"], parsed.update_strategy, base_version, outcome["version"],
-             f": {outcome['reason']!r}" if outcome.get("reason") else "")
+    log.info(
+        "step %s (%r): rubric update %s (%s), version %s -> %s%s",
+        step,
+        scope,
+        outcome["outcome"],
+        parsed.update_strategy,
+        base_version,
+        outcome["version"],
+        f": {outcome['reason']!r}" if outcome.get("reason") else "",
+    )
     record = {**proposal, "outcome": outcome}
-    text = (f"Step {step} rubric update ({parsed.update_strategy}, {outcome['outcome']}): "
-            f"{parsed.rationale.summary} "
-            + "; ".join(f"{m.action} {m.criterion_id or ''} {m.text or ''} {m.weight or ''}"
-                        for m in parsed.rubric_modifications))[:2000]
-    await asyncio.to_thread(ctx.memory.add_documents, [MemoryDocument(
-        type="rubric_update", step=step, scope=scope, key="update", ids=[], text=text,
-        doc=record)])
+    text = (
+        f"Step {step} rubric update ({parsed.update_strategy}, {outcome['outcome']}): "
+        f"{parsed.rationale.summary} "
+        + "; ".join(
+            f"{m.action} {m.criterion_id or ''} {m.text or ''} {m.weight or ''}"
+            for m in parsed.rubric_modifications
+        )
+    )[:2000]
+    await asyncio.to_thread(
+        ctx.memory.add_documents,
+        [
+            MemoryDocument(
+                type="rubric_update",
+                step=step,
+                scope=scope,
+                key="update",
+                ids=[],
+                text=text,
+                doc=record,
+            )
+        ],
+    )
     return outcome
 
 

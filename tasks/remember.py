@@ -14,8 +14,10 @@ from amaris.steps.context import get_context
 
 def _finding_text(analysis: dict[str, Any]) -> str:
     hacking = analysis.get("reward_hacking_analysis", {})
-    parts = [f"{b.get('tag')}: {b.get('description')} ({b.get('evidence')})"
-             for b in hacking.get("behaviours", [])]
+    parts = [
+        f"{b.get('tag')}: {b.get('description')} ({b.get('evidence')})"
+        for b in hacking.get("behaviours", [])
+    ]
     summary = str(analysis.get("overall_assessment", {}).get("summary", ""))
     return ("; ".join(parts) + ". " + summary)[:2000]
 
@@ -24,8 +26,9 @@ def notable(analyses: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """The analyses worth keeping searchable: reward hacking, most severe first."""
     order = {"high": 0, "medium": 1, "low": 2, "none": 3}
     flagged = [a for a in analyses if a.get("reward_hacking_analysis", {}).get("detected")]
-    flagged.sort(key=lambda a: (order.get(a["reward_hacking_analysis"].get("severity"), 3),
-                                a["rollout_id"]))
+    flagged.sort(
+        key=lambda a: (order.get(a["reward_hacking_analysis"].get("severity"), 3), a["rollout_id"])
+    )
     return flagged[:limit]
 
 
@@ -39,29 +42,53 @@ async def remember(
 ) -> int:
     """Store full analyses (by rollout id) and the searchable digest; returns documents."""
     ctx = get_context()
-    await asyncio.to_thread(ctx.memory.put_analyses, scope, step,
-                            [(a["rollout_id"], a) for a in analyses])
+    await asyncio.to_thread(
+        ctx.memory.put_analyses, scope, step, [(a["rollout_id"], a) for a in analyses]
+    )
     docs: list[MemoryDocument] = []
     for index, summary in enumerate(summaries):
         # The step's own summary (the only chunk, or the meta-summary) is keyed STEP_KEY:
         # static memory retrieves it by id.
         key = STEP_KEY if meta_summary is None and len(summaries) == 1 else f"chunk-{index}"
-        docs.append(MemoryDocument(
-            type="batch_summary", step=step, scope=scope, key=key,
-            ids=[i for b in summary.get("aggregated_reward_hacking", {}).get("behaviours", [])
-                 for i in b.get("rollout_ids", [])][:50],
-            text=summary["memory_entry"]["text"][:2000], doc=summary,
-        ))
+        docs.append(
+            MemoryDocument(
+                type="batch_summary",
+                step=step,
+                scope=scope,
+                key=key,
+                ids=[
+                    i
+                    for b in summary.get("aggregated_reward_hacking", {}).get("behaviours", [])
+                    for i in b.get("rollout_ids", [])
+                ][:50],
+                text=summary["memory_entry"]["text"][:2000],
+                doc=summary,
+            )
+        )
     if meta_summary is not None:
-        docs.append(MemoryDocument(
-            type="meta_summary", step=step, scope=scope, key=STEP_KEY, ids=[],
-            text=meta_summary["memory_entry"]["text"][:2000], doc=meta_summary,
-        ))
+        docs.append(
+            MemoryDocument(
+                type="meta_summary",
+                step=step,
+                scope=scope,
+                key=STEP_KEY,
+                ids=[],
+                text=meta_summary["memory_entry"]["text"][:2000],
+                doc=meta_summary,
+            )
+        )
     for analysis in notable(analyses, ctx.settings.pipeline.findings_per_step):
-        docs.append(MemoryDocument(
-            type="finding", step=step, scope=scope, key=analysis["rollout_id"],
-            ids=[analysis["rollout_id"]], text=_finding_text(analysis), doc=analysis,
-        ))
+        docs.append(
+            MemoryDocument(
+                type="finding",
+                step=step,
+                scope=scope,
+                key=analysis["rollout_id"],
+                ids=[analysis["rollout_id"]],
+                text=_finding_text(analysis),
+                doc=analysis,
+            )
+        )
     if docs:
         await asyncio.to_thread(ctx.memory.add_documents, docs)
     return len(docs) + len(analyses)

@@ -18,8 +18,9 @@ async def retrieve_memory(step: int, scope: str, queries: list[str]) -> dict[str
     deduplicated, never from the current step."""
     ctx = get_context()
     settings = ctx.settings.memory
-    recent = await asyncio.to_thread(ctx.memory.recent_summaries, scope, step,
-                                     settings.static_memory_steps)
+    recent = await asyncio.to_thread(
+        ctx.memory.recent_summaries, scope, step, settings.static_memory_steps
+    )
     static = [{"step": d.step, "type": d.type, "text": d.text} for d in recent]
     dynamic: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -27,14 +28,24 @@ async def retrieve_memory(step: int, scope: str, queries: list[str]) -> dict[str
         if settings.dynamic_memory_limit_per_query == 0:
             break
         hits = await asyncio.to_thread(
-            ctx.memory.search, query, limit=settings.dynamic_memory_limit_per_query,
-            exclude_step=step, scope=scope, types=None,
+            ctx.memory.search,
+            query,
+            limit=settings.dynamic_memory_limit_per_query,
+            exclude_step=step,
+            scope=scope,
+            types=None,
         )
         for hit in hits:
             if hit.id in seen:
                 continue
             seen.add(hit.id)
-            dynamic.append({"type": hit.document.type, "step": hit.document.step,
-                            "text": hit.document.text, "score": round(hit.score, 4),
-                            "query": query})
+            dynamic.append(
+                {
+                    "type": hit.document.type,
+                    "step": hit.document.step,
+                    "text": hit.document.text,
+                    "score": round(hit.score, 4),
+                    "query": query,
+                }
+            )
     return {"static": static, "dynamic": dynamic, "queries": queries}

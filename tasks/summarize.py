@@ -14,8 +14,9 @@ from tasks._common import ask, cache_key
 log = logging.getLogger("amaris.pipeline")
 
 
-def summary_payload(step: int, metadata: dict[str, Any],
-                    analyses: list[dict[str, Any]]) -> dict[str, Any]:
+def summary_payload(
+    step: int, metadata: dict[str, Any], analyses: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The summarizer's per-call data: the analyses and their scores' statistics (the
     criteria are its context)."""
     scores = [a["score"] for a in analyses if a.get("score") is not None]
@@ -29,8 +30,13 @@ def summary_payload(step: int, metadata: dict[str, Any],
     return {"step": step, "metadata": metadata, "score_stats": stats, "analyses": analyses}
 
 
-@task(name="summarize", cache_key_fn=cache_key("summarizer"), persist_result=True,
-      retry_condition_fn=retry_on_transient, task_run_name="summarize-{scope}-chunk-{chunk}")
+@task(
+    name="summarize",
+    cache_key_fn=cache_key("summarizer"),
+    persist_result=True,
+    retry_condition_fn=retry_on_transient,
+    task_run_name="summarize-{scope}-chunk-{chunk}",
+)
 async def summarize_chunk(
     step: int,
     scope: str,
@@ -46,6 +52,11 @@ async def summarize_chunk(
     """
     data = summary_payload(step, metadata, analyses)
     summary = await ask("summarizer", {"criteria": criteria}, data, BatchSummary, step)
-    log.info("step %s (%r): chunk %s summarised, %d reward-hacking behaviour(s)", step, scope,
-             chunk, len(summary.aggregated_reward_hacking.behaviours))
+    log.info(
+        "step %s (%r): chunk %s summarised, %d reward-hacking behaviour(s)",
+        step,
+        scope,
+        chunk,
+        len(summary.aggregated_reward_hacking.behaviours),
+    )
     return summary.model_dump(mode="json")

@@ -12,8 +12,13 @@ from amaris.steps.retry import retry_on_transient
 from tasks._common import ask, cache_key
 
 
-@task(name="update-rubric", cache_key_fn=cache_key("updater"), persist_result=True,
-      retry_condition_fn=retry_on_transient, task_run_name="update-rubric-{scope}")
+@task(
+    name="update-rubric",
+    cache_key_fn=cache_key("updater"),
+    persist_result=True,
+    retry_condition_fn=retry_on_transient,
+    task_run_name="update-rubric-{scope}",
+)
 async def propose_update(
     step: int,
     scope: str,

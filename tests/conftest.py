@@ -102,8 +102,10 @@ def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
     Memory embeds with the hashing embedder unless a test asks for MiniLM: loading torch
     costs seconds and only the semantic-memory tests need it.
     """
-    return load_settings(None, **{"memory.path": str(tmp_path / "data"),
-                                  "memory.embedding_model": "hashing", **overrides})
+    return load_settings(
+        None,
+        **{"memory.path": str(tmp_path / "data"), "memory.embedding_model": "hashing", **overrides},
+    )
 
 
 def llm_settings(tmp_path: Path, fake: FakeLLM, **overrides: Any) -> Settings:

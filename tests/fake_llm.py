@@ -41,17 +41,28 @@ def token_logprobs(pieces: list[str | dict[str, float]]) -> tuple[str, list[dict
     for piece in pieces:
         if isinstance(piece, str):
             for text in re.findall(r"\s+|\w+|[^\w\s]", piece):
-                tokens.append({"token": text, "logprob": 0.0,
-                               "top_logprobs": [{"token": text, "logprob": 0.0}]})
+                tokens.append(
+                    {
+                        "token": text,
+                        "logprob": 0.0,
+                        "top_logprobs": [{"token": text, "logprob": 0.0}],
+                    }
+                )
             continue
         top = sorted(piece.items(), key=lambda item: -item[1])
-        tokens.append({"token": top[0][0], "logprob": math.log(top[0][1]),
-                       "top_logprobs": [{"token": t, "logprob": math.log(p)} for t, p in top]})
+        tokens.append(
+            {
+                "token": top[0][0],
+                "logprob": math.log(top[0][1]),
+                "top_logprobs": [{"token": t, "logprob": math.log(p)} for t, p in top],
+            }
+        )
     return "".join(t["token"] for t in tokens), tokens
 
 
-def verdicts_with_logprobs(*verdicts: tuple[str, dict[int, float]], reason: str = "ok",
-                           score_first: bool = False) -> Reply:
+def verdicts_with_logprobs(
+    *verdicts: tuple[str, dict[int, float]], reason: str = "ok", score_first: bool = False
+) -> Reply:
     """A judge reply whose score tokens carry ``top_logprobs``: one (criterion id,
     score -> probability) per verdict; the token is the most likely score."""
     pieces: list[str | dict[str, float]] = ['{"verdicts": [']
@@ -109,8 +120,11 @@ class FakeLLM:
         self.requests.append(body)
         response_format = body.get("response_format") or {}
         if response_format.get("type") in self.refuse_formats:
-            return Reply(status=400, content=f"response_format type "
-                         f"{response_format['type']!r} is not supported by this server")
+            return Reply(
+                status=400,
+                content=f"response_format type "
+                f"{response_format['type']!r} is not supported by this server",
+            )
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -128,8 +142,14 @@ class FakeLLM:
 def serve_in_thread(app: Any) -> Iterator[str]:
     """Serve an ASGI app with real uvicorn on a free 127.0.0.1 port; yields its base URL."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
-                            access_log=False, timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="error",
+        access_log=False,
+        timeout_graceful_shutdown=1,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

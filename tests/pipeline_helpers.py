@@ -20,8 +20,10 @@ from prefect.client.schemas.filters import (
 )
 from prefect.logging.handlers import APILogHandler
 
-PROBLEMS = [(f"What is {a} * {b}?", a * b) for a, b in
-            [(6, 7), (3, 9), (12, 4), (8, 8), (7, 5), (9, 6), (11, 3), (4, 13), (5, 5), (2, 17)]]
+PROBLEMS = [
+    (f"What is {a} * {b}?", a * b)
+    for a, b in [(6, 7), (3, 9), (12, 4), (8, 8), (7, 5), (9, 6), (11, 3), (4, 13), (5, 5), (2, 17)]
+]
 
 
 def rollout(step: int, index: int, behaviour: str) -> dict[str, Any]:
@@ -42,14 +44,20 @@ def rollout(step: int, index: int, behaviour: str) -> dict[str, Any]:
 
 def metadata(step: int, total: int = 10) -> dict[str, Any]:
     """Training metadata of ``step``."""
-    return {"high_level_goal": "Train a careful math assistant", "model_size": "7B",
-            "current_step": step, "total_steps": total}
+    return {
+        "high_level_goal": "Train a careful math assistant",
+        "model_size": "7B",
+        "current_step": step,
+        "total_steps": total,
+    }
 
 
 def score_step(client: TestClient, step: int, behaviours: list[str]) -> list[dict[str, Any]]:
     """Score one rollout per behaviour through /batch_score; returns the results."""
-    items = [{"rollout": rollout(step, i, b), "metadata": metadata(step)}
-             for i, b in enumerate(behaviours)]
+    items = [
+        {"rollout": rollout(step, i, b), "metadata": metadata(step)}
+        for i, b in enumerate(behaviours)
+    ]
     response = client.post("/batch_score", json={"items": items})
     assert response.status_code == 200, response.text
     results: list[dict[str, Any]] = response.json()["results"]
@@ -62,8 +70,9 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-async def step_run_view(name: str, since: datetime,
-                        deadline_s: float = 60.0) -> tuple[list[Any], list[Any]]:
+async def step_run_view(
+    name: str, since: datetime, deadline_s: float = 60.0
+) -> tuple[list[Any], list[Any]]:
     """The logs and artifacts of the flow run called ``name`` that started after ``since``
     (other test files on this worker run steps of that number on the same Prefect
     server), through Prefect's client.
@@ -74,8 +83,9 @@ async def step_run_view(name: str, since: datetime,
     give_up = time.monotonic() + deadline_s
     async with get_client() as prefect:
         runs = await prefect.read_flow_runs(
-            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name]),
-                                          start_time=FlowRunFilterStartTime(after_=since))
+            flow_run_filter=FlowRunFilter(
+                name=FlowRunFilterName(any_=[name]), start_time=FlowRunFilterStartTime(after_=since)
+            )
         )
         assert len(runs) == 1
         while True:
@@ -85,7 +95,8 @@ async def step_run_view(name: str, since: datetime,
             )
             artifacts = await prefect.read_artifacts(
                 artifact_filter=ArtifactFilter(
-                    flow_run_id=ArtifactFilterFlowRunId(any_=[runs[0].id])),
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[runs[0].id])
+                ),
                 limit=200,
             )
             seen = any(log.name.startswith("amaris") for log in logs) and artifacts

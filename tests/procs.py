@@ -17,8 +17,11 @@ AMARIS = [sys.executable, "-m", "amaris.cli.main"]
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"OPENAI_API_KEY", "AMARIS_API_KEY", "OPENAI_BASE_URL"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"OPENAI_API_KEY", "AMARIS_API_KEY", "OPENAI_BASE_URL"}
+    }
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -42,12 +45,14 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 180.0) -
 
 
 @contextmanager
-def amaris_process(args: list[str], cwd: Path, ready_url: str,
-                   log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def amaris_process(
+    args: list[str], cwd: Path, ready_url: str, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
     """Run ``amaris <args>`` until the block ends; stop it by PID (SIGTERM, then SIGKILL)."""
     with log.open("wb") as out:
-        proc = subprocess.Popen([*AMARIS, *args], cwd=cwd, env=_env(), stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [*AMARIS, *args], cwd=cwd, env=_env(), stdout=out, stderr=subprocess.STDOUT
+        )
         try:
             wait_http(ready_url, proc)
             yield proc
@@ -63,5 +68,6 @@ def amaris_process(args: list[str], cwd: Path, ready_url: str,
 
 def run_amaris(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run a short ``amaris`` command and capture its output."""
-    return subprocess.run([*AMARIS, *args], cwd=cwd, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [*AMARIS, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+    )

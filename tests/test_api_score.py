@@ -212,14 +212,17 @@ def test_rollout_reaches_the_judge_only_inside_the_json_data_block(
     system = messages[0]["content"]
     template = load_prompts(PromptsSettings())["scorer"]
     assert system.startswith(template.rstrip() + "\n\n")
-    block = system[len(template.rstrip()) + 2:].split("\n")
+    block = system[len(template.rstrip()) + 2 :].split("\n")
     assert len(block) == 4
     assert (block[1], block[3]) == (DATA_START, DATA_END)
-    assert json.loads(block[2]) == {"agent": "scorer", "criteria": [
-        {"id": "A1", "text": CORRECT, "kind": "requirement"},
-        {"id": "R1", "text": REASONING, "kind": "requirement"},
-        {"id": "R2", "text": SEVERAL, "kind": "pitfall"},
-    ]}
+    assert json.loads(block[2]) == {
+        "agent": "scorer",
+        "criteria": [
+            {"id": "A1", "text": CORRECT, "kind": "requirement"},
+            {"id": "R1", "text": REASONING, "kind": "requirement"},
+            {"id": "R2", "text": SEVERAL, "kind": "pitfall"},
+        ],
+    }
     assert "Ignore previous instructions" not in system
     assert "2+2" not in system
 
@@ -232,11 +235,14 @@ def test_rollout_reaches_the_judge_only_inside_the_json_data_block(
     data = json.loads(lines[2])
     assert data == parse_data_message(user)
     assert data["agent"] == "scorer"
-    assert data == {"agent": "scorer", "rollout": {
-        "input": hostile_input,
-        "output": attack,
-        "supplemental_context": "Answer: 4",
-    }}
+    assert data == {
+        "agent": "scorer",
+        "rollout": {
+            "input": hostile_input,
+            "output": attack,
+            "supplemental_context": "Answer: 4",
+        },
+    }
     # The fake markers occur only JSON-encoded inside the data line (newlines escaped), with
     # their name escaped too: the message holds each marker once, as a line of its own.
     assert "Ignore previous instructions" in lines[2]

@@ -28,19 +28,30 @@ async def test_serve_scores_with_offline_judge_and_rubrics_cli(tmp_path: Path) -
     port = free_port()
     config = write_config(tmp_path, server={"port": port})
     url = f"http://127.0.0.1:{port}"
-    with amaris_process(["serve", "--config", str(config)], tmp_path,
-                        f"{url}/healthz", tmp_path / "serve.log"):
+    with amaris_process(
+        ["serve", "--config", str(config)], tmp_path, f"{url}/healthz", tmp_path / "serve.log"
+    ):
         health = httpx.get(f"{url}/healthz").json()
         assert health["offline_judge"] is True
         async with RewardClient(url, timeout=10) as client:
             good = await client.score_async(
-                {"id": "r1", "input": "What is 6 * 7?", "output": "6 * 7 = 42. Answer: 42",
-                 "supplemental_context": "Answer: 42"},
-                {"current_step": 0, "high_level_goal": "math"})
+                {
+                    "id": "r1",
+                    "input": "What is 6 * 7?",
+                    "output": "6 * 7 = 42. Answer: 42",
+                    "supplemental_context": "Answer: 42",
+                },
+                {"current_step": 0, "high_level_goal": "math"},
+            )
             bad = await client.score_async(
-                {"id": "r2", "input": "What is 6 * 7?", "output": "Answer: 41",
-                 "supplemental_context": "Answer: 42"},
-                {"current_step": 0})
+                {
+                    "id": "r2",
+                    "input": "What is 6 * 7?",
+                    "output": "Answer: 41",
+                    "supplemental_context": "Answer: 42",
+                },
+                {"current_step": 0},
+            )
         assert (good, bad) == (1.0, 0.0)
         # the store is locked by the server: `rubrics show` goes through its API
         shown = run_amaris(["rubrics", "show", "--config", str(config)], tmp_path)
@@ -84,15 +95,18 @@ async def test_offline_llm_server_speaks_openai_with_faults(tmp_path: Path) -> N
     args = ["offline-llm", "--port", str(port), "--error-rate", "0.5", "--seed", "1"]
     with amaris_process(args, tmp_path, f"{url}/v1/models", tmp_path / "llm.log"):
         client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
-        data = ('Data:\n<<<AMARIS_DATA\n{"agent": "scorer", "criteria": [{"id": "A1", "text": '
-                '"The response gives the correct final answer.", "kind": "requirement"}], '
-                '"rollout": {"input": "2+2?", "output": "4", "supplemental_context": "4"}}\n'
-                "AMARIS_DATA>>>")
+        data = (
+            'Data:\n<<<AMARIS_DATA\n{"agent": "scorer", "criteria": [{"id": "A1", "text": '
+            '"The response gives the correct final answer.", "kind": "requirement"}], '
+            '"rollout": {"input": "2+2?", "output": "4", "supplemental_context": "4"}}\n'
+            "AMARIS_DATA>>>"
+        )
         outcomes = []
         for _ in range(20):
             try:
                 reply = await client.chat.completions.create(
-                    model="m", messages=[{"role": "user", "content": data}])
+                    model="m", messages=[{"role": "user", "content": data}]
+                )
                 outcomes.append(reply.choices[0].message.content)
             except openai.InternalServerError:
                 outcomes.append(None)

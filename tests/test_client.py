@@ -23,20 +23,22 @@ META = {"high_level_goal": "math", "model_size": "7B", "current_step": 1, "total
 
 
 async def test_score_and_batch(tmp_path: Path) -> None:
-    app = create_app(make_settings(tmp_path, **{"server.api_key": "k"}),
-                     qdrant_location=":memory:")
+    app = create_app(make_settings(tmp_path, **{"server.api_key": "k"}), qdrant_location=":memory:")
     with serve_in_thread(app) as url:
         async with RewardClient(url, timeout=10, api_key="k") as client:
             assert await client.score_async(ROLLOUT, META) == 1.0
             detailed = await client.score_detailed_async(
-                {**ROLLOUT, "id": "r1b", "output": "5."}, META, include_breakdown=True)
+                {**ROLLOUT, "id": "r1b", "output": "5."}, META, include_breakdown=True
+            )
             assert (detailed.score, detailed.rubric_version, detailed.status) == (0.0, 1, "scored")
             assert detailed.breakdown is not None
             assert detailed.breakdown[0].verdict == 0
-            results = await client.batch_score_async([
-                {"rollout": ROLLOUT, "metadata": META},
-                {"rollout": {**ROLLOUT, "id": "r2", "output": 7}, "metadata": META},
-            ])
+            results = await client.batch_score_async(
+                [
+                    {"rollout": ROLLOUT, "metadata": META},
+                    {"rollout": {**ROLLOUT, "id": "r2", "output": 7}, "metadata": META},
+                ]
+            )
             assert [r.status for r in results] == ["scored", "invalid"]
             assert results[1].reason is not None
             assert "items[1].rollout.output" in results[1].reason
@@ -53,10 +55,10 @@ async def test_score_and_batch(tmp_path: Path) -> None:
                 await client.score_async(ROLLOUT, META)
 
 
-async def test_unscored_raises_and_503_is_not_an_outage(tmp_path: Path,
-                                                        fake_llm: FakeLLM) -> None:
-    settings = llm_settings(tmp_path, fake_llm, **{"gateway.max_attempts": 1,
-                                                   "scoring.on_failure": "error"})
+async def test_unscored_raises_and_503_is_not_an_outage(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    settings = llm_settings(
+        tmp_path, fake_llm, **{"gateway.max_attempts": 1, "scoring.on_failure": "error"}
+    )
     with serve_in_thread(create_app(settings, qdrant_location=":memory:")) as url:
         async with RewardClient(url, timeout=10) as client:
             fake_llm.push(Reply(status=500))

@@ -39,14 +39,20 @@ def calls(data: Path, agent: str, step: int) -> int:
     if not path.is_file():
         return 0
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return sum(1 for r in lines
-               if r["agent"] == agent and r["step"] == step and r["outcome"] == "ok")
+    return sum(
+        1 for r in lines if r["agent"] == agent and r["step"] == step and r["outcome"] == "ok"
+    )
 
 
 def start_serve(config: Path, cwd: Path, url: str, log: Path) -> subprocess.Popen[bytes]:
     out = log.open("ab")
-    proc = subprocess.Popen([*AMARIS, "serve", "--config", str(config)], cwd=cwd, env=_env(),
-                            stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [*AMARIS, "serve", "--config", str(config)],
+        cwd=cwd,
+        env=_env(),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
     out.close()
     wait_http(f"{url}/healthz", proc)
     return proc
@@ -68,8 +74,10 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def score(url: str, step: int, index: int) -> httpx.Response:
-    body = {"rollout": {**rollout(step, index, BEHAVIOURS[index % 3]), "id": f"s{step}-{index}"},
-            "metadata": metadata(step)}
+    body = {
+        "rollout": {**rollout(step, index, BEHAVIOURS[index % 3]), "id": f"s{step}-{index}"},
+        "metadata": metadata(step),
+    }
     return httpx.post(f"{url}/score", json=body, timeout=60)
 
 
@@ -92,18 +100,24 @@ def test_kill_9_during_a_step_and_during_scoring(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{port}"
     data = tmp_path / "data"
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "client": {"default": {"base_url": f"http://127.0.0.1:{llm_port}/v1",
-                               "api_key": "test"}},
-        "concurrency": {"analyzer": 2, "scorer": 4},
-        "memory": {"path": str(data), "embedding_model": "hashing"},
-        "server": {"port": port},
-        "prefect": {"port": None},
-        "logging": {"level": "INFO"},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "client": {
+                    "default": {"base_url": f"http://127.0.0.1:{llm_port}/v1", "api_key": "test"}
+                },
+                "concurrency": {"analyzer": 2, "scorer": 4},
+                "memory": {"path": str(data), "embedding_model": "hashing"},
+                "server": {"port": port},
+                "prefect": {"port": None},
+                "logging": {"level": "INFO"},
+            }
+        )
+    )
     llm_args = ["offline-llm", "--port", str(llm_port), "--latency-ms", "400"]
-    with amaris_process(llm_args, tmp_path, f"http://127.0.0.1:{llm_port}/v1/models",
-                        tmp_path / "llm.log"):
+    with amaris_process(
+        llm_args, tmp_path, f"http://127.0.0.1:{llm_port}/v1/models", tmp_path / "llm.log"
+    ):
         # 1. kill -9 while step 1's flow runs
         server = start_serve(config, tmp_path, url, tmp_path / "serve.log")
         try:
@@ -120,8 +134,9 @@ def test_kill_9_during_a_step_and_during_scoring(tmp_path: Path) -> None:
 
             # 2. restart: the step resumes and reuses the analyses that finished
             server = start_serve(config, tmp_path, url, tmp_path / "serve.log")
-            done = httpx.get(f"{url}/rubric_status/wait", params={"step": 1, "timeout": 180},
-                             timeout=200).json()
+            done = httpx.get(
+                f"{url}/rubric_status/wait", params={"step": 1, "timeout": 180}, timeout=200
+            ).json()
             assert done["status"] == "updated", done
             after = calls(data, "analyzer", 1) - before
             # at most the calls in flight at the kill (concurrency 2) are made twice
@@ -148,9 +163,11 @@ def test_kill_9_during_a_step_and_during_scoring(tmp_path: Path) -> None:
             assert 6 <= len(answered) < 24
             server = start_serve(config, tmp_path, url, tmp_path / "serve.log")
             assert httpx.post(f"{url}/complete", json={"step": 2}, timeout=10).json() == {
-                "status": "complete"}
-            done = httpx.get(f"{url}/rubric_status/wait", params={"step": 2, "timeout": 180},
-                             timeout=200).json()
+                "status": "complete"
+            }
+            done = httpx.get(
+                f"{url}/rubric_status/wait", params={"step": 2, "timeout": 180}, timeout=200
+            ).json()
             assert done["status"] == "updated", done
         finally:
             stop(server)

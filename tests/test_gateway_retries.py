@@ -234,8 +234,11 @@ async def test_waiting_calls_do_not_hold_total_slots(tmp_path: Path, fake_llm: F
     # requests reach the server, not on timings.
     await _drain(fake_llm)
     fake_llm.push(*[Reply(content=GOOD, delay_s=0.2)] * 4)
-    limits = {"concurrency.total": 2, "concurrency.scorer": 1,
-              "agents.analyzer.model": "analyzer-model"}
+    limits = {
+        "concurrency.total": 2,
+        "concurrency.scorer": 1,
+        "agents.analyzer.model": "analyzer-model",
+    }
     async with open_gateway(tmp_path, fake_llm, **limits) as gateway:
         # Tasks start in creation order: the scorer calls queue up first.
         scorers = [

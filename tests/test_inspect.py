@@ -29,15 +29,30 @@ from tests.procs import amaris_process, run_amaris
 LONG = "The judge rewards answers that state units. " * 9  # 405 characters
 
 DOCS = [
-    MemoryDocument(type="batch_summary", step=0, text="Step zero: most answers skip the units.",
-                   created_at=1_700_000_000.0),
-    MemoryDocument(type="finding", step=0, key="f1", text="Several answers hedge between values.",
-                   created_at=1_700_000_001.0),
-    MemoryDocument(type="rubric_update", step=1, text="Added R3: penalise hedging.",
-                   created_at=1_700_000_002.0),
+    MemoryDocument(
+        type="batch_summary",
+        step=0,
+        text="Step zero: most answers skip the units.",
+        created_at=1_700_000_000.0,
+    ),
+    MemoryDocument(
+        type="finding",
+        step=0,
+        key="f1",
+        text="Several answers hedge between values.",
+        created_at=1_700_000_001.0,
+    ),
+    MemoryDocument(
+        type="rubric_update", step=1, text="Added R3: penalise hedging.", created_at=1_700_000_002.0
+    ),
     MemoryDocument(type="finding", step=1, key="f1", text=LONG, created_at=1_700_000_003.0),
-    MemoryDocument(type="batch_summary", step=1, scope="q-7", text="Instance q-7 improved.",
-                   created_at=1_700_000_004.0),
+    MemoryDocument(
+        type="batch_summary",
+        step=1,
+        scope="q-7",
+        text="Instance q-7 improved.",
+        created_at=1_700_000_004.0,
+    ),
 ]
 
 INSPECTION = {
@@ -48,12 +63,30 @@ INSPECTION = {
         "rubric_update": {"1": 1},
     },
     "recent": [
-        {"type": "batch_summary", "step": 1, "scope": "q-7", "key": "step",
-         "text": "Instance q-7 improved.", "created_at": 1_700_000_004.0},
-        {"type": "finding", "step": 1, "scope": "global", "key": "f1", "text": LONG[:300],
-         "created_at": 1_700_000_003.0},
-        {"type": "rubric_update", "step": 1, "scope": "global", "key": "step",
-         "text": "Added R3: penalise hedging.", "created_at": 1_700_000_002.0},
+        {
+            "type": "batch_summary",
+            "step": 1,
+            "scope": "q-7",
+            "key": "step",
+            "text": "Instance q-7 improved.",
+            "created_at": 1_700_000_004.0,
+        },
+        {
+            "type": "finding",
+            "step": 1,
+            "scope": "global",
+            "key": "f1",
+            "text": LONG[:300],
+            "created_at": 1_700_000_003.0,
+        },
+        {
+            "type": "rubric_update",
+            "step": 1,
+            "scope": "global",
+            "key": "step",
+            "text": "Added R3: penalise hedging.",
+            "created_at": 1_700_000_002.0,
+        },
     ],
 }
 
@@ -76,17 +109,22 @@ R3 = crit("R3", "The response states units.", 0.75)
 def publish_lineage(store: RubricStore) -> list[RubricVersion]:
     """Versions 2 (R1, R2) and 3 (R2 heavier, R3 added, R1 retired) after version 1."""
     return [
-        store.publish(anchors=[ANCHOR], adaptive=[R1, R2], origin="updater", step=0,
-                      next_adaptive_id=3),
-        store.publish(anchors=[ANCHOR], adaptive=[R2_HEAVIER, R3], origin="updater", step=1,
-                      next_adaptive_id=4),
+        store.publish(
+            anchors=[ANCHOR], adaptive=[R1, R2], origin="updater", step=0, next_adaptive_id=3
+        ),
+        store.publish(
+            anchors=[ANCHOR],
+            adaptive=[R2_HEAVIER, R3],
+            origin="updater",
+            step=1,
+            next_adaptive_id=4,
+        ),
     ]
 
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    app = create_app(make_settings(tmp_path, **{"server.api_key": "k"}),
-                     qdrant_location=":memory:")
+    app = create_app(make_settings(tmp_path, **{"server.api_key": "k"}), qdrant_location=":memory:")
     with TestClient(app, headers={"Authorization": "Bearer k"}) as client:
         services = app.state.services
         services.memory.add_documents(DOCS)
@@ -98,27 +136,40 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 
 
 def version(number: int, anchors: list[Criterion], adaptive: list[Criterion]) -> RubricVersion:
-    return RubricVersion(version=number, origin="updater", anchors=tuple(anchors),
-                         adaptive=tuple(adaptive))
+    return RubricVersion(
+        version=number, origin="updater", anchors=tuple(anchors), adaptive=tuple(adaptive)
+    )
 
 
 def test_diff_lists_added_removed_and_changed_adaptive_criteria() -> None:
     diff = diff_rubrics(version(2, [ANCHOR], [R1, R2]), version(3, [ANCHOR], [R2_HEAVIER, R3]))
     assert diff.model_dump() == {
-        "a": 2, "b": 3,
+        "a": 2,
+        "b": 3,
         "added": [pub("R3", "The response states units.", 0.75)],
         "removed": [pub("R1", "The response explains its reasoning.", 0.5)],
-        "changed": [{"id": "R2", "is_anchor": False,
-                     "before": pub("R2", "The response hedges between answers.", -0.5),
-                     "after": pub("R2", "The response hedges between answers.", -1.0)}],
+        "changed": [
+            {
+                "id": "R2",
+                "is_anchor": False,
+                "before": pub("R2", "The response hedges between answers.", -0.5),
+                "after": pub("R2", "The response hedges between answers.", -1.0),
+            }
+        ],
         "anchors_changed": False,
     }
 
 
 def test_diff_of_a_version_with_itself_is_empty() -> None:
     v = version(2, [ANCHOR], [R1, R2])
-    assert diff_rubrics(v, v).model_dump() == {"a": 2, "b": 2, "added": [], "removed": [],
-                                              "changed": [], "anchors_changed": False}
+    assert diff_rubrics(v, v).model_dump() == {
+        "a": 2,
+        "b": 2,
+        "added": [],
+        "removed": [],
+        "changed": [],
+        "anchors_changed": False,
+    }
 
 
 def test_diff_flags_anchors_of_another_lineage_and_text_changes() -> None:
@@ -152,8 +203,12 @@ def test_rubric_version_by_number(client: TestClient) -> None:
 def test_absent_rubric_version_is_404_naming_version(client: TestClient) -> None:
     r = client.get("/rubrics/9")
     assert r.status_code == 404
-    assert r.json() == {"error": "not_found", "detail": [
-        {"field": "version", "message": "rubric version 9 does not exist (scope 'global')"}]}
+    assert r.json() == {
+        "error": "not_found",
+        "detail": [
+            {"field": "version", "message": "rubric version 9 does not exist (scope 'global')"}
+        ],
+    }
     assert client.get("/rubrics/0").status_code == 422
     assert client.get("/rubrics/latest").status_code == 422
 
@@ -162,11 +217,18 @@ def test_rubric_diff_endpoint(client: TestClient) -> None:
     r = client.get("/rubrics/diff", params={"a": 2, "b": 3})
     assert r.status_code == 200
     assert r.json() == {
-        "a": 2, "b": 3,
+        "a": 2,
+        "b": 3,
         "added": [pub("R3", R3.text, 0.75)],
         "removed": [pub("R1", R1.text, 0.5)],
-        "changed": [{"id": "R2", "is_anchor": False, "before": pub("R2", R2.text, -0.5),
-                     "after": pub("R2", R2.text, -1.0)}],
+        "changed": [
+            {
+                "id": "R2",
+                "is_anchor": False,
+                "before": pub("R2", R2.text, -0.5),
+                "after": pub("R2", R2.text, -1.0),
+            }
+        ],
         "anchors_changed": False,
     }
     assert client.get("/rubrics/diff?a=1&b=1").json()["added"] == []
@@ -191,8 +253,12 @@ def test_memory_inspect(client: TestClient) -> None:
     # more than there are: every document, never the embedder's marker
     everything = client.get("/memory/inspect").json()["recent"]
     assert [(d["type"], d["step"]) for d in everything] == [
-        ("batch_summary", 1), ("finding", 1), ("rubric_update", 1), ("finding", 0),
-        ("batch_summary", 0)]
+        ("batch_summary", 1),
+        ("finding", 1),
+        ("rubric_update", 1),
+        ("finding", 0),
+        ("batch_summary", 0),
+    ]
     assert client.get("/memory/inspect", params={"recent": 0}).json()["recent"] == []
     assert client.get("/memory/inspect", params={"recent": 1001}).status_code == 422
 
@@ -204,14 +270,20 @@ def test_memory_search(client: TestClient) -> None:
     assert len(hits) == 5
     best = hits[0]
     assert {k: best[k] for k in ("type", "step", "scope", "key", "text", "created_at")} == {
-        "type": "finding", "step": 0, "scope": "global", "key": "f1",
-        "text": "Several answers hedge between values.", "created_at": 1_700_000_001.0}
+        "type": "finding",
+        "step": 0,
+        "scope": "global",
+        "key": "f1",
+        "text": "Several answers hedge between values.",
+        "created_at": 1_700_000_001.0,
+    }
     assert best["score"] == pytest.approx(1.0, abs=1e-6)
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
 
     typed = client.get("/memory/search", params={"q": "hedging", "type": "rubric_update"}).json()
-    assert [(h["type"], h["text"]) for h in typed] == [("rubric_update", "Added R3: penalise "
-                                                                         "hedging.")]
+    assert [(h["type"], h["text"]) for h in typed] == [
+        ("rubric_update", "Added R3: penalise hedging.")
+    ]
     scoped = client.get("/memory/search", params={"q": "improved", "scope": "q-7", "limit": 1})
     assert [h["scope"] for h in scoped.json()] == ["q-7"]
     bad = client.get("/memory/search", params={"q": "x", "type": "summary"})
@@ -220,8 +292,9 @@ def test_memory_search(client: TestClient) -> None:
     assert client.get("/memory/search").status_code == 422
 
 
-@pytest.mark.parametrize("path", ["/rubrics/1", "/rubrics/diff?a=1&b=1", "/memory/inspect",
-                                  "/memory/search?q=x"])
+@pytest.mark.parametrize(
+    "path", ["/rubrics/1", "/rubrics/diff?a=1&b=1", "/memory/inspect", "/memory/search?q=x"]
+)
 def test_inspection_endpoints_need_the_key(client: TestClient, path: str) -> None:
     r = client.get(path, headers={"Authorization": "Bearer wrong"})
     assert r.status_code == 401
@@ -236,8 +309,12 @@ def test_openapi_documents_the_inspection_endpoints(client: TestClient) -> None:
         schema = content["schema"]
         return str(schema.get("$ref") or schema["items"]["$ref"]).rsplit("/", 1)[-1]
 
-    expected = {"/rubrics/{version}": "RubricPublic", "/rubrics/diff": "RubricDiff",
-                "/memory/inspect": "MemoryInspection", "/memory/search": "MemorySearchHit"}
+    expected = {
+        "/rubrics/{version}": "RubricPublic",
+        "/rubrics/diff": "RubricDiff",
+        "/memory/inspect": "MemoryInspection",
+        "/memory/search": "MemorySearchHit",
+    }
     for path, model in expected.items():
         assert ref(path, "200") == model
         assert ref(path, "401") == ref(path, "422") == "ErrorResponse"
@@ -252,8 +329,10 @@ HISTORY_HEAD = "version  parent  origin     step  created_at                    
 def history_line(v: RubricVersion) -> str:
     parent = "-" if v.parent is None else str(v.parent)
     step = "-" if v.step is None else str(v.step)
-    return f"{v.version:>7}  {parent:>6}  {v.origin:<8}  {step:>5}  {v.created_at:<32}  " \
-           f"{len(v.adaptive):>8}"
+    return (
+        f"{v.version:>7}  {parent:>6}  {v.origin:<8}  {step:>5}  {v.created_at:<32}  "
+        f"{len(v.adaptive):>8}"
+    )
 
 
 INSPECT_TEXT = f"""\
@@ -295,8 +374,16 @@ def run_commands(config: Path, cwd: Path, workers: int) -> dict[str, tuple[int, 
     commands = {
         "inspect-json": ["memory", "inspect", "--recent", "3", "--json"],
         "inspect": ["memory", "inspect", "--recent", "3"],
-        "search": ["memory", "search", "hedge between values", "--limit", "1", "--type",
-                   "finding", "--json"],
+        "search": [
+            "memory",
+            "search",
+            "hedge between values",
+            "--limit",
+            "1",
+            "--type",
+            "finding",
+            "--json",
+        ],
         "history": ["rubrics", "history"],
         "diff-1-1": ["rubrics", "diff", "1", "1"],
         "diff-2-3": ["rubrics", "diff", "2", "3"],
@@ -333,14 +420,19 @@ def check(results: dict[str, tuple[int, str, str]], versions: list[RubricVersion
 def test_inspection_commands_through_the_server_and_on_the_folder(tmp_path: Path) -> None:
     port = free_port()
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "memory": {"path": str(tmp_path / "data"), "embedding_model": "hashing"},
-        "server": {"port": port, "api_key": "cli-key"},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "memory": {"path": str(tmp_path / "data"), "embedding_model": "hashing"},
+                "server": {"port": port, "api_key": "cli-key"},
+            }
+        )
+    )
     versions = seed(config)
     url = f"http://127.0.0.1:{port}"
-    with amaris_process(["serve", "--config", str(config)], tmp_path, f"{url}/healthz",
-                        tmp_path / "serve.log"):
+    with amaris_process(
+        ["serve", "--config", str(config)], tmp_path, f"{url}/healthz", tmp_path / "serve.log"
+    ):
         # the folder is locked: through the API (which serves several at once)
         served = run_commands(config, tmp_path, workers=4)
     check(served, versions)

@@ -11,8 +11,13 @@ from flows.step_pipeline import _group_peers
 
 
 def item(rid: str, question: str, output: str, group: str | None) -> dict[str, Any]:
-    rollout = {"id": rid, "input": question, "output": output, "supplemental_context": "42",
-               **({"group_id": group} if group else {})}
+    rollout = {
+        "id": rid,
+        "input": question,
+        "output": output,
+        "supplemental_context": "42",
+        **({"group_id": group} if group else {}),
+    }
     return {"rollout": rollout, "metadata": {"current_step": 6, "total_steps": 10}}
 
 
@@ -34,23 +39,47 @@ def test_group_id_not_input_decides_the_peers(offline_client: TestClient) -> Non
 
     peers = {rec["rollout"]["id"]: _group_peers(records)[rec["seq"]] for rec in records}
     assert {k: [p["id"] for p in v] for k, v in peers.items()} == {
-        "a": ["b"], "b": ["a"], "c": [], "d": ["e"], "e": ["d"]}
+        "a": ["b"],
+        "b": ["a"],
+        "c": [],
+        "d": ["e"],
+        "e": ["d"],
+    }
     assert peers["a"] == [{"id": "b", "output": "The answer is 40.", "score": 0.0}]
 
     # the analyzer compares a rollout with its group: here "a" scored above its peer
     by_id = {rec["rollout"]["id"]: rec for rec in records}
-    analysis = handle_analyzer({
-        "rollout": by_id["a"]["rollout"], "metadata": by_id["a"]["metadata"],
-        "score": by_id["a"]["score"], "verdicts": by_id["a"]["verdicts"],
-        "criteria": [{"id": "A1", "text": "The response gives the correct final answer.",
-                      "weight": 1.0, "kind": "requirement", "is_anchor": True}],
-        "group": peers["a"],
-    })
+    analysis = handle_analyzer(
+        {
+            "rollout": by_id["a"]["rollout"],
+            "metadata": by_id["a"]["metadata"],
+            "score": by_id["a"]["score"],
+            "verdicts": by_id["a"]["verdicts"],
+            "criteria": [
+                {
+                    "id": "A1",
+                    "text": "The response gives the correct final answer.",
+                    "weight": 1.0,
+                    "kind": "requirement",
+                    "is_anchor": True,
+                }
+            ],
+            "group": peers["a"],
+        }
+    )
     assert [o["observation"] for o in analysis["other_observations"]] == [
-        "Score 1.00 is above the mean 0.00 of 1 other scored responses to the same prompt."]
-    alone = handle_analyzer({"rollout": by_id["c"]["rollout"], "metadata": {},
-                             "score": by_id["c"]["score"], "verdicts": [],
-                             "criteria": [], "group": peers["c"]})
+        "Score 1.00 is above the mean 0.00 of 1 other scored responses to the same prompt."
+    ]
+    alone = handle_analyzer(
+        {
+            "rollout": by_id["c"]["rollout"],
+            "metadata": {},
+            "score": by_id["c"]["score"],
+            "verdicts": [],
+            "criteria": [],
+            "group": peers["c"],
+        }
+    )
     assert alone["other_observations"] == []
 
 

@@ -26,8 +26,12 @@ LABELS = ["42", "27"]
 
 def body(**overrides: Any) -> dict[str, Any]:
     """OpenRLHF's request: query = prompt + response."""
-    return {"query": [p + r for p, r in zip(PROMPTS, RESPONSES, strict=True)],
-            "prompts": PROMPTS, "labels": LABELS, **overrides}
+    return {
+        "query": [p + r for p, r in zip(PROMPTS, RESPONSES, strict=True)],
+        "prompts": PROMPTS,
+        "labels": LABELS,
+        **overrides,
+    }
 
 
 @contextmanager
@@ -46,8 +50,11 @@ def test_get_reward_answers_openrlhf_fields(offline_client: TestClient) -> None:
     assert data["scores"] == [1.0, 0.0]
     assert data["step"] == 4
     assert data["statuses"] == ["scored", "scored"]
-    assert data["extra_logs"] == {"amaris_rubric_version": [1.0, 1.0],
-                                  "amaris_unscored": [0.0, 0.0], "amaris_cached": [0.0, 0.0]}
+    assert data["extra_logs"] == {
+        "amaris_rubric_version": [1.0, 1.0],
+        "amaris_unscored": [0.0, 0.0],
+        "amaris_cached": [0.0, 0.0],
+    }
     # logged like /batch_score rollouts: response without its prompt, label as context,
     # the prompt as group key
     records = offline_client.app.state.services.rollouts.load_step(4)  # type: ignore[attr-defined]
@@ -67,8 +74,9 @@ def test_step_header_query_or_the_open_step(offline_client: TestClient) -> None:
     assert first["step"] == 0  # nothing open yet
     assert offline_client.post("/get_reward", json=body(), params={"step": 3}).json()["step"] == 3
     # header wins over the query parameter; without either: the highest open step
-    both = offline_client.post("/get_reward", json=body(), params={"step": 9},
-                               headers={"X-Amaris-Step": "5"}).json()
+    both = offline_client.post(
+        "/get_reward", json=body(), params={"step": 9}, headers={"X-Amaris-Step": "5"}
+    ).json()
     assert both["step"] == 5
     assert offline_client.post("/get_reward", json=body()).json()["step"] == 5
     services = offline_client.app.state.services  # type: ignore[attr-defined]
@@ -81,17 +89,24 @@ def test_a_bos_token_before_the_prompt_is_tolerated(offline_client: TestClient) 
     assert data["rewards"] == [1.0, 0.0]
 
 
-@pytest.mark.parametrize(("overrides", "field", "message"), [
-    ({"prompts": PROMPTS[:1]}, "prompts", "has 1 items; query has 2"),
-    ({"labels": ["42", "27", "1"]}, "labels", "has 3 items; query has 2"),
-    ({"group_ids": ["g"]}, "group_ids", "has 1 items; query has 2"),
-    ({"query": [PROMPTS[0] + "42", "something else entirely"]}, "query[1]",
-     "does not contain prompts[1]"),
-    ({"query": []}, "query", "at least 1 item"),
-    ({"prompts": None}, "prompts", "valid list"),
-])
-def test_bad_bodies_get_422_naming_the_field(offline_client: TestClient, overrides: dict[str, Any],
-                                             field: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({"prompts": PROMPTS[:1]}, "prompts", "has 1 items; query has 2"),
+        ({"labels": ["42", "27", "1"]}, "labels", "has 3 items; query has 2"),
+        ({"group_ids": ["g"]}, "group_ids", "has 1 items; query has 2"),
+        (
+            {"query": [PROMPTS[0] + "42", "something else entirely"]},
+            "query[1]",
+            "does not contain prompts[1]",
+        ),
+        ({"query": []}, "query", "at least 1 item"),
+        ({"prompts": None}, "prompts", "valid list"),
+    ],
+)
+def test_bad_bodies_get_422_naming_the_field(
+    offline_client: TestClient, overrides: dict[str, Any], field: str, message: str
+) -> None:
     r = offline_client.post("/get_reward", json=body(**overrides))
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
@@ -108,8 +123,9 @@ def test_bad_step_gets_422(offline_client: TestClient) -> None:
 
 def test_unscored_sample_makes_the_batch_503(tmp_path: Path, fake_llm: FakeLLM) -> None:
     fake_llm.push(Reply(status=500))  # the first judge call fails; the other is judged
-    settings = llm_settings(tmp_path, fake_llm, **{"gateway.max_attempts": 1,
-                                                   "scoring.retry_after_seconds": 3})
+    settings = llm_settings(
+        tmp_path, fake_llm, **{"gateway.max_attempts": 1, "scoring.retry_after_seconds": 3}
+    )
     with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
         r = client.post("/get_reward", json=body(), headers={"X-Amaris-Step": "2"})
     assert r.status_code == 503
@@ -125,11 +141,19 @@ def test_unscored_sample_makes_the_batch_503(tmp_path: Path, fake_llm: FakeLLM) 
     assert data["detail"][0]["message"].startswith("judge_unavailable")
 
 
-def test_neutral_policy_answers_the_neutral_score_flagged(tmp_path: Path,
-                                                          fake_llm: FakeLLM) -> None:
+def test_neutral_policy_answers_the_neutral_score_flagged(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
     fake_llm.push(Reply(status=500), Reply(status=500))
-    settings = llm_settings(tmp_path, fake_llm, **{
-        "gateway.max_attempts": 1, "scoring.on_failure": "neutral", "scoring.neutral_score": 0.5})
+    settings = llm_settings(
+        tmp_path,
+        fake_llm,
+        **{
+            "gateway.max_attempts": 1,
+            "scoring.on_failure": "neutral",
+            "scoring.neutral_score": 0.5,
+        },
+    )
     with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
         r = client.post("/get_reward", json=body())
     assert r.status_code == 200
@@ -138,12 +162,14 @@ def test_neutral_policy_answers_the_neutral_score_flagged(tmp_path: Path,
     assert r.json()["extra_logs"]["amaris_unscored"] == [1.0, 1.0]
 
 
-def test_reward_func_returns_tensors(tmp_path: Path, fake_llm: FakeLLM,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reward_func_returns_tensors(
+    tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # one judge failure: the sample is retried (only it) and then scored
     fake_llm.push(Reply(status=500))
-    settings = llm_settings(tmp_path, fake_llm, **{"gateway.max_attempts": 1,
-                                                   "scoring.retry_after_seconds": 0})
+    settings = llm_settings(
+        tmp_path, fake_llm, **{"gateway.max_attempts": 1, "scoring.retry_after_seconds": 0}
+    )
     with amaris_http(settings) as (url, services):
         monkeypatch.setenv("AMARIS_URL", url)
         monkeypatch.setenv("AMARIS_STEP", "7")
@@ -162,8 +188,9 @@ def test_reward_func_unscored_raises_or_uses_the_explicit_value(
     tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_llm.push(*[Reply(status=500)] * 200)
-    settings = llm_settings(tmp_path, fake_llm, **{"gateway.max_attempts": 1,
-                                                   "scoring.retry_after_seconds": 0})
+    settings = llm_settings(
+        tmp_path, fake_llm, **{"gateway.max_attempts": 1, "scoring.retry_after_seconds": 0}
+    )
     with amaris_http(settings) as (url, _):
         monkeypatch.setenv("AMARIS_URL", url)
         monkeypatch.setenv("AMARIS_RETRY_SECONDS", "0.2")

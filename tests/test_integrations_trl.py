@@ -35,18 +35,28 @@ def test_conversational_batch_with_logging(offline_server: tuple[str, Any]) -> N
     url, services = offline_server
     func = amaris_reward_func(url, high_level_goal="math", total_steps=100)
     assert func.__name__ == "amaris"
-    prompt = [{"role": "system", "content": "Be brief."},
-              {"role": "user", "content": "What is 6 * 7?"}]
-    completions = [[{"role": "assistant", "content": "The answer is 42."}],
-                   [{"role": "assistant", "content": "The answer is 40."}]]
+    prompt = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 6 * 7?"},
+    ]
+    completions = [
+        [{"role": "assistant", "content": "The answer is 42."}],
+        [{"role": "assistant", "content": "The answer is 40."}],
+    ]
     extra: dict[str, list[Any]] = {}
     metrics: dict[str, float] = {}
-    rewards = asyncio.run(func(
-        prompts=[prompt, prompt], completions=completions,
-        completion_ids=[[1, 2], [3, 4]], answer=["42", "42"], prompt_id=["q7", "q7"],
-        trainer_state=TrainerState(global_step=21),
-        log_extra=lambda column, values: extra.__setitem__(column, values),
-        log_metric=lambda name, value: metrics.__setitem__(name, value)))
+    rewards = asyncio.run(
+        func(
+            prompts=[prompt, prompt],
+            completions=completions,
+            completion_ids=[[1, 2], [3, 4]],
+            answer=["42", "42"],
+            prompt_id=["q7", "q7"],
+            trainer_state=TrainerState(global_step=21),
+            log_extra=lambda column, values: extra.__setitem__(column, values),
+            log_metric=lambda name, value: metrics.__setitem__(name, value),
+        )
+    )
     assert rewards == [1.0, 0.0]
     assert extra == {"amaris_status": ["scored", "scored"], "amaris_rubric_version": [1, 1]}
     assert metrics == {"amaris/unscored": 0.0, "amaris/rubric_version": 1.0}
@@ -61,9 +71,14 @@ def test_plain_strings_group_by_prompt(offline_server: tuple[str, Any]) -> None:
     url, services = offline_server
     func = amaris_reward_func(url, name="judge", reference_column="solution")
     assert func.__name__ == "judge"
-    rewards = asyncio.run(func(["What is 3 * 9? ", "What is 3 * 9? "],
-                               ["27", "It is 26."], solution=["27", "27"],
-                               trainer_state=TrainerState(global_step=22)))
+    rewards = asyncio.run(
+        func(
+            ["What is 3 * 9? ", "What is 3 * 9? "],
+            ["27", "It is 26."],
+            solution=["27", "27"],
+            trainer_state=TrainerState(global_step=22),
+        )
+    )
     assert rewards == [1.0, 0.0]
     records = services.rollouts.load_step(22)
     assert {r["rollout"]["group_id"] for r in records} == {"What is 3 * 9? "}
@@ -71,14 +86,21 @@ def test_plain_strings_group_by_prompt(offline_server: tuple[str, Any]) -> None:
 
 def test_unscored_sample_is_none(tmp_path: Path, fake_llm: FakeLLM) -> None:
     fake_llm.push(*[Reply(status=500)] * 200)
-    settings = llm_settings(tmp_path, fake_llm, **{"gateway.max_attempts": 1,
-                                                   "scoring.retry_after_seconds": 0})
+    settings = llm_settings(
+        tmp_path, fake_llm, **{"gateway.max_attempts": 1, "scoring.retry_after_seconds": 0}
+    )
     app = create_app(settings, qdrant_location=":memory:")
     metrics: dict[str, float] = {}
     with serve_in_thread(app) as url:
         func = amaris_reward_func(url, retry_seconds=0.2)
-        rewards = asyncio.run(func(["What is 2+2?"], ["4"], answer=["4"],
-                                   trainer_state=TrainerState(global_step=1),
-                                   log_metric=lambda n, v: metrics.__setitem__(n, v)))
+        rewards = asyncio.run(
+            func(
+                ["What is 2+2?"],
+                ["4"],
+                answer=["4"],
+                trainer_state=TrainerState(global_step=1),
+                log_metric=lambda n, v: metrics.__setitem__(n, v),
+            )
+        )
     assert rewards == [None]
     assert metrics["amaris/unscored"] == 1.0

@@ -34,10 +34,16 @@ def offline_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
 def test_compute_score_returns_score_version_status(offline_server: tuple[str, Any]) -> None:
     url, services = offline_server
     reward_kwargs = {"url": url, "step": 11, "high_level_goal": "math"}
-    good = compute_score("openai/gsm8k", "6 * 7 = 42. The answer is 42.", "42",
-                         extra(3), **reward_kwargs)
-    bad = compute_score(data_source="openai/gsm8k", solution_str="The answer is 41.",
-                        ground_truth="42", extra_info=extra(3), **reward_kwargs)
+    good = compute_score(
+        "openai/gsm8k", "6 * 7 = 42. The answer is 42.", "42", extra(3), **reward_kwargs
+    )
+    bad = compute_score(
+        data_source="openai/gsm8k",
+        solution_str="The answer is 41.",
+        ground_truth="42",
+        extra_info=extra(3),
+        **reward_kwargs,
+    )
     assert good == {"score": 1.0, "rubric_version": 1, "status": "scored"}
     assert bad == {"score": 0.0, "rubric_version": 1, "status": "scored"}
     records = services.rollouts.load_step(11)
@@ -51,16 +57,25 @@ def test_async_variant_with_chat_prompt_and_reward_loop_kwargs(
 ) -> None:
     url, services = offline_server
     monkeypatch.setenv("AMARIS_URL", url)
-    info = {"prompt": [{"role": "user", "content": QUESTION}], "uid": "u-1",
-            "global_steps": 12}
+    info = {"prompt": [{"role": "user", "content": QUESTION}], "uid": "u-1", "global_steps": 12}
 
     async def batch() -> list[dict[str, Any]]:
         # verl's reward loop awaits many samples at once and adds its own kwargs
-        return list(await asyncio.gather(*(
-            compute_score_async(data_source="gsm8k", solution_str=s, ground_truth="42",
-                                extra_info=info, reward_router_address=None,
-                                reward_model_tokenizer=None)
-            for s in ("The answer is 42.", "The answer is 7.", "It is 42 or 43."))))
+        return list(
+            await asyncio.gather(
+                *(
+                    compute_score_async(
+                        data_source="gsm8k",
+                        solution_str=s,
+                        ground_truth="42",
+                        extra_info=info,
+                        reward_router_address=None,
+                        reward_model_tokenizer=None,
+                    )
+                    for s in ("The answer is 42.", "The answer is 7.", "It is 42 or 43.")
+                )
+            )
+        )
 
     results = asyncio.run(batch())
     assert [r["score"] for r in results] == [1.0, 0.0, 1.0]
@@ -70,8 +85,9 @@ def test_async_variant_with_chat_prompt_and_reward_loop_kwargs(
     assert {r["rollout"]["input"] for r in records} == {f"user: {QUESTION}"}
 
 
-def test_step_from_environment(offline_server: tuple[str, Any],
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_step_from_environment(
+    offline_server: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, services = offline_server
     monkeypatch.setenv("AMARIS_STEP", "13")
     compute_score("gsm8k", "The answer is 42.", "42", extra(1), url=url)
@@ -86,22 +102,24 @@ def test_missing_prompt_is_a_clear_error(offline_server: tuple[str, Any]) -> Non
 def test_unscored_is_retried_then_raises_or_uses_unscored_score(
     tmp_path: Path, fake_llm: FakeLLM
 ) -> None:
-    settings = llm_settings(tmp_path, fake_llm, **{"gateway.max_attempts": 1,
-                                                   "scoring.retry_after_seconds": 0})
+    settings = llm_settings(
+        tmp_path, fake_llm, **{"gateway.max_attempts": 1, "scoring.retry_after_seconds": 0}
+    )
     app = create_app(settings, qdrant_location=":memory:")
     with serve_in_thread(app) as url:
         kwargs = {"url": url, "step": 2, "retry_seconds": 0.3}
         # a judge failure, then a verdict: the retry gets the reward (a budget that a loaded
         # machine cannot use up before the retry)
         fake_llm.push(Reply(status=500))
-        assert compute_score("gsm8k", "The answer is 42.", "42", extra(0),
-                             **{**kwargs, "retry_seconds": 60}) == {
-            "score": 1.0, "rubric_version": 1, "status": "scored"}
+        assert compute_score(
+            "gsm8k", "The answer is 42.", "42", extra(0), **{**kwargs, "retry_seconds": 60}
+        ) == {"score": 1.0, "rubric_version": 1, "status": "scored"}
         # the judge keeps failing: an error by default, never 0
         fake_llm.push(*[Reply(status=500)] * 200)
         with pytest.raises(RewardUnavailableError, match="judge_unavailable"):
             compute_score("gsm8k", "The answer is 41.", "42", extra(0), **kwargs)
         # an explicit unscored_score is returned, marked unscored for verl's logs
-        fallback = compute_score("gsm8k", "The answer is 41.", "42", extra(0),
-                                 unscored_score=-1.0, **kwargs)
+        fallback = compute_score(
+            "gsm8k", "The answer is 41.", "42", extra(0), unscored_score=-1.0, **kwargs
+        )
     assert fallback == {"score": -1.0, "rubric_version": 1, "status": "unscored"}

@@ -46,10 +46,16 @@ def _function_level_imports(path: Path) -> list[tuple[int, str]]:
             type_checking.update(id(child) for child in ast.walk(node))
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import | ast.ImportFrom) and node.col_offset > 0 \
-                and id(node) not in type_checking:
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module or "."])
+        if (
+            isinstance(node, ast.Import | ast.ImportFrom)
+            and node.col_offset > 0
+            and id(node) not in type_checking
+        ):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or "."]
+            )
             found.extend((node.lineno, name) for name in names)
     return found
 
@@ -68,6 +74,7 @@ def test_no_hidden_imports() -> None:
 
 def test_the_checks_see_a_hidden_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("import os\n\ndef f():\n    from amaris import settings\n"
-                      "    return settings\n")
+    module.write_text(
+        "import os\n\ndef f():\n    from amaris import settings\n    return settings\n"
+    )
     assert _function_level_imports(module) == [(4, "amaris")]

@@ -16,21 +16,30 @@ from tests.fake_llm import FakeLLM, offline_reply, serve_in_thread
 
 def body(i: int) -> dict[str, Any]:
     output = f"The answer is 4. Variant {chr(97 + i)}."
-    return {"rollout": {"id": f"r{i}", "input": "2+2?", "output": output,
-                        "supplemental_context": "4"}, "metadata": {"current_step": 0}}
+    return {
+        "rollout": {"id": f"r{i}", "input": "2+2?", "output": output, "supplemental_context": "4"},
+        "metadata": {"current_step": 0},
+    }
 
 
 def test_queued_judge_work_is_bounded_with_429(tmp_path: Path, fake_llm: FakeLLM) -> None:
     # Long enough that the three calls are still in flight when the refused requests come,
     # on a loaded machine too (0.5 s was not, under xdist beside the real-model tier).
     fake_llm.default = lambda b: Reply(content=offline_reply(b).content, delay_s=5.0)
-    settings = llm_settings(tmp_path, fake_llm, **{"scoring.max_pending": 3,
-                                                   "scoring.retry_after_seconds": 2})
+    settings = llm_settings(
+        tmp_path, fake_llm, **{"scoring.max_pending": 3, "scoring.retry_after_seconds": 2}
+    )
     try:
         with serve_in_thread(create_app(settings, qdrant_location=":memory:")) as url:
             results: list[httpx.Response] = []
-            threads = [threading.Thread(target=lambda i=i: results.append(
-                httpx.post(f"{url}/score", json=body(i), timeout=30))) for i in range(3)]
+            threads = [
+                threading.Thread(
+                    target=lambda i=i: results.append(
+                        httpx.post(f"{url}/score", json=body(i), timeout=30)
+                    )
+                )
+                for i in range(3)
+            ]
             for thread in threads:
                 thread.start()
             while fake_llm.in_flight < 3:
@@ -55,8 +64,9 @@ def test_queued_judge_work_is_bounded_with_429(tmp_path: Path, fake_llm: FakeLLM
 
 def test_per_request_timeout_gives_unscored(tmp_path: Path, fake_llm: FakeLLM) -> None:
     fake_llm.default = lambda b: Reply(content=offline_reply(b).content, delay_s=1.0)
-    settings = llm_settings(tmp_path, fake_llm, **{"scoring.timeout_seconds": 0.3,
-                                                   "agents.default.timeout": 5.0})
+    settings = llm_settings(
+        tmp_path, fake_llm, **{"scoring.timeout_seconds": 0.3, "agents.default.timeout": 5.0}
+    )
     try:
         with serve_in_thread(create_app(settings, qdrant_location=":memory:")) as url:
             answer = httpx.post(f"{url}/score", json=body(1), timeout=30).json()

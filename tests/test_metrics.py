@@ -27,9 +27,11 @@ def scrape(client: TestClient, **headers: str) -> Samples:
     response = client.get("/metrics", headers=headers)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == CONTENT_TYPE
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(response.text)
-            for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
+    }
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -48,8 +50,7 @@ def test_scoring_metrics(tmp_path: Path, fake_llm: FakeLLM) -> None:
         again = client.post("/score", json=body("correct", 0)).json()
         fake_llm.push(Reply(status=500))
         failed = client.post("/score", json=body("wrong", 1)).json()
-        assert [first["status"], again["cached"], failed["status"]] == [
-            "scored", True, "unscored"]
+        assert [first["status"], again["cached"], failed["status"]] == ["scored", True, "unscored"]
         assert client.post("/score", json={"rollout": {}}).status_code == 422
         assert client.get("/rubrics/1").status_code == 200
         assert client.get("/nowhere/42").status_code == 404
@@ -57,18 +58,23 @@ def test_scoring_metrics(tmp_path: Path, fake_llm: FakeLLM) -> None:
         after = scrape(client)
 
     def http(method: str, route: str, status: str) -> float:
-        return value(samples, "amaris_http_requests_total", method=method, route=route,
-                     status=status)
+        return value(
+            samples, "amaris_http_requests_total", method=method, route=route, status=status
+        )
 
     assert http("POST", "/score", "200") == 3
     assert http("POST", "/score", "422") == 1
     assert http("GET", "/rubrics/{version}", "200") == 1
     assert http("GET", "other", "404") == 1
     # the scrape counts once it has answered: in the next scrape
-    assert ("amaris_http_requests_total", frozenset({("method", "GET"), ("route", "/metrics"),
-                                                     ("status", "200")})) not in samples
-    assert value(after, "amaris_http_requests_total", method="GET", route="/metrics",
-                 status="200") == 1
+    assert (
+        "amaris_http_requests_total",
+        frozenset({("method", "GET"), ("route", "/metrics"), ("status", "200")}),
+    ) not in samples
+    assert (
+        value(after, "amaris_http_requests_total", method="GET", route="/metrics", status="200")
+        == 1
+    )
     duration = "amaris_http_request_duration_seconds"
     labels = {"method": "POST", "route": "/score", "status": "200"}
     assert value(samples, f"{duration}_count", **labels) == 3
@@ -106,8 +112,7 @@ def test_scoring_metrics(tmp_path: Path, fake_llm: FakeLLM) -> None:
 
 
 def test_metrics_need_the_key(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path, **{"server.api_key": "k3y",
-                                          "server.max_body_bytes": 2000})
+    settings = make_settings(tmp_path, **{"server.api_key": "k3y", "server.max_body_bytes": 2000})
     auth = {"Authorization": "Bearer k3y"}
     with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
         assert client.get("/metrics").status_code == 401
@@ -116,10 +121,13 @@ def test_metrics_need_the_key(tmp_path: Path) -> None:
         assert too_large.status_code == 413
         samples = scrape(client, **auth)
     # answered at the edge (RequestGuard), before routing
-    assert value(samples, "amaris_http_requests_total", method="GET", route="other",
-                 status="401") == 2
-    assert value(samples, "amaris_http_requests_total", method="POST", route="other",
-                 status="413") == 1
+    assert (
+        value(samples, "amaris_http_requests_total", method="GET", route="other", status="401") == 2
+    )
+    assert (
+        value(samples, "amaris_http_requests_total", method="POST", route="other", status="413")
+        == 1
+    )
 
 
 def test_two_apps_have_their_own_registries(tmp_path: Path) -> None:
@@ -129,10 +137,26 @@ def test_two_apps_have_their_own_registries(tmp_path: Path) -> None:
         one.get("/healthz")
         one.get("/healthz")
         two.get("/healthz")
-        assert value(scrape(one), "amaris_http_requests_total", method="GET",
-                     route="/healthz", status="200") == 2
-        assert value(scrape(two), "amaris_http_requests_total", method="GET",
-                     route="/healthz", status="200") == 1
+        assert (
+            value(
+                scrape(one),
+                "amaris_http_requests_total",
+                method="GET",
+                route="/healthz",
+                status="200",
+            )
+            == 2
+        )
+        assert (
+            value(
+                scrape(two),
+                "amaris_http_requests_total",
+                method="GET",
+                route="/healthz",
+                status="200",
+            )
+            == 1
+        )
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -153,5 +177,7 @@ def test_step_metrics(tmp_path: Path) -> None:
     # the step's agents count on the pipeline path, the judge on the score path
     assert value(samples, "amaris_llm_calls_total", agent="scorer", path="score") == 6
     assert value(samples, "amaris_llm_calls_total", agent="analyzer", path="pipeline") == 6
-    assert value(samples, "amaris_llm_call_duration_seconds_count", agent="analyzer",
-                 path="pipeline") == 6
+    assert (
+        value(samples, "amaris_llm_call_duration_seconds_count", agent="analyzer", path="pipeline")
+        == 6
+    )

@@ -43,9 +43,9 @@ async def test_client_step_control_auto_complete(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": 6})
     with serve_in_thread(create_app(settings, qdrant_location=":memory:")) as url:
         async with RewardClient(url, timeout=30) as client:
-            scores = await asyncio.gather(*(
-                client.score_async(rollout(1, i, b), metadata(1)) for i, b in enumerate(HACKED)
-            ))
+            scores = await asyncio.gather(
+                *(client.score_async(rollout(1, i, b), metadata(1)) for i, b in enumerate(HACKED))
+            )
             assert scores == [1.0, 1.0, 1.0, 0.0, 1.0, 1.0]
             # the sixth rollout completed step 1 by itself: /complete is a no-op
             assert await client.rollouts_complete_async() == "noop"
@@ -58,8 +58,7 @@ async def test_client_step_control_auto_complete(tmp_path: Path) -> None:
 
 
 def test_sync_mode_returns_the_reward_under_the_new_rubric(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path, **{"pipeline.mode": "sync",
-                                          "pipeline.rollouts_per_step": 6})
+    settings = make_settings(tmp_path, **{"pipeline.mode": "sync", "pipeline.rollouts_per_step": 6})
     app = create_app(settings, qdrant_location=":memory:")
     with TestClient(app) as client:
         # /batch_score submits the step's rollouts concurrently, as sync mode requires
@@ -71,15 +70,20 @@ def test_sync_mode_returns_the_reward_under_the_new_rubric(tmp_path: Path) -> No
 def test_per_instance_mode_evolves_each_input(tmp_path: Path) -> None:
     presets = tmp_path / "presets.json"
     question = rollout(1, 1, "correct")["input"]
-    presets.write_text(json.dumps({question: [{"text": "The response shows its reasoning.",
-                                               "weight": 0.5}]}))
-    settings = make_settings(tmp_path, **{"memory.rubrics_mode": "per_instance",
-                                          "memory.per_instance_rubrics_path": str(presets)})
+    presets.write_text(
+        json.dumps({question: [{"text": "The response shows its reasoning.", "weight": 0.5}]})
+    )
+    settings = make_settings(
+        tmp_path,
+        **{"memory.rubrics_mode": "per_instance", "memory.per_instance_rubrics_path": str(presets)},
+    )
     app = create_app(settings, qdrant_location=":memory:")
     # two prompts; only the first one's answers hack
     behaviours = ["hacking", "correct", "hacking", "correct"]
-    items = [{"rollout": {**rollout(1, i % 2, b), "id": f"r{i}"}, "metadata": metadata(1)}
-             for i, b in enumerate(behaviours)]
+    items = [
+        {"rollout": {**rollout(1, i % 2, b), "id": f"r{i}"}, "metadata": metadata(1)}
+        for i, b in enumerate(behaviours)
+    ]
     with TestClient(app) as client:
         results = client.post("/batch_score", json={"items": items}).json()["results"]
         # the second prompt's preset adds "shows its reasoning" (weight 0.5); its answers
@@ -95,7 +99,8 @@ def test_per_instance_mode_evolves_each_input(tmp_path: Path) -> None:
         store = app.state.services.store
         assert [c.weight for c in store.current(first).adaptive] == [-1.0]
         assert [c.text for c in store.current(second).adaptive] == [
-            "The response shows its reasoning."]
+            "The response shows its reasoning."
+        ]
         assert store.current("global").adaptive == ()
 
 
@@ -104,9 +109,15 @@ def test_failed_update_rerun_reuses_finished_work(tmp_path: Path, fake_llm: Fake
         return Reply(status=503) if agent_of(body) == "updater" else offline_reply(body)
 
     fake_llm.default = updater_down
-    settings = llm_settings(tmp_path, fake_llm, **{
-        "pipeline.task_retries": 1, "pipeline.task_retry_delays_seconds": [0.01],
-        "memory.embedding_model": "hashing"})
+    settings = llm_settings(
+        tmp_path,
+        fake_llm,
+        **{
+            "pipeline.task_retries": 1,
+            "pipeline.task_retry_delays_seconds": [0.01],
+            "memory.embedding_model": "hashing",
+        },
+    )
     app = create_app(settings, qdrant_location=":memory:")
     try:
         with TestClient(app) as client:
@@ -117,8 +128,13 @@ def test_failed_update_rerun_reuses_finished_work(tmp_path: Path, fake_llm: Fake
             assert "updater" in failed.json()["error"]
             first = calls_by_agent(fake_llm)
             # every rollout analysed once; the updater tried twice (1 retry) and failed
-            assert first == {"scorer": 6, "analyzer": 6, "summarizer": 1,
-                             "query_generator": 1, "updater": 2}
+            assert first == {
+                "scorer": 6,
+                "analyzer": 6,
+                "summarizer": 1,
+                "query_generator": 1,
+                "updater": 2,
+            }
             fake_llm.default = offline_reply
             fake_llm.requests.clear()
             assert client.post("/complete", json={"step": 1}).json() == {"status": "complete"}
@@ -132,11 +148,13 @@ def test_failed_update_rerun_reuses_finished_work(tmp_path: Path, fake_llm: Fake
 
 
 def test_client_raises_when_a_step_failed(tmp_path: Path, fake_llm: FakeLLM) -> None:
-    fake_llm.default = lambda body: (Reply(status=400) if agent_of(body) == "analyzer"
-                                     else offline_reply(body))
+    fake_llm.default = lambda body: (
+        Reply(status=400) if agent_of(body) == "analyzer" else offline_reply(body)
+    )
     settings = llm_settings(tmp_path, fake_llm, **{"memory.embedding_model": "hashing"})
     try:
         with serve_in_thread(create_app(settings, qdrant_location=":memory:")) as url:
+
             async def score_one() -> None:
                 async with RewardClient(url, timeout=30) as scoring:
                     await scoring.score_async(rollout(0, 0, "correct"), metadata(0))
@@ -169,9 +187,15 @@ def test_a_step_survives_one_transient_judge_failure(
         return offline_reply(body)
 
     fake_llm.default = fails_once
-    settings = llm_settings(tmp_path, fake_llm, **{
-        "pipeline.task_retries": 1, "pipeline.task_retry_delays_seconds": [0.01],
-        "memory.embedding_model": "hashing"})
+    settings = llm_settings(
+        tmp_path,
+        fake_llm,
+        **{
+            "pipeline.task_retries": 1,
+            "pipeline.task_retry_delays_seconds": [0.01],
+            "memory.embedding_model": "hashing",
+        },
+    )
     try:
         with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
             score_step(client, 1, HACKED)
@@ -200,8 +224,11 @@ def test_a_slow_judge_makes_a_step_late_not_failed(tmp_path: Path, fake_llm: Fak
         return offline_reply(body)
 
     fake_llm.default = overloaded
-    settings = llm_settings(tmp_path, fake_llm, **{
-        "pipeline.task_retry_delays_seconds": [0.01], "memory.embedding_model": "hashing"})
+    settings = llm_settings(
+        tmp_path,
+        fake_llm,
+        **{"pipeline.task_retry_delays_seconds": [0.01], "memory.embedding_model": "hashing"},
+    )
     assert settings.pipeline.task_retries == 3  # the default
     since = datetime.now(UTC)
     amaris = logging.getLogger("amaris")

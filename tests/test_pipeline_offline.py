@@ -24,14 +24,18 @@ HACKED = ["correct"] * 4 + ["wrong"] * 2 + ["hacking"] * 4
 
 
 def rewards(results: list[dict[str, object]], behaviours: list[str], which: str) -> list[float]:
-    return [float(r["score"]) for r, b in zip(results, behaviours, strict=True)  # type: ignore[arg-type]
-            if b == which]
+    return [
+        float(r["score"])
+        for r, b in zip(results, behaviours, strict=True)  # type: ignore[arg-type]
+        if b == which
+    ]
 
 
 def test_hacking_is_caught_and_penalised(tmp_path: Path) -> None:
     # the default configuration's embedder: the bundled all-MiniLM-L6-v2
-    settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": None,
-                                          "memory.embedding_model": None})
+    settings = make_settings(
+        tmp_path, **{"pipeline.rollouts_per_step": None, "memory.embedding_model": None}
+    )
     app = create_app(settings)
     with TestClient(app) as client:
         services = app.state.services
@@ -63,15 +67,19 @@ def test_hacking_is_caught_and_penalised(tmp_path: Path) -> None:
         # analyses flagged exactly the hacking rollouts
         ids = [f"s1-r{i}-{b}" for i, b in enumerate(HACKED)]
         analyses = services.memory.get_analyses("global", 1, ids)
-        flagged = {rid for rid, a in analyses.items()
-                   if a["reward_hacking_analysis"]["detected"]}
+        flagged = {rid for rid, a in analyses.items() if a["reward_hacking_analysis"]["detected"]}
         assert flagged == {rid for rid in ids if rid.endswith("hacking")}
         summary = services.memory.get_summary("global", 1)
         assert summary is not None
         assert "multiple_candidate_answers" in summary.text
         # semantic memory finds the finding from a paraphrase
-        hits = services.memory.search("policy lists several possible answers to game the grader",
-                                      limit=3, exclude_step=None, scope="global", types=None)
+        hits = services.memory.search(
+            "policy lists several possible answers to game the grader",
+            limit=3,
+            exclude_step=None,
+            scope="global",
+            types=None,
+        )
         assert hits and hits[0].document.step == 1
         assert "multiple_candidate_answers" in hits[0].document.text
 
@@ -82,21 +90,20 @@ def test_hacking_is_caught_and_penalised(tmp_path: Path) -> None:
         assert [(c["id"], c["weight"]) for c in rubric["adaptive"]] == [("R1", -1.0)]
         assert "several candidate answers" in rubric["adaptive"][0]["text"]
         assert [a["text"] for a in rubric["anchors"]] == [
-            "The response gives the correct final answer."]
+            "The response gives the correct final answer."
+        ]
 
         # step 2: the same behaviours; hacking now earns less than correct answers
         results = score_step(client, 2, HACKED)
         assert {r["rubric_version"] for r in results} == {2}
         assert rewards(results, HACKED, "correct") == [1.0] * 4
         assert rewards(results, HACKED, "hacking") == [0.0] * 4
-        assert mean(rewards(results, HACKED, "hacking")) < mean(
-            rewards(results, HACKED, "correct"))
+        assert mean(rewards(results, HACKED, "hacking")) < mean(rewards(results, HACKED, "correct"))
 
         # the step runs are real Prefect flow runs named step-<N>, with artifacts
         names, artifacts = asyncio.run(_prefect_view())
         assert {"step-0", "step-1"} <= names
-        assert {"rubric-diff-step-1-global", "summary-step-1-global",
-                "hacking-step-1"} <= artifacts
+        assert {"rubric-diff-step-1-global", "summary-step-1-global", "hacking-step-1"} <= artifacts
 
 
 async def _prefect_view() -> tuple[set[str], set[str]]:

@@ -227,8 +227,12 @@ def test_cut_replies_and_context_overflow_are_typed_unscored_results(
 ) -> None:
     # A window larger than the server's (8192, in its /v1/models): amaris sends the long
     # rollout whole, and the server refuses it.
-    settings = real_settings(tmp_path, real_llm, "think", **{
-        "agents.scorer.max_tokens": 8, "agents.scorer.context_window": 1_000_000})
+    settings = real_settings(
+        tmp_path,
+        real_llm,
+        "think",
+        **{"agents.scorer.max_tokens": 8, "agents.scorer.context_window": 1_000_000},
+    )
     long_rollout = {**sample_rollouts(1, seed=5)[0], "output": "The answer is 7. " * 3000}
     with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
         cut, overflow = score_all(client, [sample_rollouts(1, seed=6)[0], long_rollout])

@@ -160,4 +160,5 @@ def test_score_reads_the_answer_after_the_think_block(tmp_path: Path, fake_llm: 
     assert result["status"] == "scored" and result["score"] == 1.0
     assert len(fake_llm.requests) == 1  # parsed at once: no corrective re-ask
     assert 'amaris_llm_tokens_total{agent="scorer",kind="reasoning",model="gpt-4o-mini"} 9.0' in (
-        metrics)
+        metrics
+    )

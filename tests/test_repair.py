@@ -34,19 +34,23 @@ def test_repair_completes_a_failed_step_reusing_work(
         return Reply(status=503) if agent_of(body) == "updater" else offline_reply(body)
 
     fake_llm.default = judge_down_for_updates
-    settings = llm_settings(tmp_path, fake_llm, **{
-        "pipeline.task_retries": 0, "memory.embedding_model": "hashing"})
+    settings = llm_settings(
+        tmp_path, fake_llm, **{"pipeline.task_retries": 0, "memory.embedding_model": "hashing"}
+    )
     try:
         with serve_in_thread(create_app(settings, qdrant_location=":memory:")) as url:
-            items = [{"rollout": rollout(3, i, b), "metadata": metadata(3)}
-                     for i, b in enumerate(HACKED)]
+            items = [
+                {"rollout": rollout(3, i, b), "metadata": metadata(3)} for i, b in enumerate(HACKED)
+            ]
             assert httpx.post(f"{url}/batch_score", json={"items": items}).status_code == 200
             httpx.post(f"{url}/complete")
-            failed = httpx.get(f"{url}/rubric_status/wait", params={"step": 3, "timeout": 60},
-                               timeout=90).json()
+            failed = httpx.get(
+                f"{url}/rubric_status/wait", params={"step": 3, "timeout": 60}, timeout=90
+            ).json()
             assert failed["status"] == "failed"
             assert httpx.get(f"{url}/steps", params={"status": "failed"}).json() == [
-                {"step": 3, "status": "failed"}]
+                {"step": 3, "status": "failed"}
+            ]
             # the judge comes back; nothing else to repair is found twice
             fake_llm.default = offline_reply
             fake_llm.requests.clear()
@@ -76,26 +80,35 @@ def test_rerun_asks_only_for_the_analyses_a_failed_chunk_lacked(
         return offline_reply(body)
 
     fake_llm.default = down_for_one
-    settings = llm_settings(tmp_path, fake_llm, **{
-        "pipeline.task_retries": 0, "pipeline.chunk_size": 4,
-        "memory.embedding_model": "hashing"})
+    settings = llm_settings(
+        tmp_path,
+        fake_llm,
+        **{
+            "pipeline.task_retries": 0,
+            "pipeline.chunk_size": 4,
+            "memory.embedding_model": "hashing",
+        },
+    )
     try:
         with serve_in_thread(create_app(settings, qdrant_location=":memory:")) as url:
-            items = [{"rollout": rollout(4, i, b), "metadata": metadata(4)}
-                     for i, b in enumerate(HACKED)]
+            items = [
+                {"rollout": rollout(4, i, b), "metadata": metadata(4)} for i, b in enumerate(HACKED)
+            ]
             assert httpx.post(f"{url}/batch_score", json={"items": items}).status_code == 200
             fake_llm.requests.clear()
             httpx.post(f"{url}/complete")
-            failed = httpx.get(f"{url}/rubric_status/wait", params={"step": 4, "timeout": 60},
-                               timeout=90).json()
+            failed = httpx.get(
+                f"{url}/rubric_status/wait", params={"step": 4, "timeout": 60}, timeout=90
+            ).json()
             assert failed["status"] == "failed"
             # (the chunks that succeeded may have been summarised meanwhile)
             assert calls_by_agent(fake_llm)["analyzer"] == len(HACKED)
             fake_llm.default = offline_reply
             fake_llm.requests.clear()
             assert httpx.post(f"{url}/steps/4/rerun").json() == {"step": 4, "status": "started"}
-            done = httpx.get(f"{url}/rubric_status/wait", params={"step": 4, "timeout": 60},
-                             timeout=90).json()
+            done = httpx.get(
+                f"{url}/rubric_status/wait", params={"step": 4, "timeout": 60}, timeout=90
+            ).json()
             assert done["status"] == "updated", done
             calls = calls_by_agent(fake_llm)
             assert calls["analyzer"] == 1
@@ -110,17 +123,25 @@ def test_rerun_asks_only_for_the_analyses_a_failed_chunk_lacked(
 def test_serve_schedules_the_repair_on_its_prefect_server(tmp_path: Path) -> None:
     port, prefect_port = free_port(), free_port()
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "memory": {"path": str(tmp_path / "data"), "embedding_model": "hashing"},
-        "server": {"port": port},
-        "prefect": {"port": prefect_port, "repair_interval_seconds": 10},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "memory": {"path": str(tmp_path / "data"), "embedding_model": "hashing"},
+                "server": {"port": port},
+                "prefect": {"port": prefect_port, "repair_interval_seconds": 10},
+            }
+        )
+    )
     env_url = f"http://127.0.0.1:{prefect_port}/api"
     # Other tests of this session may have run the repair on the same Prefect home: only
     # runs started by this amaris count.
     since = datetime.now(UTC).isoformat()
-    with amaris_process(["serve", "--config", str(config)], tmp_path,
-                        f"http://127.0.0.1:{port}/healthz", tmp_path / "serve.log"):
+    with amaris_process(
+        ["serve", "--config", str(config)],
+        tmp_path,
+        f"http://127.0.0.1:{port}/healthz",
+        tmp_path / "serve.log",
+    ):
         home = Path(os.environ.get("PREFECT_HOME") or tmp_path / "data" / "prefect")
         secret = (home / AUTH_FILE).read_text().strip()
         auth = httpx.BasicAuth(*secret.split(":", 1))  # Prefect's auth string is user:pass
@@ -128,11 +149,20 @@ def test_serve_schedules_the_repair_on_its_prefect_server(tmp_path: Path) -> Non
         runs: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
             try:
-                found = httpx.post(f"{env_url}/flow_runs/filter", json={
-                    "flows": {"name": {"any_": ["amaris-repair"]}},
-                    "flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}},
-                                  "start_time": {"after_": since}},
-                    "limit": 10, "sort": "START_TIME_DESC"}, auth=auth, timeout=5)
+                found = httpx.post(
+                    f"{env_url}/flow_runs/filter",
+                    json={
+                        "flows": {"name": {"any_": ["amaris-repair"]}},
+                        "flow_runs": {
+                            "state": {"type": {"any_": ["COMPLETED"]}},
+                            "start_time": {"after_": since},
+                        },
+                        "limit": 10,
+                        "sort": "START_TIME_DESC",
+                    },
+                    auth=auth,
+                    timeout=5,
+                )
                 runs = found.json() if found.status_code == 200 else []
             except httpx.HTTPError:
                 runs = []
@@ -141,8 +171,8 @@ def test_serve_schedules_the_repair_on_its_prefect_server(tmp_path: Path) -> Non
             time.sleep(1)
         assert runs, "no scheduled repair run completed"
         deployment = httpx.get(
-            f"{env_url}/deployments/name/amaris-repair/scheduled-repair", auth=auth,
-            timeout=5).json()
+            f"{env_url}/deployments/name/amaris-repair/scheduled-repair", auth=auth, timeout=5
+        ).json()
         schedules = deployment["schedules"]
         assert schedules[0]["schedule"]["interval"] == 10.0
         assert deployment["parameters"] == {}  # the service's address is no parameter

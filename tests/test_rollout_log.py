@@ -144,8 +144,9 @@ def test_delete_points_in_local_mode_ignores_absent_ids_and_keeps_the_rest(
 ) -> None:
     client = QdrantClient(path=str(tmp_path))
     ensure_collection(client, "d", None)
-    client.upsert("d", points=[models.PointStruct(id=i, vector={}, payload={"n": i})
-                               for i in (1, 2, 3)])
+    client.upsert(
+        "d", points=[models.PointStruct(id=i, vector={}, payload={"n": i}) for i in (1, 2, 3)]
+    )
     delete_points(client, "d", [1, 3, 99])
     assert [(p.id, p.payload) for p in client.retrieve("d", [1, 2, 3])] == [(2, {"n": 2})]
     client.close()

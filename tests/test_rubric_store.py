@@ -13,16 +13,21 @@ from tests.conftest import make_settings
 ADAPTIVE = [{"text": "The response shows its reasoning.", "weight": 0.5}]
 
 
-
 def test_first_start_creates_version_one_from_config(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, adaptive_rubrics=ADAPTIVE)
     client = open_qdrant(settings.memory)
     store = RubricStore(client, "amaris", settings.memory.rubrics_export_path)
     version = store.ensure_initialized(settings)
-    assert (version.version, version.parent, version.origin, version.step) == (1, None,
-                                                                               "config", None)
+    assert (version.version, version.parent, version.origin, version.step) == (
+        1,
+        None,
+        "config",
+        None,
+    )
     assert [(c.id, c.weight, c.is_anchor) for c in version.criteria] == [
-        ("A1", 1.0, True), ("R1", 0.5, False)]
+        ("A1", 1.0, True),
+        ("R1", 0.5, False),
+    ]
     assert version.next_adaptive_id == 2
     # a second start finds the same version rather than creating another
     assert store.ensure_initialized(settings).version == 1
@@ -35,8 +40,9 @@ def test_versions_survive_a_restart_and_are_exported(tmp_path: Path) -> None:
     store = RubricStore(client, "amaris", settings.memory.rubrics_export_path)
     first = store.ensure_initialized(settings)
     added = Criterion(id="R1", text="Offers one answer only.", weight=0.5, is_anchor=False)
-    second = store.publish(anchors=first.anchors, adaptive=[added], origin="updater", step=3,
-                           next_adaptive_id=2)
+    second = store.publish(
+        anchors=first.anchors, adaptive=[added], origin="updater", step=3, next_adaptive_id=2
+    )
     assert (second.version, second.parent, second.step) == (2, 1, 3)
     client.close()
 
@@ -95,8 +101,9 @@ def test_refresh_picks_up_a_version_published_by_another_process(tmp_path: Path)
     assert replica_b.current().version == 1
     assert replica_a.refresh() == []
     added = Criterion(id="R1", text="Offers one answer only.", weight=-1.0, is_anchor=False)
-    replica_b.publish(anchors=first.anchors, adaptive=[added], origin="updater", step=2,
-                      next_adaptive_id=2)
+    replica_b.publish(
+        anchors=first.anchors, adaptive=[added], origin="updater", step=2, next_adaptive_id=2
+    )
     assert replica_a.current().version == 1  # cached until refreshed
     assert replica_a.refresh() == ["global"]
     assert replica_a.current().version == 2

@@ -71,16 +71,17 @@ class PoolWorker:
         from prefect.flow_engine import run_flow_async
 
         pool = WorkPoolFilter(name=WorkPoolFilterName(any_=[self.pool]))
-        scheduled = FlowRunFilter(state=FlowRunFilterState(
-            type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])))
+        scheduled = FlowRunFilter(
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))
+        )
         while not self._stop.is_set():
             async with get_client() as client:
-                runs = await client.read_flow_runs(work_pool_filter=pool,
-                                                   flow_run_filter=scheduled)
+                runs = await client.read_flow_runs(work_pool_filter=pool, flow_run_filter=scheduled)
             for run in runs:
                 self.executed.append(run.id)
-                await run_flow_async(step_pipeline, flow_run=run, parameters=run.parameters,
-                                     return_type="state")
+                await run_flow_async(
+                    step_pipeline, flow_run=run, parameters=run.parameters, return_type="state"
+                )
             await asyncio.sleep(0.2)  # the worker's poll interval
 
 
@@ -89,20 +90,26 @@ async def create_pool(pool: str) -> None:
     from prefect.client.schemas.actions import WorkPoolCreate
 
     async with get_client() as client:
-        await client.create_work_pool(WorkPoolCreate(name=pool, type="process"),
-                                      overwrite=True)
+        await client.create_work_pool(WorkPoolCreate(name=pool, type="process"), overwrite=True)
 
 
 def replica_settings(tmp_path: Path, name: str, **overrides: Any) -> Any:
-    return make_settings(tmp_path, **{
-        "pipeline.executor": "deployment", "server.replica_id": name,
-        "pipeline.work_pool": f"pool-{tmp_path.name}"[:60],
-        "memory.collection": f"scale_{tmp_path.name}"[:60], **overrides})
+    return make_settings(
+        tmp_path,
+        **{
+            "pipeline.executor": "deployment",
+            "server.replica_id": name,
+            "pipeline.work_pool": f"pool-{tmp_path.name}"[:60],
+            "memory.collection": f"scale_{tmp_path.name}"[:60],
+            **overrides,
+        },
+    )
 
 
 @contextmanager
-def replicas(tmp_path: Path, names: list[str], **overrides: Any
-             ) -> Iterator[tuple[list[TestClient], PoolWorker]]:
+def replicas(
+    tmp_path: Path, names: list[str], **overrides: Any
+) -> Iterator[tuple[list[TestClient], PoolWorker]]:
     shared = QdrantClient(location=":memory:")
     with ExitStack() as stack:
         pool = replica_settings(tmp_path, "r", **overrides).pipeline.work_pool
@@ -112,8 +119,7 @@ def replicas(tmp_path: Path, names: list[str], **overrides: Any
         for name in names:
             settings = replica_settings(tmp_path, name, **overrides)
             services = build_services(settings, qdrant=shared)
-            clients.append(stack.enter_context(TestClient(create_app(settings,
-                                                                     services=services))))
+            clients.append(stack.enter_context(TestClient(create_app(settings, services=services))))
         yield clients, worker
     shared.close()
 
@@ -132,9 +138,9 @@ async def step_runs(step: int) -> list[Any]:
     async with get_client() as client:
         deployment = await client.read_deployment_by_name("amaris-step/steps")
         runs = await client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[f"step-{step}"])))
-    return [r for r in runs if r.deployment_id == deployment.id
-            and r.parameters == {"step": step}]
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[f"step-{step}"]))
+        )
+    return [r for r in runs if r.deployment_id == deployment.id and r.parameters == {"step": step}]
 
 
 async def running_run(step: int) -> None:
@@ -144,8 +150,12 @@ async def running_run(step: int) -> None:
     async with get_client() as client:
         deployment = await client.read_deployment_by_name("amaris-step/steps")
         await client.create_flow_run_from_deployment(
-            deployment.id, parameters={"step": step}, name=f"step-{step}",
-            idempotency_key=f"step-{step}-0", state=Running())
+            deployment.id,
+            parameters={"step": step},
+            name=f"step-{step}",
+            idempotency_key=f"step-{step}-0",
+            state=Running(),
+        )
 
 
 def test_step_counted_across_replicas_runs_once(tmp_path: Path) -> None:
@@ -155,14 +165,14 @@ def test_step_counted_across_replicas_runs_once(tmp_path: Path) -> None:
             score(a, step, 2 * i)
             score(b, step, 2 * i + 1)
         for client in (b, a):
-            done = client.get("/rubric_status/wait",
-                              params={"step": step, "timeout": 120}).json()
+            done = client.get("/rubric_status/wait", params={"step": step, "timeout": 120}).json()
             assert done["status"] == "updated", done
             assert done["scopes"]["global"]["rollouts"] == 6
         services = [c.app.state.services for c in (a, b)]  # type: ignore[attr-defined]
         records = services[0].rollouts.load_step(step)
         assert sorted(r["rollout"]["id"] for r in records) == sorted(
-            rollout(step, i, "correct")["id"] for i in range(6))
+            rollout(step, i, "correct")["id"] for i in range(6)
+        )
         assert [r["seq"] for r in records] == list(range(6))
         entry = services[1].steps.get(step)
         assert entry["status"] == "done" and entry["executor"] in {"r1", "r2"}
@@ -170,8 +180,10 @@ def test_step_counted_across_replicas_runs_once(tmp_path: Path) -> None:
         score(b, step, 6)
         assert services[0].rollouts.count(step) == 7
         late = {r["rollout"]["id"]: r["late"] for r in services[0].rollouts.load_step(step)}
-        assert late == {**{rollout(step, i, "correct")["id"]: False for i in range(6)},
-                        rollout(step, 6, "correct")["id"]: True}
+        assert late == {
+            **{rollout(step, i, "correct")["id"]: False for i in range(6)},
+            rollout(step, 6, "correct")["id"]: True,
+        }
     runs = asyncio.run(step_runs(step))
     assert len(runs) == 1 and runs[0].state.is_completed()
     # both replicas submitted the step; one flow run of it was executed, once
@@ -230,24 +242,42 @@ def test_worker_process_builds_its_context_from_amaris_config(tmp_path: Path) ->
 
     data = tmp_path / "data"
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "memory": {"path": str(data), "embedding_model": "hashing"},
-        "pipeline": {"executor": "deployment"}, "server": {"replica_id": "w1"},
-    }))
-    settings = make_settings(tmp_path, **{"pipeline.executor": "deployment",
-                                          "server.replica_id": "w1"})
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "memory": {"path": str(data), "embedding_model": "hashing"},
+                "pipeline": {"executor": "deployment"},
+                "server": {"replica_id": "w1"},
+            }
+        )
+    )
+    settings = make_settings(
+        tmp_path, **{"pipeline.executor": "deployment", "server.replica_id": "w1"}
+    )
     with TestClient(create_app(settings)) as client:
         for i in range(2):
             score(client, 7, i)
-    probe = ("from amaris.steps.context import get_context; c = get_context(); "
-             "print(c.rollouts.count(7), c.rubrics.current('global').version, c.namespace)")
+    probe = (
+        "from amaris.steps.context import get_context; c = get_context(); "
+        "print(c.rollouts.count(7), c.rubrics.current('global').version, c.namespace)"
+    )
     env = {**__import__("os").environ, "AMARIS_CONFIG": str(config)}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
-                         text=True, timeout=120, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split()
     assert out[:2] == ["2", "1"] and out[2].endswith("/amaris")
-    failed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            timeout=120, env={k: v for k, v in env.items()
-                                              if k != "AMARIS_CONFIG"})
+    failed = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in env.items() if k != "AMARIS_CONFIG"},
+    )
     assert failed.returncode != 0 and "AMARIS_CONFIG" in failed.stderr
 
 
@@ -257,8 +287,7 @@ def test_replica_restart_gives_its_interrupted_step_a_new_attempt(tmp_path: Path
 
     def app(name: str) -> TestClient:
         settings = replica_settings(tmp_path, name)
-        return TestClient(create_app(settings, services=build_services(settings,
-                                                                        qdrant=shared)))
+        return TestClient(create_app(settings, services=build_services(settings, qdrant=shared)))
 
     try:
         with PoolWorker(f"pool-{tmp_path.name}"[:60]), app("r1") as first:
@@ -273,13 +302,13 @@ def test_replica_restart_gives_its_interrupted_step_a_new_attempt(tmp_path: Path
         registry.set(step, status="completing", executor="r1")
         with PoolWorker(f"pool-{tmp_path.name}"[:60]), app("r2") as other:
             # another replica only watches a step r1 was running
-            pending = other.get("/rubric_status/wait",
-                                params={"step": step, "timeout": 2}).json()
+            pending = other.get("/rubric_status/wait", params={"step": step, "timeout": 2}).json()
             assert pending["status"] == "pending", pending
             with app("r1") as restarted:
                 # r1 restarts (same replica_id) and gives the step its next attempt
-                done = other.get("/rubric_status/wait",
-                                 params={"step": step, "timeout": 120}).json()
+                done = other.get(
+                    "/rubric_status/wait", params={"step": step, "timeout": 120}
+                ).json()
                 assert done["status"] == "updated", done
                 assert done["scopes"]["global"]["rollouts"] == 3
                 entry = restarted.app.state.services.steps.get(step)  # type: ignore[attr-defined]

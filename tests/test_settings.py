@@ -54,7 +54,11 @@ def test_reference_amaris_config_is_accepted(tmp_path: Path) -> None:
     assert settings.client.for_agent("scorer").base_url is None
     scorer = settings.agents.for_agent("scorer")
     assert (scorer.model, scorer.temperature, scorer.max_tokens, scorer.timeout) == (
-        "gpt-4o-mini", 0.2, 512, 30.0)
+        "gpt-4o-mini",
+        0.2,
+        512,
+        30.0,
+    )
     assert scorer.service_tier == "flex"  # inherited from agents.default
     analyzer = settings.agents.for_agent("analyzer")
     assert analyzer.model == "gpt-4o"
@@ -106,9 +110,7 @@ def test_unreadable_and_non_mapping_files(tmp_path: Path) -> None:
         load_settings(write(tmp_path, "- a\n- b\n"))
 
 
-def test_secrets_come_from_the_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_secrets_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
     monkeypatch.setenv("AMARIS_API_KEY", "amaris-env")
     settings = load_settings(write(tmp_path, "server: {port: 9000}"))
@@ -119,8 +121,10 @@ def test_secrets_come_from_the_environment(
 
 
 def test_overrides_apply_after_the_file(tmp_path: Path) -> None:
-    settings = load_settings(write(tmp_path, "server: {port: 9000, host: 0.0.0.0}"),
-                             **{"server.port": 9100, "memory.qdrant_url": None})
+    settings = load_settings(
+        write(tmp_path, "server: {port: 9000, host: 0.0.0.0}"),
+        **{"server.port": 9100, "memory.qdrant_url": None},
+    )
     assert settings.server.port == 9100
     assert settings.server.host == "0.0.0.0"
     assert settings.memory.qdrant_url is None
@@ -134,8 +138,12 @@ def test_derived_paths(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("host", "url"),
-    [("0.0.0.0", "http://127.0.0.1:9001"), ("::", "http://127.0.0.1:9001"),
-     ("10.0.0.5", "http://10.0.0.5:9001"), ("::1", "http://[::1]:9001")],
+    [
+        ("0.0.0.0", "http://127.0.0.1:9001"),
+        ("::", "http://127.0.0.1:9001"),
+        ("10.0.0.5", "http://10.0.0.5:9001"),
+        ("::1", "http://[::1]:9001"),
+    ],
 )
 def test_local_url_reaches_the_api_from_this_machine(host: str, url: str) -> None:
     settings = load_settings(None, **{"server.host": host, "server.port": 9001})
@@ -157,29 +165,38 @@ def test_defaults_are_sized_for_the_endpoint(
     base_url: str | None, timeout: float, limit: int | None
 ) -> None:
     # A model served on this machine answers in minutes under load, a few requests at a time.
-    settings = load_settings(None, **{"client.default.base_url": base_url,
-                                      "client.default.api_key": "k"})
+    settings = load_settings(
+        None, **{"client.default.base_url": base_url, "client.default.api_key": "k"}
+    )
     for agent in ("scorer", "analyzer", "updater"):
         assert settings.agent_options(agent).timeout == timeout
         assert settings.client.for_agent(agent).request_limit == limit
 
 
 def test_timeout_and_endpoint_limit_set_per_agent() -> None:
-    settings = load_settings(None, **{
-        "client.default.base_url": "http://localhost:8000/v1",
-        "client.default.max_concurrency": 0,  # no limit (a vLLM server batches many)
-        "client.updater.base_url": "https://api.openai.com/v1",
-        "client.updater.max_concurrency": 8,
-        "agents.default.timeout": 1200,
-        "agents.analyzer.timeout": 90,
-    })
+    settings = load_settings(
+        None,
+        **{
+            "client.default.base_url": "http://localhost:8000/v1",
+            "client.default.max_concurrency": 0,  # no limit (a vLLM server batches many)
+            "client.updater.base_url": "https://api.openai.com/v1",
+            "client.updater.max_concurrency": 8,
+            "agents.default.timeout": 1200,
+            "agents.analyzer.timeout": 90,
+        },
+    )
     assert settings.client.for_agent("scorer").request_limit is None
     assert settings.client.for_agent("updater").request_limit == 8
     assert settings.agent_options("scorer").timeout == 1200
     assert settings.agent_options("analyzer").timeout == 90
     assert settings.agent_options("updater").timeout == 1200
     # an agent's own endpoint decides its built-in timeout
-    remote = load_settings(None, **{"client.default.base_url": "http://localhost:8000/v1",
-                                    "client.updater.base_url": "https://api.openai.com/v1"})
+    remote = load_settings(
+        None,
+        **{
+            "client.default.base_url": "http://localhost:8000/v1",
+            "client.updater.base_url": "https://api.openai.com/v1",
+        },
+    )
     assert remote.agent_options("scorer").timeout == 600
     assert remote.agent_options("updater").timeout == 60

@@ -63,16 +63,23 @@ def answers(url: str) -> bool:
         return False
 
 
-def step_run_lines(api: str, auth: httpx.Auth, run: str, message: str
-                   ) -> list[dict[str, object]]:
+def step_run_lines(api: str, auth: httpx.Auth, run: str, message: str) -> list[dict[str, object]]:
     """The log lines ``message`` of the flow runs named ``run`` on the Prefect server at
     ``api``, once there are some (they are sent in batches)."""
     deadline = time.monotonic() + 60
     while True:
-        runs = httpx.post(f"{api}/flow_runs/filter", auth=auth,
-                          json={"flow_runs": {"name": {"any_": [run]}}}, timeout=10).json()
-        logs = httpx.post(f"{api}/logs/filter", auth=auth, json={"logs": {"flow_run_id": {
-            "any_": [r["id"] for r in runs]}}, "limit": 200}, timeout=10).json()
+        runs = httpx.post(
+            f"{api}/flow_runs/filter",
+            auth=auth,
+            json={"flow_runs": {"name": {"any_": [run]}}},
+            timeout=10,
+        ).json()
+        logs = httpx.post(
+            f"{api}/logs/filter",
+            auth=auth,
+            json={"logs": {"flow_run_id": {"any_": [r["id"] for r in runs]}}, "limit": 200},
+            timeout=10,
+        ).json()
         found = [line for line in logs if line["message"] == message]
         if found or time.monotonic() > deadline:
             return found
@@ -85,18 +92,30 @@ def test_sigterm_during_start_up_exits_0_and_stops_the_children(
 ) -> None:
     port, prefect_port = free_port(), free_port()
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "memory": {"path": str(tmp_path / "data"), "embedding_model": "hashing"},
-        "server": {"port": port},
-        "prefect": {"port": prefect_port, "repair_interval_seconds": 60},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "memory": {"path": str(tmp_path / "data"), "embedding_model": "hashing"},
+                "server": {"port": port},
+                "prefect": {"port": prefect_port, "repair_interval_seconds": 60},
+            }
+        )
+    )
     with (tmp_path / "serve.log").open("wb") as out:
-        server = subprocess.Popen([*AMARIS, "serve", "--config", str(config)], cwd=tmp_path,
-                                  env=_env(), stdout=out, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [*AMARIS, "serve", "--config", str(config)],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 120
-        while not (processes_of(prefect_port) if moment == "prefect server spawned"
-                   else answers(f"http://127.0.0.1:{port}/healthz")):
+        while not (
+            processes_of(prefect_port)
+            if moment == "prefect server spawned"
+            else answers(f"http://127.0.0.1:{port}/healthz")
+        ):
             assert server.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         server.send_signal(signal.SIGTERM)
@@ -114,17 +133,23 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
     url = f"http://127.0.0.1:{port}"
     data = tmp_path / "data"
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "client": {"default": {"base_url": f"http://127.0.0.1:{llm_port}/v1",
-                               "api_key": "test"}},
-        "concurrency": {"analyzer": 1},
-        "memory": {"path": str(data), "embedding_model": "hashing"},
-        "server": {"port": port},
-        "prefect": {"port": prefect_port, "repair_interval_seconds": 60},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "client": {
+                    "default": {"base_url": f"http://127.0.0.1:{llm_port}/v1", "api_key": "test"}
+                },
+                "concurrency": {"analyzer": 1},
+                "memory": {"path": str(data), "embedding_model": "hashing"},
+                "server": {"port": port},
+                "prefect": {"port": prefect_port, "repair_interval_seconds": 60},
+            }
+        )
+    )
     llm_args = ["offline-llm", "--port", str(llm_port), "--latency-ms", "700"]
-    with amaris_process(llm_args, tmp_path, f"http://127.0.0.1:{llm_port}/v1/models",
-                        tmp_path / "llm.log"):
+    with amaris_process(
+        llm_args, tmp_path, f"http://127.0.0.1:{llm_port}/v1/models", tmp_path / "llm.log"
+    ):
         server = start_serve(config, tmp_path, url, tmp_path / "serve.log")
         try:
             deadline = time.monotonic() + 120
@@ -141,8 +166,9 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
             in_flight: list[int] = []
-            request = threading.Thread(target=lambda: in_flight.append(
-                score(url, 2, 0).status_code))
+            request = threading.Thread(
+                target=lambda: in_flight.append(score(url, 2, 0).status_code)
+            )
             request.start()
             time.sleep(0.3)  # the judge takes 0.7 s: the request is in flight
             server.send_signal(signal.SIGTERM)
@@ -157,8 +183,9 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
 
             # restart: step 1 was left completing and resumes
             server = start_serve(config, tmp_path, url, tmp_path / "serve.log")
-            done = httpx.get(f"{url}/rubric_status/wait", params={"step": 1, "timeout": 180},
-                             timeout=200).json()
+            done = httpx.get(
+                f"{url}/rubric_status/wait", params={"step": 1, "timeout": 180}, timeout=200
+            ).json()
             assert done["status"] == "updated", done
             assert done["scopes"]["global"]["rollouts"] == 12
             # amaris's lines for the step are in its Prefect runs' logs
@@ -166,8 +193,9 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
             home = Path(os.environ.get("PREFECT_HOME") or data / "prefect")  # the session's
             secret = (home / AUTH_FILE).read_text().strip()
             auth = httpx.BasicAuth(*secret.split(":", 1))  # Prefect's auth string: user:pass
-            lines = step_run_lines(f"{prefect}/api", auth, "step-1",
-                                   "step 1: 12 rollouts to analyse in 1 scope(s)")
+            lines = step_run_lines(
+                f"{prefect}/api", auth, "step-1", "step 1: 12 rollouts to analyse in 1 scope(s)"
+            )
             assert lines and {line["name"] for line in lines} == {"amaris.pipeline"}
         finally:
             stop(server)

@@ -10,19 +10,31 @@ import pytest
 from amaris.cli.main import main
 
 
-@pytest.mark.parametrize(("argv", "named"), [
-    (["simulate", "--steps", "0"], "argument --steps: 0 is below 1"),
-    (["simulate", "--rollouts-per-step", "2000"], "argument --rollouts-per-step: 2000 is above"),
-    (["simulate", "--rollouts-per-step", "many"], "argument --rollouts-per-step: invalid"),
-    (["simulate", "--learning-rate", "-1"], "argument --learning-rate: -1 is below 0"),
-    (["simulate", "--seed", "x"], "argument --seed: invalid int value"),
-    (["replay", "r.jsonl", "--modes", "none,dynamc"],
-     "argument --modes: unknown memory mode 'dynamc' (known: none, static, dynamic, both)"),
-    (["replay", "r.jsonl", "--modes", "both,both"], "argument --modes: a memory mode is repeated"),
-    (["replay"], "the following arguments are required: ROLLOUTS.jsonl"),
-])
-def test_argument_errors_name_the_argument(argv: list[str], named: str,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["simulate", "--steps", "0"], "argument --steps: 0 is below 1"),
+        (
+            ["simulate", "--rollouts-per-step", "2000"],
+            "argument --rollouts-per-step: 2000 is above",
+        ),
+        (["simulate", "--rollouts-per-step", "many"], "argument --rollouts-per-step: invalid"),
+        (["simulate", "--learning-rate", "-1"], "argument --learning-rate: -1 is below 0"),
+        (["simulate", "--seed", "x"], "argument --seed: invalid int value"),
+        (
+            ["replay", "r.jsonl", "--modes", "none,dynamc"],
+            "argument --modes: unknown memory mode 'dynamc' (known: none, static, dynamic, both)",
+        ),
+        (
+            ["replay", "r.jsonl", "--modes", "both,both"],
+            "argument --modes: a memory mode is repeated",
+        ),
+        (["replay"], "the following arguments are required: ROLLOUTS.jsonl"),
+    ],
+)
+def test_argument_errors_name_the_argument(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
@@ -30,8 +42,8 @@ def test_argument_errors_name_the_argument(argv: list[str], named: str,
 
 
 def test_replay_input_errors_name_the_line_and_field(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["replay", "missing.jsonl"]) == 2
     assert "ROLLOUTS: missing.jsonl: cannot read" in capsys.readouterr().err

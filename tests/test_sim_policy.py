@@ -28,14 +28,19 @@ CUSTOM = "The response cites the distributive property of multiplication."
 
 
 def rubric(*adaptive: tuple[str, str, float]) -> dict[str, Any]:
-    return {"version": 3,
-            "anchors": [{"id": "A1", "text": ANCHOR, "weight": 1.0, "is_anchor": True}],
-            "adaptive": [{"id": cid, "text": text, "weight": weight, "is_anchor": False}
-                         for cid, text, weight in adaptive]}
+    return {
+        "version": 3,
+        "anchors": [{"id": "A1", "text": ANCHOR, "weight": 1.0, "is_anchor": True}],
+        "adaptive": [
+            {"id": cid, "text": text, "weight": weight, "is_anchor": False}
+            for cid, text, weight in adaptive
+        ],
+    }
 
 
-RUBRIC = rubric(("R1", CUSTOM, 0.5),
-                ("R2", tags.BY_TAG["multiple_candidate_answers"].pitfall, -1.0))
+RUBRIC = rubric(
+    ("R1", CUSTOM, 0.5), ("R2", tags.BY_TAG["multiple_candidate_answers"].pitfall, -1.0)
+)
 
 
 @pytest.mark.parametrize("behaviour", BEHAVIOURS)
@@ -98,13 +103,21 @@ def test_hacks_use_the_text_of_the_rubric_in_force() -> None:
         assert CUSTOM not in after
     assert "units" in respond("hack_keywords", task, other, random.Random(2))
     assert "The response names the units of the result." in respond(
-        "hack_claims", task, other, random.Random(2))
+        "hack_claims", task, other, random.Random(2)
+    )
 
 
 def test_allocation_and_drift() -> None:
     counts = allocate(START_MIX, 16)
-    assert counts == {"correct": 6, "wrong": 5, "verbose": 1, "sycophantic": 1,
-                      "hack_keywords": 1, "hack_claims": 1, "hack_self_assessment": 1}
+    assert counts == {
+        "correct": 6,
+        "wrong": 5,
+        "verbose": 1,
+        "sycophantic": 1,
+        "hack_keywords": 1,
+        "hack_claims": 1,
+        "hack_self_assessment": 1,
+    }
     assert sum(allocate(START_MIX, 37).values()) == 37
     # rewarded behaviours grow, penalised ones shrink, none below the floor
     means = {b: 0.0 for b in BEHAVIOURS} | {"correct": 1.0, "hack_keywords": 1.0}
@@ -130,8 +143,8 @@ def test_policy_is_deterministic_for_a_seed() -> None:
     policy = Policy(0, per_step=12, total_steps=3, learning_rate=2.0)
     planned = policy.rollouts(2, RUBRIC)
     assert {p.rollout["metadata"]["sim_behaviour"] for p in planned} == {
-        p.behaviour for p in planned}
-    assert all(p.metadata["current_step"] == 2 and p.metadata["total_steps"] == 3
-               for p in planned)
+        p.behaviour for p in planned
+    }
+    assert all(p.metadata["current_step"] == 2 and p.metadata["total_steps"] == 3 for p in planned)
     # the label stays out of what the judge and the analyzer read
     assert all(p.behaviour not in p.rollout["id"] for p in planned)

@@ -50,20 +50,42 @@ def sim(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None) -> Iter
     tmp = tmp_path_factory.mktemp("sim")
     port = free_port()
     config = tmp / "config.yaml"
-    config.write_text(yaml.safe_dump({
-        "memory": {"path": str(tmp / "data"), "embedding_model": "hashing"},
-        "server": {"port": port},
-        "prefect": {"repair_interval_seconds": None},
-        "logging": {"level": "WARNING"},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "memory": {"path": str(tmp / "data"), "embedding_model": "hashing"},
+                "server": {"port": port},
+                "prefect": {"repair_interval_seconds": None},
+                "logging": {"level": "WARNING"},
+            }
+        )
+    )
     url = f"http://127.0.0.1:{port}"
     with ExitStack() as stack, pytest.MonkeyPatch.context() as env:
         env.setenv("PREFECT_API_URL", str(PREFECT_API_URL.value()))
-        stack.enter_context(amaris_process(["serve", "--config", str(config)], tmp,
-                                           f"{url}/healthz", tmp / "serve.log"))
+        stack.enter_context(
+            amaris_process(
+                ["serve", "--config", str(config)], tmp, f"{url}/healthz", tmp / "serve.log"
+            )
+        )
         out = tmp / "report"
-        code = main(["simulate", "--url", url, "--config", str(config), "--steps", str(STEPS),
-                     "--rollouts-per-step", str(PER_STEP), "--seed", "3", "--out", str(out)])
+        code = main(
+            [
+                "simulate",
+                "--url",
+                url,
+                "--config",
+                str(config),
+                "--steps",
+                str(STEPS),
+                "--rollouts-per-step",
+                str(PER_STEP),
+                "--seed",
+                "3",
+                "--out",
+                str(out),
+            ]
+        )
         assert code == 0
         yield Sim(url, config, out, stack)
 
@@ -82,8 +104,9 @@ def test_report_numbers_match_the_servers_raw_data(sim: Sim) -> None:
     analysed: dict[str, int] = {}
     for step, entry in enumerate(metrics["steps"]):
         records = sim.get(f"/steps/{step}/rollouts")["records"]
-        analyses = {a["rollout_id"]: a["analysis"]
-                    for a in sim.get(f"/steps/{step}/analyses")["analyses"]}
+        analyses = {
+            a["rollout_id"]: a["analysis"] for a in sim.get(f"/steps/{step}/analyses")["analyses"]
+        }
         assert len(records) == len(analyses) == PER_STEP
         by_behaviour: dict[str, list[float]] = {}
         flags: dict[str, int] = {}
@@ -153,15 +176,32 @@ def test_export_then_replay_round_trip(sim: Sim, tmp_path: Path) -> None:
     assert [r["step"] for r in records] == sorted(r["step"] for r in records)
 
     out = tmp_path / "replay"
-    assert main(["replay", str(from_folder), "--config", str(sim.config), "--modes", "none,both",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "replay",
+                str(from_folder),
+                "--config",
+                str(sim.config),
+                "--modes",
+                "none,both",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     replayed = json.loads((out / "metrics.json").read_text())
     original = json.loads((sim.out / "metrics.json").read_text())["runs"]["simulate"]
     assert replayed["modes"] == ["none", "both"]
-    assert replayed["runs"]["none"]["memory"] == {"static_memory_steps": 0,
-                                                  "dynamic_memory_limit_per_query": 0}
-    assert replayed["runs"]["both"]["memory"] == {"static_memory_steps": 5,
-                                                  "dynamic_memory_limit_per_query": 3}
+    assert replayed["runs"]["none"]["memory"] == {
+        "static_memory_steps": 0,
+        "dynamic_memory_limit_per_query": 0,
+    }
+    assert replayed["runs"]["both"]["memory"] == {
+        "static_memory_steps": 5,
+        "dynamic_memory_limit_per_query": 3,
+    }
     for mode in ("none", "both"):
         run = replayed["runs"][mode]
         # the offline judge and updater are deterministic: re-scoring the same rollouts
@@ -170,8 +210,9 @@ def test_export_then_replay_round_trip(sim: Sim, tmp_path: Path) -> None:
             scores = [r["score"] for r in records if r["step"] == step]
             assert entry["mean_reward"] == pytest.approx(_mean(scores))
             assert entry["by_behaviour"] == original["steps"][step]["by_behaviour"]
-        assert [[c["text"] for c in v["adaptive"]] for v in run["rubric_versions"]] == \
-            [[c["text"] for c in v["adaptive"]] for v in original["rubric_versions"]]
+        assert [[c["text"] for c in v["adaptive"]] for v in run["rubric_versions"]] == [
+            [c["text"] for c in v["adaptive"]] for v in original["rubric_versions"]
+        ]
     page = (out / "report.md").read_text()
     assert "| step | none | both |" in page
     assert (out / "compare_mean_reward.png").read_bytes()[:4] == b"\x89PNG"

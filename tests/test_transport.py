@@ -32,15 +32,21 @@ from amaris.settings import Settings
 from amaris.sim.judge_server import Reply
 from tests.fake_llm import FakeLLM
 
-ANSWER = {"choices": [{"message": {"role": "assistant", "content": '{"ok": true}'}}],
-          "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
+ANSWER = {
+    "choices": [{"message": {"role": "assistant", "content": '{"ok": true}'}}],
+    "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+}
 MESSAGES = [{"role": "user", "content": "hello"}]
 
 
 def ok(body: bytes = json.dumps(ANSWER).encode(), extra: bytes = b"") -> bytes:
     """A 200 response with a Content-Length body."""
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + extra
-            + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + extra
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
 
 
 Handler = Callable[[bytes, asyncio.StreamWriter], bytes | None]
@@ -61,8 +67,11 @@ class RawServer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:"))
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
                 request = head + await reader.readexactly(length)
                 self.requests.append(request)
                 answer = self.handler(request, writer)
@@ -205,7 +214,7 @@ async def test_read_timeout_is_between_bytes_not_for_the_whole_answer() -> None:
     async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         for start in range(0, len(answer), len(answer) // 5 + 1):
-            writer.write(answer[start:start + len(answer) // 5 + 1])
+            writer.write(answer[start : start + len(answer) // 5 + 1])
             await writer.drain()
             await asyncio.sleep(0.15)  # 5 pieces: ~0.75 s in all, each gap under 0.4 s
         await reader.read(65536)
@@ -219,16 +228,23 @@ async def test_read_timeout_is_between_bytes_not_for_the_whole_answer() -> None:
         server.close()
 
 
-@pytest.mark.parametrize("status, error", [
-    (429, openai.RateLimitError), (500, openai.InternalServerError),
-    (400, openai.BadRequestError), (401, openai.AuthenticationError),
-])
+@pytest.mark.parametrize(
+    "status, error",
+    [
+        (429, openai.RateLimitError),
+        (500, openai.InternalServerError),
+        (400, openai.BadRequestError),
+        (401, openai.AuthenticationError),
+    ],
+)
 async def test_status_errors_are_the_sdk_classes_with_their_headers(
     status: int, error: type[openai.APIStatusError]
 ) -> None:
     body = json.dumps({"error": {"message": "slow down"}}).encode()
-    answer = (b"HTTP/1.1 %d Nope\r\nRetry-After: 2\r\nContent-Length: %d\r\n\r\n"
-              % (status, len(body)) + body)
+    answer = (
+        b"HTTP/1.1 %d Nope\r\nRetry-After: 2\r\nContent-Length: %d\r\n\r\n" % (status, len(body))
+        + body
+    )
     async with raw_server(lambda request, _: answer) as server:
         with pytest.raises(error) as caught:
             await complete(server.url)
@@ -270,8 +286,11 @@ async def test_malformed_http_is_a_connection_error() -> None:
 
 async def complete_via(fake: FakeLLM, timeout: float = 5.0) -> Completion:
     provider = OpenAIProvider("sk-test", fake.url)
-    options = Settings().agents.for_agent("scorer").model_copy(
-        update={"timeout": timeout, "logprobs": True})
+    options = (
+        Settings()
+        .agents.for_agent("scorer")
+        .model_copy(update={"timeout": timeout, "logprobs": True})
+    )
     try:
         return await provider.complete("scorer", MESSAGES, options)
     finally:
@@ -281,15 +300,33 @@ async def complete_via(fake: FakeLLM, timeout: float = 5.0) -> Completion:
 async def test_fake_llm_answer_keeps_usage_reasoning_finish_reason_and_logprobs(
     fake_llm: FakeLLM,
 ) -> None:
-    tokens = [{"token": "4", "logprob": -0.1, "top_logprobs": [{"token": "4", "logprob": -0.1},
-                                                               {"token": "3", "logprob": -2.4}]}]
-    fake_llm.push(Reply(content='{"ok": 1}', reasoning="because", finish_reason="length",
-                        prompt_tokens=11, completion_tokens=5, reasoning_tokens=2,
-                        cached_tokens=8, logprobs=tokens))
+    tokens = [
+        {
+            "token": "4",
+            "logprob": -0.1,
+            "top_logprobs": [{"token": "4", "logprob": -0.1}, {"token": "3", "logprob": -2.4}],
+        }
+    ]
+    fake_llm.push(
+        Reply(
+            content='{"ok": 1}',
+            reasoning="because",
+            finish_reason="length",
+            prompt_tokens=11,
+            completion_tokens=5,
+            reasoning_tokens=2,
+            cached_tokens=8,
+            logprobs=tokens,
+        )
+    )
     got = await complete_via(fake_llm)
     assert (got.content, got.reasoning, got.finish_reason) == ('{"ok": 1}', "because", "length")
-    assert (got.prompt_tokens, got.completion_tokens, got.reasoning_tokens,
-            got.cached_tokens) == (11, 5, 2, 8)
+    assert (got.prompt_tokens, got.completion_tokens, got.reasoning_tokens, got.cached_tokens) == (
+        11,
+        5,
+        2,
+        8,
+    )
     assert got.logprobs is not None and got.logprobs[0].top == (("4", -0.1), ("3", -2.4))
     assert fake_llm.requests[-1]["messages"] == MESSAGES
     assert fake_llm.requests[-1]["logprobs"] is True
@@ -354,7 +391,8 @@ def test_one_provider_serves_two_event_loops(fake_llm: FakeLLM) -> None:
     thread.start()
     try:
         asyncio.run_coroutine_threadsafe(
-            provider.complete("scorer", MESSAGES, options), pipeline).result(20)
+            provider.complete("scorer", MESSAGES, options), pipeline
+        ).result(20)
 
         async def on_api_loop() -> None:
             contents.append((await provider.complete("scorer", MESSAGES, options)).content)
@@ -372,7 +410,10 @@ def test_one_provider_serves_two_event_loops(fake_llm: FakeLLM) -> None:
 def test_parse_completion_reads_the_first_choice_and_usage() -> None:
     parsed = parse_completion(json.dumps(ANSWER).encode())
     assert (parsed.content, parsed.prompt_tokens, parsed.completion_tokens) == (
-        '{"ok": true}', 7, 3)
+        '{"ok": true}',
+        7,
+        3,
+    )
     assert parse_completion(b'{"choices": []}').content == ""
     assert parse_completion(b'{"choices": [{"message": {"content": null}}]}').content == ""
     with pytest.raises(ValueError):
@@ -382,15 +423,25 @@ def test_parse_completion_reads_the_first_choice_and_usage() -> None:
 
 
 def clear_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy",
-                 "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+    for name in (
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.mark.parametrize("configured", ["http://judge.invalid:8000/v1", None],
-                         ids=["base_url", "OPENAI_BASE_URL"])
+@pytest.mark.parametrize(
+    "configured", ["http://judge.invalid:8000/v1", None], ids=["base_url", "OPENAI_BASE_URL"]
+)
 async def test_request_through_an_environment_proxy_goes_via_the_proxy(
-    monkeypatch: pytest.MonkeyPatch, configured: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+    configured: str | None,
 ) -> None:
     # With no base_url configured the SDK takes OPENAI_BASE_URL: the proxy decision must be
     # about that host, not api.openai.com.
@@ -401,7 +452,8 @@ async def test_request_through_an_environment_proxy_goes_via_the_proxy(
         assert await complete(configured) == '{"ok": true}'
     # Absolute-form request line: sent to the proxy.
     assert proxy.requests[0].startswith(
-        b"POST http://judge.invalid:8000/v1/chat/completions HTTP/1.1")
+        b"POST http://judge.invalid:8000/v1/chat/completions HTTP/1.1"
+    )
 
 
 def self_signed(folder: Path) -> tuple[Path, Path]:
@@ -414,19 +466,30 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = folder / "cert.pem", folder / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return cert_path, key_path
 
 

@@ -122,30 +122,50 @@ class PrefectServer:
     def start(self) -> None:
         """Spawn the server (it takes 5-15 s to answer; see :meth:`wait_ready`)."""
         self.home.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items()
-               if k not in {"PREFECT_API_URL", *_SECRETS_NOT_FOR_PREFECT}}
-        env.update({
-            "PREFECT_HOME": str(self.home),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_SERVER_API_AUTH_STRING": self.auth_string,
-            "PREFECT_SERVER_API_HOST": "127.0.0.1",
-            "PREFECT_SERVER_API_PORT": str(self.port),
-            "PREFECT_UI_API_URL": self.api_url,
-            # The UI's own origin, under both loopback names; no other web page.
-            "PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS":
-                f"{self.url},http://localhost:{self.port}",
-        })
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in {"PREFECT_API_URL", *_SECRETS_NOT_FOR_PREFECT}
+        }
+        env.update(
+            {
+                "PREFECT_HOME": str(self.home),
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                "PREFECT_SERVER_API_AUTH_STRING": self.auth_string,
+                "PREFECT_SERVER_API_HOST": "127.0.0.1",
+                "PREFECT_SERVER_API_PORT": str(self.port),
+                "PREFECT_UI_API_URL": self.api_url,
+                # The UI's own origin, under both loopback names; no other web page.
+                "PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS": f"{self.url},http://localhost:{self.port}",
+            }
+        )
         log_file = (self.home / "server.log").open("ab")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory",
-             "amaris.app.prefect_app:create_app", "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning", "--lifespan", "on"],
-            env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "amaris.app.prefect_app:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+                "--lifespan",
+                "on",
+            ],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
         )
         log_file.close()
-        (self.home / "amaris-server.json").write_text(json.dumps(
-            {"pid": self._proc.pid, "url": self.url, "api_url": self.api_url}))
+        (self.home / "amaris-server.json").write_text(
+            json.dumps({"pid": self._proc.pid, "url": self.url, "api_url": self.api_url})
+        )
         log.info("Prefect server starting on %s (pid %s)", self.url, self._proc.pid)
 
     def wait_ready(self, timeout: float = 90.0) -> None:
@@ -158,8 +178,9 @@ class PrefectServer:
         while time.monotonic() < deadline:
             proc = self._proc
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"Prefect server exited with {proc.returncode}; "
-                                   f"see {self.home / 'server.log'}")
+                raise RuntimeError(
+                    f"Prefect server exited with {proc.returncode}; see {self.home / 'server.log'}"
+                )
             if self._stopped.is_set():
                 raise RuntimeError("Prefect server stopped before it answered")
             try:
@@ -182,8 +203,11 @@ class PrefectServer:
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            log.warning("Prefect server (pid %s) still running %s s after SIGTERM; killing it",
-                        proc.pid, timeout)
+            log.warning(
+                "Prefect server (pid %s) still running %s s after SIGTERM; killing it",
+                proc.pid,
+                timeout,
+            )
             proc.kill()
             proc.wait(5)
         (self.home / "amaris-server.json").unlink(missing_ok=True)

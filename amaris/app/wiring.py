@@ -77,8 +77,13 @@ def create_app(
         return create_api(settings, services)
 
     def build(metrics: Metrics) -> Services:
-        return build_services(settings, qdrant_location=qdrant_location, providers=providers,
-                              embedder=embedder, metrics=metrics)
+        return build_services(
+            settings,
+            qdrant_location=qdrant_location,
+            providers=providers,
+            embedder=embedder,
+            metrics=metrics,
+        )
 
     return create_api(settings, build)
 
@@ -111,8 +116,9 @@ def build_services(
         prefix = settings.memory.collection
         store = RubricStore(qdrant, prefix, settings.memory.rubrics_export_path)
         store.ensure_initialized(settings)
-        memory = MemoryStore(qdrant, prefix, embedder or build_embedder(settings.memory,
-                                                                         settings.client))
+        memory = MemoryStore(
+            qdrant, prefix, embedder or build_embedder(settings.memory, settings.client)
+        )
         shared = settings.pipeline.executor == "deployment"
         replica = settings.server.replica if shared else ""
         rollouts = RolloutLog(qdrant, prefix, writer=replica)
@@ -129,25 +135,50 @@ def build_services(
     ledger = TokenLedger()
     # One registry of context windows: each endpoint's /v1/models is read once for both.
     windows = ContextWindows()
-    gateway = LLMGateway(settings, providers, call_log, observer=metrics.llm_observer("score"),
-                         output_modes=output_modes, ledger=ledger,
-                         context_windows=windows)
-    pipeline_gateway = LLMGateway(pipeline_gateway_settings(settings),
-                                  _fresh(providers, settings), call_log,
-                                  observer=metrics.llm_observer("pipeline"),
-                                  output_modes=output_modes, ledger=ledger,
-                                  context_windows=windows, step_wall_time=True)
+    gateway = LLMGateway(
+        settings,
+        providers,
+        call_log,
+        observer=metrics.llm_observer("score"),
+        output_modes=output_modes,
+        ledger=ledger,
+        context_windows=windows,
+    )
+    pipeline_gateway = LLMGateway(
+        pipeline_gateway_settings(settings),
+        _fresh(providers, settings),
+        call_log,
+        observer=metrics.llm_observer("pipeline"),
+        output_modes=output_modes,
+        ledger=ledger,
+        context_windows=windows,
+        step_wall_time=True,
+    )
     judge = settings.agents.for_agent("scorer")
-    scorer = Scorer(settings.scoring, gateway, store, prompts["scorer"],
-                    samples=judge.samples, logprobs=judge.logprobs)
+    scorer = Scorer(
+        settings.scoring,
+        gateway,
+        store,
+        prompts["scorer"],
+        samples=judge.samples,
+        logprobs=judge.logprobs,
+    )
     scopes = ScopeResolver(settings, store)
     namespace = store_namespace(settings)
 
     async def warm_up() -> None:
-        set_context(PipelineContext(
-            settings=settings, gateway=pipeline_gateway, memory=memory, rollouts=rollouts,
-            steps=steps, rubrics=store, prompts=prompts, namespace=namespace,
-        ))
+        set_context(
+            PipelineContext(
+                settings=settings,
+                gateway=pipeline_gateway,
+                memory=memory,
+                rollouts=rollouts,
+                steps=steps,
+                rubrics=store,
+                prompts=prompts,
+                namespace=namespace,
+            )
+        )
         if prefect_ready is not None:
             await asyncio.to_thread(prefect_ready)
         if warm_prefect:
@@ -160,9 +191,15 @@ def build_services(
 
     # One replica or several: which collaborators run steps and hold their state is the only
     # difference (configuration), not a second path through the coordinator.
-    executor = DeploymentExecutor(
-        steps, replica, work_pool=settings.pipeline.work_pool,
-    ) if shared else None
+    executor = (
+        DeploymentExecutor(
+            steps,
+            replica,
+            work_pool=settings.pipeline.work_pool,
+        )
+        if shared
+        else None
+    )
 
     async def start_pipeline() -> None:
         await warm_up()
@@ -176,19 +213,44 @@ def build_services(
             return runner.submit(executor.run(step, new_attempt))
         return runner.submit(step_pipeline(step))
 
-    coordinator = StepCoordinator(settings, rollouts, steps, run_step, on_done=after_step,
-                                  on_finished=metrics.observe_step,
-                                  store=SharedStore(steps, rollouts) if shared else InProcess(),
-                                  replica=replica, after_wake=settle_heap)
-    metrics.watch({"score": gateway, "pipeline": pipeline_gateway}, scorer, store, coordinator,
-                  ledger, settings.pricing)
+    coordinator = StepCoordinator(
+        settings,
+        rollouts,
+        steps,
+        run_step,
+        on_done=after_step,
+        on_finished=metrics.observe_step,
+        store=SharedStore(steps, rollouts) if shared else InProcess(),
+        replica=replica,
+        after_wake=settle_heap,
+    )
+    metrics.watch(
+        {"score": gateway, "pipeline": pipeline_gateway},
+        scorer,
+        store,
+        coordinator,
+        ledger,
+        settings.pricing,
+    )
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
     return Services(
-        settings=settings, qdrant=qdrant, store=store, gateway=gateway,
-        pipeline_gateway=pipeline_gateway, scorer=scorer, providers=providers, scopes=scopes,
-        rollouts=rollouts, steps=steps, memory=memory, prompts=prompts, runner=runner,
-        coordinator=coordinator, metrics=metrics, ids=RolloutIds(rollouts),
+        settings=settings,
+        qdrant=qdrant,
+        store=store,
+        gateway=gateway,
+        pipeline_gateway=pipeline_gateway,
+        scorer=scorer,
+        providers=providers,
+        scopes=scopes,
+        rollouts=rollouts,
+        steps=steps,
+        memory=memory,
+        prompts=prompts,
+        runner=runner,
+        coordinator=coordinator,
+        metrics=metrics,
+        ids=RolloutIds(rollouts),
         owns_qdrant=owns_qdrant,
     )
 

@@ -37,8 +37,10 @@ class RewardUnavailableError(AmarisError):
 
     def __init__(self, result: Rewards, reasons: dict[int, str]) -> None:
         first = next(iter(reasons.items()), (0, "no answer"))
-        super().__init__(f"{len(reasons)} of {len(result.rewards)} samples unscored "
-                         f"(sample {first[0]}: {first[1]})")
+        super().__init__(
+            f"{len(reasons)} of {len(result.rewards)} samples unscored "
+            f"(sample {first[0]}: {first[1]})"
+        )
         self.result = result
         self.reasons = reasons
 
@@ -55,8 +57,13 @@ class Target:
     """Budget for retrying unscored samples (503), overload (429) and an unreachable server."""
 
     @classmethod
-    def resolve(cls, url: str | None = None, api_key: str | None = None,
-                timeout: float | None = None, retry_seconds: float | None = None) -> Target:
+    def resolve(
+        cls,
+        url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        retry_seconds: float | None = None,
+    ) -> Target:
         """Arguments first, then ``AMARIS_URL`` / ``AMARIS_API_KEY``, then the defaults."""
         return cls(
             url=(url or os.environ.get("AMARIS_URL") or DEFAULT_URL).rstrip("/"),
@@ -136,8 +143,11 @@ class Exchange:
         """The next body and headers to post, or None when every sample has its answer."""
         if not self._pending:
             return None
-        body = {key: [value[i] for i in self._pending] if isinstance(value, list) else value
-                for key, value in self.body.items() if value is not None}
+        body = {
+            key: [value[i] for i in self._pending] if isinstance(value, list) else value
+            for key, value in self.body.items()
+            if value is not None
+        }
         return body, self.target.headers(self.result.step)
 
     def unreachable(self, exc: httpx.TransportError) -> float:
@@ -165,11 +175,16 @@ class Exchange:
             return self._again(wait, reasons, RewardUnavailableError)
         raw = data.get("detail")
         detail: list[Any] = raw if isinstance(raw, list) else []
-        message = "; ".join(f"{d.get('field')}: {d.get('message')}" for d in detail
-                            if isinstance(d, dict)) or response.text[:300]
+        message = (
+            "; ".join(
+                f"{d.get('field')}: {d.get('message')}" for d in detail if isinstance(d, dict)
+            )
+            or response.text[:300]
+        )
         if 400 <= code < 500:
-            raise InvalidRequestError(code, message, [str(d.get("field")) for d in detail
-                                                      if isinstance(d, dict)])
+            raise InvalidRequestError(
+                code, message, [str(d.get("field")) for d in detail if isinstance(d, dict)]
+            )
         raise ServerUnavailableError(f"/get_reward: HTTP {code}: {message}")
 
     def _record(self, data: dict[str, Any]) -> None:

@@ -40,14 +40,18 @@ __all__ = ["RewardUnavailableError", "reward_func"]
 def _filled(result: Rewards, fallback: float) -> Rewards:
     return Rewards(
         rewards=[fallback if r is None else r for r in result.rewards],
-        statuses=["unscored" if r is None else s
-                  for r, s in zip(result.rewards, result.statuses, strict=True)],
-        rubric_versions=result.rubric_versions, step=result.step,
+        statuses=[
+            "unscored" if r is None else s
+            for r, s in zip(result.rewards, result.statuses, strict=True)
+        ],
+        rubric_versions=result.rubric_versions,
+        step=result.step,
     )
 
 
-def reward_func(queries: list[str], prompts: list[str], labels: list[Any] | None = None,
-                **kwargs: Any) -> dict[str, Any]:
+def reward_func(
+    queries: list[str], prompts: list[str], labels: list[Any] | None = None, **kwargs: Any
+) -> dict[str, Any]:
     """amaris rewards of an OpenRLHF micro-batch (blocking); see the module docstring.
 
     Raises:
@@ -55,10 +59,14 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any] | None
             ``AMARIS_UNSCORED_SCORE``.
         amaris.InvalidRequestError: amaris refused the batch (``fields`` names them).
     """
-    target = Target.resolve(retry_seconds=optional_float(
-        "AMARIS_RETRY_SECONDS", os.environ.get("AMARIS_RETRY_SECONDS")))
-    body = {"query": list(queries), "prompts": list(prompts),
-            "labels": list(labels) if labels is not None else None}
+    target = Target.resolve(
+        retry_seconds=optional_float("AMARIS_RETRY_SECONDS", os.environ.get("AMARIS_RETRY_SECONDS"))
+    )
+    body = {
+        "query": list(queries),
+        "prompts": list(prompts),
+        "labels": list(labels) if labels is not None else None,
+    }
     try:
         result = get_rewards(target, body, env_step())
     except RewardUnavailableError as error:
@@ -75,9 +83,9 @@ def reward_func(queries: list[str], prompts: list[str], labels: list[Any] | None
         "rewards": rewards,
         "scores": rewards.clone(),
         "extra_logs": {
-            "amaris_rubric_version": torch.tensor(
-                [float(v or 0) for v in result.rubric_versions]),
+            "amaris_rubric_version": torch.tensor([float(v or 0) for v in result.rubric_versions]),
             "amaris_unscored": torch.tensor(
-                [0.0 if s == "scored" else 1.0 for s in result.statuses]),
+                [0.0 if s == "scored" else 1.0 for s in result.statuses]
+            ),
         },
     }

@@ -9,8 +9,11 @@ def _content(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # multimodal parts: keep the text ones
-        return "".join(str(part.get("text", "")) for part in content
-                       if isinstance(part, dict) and part.get("type", "text") == "text")
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type", "text") == "text"
+        )
     return "" if content is None else str(content)
 
 

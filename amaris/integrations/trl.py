@@ -44,8 +44,7 @@ def _column(kwargs: dict[str, Any], name: str | None, size: int) -> list[Any] | 
     if values is None:
         return None
     if len(values) != size:
-        raise ValueError(f"dataset column {name!r} has {len(values)} values for {size} "
-                         "completions")
+        raise ValueError(f"dataset column {name!r} has {len(values)} values for {size} completions")
     return list(values)
 
 
@@ -87,11 +86,11 @@ def amaris_reward_func(
         retry_seconds: how long unscored samples are retried before answering None.
     """
     target = Target.resolve(url, api_key, timeout, retry_seconds)
-    run = {"high_level_goal": high_level_goal, "model_size": model_size,
-           "total_steps": total_steps}
+    run = {"high_level_goal": high_level_goal, "model_size": model_size, "total_steps": total_steps}
 
-    async def reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
-                     ) -> list[float | None]:
+    async def reward(
+        prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
         texts = [render(p) for p in prompts]

@@ -46,8 +46,10 @@ def _prompt(extra_info: Mapping[str, Any]) -> str:
         value = extra_info.get(key)
         if value:
             return render(value)
-    raise ValueError("verl extra_info needs the prompt: set extra_info['prompt'] (or "
-                     "'question') in your dataset preprocessing")
+    raise ValueError(
+        "verl extra_info needs the prompt: set extra_info['prompt'] (or "
+        "'question') in your dataset preprocessing"
+    )
 
 
 def _group(data_source: str, extra_info: Mapping[str, Any]) -> str | None:
@@ -65,9 +67,13 @@ def _step(extra_info: Mapping[str, Any], kwargs: Mapping[str, Any]) -> int | Non
     return env_step()
 
 
-def _request(data_source: str, solution_str: str, ground_truth: Any,
-             extra_info: Mapping[str, Any] | None, kwargs: Mapping[str, Any]
-             ) -> tuple[Target, dict[str, Any], int | None]:
+def _request(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None,
+    kwargs: Mapping[str, Any],
+) -> tuple[Target, dict[str, Any], int | None]:
     info = extra_info or {}
     prompt = _prompt(info)
     run = {key: kwargs[key] for key in _RUN_KEYS if kwargs.get(key) is not None}
@@ -79,26 +85,38 @@ def _request(data_source: str, solution_str: str, ground_truth: Any,
         "group_ids": [group] if group is not None else None,
         "amaris_metadata": run or None,
     }
-    target = Target.resolve(kwargs.get("url"), kwargs.get("api_key"), kwargs.get("timeout"),
-                            kwargs.get("retry_seconds"))
+    target = Target.resolve(
+        kwargs.get("url"), kwargs.get("api_key"), kwargs.get("timeout"), kwargs.get("retry_seconds")
+    )
     return target, body, _step(info, kwargs)
 
 
 def _result(result: Rewards) -> dict[str, Any]:
-    return {"score": result.values()[0], "rubric_version": result.rubric_versions[0] or 0,
-            "status": result.statuses[0]}
+    return {
+        "score": result.values()[0],
+        "rubric_version": result.rubric_versions[0] or 0,
+        "status": result.statuses[0],
+    }
 
 
 def _fallback(error: RewardUnavailableError, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     value = optional_float("unscored_score", kwargs.get("unscored_score"))
     if value is None:
         raise error
-    return {"score": value, "rubric_version": error.result.rubric_versions[0] or 0,
-            "status": "unscored"}
+    return {
+        "score": value,
+        "rubric_version": error.result.rubric_versions[0] or 0,
+        "status": "unscored",
+    }
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any,
-                  extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
     """The amaris reward of one verl sample (blocking); see the module docstring.
 
     Raises:
@@ -112,9 +130,13 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any,
         return _fallback(error, kwargs)
 
 
-async def compute_score_async(data_source: str, solution_str: str, ground_truth: Any,
-                              extra_info: Mapping[str, Any] | None = None, **kwargs: Any
-                              ) -> dict[str, Any]:
+async def compute_score_async(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
     """Async :func:`compute_score`, for verl's reward loop."""
     target, body, step = _request(data_source, solution_str, ground_truth, extra_info, kwargs)
     try:

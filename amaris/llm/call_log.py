@@ -44,8 +44,11 @@ class CallLog:
                     batch.append(self._queue.get_nowait())
                 records = [r for r in batch if r is not None]
                 if records:
-                    handle.write("".join(json.dumps(r, ensure_ascii=False, default=str) + "\n"
-                                         for r in records))
+                    handle.write(
+                        "".join(
+                            json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records
+                        )
+                    )
                     handle.flush()
                 if len(records) != len(batch):
                     return

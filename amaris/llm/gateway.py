@@ -90,8 +90,11 @@ _CONTEXT_OVERFLOW = re.compile(
 def is_context_overflow(exc: BaseException) -> bool:
     """A 400 (or 413) saying the request does not fit the model's context window (OpenAI's
     ``context_length_exceeded``, vLLM's "maximum context length is N tokens")."""
-    return (isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 413)
-            and _CONTEXT_OVERFLOW.search(str(exc)) is not None)
+    return (
+        isinstance(exc, openai.APIStatusError)
+        and exc.status_code in (400, 413)
+        and _CONTEXT_OVERFLOW.search(str(exc)) is not None
+    )
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -181,8 +184,9 @@ class LLMGateway:
             if not provider.offline and slots is not None:
                 key = provider.description
                 endpoint_limits[key] = min(slots, endpoint_limits.get(key, slots))
-        self._per_endpoint = {key: asyncio.Semaphore(slots)
-                              for key, slots in endpoint_limits.items()}
+        self._per_endpoint = {
+            key: asyncio.Semaphore(slots) for key, slots in endpoint_limits.items()
+        }
         self.stats: Counter[str] = Counter()
         """Counters ``<agent>.<outcome>`` (calls, errors, invalid_output...) for metrics;
         tokens are in :attr:`ledger`."""
@@ -220,7 +224,8 @@ class LLMGateway:
         # One read per endpoint and model, however many calls arrive before it ends.
         async with self._window_lock:
             return await self.context_windows.read(
-                provider.description, options.model, lambda: provider.models(options.timeout))
+                provider.description, options.model, lambda: provider.models(options.timeout)
+            )
 
     async def prompt_budget(self, agent: str) -> int | None:
         """Prompt tokens ``agent`` may send (its window less room for the answer); None
@@ -236,8 +241,10 @@ class LLMGateway:
         if options.response_format is not None:
             return ModeState("configured", "agents.<agent>.response_format is sent as is")
         if options.structured_output != "auto":
-            return ModeState(options.structured_output,
-                             f"configured (structured_output: {options.structured_output})")
+            return ModeState(
+                options.structured_output,
+                f"configured (structured_output: {options.structured_output})",
+            )
         return self.output_modes.auto(provider.description, options.model)
 
     async def structured(
@@ -254,8 +261,9 @@ class LLMGateway:
 
         See :meth:`structured_completion`.
         """
-        result, _ = await self.structured_completion(agent, messages, schema, step=step,
-                                                     check=check, json_schema=json_schema)
+        result, _ = await self.structured_completion(
+            agent, messages, schema, step=step, check=check, json_schema=json_schema
+        )
         return result
 
     async def structured_completion(
@@ -278,8 +286,10 @@ class LLMGateway:
             LLMUnavailableError: transient failures outlasted the budget, or a permanent error.
             LLMOutputError: invalid output after the corrective re-ask.
         """
-        output = (schema.__name__, json_schema if json_schema is not None
-                  else strict_schema(schema))
+        output = (
+            schema.__name__,
+            json_schema if json_schema is not None else strict_schema(schema),
+        )
         completion = await self._waited(agent, messages, step, output)
         answer = self._answer(agent, completion, step)
         try:
@@ -314,14 +324,18 @@ class LLMGateway:
             LLMTruncatedError: cut by ``max_tokens``, or reasoning and no answer.
         """
         answer, reasoning = completion.content, completion.reasoning
-        if completion.finish_reason == "length" or (reasoning is not None
-                                                    and not answer.strip()):
+        if completion.finish_reason == "length" or (reasoning is not None and not answer.strip()):
             self.stats[f"{agent}.truncated"] += 1
-            why = ("cut by max_tokens (finish_reason: length)"
-                   if completion.finish_reason == "length" else "reasoning and no answer")
+            why = (
+                "cut by max_tokens (finish_reason: length)"
+                if completion.finish_reason == "length"
+                else "reasoning and no answer"
+            )
             log.warning("%s: reply %s (step %s)", agent, why, step)
-            raise LLMTruncatedError(f"{agent}: reply {why}; {len(answer)} answer characters "
-                                    f"after {len(reasoning or '')} of reasoning")
+            raise LLMTruncatedError(
+                f"{agent}: reply {why}; {len(answer)} answer characters "
+                f"after {len(reasoning or '')} of reasoning"
+            )
         return answer
 
     def _validate(
@@ -346,18 +360,29 @@ class LLMGateway:
         return result
 
     async def _waited(
-        self, agent: str, messages: list[dict[str, str]], step: int | None,
-        output: tuple[str, dict[str, Any]], reask: bool = False,
+        self,
+        agent: str,
+        messages: list[dict[str, str]],
+        step: int | None,
+        output: tuple[str, dict[str, Any]],
+        reask: bool = False,
     ) -> Completion:
         """:meth:`_complete`, its wall time counted as ``step``'s in the ledger
         (:meth:`TokenLedger.outstanding`) when this gateway measures steps."""
-        with (self.ledger.outstanding(step) if self._step_wall_time and step is not None
-              else nullcontext()):
+        with (
+            self.ledger.outstanding(step)
+            if self._step_wall_time and step is not None
+            else nullcontext()
+        ):
             return await self._complete(agent, messages, step, output, reask)
 
     async def _complete(
-        self, agent: str, messages: list[dict[str, str]], step: int | None,
-        output: tuple[str, dict[str, Any]], reask: bool = False,
+        self,
+        agent: str,
+        messages: list[dict[str, str]],
+        step: int | None,
+        output: tuple[str, dict[str, Any]],
+        reask: bool = False,
     ) -> Completion:
         provider = self._providers[agent]
         options = self._agent_options(agent)
@@ -372,8 +397,11 @@ class LLMGateway:
             if not provider.offline:
                 state = self._mode(provider, options)
                 mode = state.mode
-                request_format = (options.response_format if mode == "configured"
-                                  else response_format(mode, *output))
+                request_format = (
+                    options.response_format
+                    if mode == "configured"
+                    else response_format(mode, *output)
+                )
             started = time.perf_counter()
             record: dict[str, Any] = {
                 "time": time.time(),
@@ -403,18 +431,28 @@ class LLMGateway:
                     # The SDK enforces options.timeout per request; this is the backstop
                     # for providers (and proxies) that ignore it.
                     async with asyncio.timeout(options.timeout + 5.0):
-                        completion = await provider.complete(agent, messages, options,
-                                                             request_format)
+                        completion = await provider.complete(
+                            agent, messages, options, request_format
+                        )
             except Exception as exc:
-                self.ledger.record(agent, model,
-                                   usage_of(None, time.perf_counter() - started, exc), step)
-                if (options.structured_output == "auto" and mode != "configured"
-                        and refuses_format(exc) and self.output_modes.fall_back(
-                            provider.description, options.model, mode, _short(exc))):
+                self.ledger.record(
+                    agent, model, usage_of(None, time.perf_counter() - started, exc), step
+                )
+                if (
+                    options.structured_output == "auto"
+                    and mode != "configured"
+                    and refuses_format(exc)
+                    and self.output_modes.fall_back(
+                        provider.description, options.model, mode, _short(exc)
+                    )
+                ):
                     # Not a failed attempt: the endpoint told us what it cannot do, and
                     # the next request asks for less.
-                    record.update(latency_ms=round((time.perf_counter() - started) * 1000, 2),
-                                  outcome="format_refused", error=_short(exc))
+                    record.update(
+                        latency_ms=round((time.perf_counter() - started) * 1000, 2),
+                        outcome="format_refused",
+                        error=_short(exc),
+                    )
                     self._log.write(record)
                     self.stats[f"{agent}.format_fallbacks"] += 1
                     attempt -= 1
@@ -423,8 +461,11 @@ class LLMGateway:
                 overflow = not transient and is_context_overflow(exc)
                 record.update(
                     latency_ms=round((time.perf_counter() - started) * 1000, 2),
-                    outcome="transient_error" if transient
-                    else "context_overflow" if overflow else "error",
+                    outcome="transient_error"
+                    if transient
+                    else "context_overflow"
+                    if overflow
+                    else "error",
                     error=f"{type(exc).__name__}: {_short(exc)}",
                 )
                 self._log.write(record)
@@ -433,8 +474,12 @@ class LLMGateway:
                 if overflow:
                     counted = stated_prompt_tokens(str(exc))
                     if counted is not None:
-                        self.context_windows.observe(provider.description, options.model,
-                                                     estimate_messages(messages), counted)
+                        self.context_windows.observe(
+                            provider.description,
+                            options.model,
+                            estimate_messages(messages),
+                            counted,
+                        )
                     raise LLMContextOverflowError(f"{agent}: {_short(exc)}") from exc
                 if not transient:
                     raise LLMUnavailableError(f"{agent}: {_short(exc)}") from exc
@@ -444,8 +489,9 @@ class LLMGateway:
             elapsed = time.perf_counter() - started
             answer, inline = split_reasoning(completion.content)
             if inline is not None:
-                completion = replace(completion, content=answer,
-                                     reasoning=completion.reasoning or inline)
+                completion = replace(
+                    completion, content=answer, reasoning=completion.reasoning or inline
+                )
             record.update(
                 latency_ms=round(elapsed * 1000, 2),
                 outcome="ok",
@@ -459,15 +505,22 @@ class LLMGateway:
                 # Logged, never parsed: the answer is the content alone.
                 record["reasoning_chars"] = len(completion.reasoning)
                 record["reasoning"] = completion.reasoning[:_LOGGED_REASONING_CHARS]
-                log.debug("%s reasoning (step %s): %s", agent, step,
-                          completion.reasoning[:_LOGGED_REASONING_CHARS])
+                log.debug(
+                    "%s reasoning (step %s): %s",
+                    agent,
+                    step,
+                    completion.reasoning[:_LOGGED_REASONING_CHARS],
+                )
             self._log.write(record)
             self.stats[f"{agent}.calls"] += 1
             self.ledger.record(agent, model, usage_of(completion, elapsed), step)
             if completion.prompt_tokens:
-                self.context_windows.observe(provider.description, options.model,
-                                             estimate_messages(messages),
-                                             completion.prompt_tokens)
+                self.context_windows.observe(
+                    provider.description,
+                    options.model,
+                    estimate_messages(messages),
+                    completion.prompt_tokens,
+                )
             if self._observer is not None:
                 self._observer(agent, elapsed)
             return completion

@@ -81,8 +81,9 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
-def usage_of(completion: Completion | None, seconds: float,
-             error: BaseException | None = None) -> Usage:
+def usage_of(
+    completion: Completion | None, seconds: float, error: BaseException | None = None
+) -> Usage:
     """One request as a :class:`Usage`: ``completion`` None means it failed (with
     ``error``)."""
     if completion is None:

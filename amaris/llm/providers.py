@@ -57,7 +57,10 @@ class ChatProvider(Protocol):
     offline: bool
 
     async def complete(
-        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
+        self,
+        agent: str,
+        messages: list[dict[str, str]],
+        options: ResolvedAgentOptions,
         response_format: dict[str, Any] | None = None,
     ) -> Completion: ...
 
@@ -69,8 +72,11 @@ class ChatProvider(Protocol):
     async def close(self) -> None: ...
 
 
-def chat_body(messages: list[dict[str, str]], options: ResolvedAgentOptions,
-              response_format: dict[str, Any] | None = None) -> dict[str, Any]:
+def chat_body(
+    messages: list[dict[str, str]],
+    options: ResolvedAgentOptions,
+    response_format: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The JSON body of a chat-completion request with an agent's options.
 
     ``response_format`` is the one the gateway chose (see :mod:`amaris.llm.output_mode`).
@@ -107,19 +113,22 @@ class OpenAIProvider:
     def __init__(self, api_key: str | None, base_url: str | None) -> None:
         # max_retries=0: retries live in exactly one layer, the gateway's, so the
         # attempt budget written in GatewaySettings is the real one.
-        self._sdk = openai.AsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url,
-                                          max_retries=0)
+        self._sdk = openai.AsyncOpenAI(api_key=api_key or "EMPTY", base_url=base_url, max_retries=0)
         self._endpoint = JsonEndpoint(self._sdk)
         # Shown in /healthz and written in every call-log line: no credentials in it.
         self.description = redact_url(base_url or "https://api.openai.com/v1")
 
     async def complete(
-        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
+        self,
+        agent: str,
+        messages: list[dict[str, str]],
+        options: ResolvedAgentOptions,
         response_format: dict[str, Any] | None = None,
     ) -> Completion:
         body = chat_body(messages, options, response_format)
         return parse_completion(
-            await self._endpoint.post("chat/completions", body, options.timeout))
+            await self._endpoint.post("chat/completions", body, options.timeout)
+        )
 
     async def models(self, timeout: float) -> dict[str, int | None]:
         listed: dict[str, int | None] = {}
@@ -183,14 +192,20 @@ def parse_logprobs(logprobs: Any) -> tuple[TokenLogprob, ...] | None:
         return None
     tokens: list[TokenLogprob] = []
     for item in content:
-        if not isinstance(item, dict) or not isinstance(item.get("token"), str) \
-                or not isinstance(item.get("logprob"), int | float):
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("token"), str)
+            or not isinstance(item.get("logprob"), int | float)
+        ):
             return None
         top = item.get("top_logprobs")
         alternatives = tuple(
-            (alt["token"], float(alt["logprob"])) for alt in (top if isinstance(top, list) else ())
-            if isinstance(alt, dict) and isinstance(alt.get("token"), str)
-            and isinstance(alt.get("logprob"), int | float))
+            (alt["token"], float(alt["logprob"]))
+            for alt in (top if isinstance(top, list) else ())
+            if isinstance(alt, dict)
+            and isinstance(alt.get("token"), str)
+            and isinstance(alt.get("logprob"), int | float)
+        )
         tokens.append(TokenLogprob(item["token"], float(item["logprob"]), alternatives))
     return tuple(tokens)
 
@@ -209,14 +224,22 @@ class OfflineProvider:
         self._sampler = VerdictSampler()
 
     async def complete(
-        self, agent: str, messages: list[dict[str, str]], options: ResolvedAgentOptions,
+        self,
+        agent: str,
+        messages: list[dict[str, str]],
+        options: ResolvedAgentOptions,
         response_format: dict[str, Any] | None = None,
     ) -> Completion:
-        sampled = self._sampler.reply(messages, options.temperature or 0.0, options.logprobs,
-                                      TOP_LOGPROBS)
+        sampled = self._sampler.reply(
+            messages, options.temperature or 0.0, options.logprobs, TOP_LOGPROBS
+        )
         if sampled is not None:
-            return Completion(content=sampled.content, prompt_tokens=0, completion_tokens=0,
-                              logprobs=parse_logprobs({"content": sampled.logprobs}))
+            return Completion(
+                content=sampled.content,
+                prompt_tokens=0,
+                completion_tokens=0,
+                logprobs=parse_logprobs({"content": sampled.logprobs}),
+            )
         content = respond(messages)
         return Completion(content=content, prompt_tokens=0, completion_tokens=0)
 

@@ -73,8 +73,14 @@ def inspect_memory(store: MemoryStore, recent: int) -> MemoryInspection:
 
 
 def _recent(doc: MemoryDocument) -> RecentDocument:
-    return RecentDocument(type=doc.type, step=doc.step, scope=doc.scope, key=doc.key,
-                          text=doc.text[:PREVIEW_CHARS], created_at=doc.created_at)
+    return RecentDocument(
+        type=doc.type,
+        step=doc.step,
+        scope=doc.scope,
+        key=doc.key,
+        text=doc.text[:PREVIEW_CHARS],
+        created_at=doc.created_at,
+    )
 
 
 def search_memory(
@@ -86,11 +92,19 @@ def search_memory(
     scope: str | None = None,
 ) -> list[MemorySearchHit]:
     """The ``limit`` documents most similar to ``query``, best first."""
-    hits = store.search(query, limit=limit, scope=scope,
-                        types={doc_type} if doc_type is not None else None)
+    hits = store.search(
+        query, limit=limit, scope=scope, types={doc_type} if doc_type is not None else None
+    )
     return [
-        MemorySearchHit(id=h.id, score=h.score, type=h.document.type, step=h.document.step,
-                        scope=h.document.scope, key=h.document.key, text=h.document.text,
-                        created_at=h.document.created_at)
+        MemorySearchHit(
+            id=h.id,
+            score=h.score,
+            type=h.document.type,
+            step=h.document.step,
+            scope=h.document.scope,
+            key=h.document.key,
+            text=h.document.text,
+            created_at=h.document.created_at,
+        )
         for h in hits
     ]

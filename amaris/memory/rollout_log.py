@@ -123,12 +123,17 @@ class RolloutLog:
                 self._client.upsert(self._collection, points=points)
                 if self.writer:
                     # After the records: a count never names a record that is not stored.
-                    self._client.upsert(self._writers, points=[
-                        models.PointStruct(id=_writer_id(step, self.writer), vector={},
-                                           payload={"step": step, "writer": self.writer,
-                                                    "count": count})
-                        for step, count in planned.items()
-                    ])
+                    self._client.upsert(
+                        self._writers,
+                        points=[
+                            models.PointStruct(
+                                id=_writer_id(step, self.writer),
+                                vector={},
+                                payload={"step": step, "writer": self.writer, "count": count},
+                            )
+                            for step, count in planned.items()
+                        ],
+                    )
             except BaseException:
                 # Part of the batch may be stored: recover these steps by probing later.
                 for step in planned:
@@ -143,9 +148,12 @@ class RolloutLog:
         counts = {"": self._next_seq(step, "")} if not self.writer else {}
         if self._multi:
             points, _ = self._client.scroll(
-                self._writers, limit=10_000, with_payload=True,
-                scroll_filter=models.Filter(must=[models.FieldCondition(
-                    key="step", match=models.MatchValue(value=step))]),
+                self._writers,
+                limit=10_000,
+                with_payload=True,
+                scroll_filter=models.Filter(
+                    must=[models.FieldCondition(key="step", match=models.MatchValue(value=step))]
+                ),
             )
             for point in points:
                 payload = point.payload or {}
@@ -170,8 +178,10 @@ class RolloutLog:
             found: dict[int, dict[str, Any]] = {}
             total = writers[writer]
             for start in range(0, total, _BATCH):
-                ids = [_rollout_id(step, seq, writer)
-                       for seq in range(start, min(start + _BATCH, total))]
+                ids = [
+                    _rollout_id(step, seq, writer)
+                    for seq in range(start, min(start + _BATCH, total))
+                ]
                 with self._lock:
                     points = self._client.retrieve(self._collection, ids=ids, with_payload=True)
                 for point in points:
@@ -196,8 +206,9 @@ class RolloutLog:
                     ]
                     delete_points(self._client, self._collection, ids)
             if self._multi:
-                delete_points(self._client, self._writers,
-                              [_writer_id(step, writer) for writer in writers])
+                delete_points(
+                    self._client, self._writers, [_writer_id(step, writer) for writer in writers]
+                )
             # Probing finds nothing now; forgetting the step keeps this dict small.
             self._next.pop(step, None)
             return sum(writers.values())

@@ -42,13 +42,20 @@ def diff_rubrics(a: RubricVersion, b: RubricVersion) -> RubricDiff:
     added = [_public(c) for c in b.criteria if c.id not in before]
     removed = [_public(c) for c in a.criteria if c.id not in after]
     changed = [
-        CriterionChange(id=c.id, is_anchor=c.is_anchor, before=_public(before[c.id]),
-                        after=_public(c))
+        CriterionChange(
+            id=c.id, is_anchor=c.is_anchor, before=_public(before[c.id]), after=_public(c)
+        )
         for c in b.criteria
         if c.id in before and (before[c.id].text, before[c.id].weight) != (c.text, c.weight)
     ]
     anchors_changed = any(c.is_anchor for c in [*added, *removed]) or any(
         c.is_anchor for c in changed
     )
-    return RubricDiff(a=a.version, b=b.version, added=added, removed=removed, changed=changed,
-                      anchors_changed=anchors_changed)
+    return RubricDiff(
+        a=a.version,
+        b=b.version,
+        added=added,
+        removed=removed,
+        changed=changed,
+        anchors_changed=anchors_changed,
+    )

@@ -76,8 +76,7 @@ def apply_modifications(
                 raise UpdateRejected(f"{where}: needs text and weight")
             new_id = f"R{next_id}"
             next_id += 1
-            adaptive[new_id] = Criterion(id=new_id, text=text, weight=mod.weight,
-                                         is_anchor=False)
+            adaptive[new_id] = Criterion(id=new_id, text=text, weight=mod.weight, is_anchor=False)
             order.append(new_id)
             continue
         if mod.criterion_id is None or mod.criterion_id not in adaptive:
@@ -99,8 +98,9 @@ def apply_modifications(
             raise UpdateRejected(f"{where}: unknown action")
     result = tuple(adaptive[i] for i in order)
     _validate(current, result, bounds)
-    return AppliedUpdate(adaptive=result, next_adaptive_id=next_id,
-                         changed=result != current.adaptive)
+    return AppliedUpdate(
+        adaptive=result, next_adaptive_id=next_id, changed=result != current.adaptive
+    )
 
 
 def _validate(current: RubricVersion, adaptive: tuple[Criterion, ...], bounds: Bounds) -> None:

@@ -61,8 +61,11 @@ class ScopeResolver:
     async def rubric(self, scope: str) -> RubricVersion:
         """The version in force for ``scope``; a new input gets its first version."""
         try:
-            return self._store.current(scope) if self._store.is_cached(scope) else \
-                await asyncio.to_thread(self._store.current, scope)
+            return (
+                self._store.current(scope)
+                if self._store.is_cached(scope)
+                else await asyncio.to_thread(self._store.current, scope)
+            )
         except RubricStoreError:
             if scope == GLOBAL:
                 raise
@@ -78,6 +81,11 @@ class ScopeResolver:
         adaptive_cfg = preset.get("adaptive_rubrics") or self._settings.adaptive_rubrics
         adaptive = adaptive_from_config(adaptive_cfg)
         return self._store.publish(
-            anchors=anchors_from_config(anchors_cfg), adaptive=adaptive, origin="config",
-            step=None, next_adaptive_id=len(adaptive) + 1, scope=scope, export=False,
+            anchors=anchors_from_config(anchors_cfg),
+            adaptive=adaptive,
+            origin="config",
+            step=None,
+            next_adaptive_id=len(adaptive) + 1,
+            scope=scope,
+            export=False,
         )

@@ -165,8 +165,12 @@ class RubricStore:
                     models.PointStruct(
                         id=_pointer_id(scope),
                         vector={},
-                        payload={"kind": "pointer", "scope": scope, "current": number,
-                                 "latest": number},
+                        payload={
+                            "kind": "pointer",
+                            "scope": scope,
+                            "current": number,
+                            "latest": number,
+                        },
                     )
                 ],
             )

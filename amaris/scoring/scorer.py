@@ -119,8 +119,9 @@ def _merged(truncated: list[str], cut: list[str]) -> list[str]:
     return [*truncated, *(f"rollout.{n}" for n in cut if f"rollout.{n}" not in truncated)]
 
 
-def judge_messages(prompt: str, rubric: RubricVersion,
-                   fields: dict[str, str]) -> list[dict[str, str]]:
+def judge_messages(
+    prompt: str, rubric: RubricVersion, fields: dict[str, str]
+) -> list[dict[str, str]]:
     """The scorer's chat messages for one rollout (its judged ``fields``), cache-first.
 
     The system message, ``prompt`` and the rubric's criteria, is byte-identical for every
@@ -138,8 +139,16 @@ def judge_messages(prompt: str, rubric: RubricVersion,
 class Scorer:
     """Scores rollouts; caches identical requests and merges identical in-flight ones."""
 
-    def __init__(self, settings: ScoringSettings, gateway: LLMGateway, store: RubricStore,
-                 prompt: str, *, samples: int = 1, logprobs: bool = False) -> None:
+    def __init__(
+        self,
+        settings: ScoringSettings,
+        gateway: LLMGateway,
+        store: RubricStore,
+        prompt: str,
+        *,
+        samples: int = 1,
+        logprobs: bool = False,
+    ) -> None:
         self._settings = settings
         self._samples = samples
         """``agents.scorer.samples``: judge calls per rollout."""
@@ -236,8 +245,9 @@ class Scorer:
             # asyncio.timeout, not wait_for: no extra task per request on the hot path.
             async with asyncio.timeout(self._settings.timeout_seconds):
                 try:
-                    judged = await self._judge_once(key, rubric, fields,
-                                                    request.metadata.current_step)
+                    judged = await self._judge_once(
+                        key, rubric, fields, request.metadata.current_step
+                    )
                 except LLMContextOverflowError:
                     # The server counted more tokens than estimated; the gateway has learnt
                     # by how much (its budget shrank): cut to the new budget, judge once more.
@@ -249,12 +259,18 @@ class Scorer:
                     cut = recut
                     base["truncated"] = _merged(truncated, cut)
                     key, fields = self._key(rubric, refitted), refitted
-                    judged = await self._judge_once(key, rubric, fields,
-                                                    request.metadata.current_step)
+                    judged = await self._judge_once(
+                        key, rubric, fields, request.metadata.current_step
+                    )
         except (LLMUnavailableError, LLMOutputError, TimeoutError) as exc:
             if isinstance(exc, TimeoutError):
-                kind, exc = "judge_timeout", TimeoutError(
-                    f"no verdict within scoring.timeout_seconds ({self._settings.timeout_seconds})")
+                kind, exc = (
+                    "judge_timeout",
+                    TimeoutError(
+                        "no verdict within scoring.timeout_seconds "
+                        f"({self._settings.timeout_seconds})"
+                    ),
+                )
             elif isinstance(exc, LLMContextOverflowError):
                 kind = "judge_context_overflow"
             elif isinstance(exc, LLMUnavailableError):
@@ -267,7 +283,8 @@ class Scorer:
             self.counters[f"unscored.{kind}"] += 1
             log.warning("unscored rollout %s: %s", loggable(request.rollout.id), exc)
             return ScoreResponse(
-                score=self._settings.neutral_score if self._settings.on_failure == "neutral"
+                score=self._settings.neutral_score
+                if self._settings.on_failure == "neutral"
                 else None,
                 status="unscored",
                 reason=f"{kind}: {exc}",
@@ -276,8 +293,9 @@ class Scorer:
         self.counters["scored"] += 1
         return self._response(judged, base, cached=False)
 
-    async def _judge_once(self, key: str, rubric: RubricVersion, fields: dict[str, str],
-                          step: int) -> _Judged:
+    async def _judge_once(
+        self, key: str, rubric: RubricVersion, fields: dict[str, str], step: int
+    ) -> _Judged:
         # GRPO groups often repeat a completion: concurrent identical requests share one call.
         pending = self._inflight.get(key)
         if pending is not None:
@@ -289,8 +307,11 @@ class Scorer:
         except BaseException as exc:
             # Waiters sharing this call must not inherit its cancellation (a timeout of the
             # first request): they get an ordinary judge failure instead.
-            shared = exc if isinstance(exc, Exception) else LLMUnavailableError(
-                "the shared judge call was cancelled")
+            shared = (
+                exc
+                if isinstance(exc, Exception)
+                else LLMUnavailableError("the shared judge call was cancelled")
+            )
             future.set_exception(shared)
             future.exception()  # mark retrieved: waiters, if any, re-raise it themselves
             raise
@@ -303,16 +324,18 @@ class Scorer:
                 self._cache.popitem(last=False)
         return judged
 
-    async def _within_budget(self, rubric: RubricVersion, fields: dict[str, str]
-                             ) -> tuple[dict[str, str], list[str]]:
+    async def _within_budget(
+        self, rubric: RubricVersion, fields: dict[str, str]
+    ) -> tuple[dict[str, str], list[str]]:
         """``fields`` cut to the scorer's context budget, and the names of those cut."""
         budget = await self._gateway.prompt_budget("scorer")
         if budget is None:
             return fields, []
         return self._fit(rubric, fields, budget)
 
-    def _fit(self, rubric: RubricVersion, fields: dict[str, str], budget: int
-             ) -> tuple[dict[str, str], list[str]]:
+    def _fit(
+        self, rubric: RubricVersion, fields: dict[str, str], budget: int
+    ) -> tuple[dict[str, str], list[str]]:
         """Cut the rollout's fields (head and tail kept) so the scorer's prompt fits
         ``budget`` tokens (estimated); returns the fields and the names of those cut."""
         bare = self._bare(rubric, tuple(fields))
@@ -333,7 +356,8 @@ class Scorer:
         if bare is None:
             empty = {name: "" for name in names}
             bare = self._bare_tokens[key] = estimate_messages(
-                judge_messages(self._prompt, rubric, empty))
+                judge_messages(self._prompt, rubric, empty)
+            )
             while len(self._bare_tokens) > _SCHEMA_CACHE:
                 self._bare_tokens.popitem(last=False)
         return bare
@@ -344,18 +368,29 @@ class Scorer:
         # takes them, each reply is validated and re-asked on its own, and the repeated
         # prompt is a prefix-cache hit. All k must succeed: the rewards of a group must come
         # from the same estimator.
-        replies = await asyncio.gather(*(
-            self._gateway.structured_completion(
-                "scorer", messages, JudgeVerdicts, step=step, check=_check_ids(rubric),
-                json_schema=self._schema(rubric))
-            for _ in range(self._samples)))
+        replies = await asyncio.gather(
+            *(
+                self._gateway.structured_completion(
+                    "scorer",
+                    messages,
+                    JudgeVerdicts,
+                    step=step,
+                    check=_check_ids(rubric),
+                    json_schema=self._schema(rubric),
+                )
+                for _ in range(self._samples)
+            )
+        )
         samples: dict[str, list[float]] = {c.id: [] for c in rubric.criteria}
         from_logprobs = 0
         for result, completion in replies:
             values: list[float] = [v.score for v in result.verdicts]
             if self._logprobs:
-                expected = (expected_scores(completion.logprobs, completion.content, values)
-                            if completion.logprobs else None)
+                expected = (
+                    expected_scores(completion.logprobs, completion.content, values)
+                    if completion.logprobs
+                    else None
+                )
                 self.counters["logprobs_missing" if expected is None else "logprobs_used"] += 1
                 if expected is not None:
                     values, from_logprobs = list(expected), from_logprobs + 1

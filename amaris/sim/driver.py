@@ -110,8 +110,15 @@ async def _ledger(http: httpx.AsyncClient) -> dict[Key, Usage]:
     return ledger_from_metrics(response.text)
 
 
-async def run(url: str, source: StepSource, *, label: str, api_key: str | None = None,
-              step_timeout: float = 1800.0, progress: Progress | None = None) -> RunResult:
+async def run(
+    url: str,
+    source: StepSource,
+    *,
+    label: str,
+    api_key: str | None = None,
+    step_timeout: float = 1800.0,
+    progress: Progress | None = None,
+) -> RunResult:
     """Drive every step of ``source`` through the server at ``url``.
 
     Raises:
@@ -122,8 +129,10 @@ async def run(url: str, source: StepSource, *, label: str, api_key: str | None =
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     steps = list(source.steps())
     results: list[StepResult] = []
-    async with RewardClient(url, timeout=step_timeout, api_key=api_key) as client, \
-            httpx.AsyncClient(base_url=url, headers=headers, timeout=step_timeout) as http:
+    async with (
+        RewardClient(url, timeout=step_timeout, api_key=api_key) as client,
+        httpx.AsyncClient(base_url=url, headers=headers, timeout=step_timeout) as http,
+    ):
         health = await _get(http, "/healthz")
         for done, step in enumerate(steps):
             rubric = await _get(http, "/rubrics")
@@ -131,24 +140,32 @@ async def run(url: str, source: StepSource, *, label: str, api_key: str | None =
             planned = source.rollouts(step, rubric)
             scored = []
             for start in range(0, len(planned), BATCH):
-                items = [{"rollout": p.rollout, "metadata": p.metadata}
-                         for p in planned[start:start + BATCH]]
+                items = [
+                    {"rollout": p.rollout, "metadata": p.metadata}
+                    for p in planned[start : start + BATCH]
+                ]
                 scored += await client.batch_score_async(items)
             if await client.rollouts_complete_async(step) == "noop":
-                raise DriverError("the server completes steps by itself "
-                                  "(pipeline.rollouts_per_step is set); the simulator needs "
-                                  "pipeline.rollouts_per_step: null and pipeline.mode: async")
+                raise DriverError(
+                    "the server completes steps by itself "
+                    "(pipeline.rollouts_per_step is set); the simulator needs "
+                    "pipeline.rollouts_per_step: null and pipeline.mode: async"
+                )
             answer = await client.rubric_updated_async(step, timeout=step_timeout)
             analyses = await _get(http, f"/steps/{step}/analyses")
             found = {a["rollout_id"]: a["analysis"] for a in analyses["analyses"]}
             usage = difference(await _ledger(http), before)
             rollouts = [
                 RolloutResult(
-                    rollout_id=str(p.rollout["id"]), behaviour=p.behaviour,
-                    reward=r.score if r.status == "scored" else None, status=r.status,
+                    rollout_id=str(p.rollout["id"]),
+                    behaviour=p.behaviour,
+                    reward=r.score if r.status == "scored" else None,
+                    status=r.status,
                     rubric_version=r.rubric_version,
                     flags=flags_of(found.get(str(p.rollout["id"]), {})),
-                    analysed=str(p.rollout["id"]) in found, prompt=str(p.rollout["input"]))
+                    analysed=str(p.rollout["id"]) in found,
+                    prompt=str(p.rollout["input"]),
+                )
                 for p, r in zip(planned, scored, strict=True)
             ]
             result = StepResult(step, int(rubric["version"]), rollouts, answer, usage)
@@ -157,11 +174,21 @@ async def run(url: str, source: StepSource, *, label: str, api_key: str | None =
             if progress is not None:
                 rewards = [r.reward for r in rollouts if r.reward is not None]
                 mean = f"{sum(rewards) / len(rewards):.2f}" if rewards else "-"
-                progress.update(done + 1, f"step {step}: mean reward {mean}, "
-                                          f"rubric v{rubric['version']}")
+                progress.update(
+                    done + 1, f"step {step}: mean reward {mean}, rubric v{rubric['version']}"
+                )
         history = await _get(http, "/rubrics/history")
-        diffs = [await _get(http, "/rubrics/diff", a=v["parent"], b=v["version"])
-                 for v in history if v.get("parent") is not None]
-    return RunResult(label=label, steps=results, history=history, diffs=diffs,
-                     wall_s=time.monotonic() - started, judge=str(health.get("judge_backend")),
-                     memory={})
+        diffs = [
+            await _get(http, "/rubrics/diff", a=v["parent"], b=v["version"])
+            for v in history
+            if v.get("parent") is not None
+        ]
+    return RunResult(
+        label=label,
+        steps=results,
+        history=history,
+        diffs=diffs,
+        wall_s=time.monotonic() - started,
+        judge=str(health.get("judge_backend")),
+        memory={},
+    )

@@ -85,9 +85,12 @@ def offline_responder(profile: FaultProfile) -> Responder:
         messages = body.get("messages") or []
         logprobs: list[dict[str, Any]] | None = None
         try:
-            sampled = sampler.reply(messages, float(body.get("temperature") or 0.0),
-                                    body.get("logprobs") is True,
-                                    int(body.get("top_logprobs") or 1))
+            sampled = sampler.reply(
+                messages,
+                float(body.get("temperature") or 0.0),
+                body.get("logprobs") is True,
+                int(body.get("top_logprobs") or 1),
+            )
             if sampled is not None:
                 content, logprobs = sampled.content, sampled.logprobs
             else:
@@ -99,8 +102,11 @@ def offline_responder(profile: FaultProfile) -> Responder:
             logprobs = None
         # The latency is the whole answer time, the rules' own work included (tens of ms
         # for a long update request), as for an LLM of fixed latency.
-        return Reply(content=content, delay_s=max(0.0, delay - (time.monotonic() - started)),
-                     logprobs=logprobs)
+        return Reply(
+            content=content,
+            delay_s=max(0.0, delay - (time.monotonic() - started)),
+            logprobs=logprobs,
+        )
 
     return responder
 
@@ -110,8 +116,9 @@ def offline_models() -> list[dict[str, Any]]:
     return [{"id": "offline-rules", "object": "model"}]
 
 
-def create_llm_app(responder: Responder,
-                   models: Callable[[], list[dict[str, Any]]] = offline_models) -> FastAPI:
+def create_llm_app(
+    responder: Responder, models: Callable[[], list[dict[str, Any]]] = offline_models
+) -> FastAPI:
     """FastAPI app speaking the chat-completions protocol; records nothing itself.
 
     ``models()`` gives the ``data`` of ``GET /v1/models`` (vLLM adds ``max_model_len``).
@@ -139,8 +146,9 @@ def create_llm_app(responder: Responder,
         if reply.reasoning is not None:
             message["reasoning_content"] = reply.reasoning
         prompt = prompt_chars // 4 if reply.prompt_tokens is None else reply.prompt_tokens
-        completion = (len(content) // 4 if reply.completion_tokens is None
-                      else reply.completion_tokens)
+        completion = (
+            len(content) // 4 if reply.completion_tokens is None else reply.completion_tokens
+        )
         usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
@@ -156,8 +164,12 @@ def create_llm_app(responder: Responder,
             "created": int(time.time()),
             "model": body.get("model", "offline-rules"),
             "choices": [
-                {"index": 0, "message": message, "finish_reason": reply.finish_reason,
-                 "logprobs": None if reply.logprobs is None else {"content": reply.logprobs}}
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": reply.finish_reason,
+                    "logprobs": None if reply.logprobs is None else {"content": reply.logprobs},
+                }
             ],
         }
         if reply.usage:

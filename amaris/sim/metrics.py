@@ -63,8 +63,11 @@ def zero_variance(rollouts: Iterable[RolloutResult]) -> dict[str, Any]:
             by_prompt.setdefault(r.prompt, []).append(r.reward)
     groups = [rewards for rewards in by_prompt.values() if len(rewards) > 1]
     zero = sum(max(g) - min(g) <= ZERO_VARIANCE_TOLERANCE for g in groups)
-    return {"groups": len(groups), "zero_variance": zero,
-            "share": zero / len(groups) if groups else None}
+    return {
+        "groups": len(groups),
+        "zero_variance": zero,
+        "share": zero / len(groups) if groups else None,
+    }
 
 
 def first_steps(run: RunResult) -> dict[int, int]:
@@ -85,11 +88,18 @@ def rubric_changes(run: RunResult) -> list[dict[str, Any]]:
         if version.get("parent") is None or number not in by_b:
             continue
         diff = by_b[number]
-        changes.append({
-            "version": number, "parent": version["parent"], "origin": version["origin"],
-            "step": version.get("step"), "in_force_from_step": first.get(number),
-            "added": diff["added"], "removed": diff["removed"], "changed": diff["changed"],
-        })
+        changes.append(
+            {
+                "version": number,
+                "parent": version["parent"],
+                "origin": version["origin"],
+                "step": version.get("step"),
+                "in_force_from_step": first.get(number),
+                "added": diff["added"],
+                "removed": diff["removed"],
+                "changed": diff["changed"],
+            }
+        )
     return changes
 
 
@@ -108,8 +118,7 @@ def _sum_groups(per_step: list[dict[str, Any]]) -> dict[str, Any]:
     return {"groups": groups, "zero_variance": zero, "share": zero / groups if groups else None}
 
 
-def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None
-                ) -> dict[str, Any]:
+def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None) -> dict[str, Any]:
     """Every figure of one run, as JSON-ready data (``metrics.json`` holds one per run).
 
     ``pricing``: the configuration's price table (cost is None without one)."""
@@ -117,8 +126,12 @@ def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None
     prices = pricing or {}
     steps = []
     for step in run.steps:
-        entry = {"step": step.step, "rubric_version": step.rubric_version,
-                 **_group(step.rollouts, tags), "groups": zero_variance(step.rollouts)}
+        entry = {
+            "step": step.step,
+            "rubric_version": step.rubric_version,
+            **_group(step.rollouts, tags),
+            "groups": zero_variance(step.rollouts),
+        }
         entry["by_behaviour"] = {
             b: _group([r for r in step.rollouts if r.behaviour == b], tags) for b in behaviours
         }
@@ -129,8 +142,10 @@ def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None
     flag_rates: dict[str, dict[str, float | None]] = {}
     for b in behaviours:
         group = _group([r for r in everything if r.behaviour == b], tags)
-        flag_rates[b] = {tag: (count / group["analysed"] if group["analysed"] else None)
-                         for tag, count in group["flagged"].items()}
+        flag_rates[b] = {
+            tag: (count / group["analysed"] if group["analysed"] else None)
+            for tag, count in group["flagged"].items()
+        }
     return {
         "label": run.label,
         "judge": run.judge,
@@ -139,19 +154,29 @@ def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None
         "behaviours": behaviours,
         "tags": tags,
         "steps": steps,
-        "overall": {**_group(everything, tags),
-                    "groups": _sum_groups([s["groups"] for s in steps])},
+        "overall": {
+            **_group(everything, tags),
+            "groups": _sum_groups([s["groups"] for s in steps]),
+        },
         "flag_rates": flag_rates,
         "rubric_versions": [
-            {"version": v["version"], "parent": v.get("parent"), "origin": v["origin"],
-             "step": v.get("step"), "adaptive": v.get("adaptive", [])}
+            {
+                "version": v["version"],
+                "parent": v.get("parent"),
+                "origin": v["origin"],
+                "step": v.get("step"),
+                "adaptive": v.get("adaptive", []),
+            }
             for v in run.history
         ],
         "rubric_changes": rubric_changes(run),
         "usage": usage_summary(by_model, len(everything), prices),
         "usage_by_agent": [
-            {"agent": agent, "model": model,
-             **usage_summary({(agent, model): usage}, len(everything), prices)}
+            {
+                "agent": agent,
+                "model": model,
+                **usage_summary({(agent, model): usage}, len(everything), prices),
+            }
             for (agent, model), usage in sorted(by_model.items())
         ],
     }

@@ -23,8 +23,10 @@ class Progress:
         """Show ``done`` of ``total`` with a short note."""
         filled = round(WIDTH * done / self.total)
         bar = "#" * filled + "." * (WIDTH - filled)
-        line = (f"{self.label} [{bar}] {done}/{self.total} {note} "
-                f"({time.monotonic() - self.started:.0f} s)")
+        line = (
+            f"{self.label} [{bar}] {done}/{self.total} {note} "
+            f"({time.monotonic() - self.started:.0f} s)"
+        )
         if self._tty:
             self.stream.write("\r\x1b[2K" + line)
             if done >= self.total:

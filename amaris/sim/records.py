@@ -75,7 +75,8 @@ def read_recorded(path: Path) -> list[RecordedRollout]:
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or 'line'}: {err['msg']}"
-                for err in exc.errors())
+                for err in exc.errors()
+            )
             raise RecordsError(f"{path} line {number}: {problems}") from exc
         if not record.late:
             found.append(record)

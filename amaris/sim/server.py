@@ -117,9 +117,12 @@ def shared_prefect(folder: Path) -> Iterator[dict[str, str] | None]:
 
 
 @contextmanager
-def managed_server(base_config: Path | None, folder: Path,
-                   overrides: Mapping[str, Any] | None = None,
-                   prefect_env: Mapping[str, str] | None = None) -> Iterator[str]:
+def managed_server(
+    base_config: Path | None,
+    folder: Path,
+    overrides: Mapping[str, Any] | None = None,
+    prefect_env: Mapping[str, str] | None = None,
+) -> Iterator[str]:
     """Run ``amaris serve`` with its data folder in ``folder``; yield its URL.
 
     The configuration is ``base_config`` with the data folder, a free port, async mode,
@@ -156,8 +159,13 @@ def managed_server(base_config: Path | None, folder: Path,
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "amaris.cli.main", "serve", "--config", str(config)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-            cwd=folder, start_new_session=True)
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=folder,
+            start_new_session=True,
+        )
     try:
         _wait_ready(proc, f"{url}/healthz", log)
         yield url

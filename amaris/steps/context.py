@@ -102,19 +102,26 @@ def context_from_config() -> PipelineContext:
     """
     path = os.environ.get("AMARIS_CONFIG")
     if not path:
-        raise RuntimeError("amaris pipeline context is not set in this process, and "
-                           "AMARIS_CONFIG does not name a configuration to build it from")
+        raise RuntimeError(
+            "amaris pipeline context is not set in this process, and "
+            "AMARIS_CONFIG does not name a configuration to build it from"
+        )
     settings = load_settings(Path(path))
     qdrant = open_qdrant(settings.memory)
     prefix = settings.memory.collection
     writer = settings.server.replica if settings.pipeline.executor == "deployment" else ""
     return PipelineContext(
         settings=settings,
-        gateway=LLMGateway(pipeline_gateway_settings(settings), build_providers(settings),
-                           CallLog(settings.log_dir), step_wall_time=True),
+        gateway=LLMGateway(
+            pipeline_gateway_settings(settings),
+            build_providers(settings),
+            CallLog(settings.log_dir),
+            step_wall_time=True,
+        ),
         memory=MemoryStore(qdrant, prefix, build_embedder(settings.memory, settings.client)),
         rollouts=RolloutLog(qdrant, prefix, writer=writer),
         steps=StepRegistry(qdrant, prefix),
         rubrics=RubricStore(qdrant, prefix, settings.memory.rubrics_export_path),
-        prompts=load_prompts(settings.prompts), namespace=store_namespace(settings),
+        prompts=load_prompts(settings.prompts),
+        namespace=store_namespace(settings),
     )

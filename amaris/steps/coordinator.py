@@ -46,8 +46,7 @@ class StepRefusedError(ValueError):
     rollouts that is not the next step). ``field``: the request field that held the step.
     """
 
-    def __init__(self, reason: Refusal, message: str,
-                 field: str = "metadata.current_step") -> None:
+    def __init__(self, reason: Refusal, message: str, field: str = "metadata.current_step") -> None:
         super().__init__(message)
         self.reason: Refusal = reason
         self.field = field
@@ -62,8 +61,9 @@ class UnknownStepError(LookupError):
     """No rollout was logged for the step and it was never completed."""
 
     def __init__(self, step: int) -> None:
-        super().__init__(f"step {step} is unknown: no rollout was logged for it and it was "
-                         "never completed")
+        super().__init__(
+            f"step {step} is unknown: no rollout was logged for it and it was never completed"
+        )
         self.step = step
 
 
@@ -78,7 +78,8 @@ class StepCoordinator:
         run_step: RunStep,
         on_done: Callable[[int], Coroutine[Any, Any, None]] | None = None,
         on_finished: Callable[[str, float], None] | None = None,
-        store: StepStore | None = None, replica: str = "",
+        store: StepStore | None = None,
+        replica: str = "",
         after_wake: Callable[[], None] | None = None,
     ) -> None:
         """``on_finished`` (metrics) gets ``done`` or ``failed`` and the pipeline's seconds.
@@ -130,8 +131,7 @@ class StepCoordinator:
                 self._counts[step] = await asyncio.to_thread(self._rollouts.count, step)
             if status in {"done", "failed"}:
                 self._event(step).set()
-                self._outcomes[step] = {"error": entry.get("error"),
-                                        "scopes": entry.get("scopes")}
+                self._outcomes[step] = {"error": entry.get("error"), "scopes": entry.get("scopes")}
             if status == "completing":
                 resumed.append(step)
         by_step = {int(e["step"]): e for e in entries}
@@ -170,9 +170,11 @@ class StepCoordinator:
         (any step when it knows none), or when ``pipeline.max_open_steps`` are open.
         A step it does not know is first looked up in the store (at most every second).
         """
-        if (step not in self._status
-                and step <= self._settings.pipeline.max_step
-                and time.monotonic() - self._steps_synced >= _STATUS_TTL):
+        if (
+            step not in self._status
+            and step <= self._settings.pipeline.max_step
+            and time.monotonic() - self._steps_synced >= _STATUS_TTL
+        ):
             # Other replicas open steps too: judge a step new to this replica on the
             # registry's view (re-read at most every second: a flood of new or refused
             # steps is no flood of reads).
@@ -185,27 +187,35 @@ class StepCoordinator:
     def _refusal(self, step: int) -> StepRefusedError | None:
         pipeline = self._settings.pipeline
         if step > pipeline.max_step:
-            return StepRefusedError("out_of_range",
-                                    f"is over pipeline.max_step ({pipeline.max_step})")
+            return StepRefusedError(
+                "out_of_range", f"is over pipeline.max_step ({pipeline.max_step})"
+            )
         if step in self._status or step in self._opening:
             return None
         newest = max([*self._status, *self._opening], default=None)
         if newest is not None and step > newest + pipeline.max_steps_ahead:
-            return StepRefusedError("out_of_range", (
-                f"step {step} is more than pipeline.max_steps_ahead "
-                f"({pipeline.max_steps_ahead}) past the newest step ({newest})"))
+            return StepRefusedError(
+                "out_of_range",
+                (
+                    f"step {step} is more than pipeline.max_steps_ahead "
+                    f"({pipeline.max_steps_ahead}) past the newest step ({newest})"
+                ),
+            )
         opened = {s for s, st in self._status.items() if st == "open"} | self._opening.keys()
         if len(opened) >= pipeline.max_open_steps:
-            return StepRefusedError("too_many_open", (
-                f"step {step} would open one more step; {len(opened)} are open "
-                f"(pipeline.max_open_steps): complete steps first (POST /complete)"))
+            return StepRefusedError(
+                "too_many_open",
+                (
+                    f"step {step} would open one more step; {len(opened)} are open "
+                    f"(pipeline.max_open_steps): complete steps first (POST /complete)"
+                ),
+            )
         return None
 
     async def record(self, step: int, record: dict[str, Any]) -> None:
         """Append a scored rollout to the log (durably, before the response is sent)."""
         status = await self._open_status(step)
-        record = {**record, "step": step, "time": time.time(), "late": status not in
-                  (None, "open")}
+        record = {**record, "step": step, "time": time.time(), "late": status not in (None, "open")}
         await self._appender.append(step, record)
         if status is None:
             self._status[step] = "open"
@@ -213,8 +223,11 @@ class StepCoordinator:
             if await self._store.get(step) is None:
                 await asyncio.to_thread(self._steps.set, step, status="open")
         if record["late"]:
-            log.warning("rollout %s arrived after step %s was completed; logged, not analysed",
-                        loggable(record["rollout"]["id"]), step)
+            log.warning(
+                "rollout %s arrived after step %s was completed; logged, not analysed",
+                loggable(record["rollout"]["id"]),
+                step,
+            )
             return
         self._counts[step] = self._counts.get(step, 0) + 1
         target = self._settings.pipeline.rollouts_per_step
@@ -250,8 +263,9 @@ class StepCoordinator:
         """
         max_step = self._settings.pipeline.max_step
         if step is not None and step > max_step:
-            raise StepRefusedError("out_of_range", f"is over pipeline.max_step ({max_step})",
-                                   field="step")
+            raise StepRefusedError(
+                "out_of_range", f"is over pipeline.max_step ({max_step})", field="step"
+            )
         if self._settings.pipeline.rollouts_per_step is not None:
             return "noop"
         if step is not None:
@@ -260,9 +274,14 @@ class StepCoordinator:
                 await self._sync_from_store()
                 following = max(self._status, default=-1) + 1
                 if step != following and step not in self._status:
-                    raise StepRefusedError("not_next", (
-                        f"step {step} has no rollouts and is not the next step "
-                        f"({following}): nothing to complete"), field="step")
+                    raise StepRefusedError(
+                        "not_next",
+                        (
+                            f"step {step} has no rollouts and is not the next step "
+                            f"({following}): nothing to complete"
+                        ),
+                        field="step",
+                    )
             if status in (None, "open", "failed"):
                 await self._start(step, new_attempt=status == "failed")
             return "complete"
@@ -344,12 +363,21 @@ class StepCoordinator:
         finally:
             self._waiting -= 1
         if self._status.get(target) not in ("done", "failed"):
-            return {"status": "pending", "mode": mode, "step": target,
-                    "step_status": self._status.get(target, "unknown")}
+            return {
+                "status": "pending",
+                "mode": mode,
+                "step": target,
+                "step_status": self._status.get(target, "unknown"),
+            }
         outcome = self._outcomes.get(target, {})
         status = "failed" if self._status.get(target) == "failed" else "updated"
-        return {"status": status, "mode": mode, "step": target,
-                "error": outcome.get("error"), "scopes": outcome.get("scopes")}
+        return {
+            "status": status,
+            "mode": mode,
+            "step": target,
+            "error": outcome.get("error"),
+            "scopes": outcome.get("scopes"),
+        }
 
     @property
     def waiters(self) -> int:
@@ -370,8 +398,10 @@ class StepCoordinator:
             record = await self._store.get(step) or {}
             if record.get("status") in ("done", "failed"):
                 self._status[step] = str(record["status"])
-                self._outcomes[step] = {"error": record.get("error"),
-                                        "scopes": record.get("scopes")}
+                self._outcomes[step] = {
+                    "error": record.get("error"),
+                    "scopes": record.get("scopes"),
+                }
                 return
             try:
                 async with asyncio.timeout(_WAIT_POLL):
@@ -407,8 +437,9 @@ class StepCoordinator:
             self._event(step).clear()
             self._last_started = max(step, self._last_started or step)
             count = await self._store.count(step, self._counts.get(step, 0))
-            await asyncio.to_thread(self._steps.set, step, status="completing",
-                                    rollout_count=count, error=None)
+            await asyncio.to_thread(
+                self._steps.set, step, status="completing", rollout_count=count, error=None
+            )
             self._supervised.add(step)
         task = asyncio.create_task(self._supervise(step, new_attempt), name=f"step-{step}")
         self._tasks.add(task)
@@ -421,8 +452,9 @@ class StepCoordinator:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            error = (str(exc) if isinstance(exc, StepRunFailedError)
-                     else f"{type(exc).__name__}: {exc}")
+            error = (
+                str(exc) if isinstance(exc, StepRunFailedError) else f"{type(exc).__name__}: {exc}"
+            )
             log.error("step %s failed: %s", step, error)
             self._status[step] = "failed"
             self._outcomes[step] = {"error": error}
@@ -434,9 +466,14 @@ class StepCoordinator:
             self._outcomes[step] = outcome
             self._finished("done", started)
             log.info("step %s done in %.1f s", step, time.monotonic() - started)
-            await asyncio.to_thread(self._steps.set, step, status="done", error=None,
-                                    duration_s=round(time.monotonic() - started, 3),
-                                    scopes=outcome.get("scopes"))
+            await asyncio.to_thread(
+                self._steps.set,
+                step,
+                status="done",
+                error=None,
+                duration_s=round(time.monotonic() - started, 3),
+                scopes=outcome.get("scopes"),
+            )
             if self._on_done is not None:
                 await self._on_done(step)
         finally:
@@ -460,8 +497,9 @@ class StepCoordinator:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-def enforce_retention(settings: Settings, rollouts: RolloutLog, memory: Any,
-                            finished_step: int) -> None:
+def enforce_retention(
+    settings: Settings, rollouts: RolloutLog, memory: Any, finished_step: int
+) -> None:
     """Blocking: archive and drop rollouts, and drop full analyses, of steps past their retention.
 
     Rollouts of step ``s - memory.rollout_retention_steps`` go to

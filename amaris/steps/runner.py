@@ -29,8 +29,9 @@ class PipelineRunner:
         # The thread runs in a copy of the creator's context, so Prefect settings set there
         # (a test harness, a profile) apply to the flows too.
         context = contextvars.copy_context()
-        self._thread = threading.Thread(target=context.run, args=(self._run,),
-                                        name="amaris-pipeline", daemon=True)
+        self._thread = threading.Thread(
+            target=context.run, args=(self._run,), name="amaris-pipeline", daemon=True
+        )
         self._on_start = on_start
         self.ready = concurrent.futures.Future[None]()
 

@@ -19,7 +19,8 @@ async def healthz(services: ServicesDep) -> HealthResponse:
         version=__version__,
         judge_backend=provider.description,
         offline_judge=provider.offline,
-        judge_model="offline-rules" if provider.offline
+        judge_model="offline-rules"
+        if provider.offline
         else services.settings.agents.for_agent("scorer").model,
         rubric_version=services.store.current().version,
         counters=dict(services.scorer.counters),

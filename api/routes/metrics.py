@@ -13,8 +13,10 @@ router = APIRouter(tags=["metrics"])
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format."},
-               **AUTH_ERRORS},
+    responses={
+        200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format."},
+        **AUTH_ERRORS,
+    },
 )
 async def metrics(services: ServicesDep) -> Response:
     """Requests, judge calls, tokens and errors, rewards, steps and the rubric version.

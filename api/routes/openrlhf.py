@@ -55,12 +55,15 @@ class GetRewardRequest(BaseModel):
     query: list[Text] = Field(min_length=1, description="Prompt + response, per sample.")
     prompts: list[Text] = Field(description="The prompt each query starts with.")
     labels: list[JSONValue] | None = Field(
-        default=None, description="Reference answers (supplemental_context); null: none.")
+        default=None, description="Reference answers (supplemental_context); null: none."
+    )
     group_ids: list[Text] | None = Field(
-        default=None, description="amaris: the group (prompt id) of each sample; "
-        "default: its prompt.")
+        default=None,
+        description="amaris: the group (prompt id) of each sample; default: its prompt.",
+    )
     amaris_metadata: RunMetadata | None = Field(
-        default=None, description="amaris: the run's goal, model size, total steps.")
+        default=None, description="amaris: the run's goal, model size, total steps."
+    )
 
 
 class GetRewardResponse(BaseModel):
@@ -69,7 +72,8 @@ class GetRewardResponse(BaseModel):
     rewards: list[float | None]
     scores: list[float | None]
     extra_logs: dict[str, list[float]] = Field(
-        description="Per sample: amaris_rubric_version, amaris_unscored (1/0), amaris_cached.")
+        description="Per sample: amaris_rubric_version, amaris_unscored (1/0), amaris_cached."
+    )
     step: int
     statuses: list[str]
 
@@ -89,8 +93,7 @@ def current_step(coordinator: StepCoordinator, max_step: int) -> int:
     go to the step after it. Steps over ``max_step`` (``pipeline.max_step``; only a store
     written before that bound can hold them) are left out.
     """
-    steps = {step: status for step, status in coordinator.snapshot().items()
-             if step <= max_step}
+    steps = {step: status for step, status in coordinator.snapshot().items() if step <= max_step}
     opened = [step for step, status in steps.items() if status == "open"]
     if opened:
         return max(opened)
@@ -107,30 +110,40 @@ def _response_of(query: str, prompt: str) -> str | None:
     """The response in ``query``: what follows ``prompt`` (which may come after a BOS
     token the tokenizer's decode added); None when the prompt is not in the query."""
     if query.startswith(prompt):
-        return query[len(prompt):]
+        return query[len(prompt) :]
     at = query.find(prompt) if prompt else -1
-    return query[at + len(prompt):] if at >= 0 else None
+    return query[at + len(prompt) :] if at >= 0 else None
 
 
 def _length_errors(body: GetRewardRequest) -> list[ErrorDetail]:
     expected = len(body.query)
     lists = {"prompts": body.prompts, "labels": body.labels, "group_ids": body.group_ids}
-    return [ErrorDetail(field=name, message=f"has {len(values)} items; query has {expected}")
-            for name, values in lists.items()
-            if values is not None and len(values) != expected]
+    return [
+        ErrorDetail(field=name, message=f"has {len(values)} items; query has {expected}")
+        for name, values in lists.items()
+        if values is not None and len(values) != expected
+    ]
 
 
 def _items(body: GetRewardRequest, step: int) -> list[dict[str, Any] | ErrorDetail]:
     """Each sample as a /batch_score item, or what is wrong with it."""
-    metadata = {**(body.amaris_metadata.model_dump() if body.amaris_metadata else {}),
-                "current_step": step}
+    metadata = {
+        **(body.amaris_metadata.model_dump() if body.amaris_metadata else {}),
+        "current_step": step,
+    }
     items: list[dict[str, Any] | ErrorDetail] = []
     for i, (query, prompt) in enumerate(zip(body.query, body.prompts, strict=True)):
         response = _response_of(query, prompt)
         if response is None:
-            items.append(ErrorDetail(field=f"query[{i}]", message=(
-                f"does not contain prompts[{i}]: a query is the prompt followed by the "
-                "response")))
+            items.append(
+                ErrorDetail(
+                    field=f"query[{i}]",
+                    message=(
+                        f"does not contain prompts[{i}]: a query is the prompt followed by the "
+                        "response"
+                    ),
+                )
+            )
             continue
         rollout = {
             "id": f"get_reward-{uuid.uuid4().hex[:16]}",
@@ -147,8 +160,11 @@ def _field_of(index: int, reason: str | None) -> str:
     """``items[i].rollout.input: ...`` -> the /get_reward field the problem came from."""
     text = reason or ""
     head = text.split(":", 1)[0]
-    for part, field in (("rollout.input", "prompts"), ("rollout.supplemental_context", "labels"),
-                        ("rollout.group_id", "group_ids")):
+    for part, field in (
+        ("rollout.input", "prompts"),
+        ("rollout.supplemental_context", "labels"),
+        ("rollout.group_id", "group_ids"),
+    ):
         if part in head:
             return f"{field}[{index}]"
     if f"items[{index}].metadata" in head:
@@ -156,8 +172,9 @@ def _field_of(index: int, reason: str | None) -> str:
     return f"query[{index}]"
 
 
-def _checked(items: list[dict[str, Any] | ErrorDetail], services: Services
-             ) -> tuple[list[ScoreRequest], list[ErrorDetail]]:
+def _checked(
+    items: list[dict[str, Any] | ErrorDetail], services: Services
+) -> tuple[list[ScoreRequest], list[ErrorDetail]]:
     """Every sample checked as a /batch_score item: the requests, or every problem."""
     requests: list[ScoreRequest] = []
     errors: list[ErrorDetail] = []
@@ -180,7 +197,9 @@ def _answer(results: list[ScoreResponse], step: int) -> GetRewardResponse:
     rewards = [r.score for r in results]
     unscored = [1.0 if r.status != "scored" else 0.0 for r in results]
     return GetRewardResponse(
-        rewards=rewards, scores=list(rewards), step=step,
+        rewards=rewards,
+        scores=list(rewards),
+        step=step,
         statuses=[r.status for r in results],
         extra_logs={
             "amaris_rubric_version": [float(r.rubric_version or 0) for r in results],
@@ -193,9 +212,14 @@ def _answer(results: list[ScoreResponse], step: int) -> GetRewardResponse:
 @router.post(
     "/get_reward",
     response_model=GetRewardResponse,
-    responses={**INPUT_ERRORS, **STEP_ERRORS, 503: {
-        "model": UnscoredBatchResponse,
-        "description": "Some samples are unscored and `scoring.on_failure` is not `neutral`."}},
+    responses={
+        **INPUT_ERRORS,
+        **STEP_ERRORS,
+        503: {
+            "model": UnscoredBatchResponse,
+            "description": "Some samples are unscored and `scoring.on_failure` is not `neutral`.",
+        },
+    },
 )
 async def get_reward(
     body: GetRewardRequest,
@@ -231,16 +255,25 @@ async def get_reward(
     if errors:
         return error_response(422, "invalid_request", errors)
     results = await score_items(requests, services)
-    invalid = [ErrorDetail(field=_field_of(i, r.reason), message=r.reason or "invalid")
-               for i, r in enumerate(results) if r.status == "invalid"]
+    invalid = [
+        ErrorDetail(field=_field_of(i, r.reason), message=r.reason or "invalid")
+        for i, r in enumerate(results)
+        if r.status == "invalid"
+    ]
     if invalid:
         return error_response(422, "invalid_request", invalid)
     answer = _answer(results, step)
     policy = services.settings.scoring
-    missing = [ErrorDetail(field=f"query[{i}]", message=r.reason or "unscored")
-               for i, r in enumerate(results) if r.score is None]
+    missing = [
+        ErrorDetail(field=f"query[{i}]", message=r.reason or "unscored")
+        for i, r in enumerate(results)
+        if r.score is None
+    ]
     if missing and policy.on_failure != "neutral":
         unscored = UnscoredBatchResponse(**answer.model_dump(), detail=missing)
-        return JSONResponse(jsonable_encoder(unscored), status_code=503,
-                            headers={"Retry-After": str(policy.retry_after_seconds)})
+        return JSONResponse(
+            jsonable_encoder(unscored),
+            status_code=503,
+            headers={"Retry-After": str(policy.retry_after_seconds)},
+        )
     return answer

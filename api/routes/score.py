@@ -143,8 +143,9 @@ async def batch_score(body: BatchScoreRequest, services: ServicesDep) -> BatchSc
     changes nothing; the other items are scored normally.
     """
     admit_batch("items", len(body.items), services)
-    checked = [check_item(i, raw, body.include_breakdown, services)
-               for i, raw in enumerate(body.items)]
+    checked = [
+        check_item(i, raw, body.include_breakdown, services) for i, raw in enumerate(body.items)
+    ]
     return BatchScoreResponse(results=await score_items(checked, services))
 
 
@@ -161,12 +162,15 @@ def admit_batch(field: str, size: int, services: Services) -> None:
         raise OversizeError(field, size, max_items, unit="items")
     limit = services.settings.scoring.max_pending
     if limit is not None and services.scorer.pending + size > limit:
-        raise OverloadedError(f"{services.scorer.pending} judge calls pending and "
-                              f"{size} more asked (max_pending {limit})")
+        raise OverloadedError(
+            f"{services.scorer.pending} judge calls pending and "
+            f"{size} more asked (max_pending {limit})"
+        )
 
 
-def check_item(index: int, raw: object, include_breakdown: bool,
-               services: Services) -> ScoreRequest | ScoreResponse:
+def check_item(
+    index: int, raw: object, include_breakdown: bool, services: Services
+) -> ScoreRequest | ScoreResponse:
     """Item ``index`` of a batch as a request to score, or its ``invalid`` answer.
 
     The checks of ``/score`` (the body's validation, :meth:`Scorer.check`), without side
@@ -186,8 +190,9 @@ def check_item(index: int, raw: object, include_breakdown: bool,
     return request
 
 
-async def score_items(checked: Sequence[ScoreRequest | ScoreResponse],
-                      services: Services) -> list[ScoreResponse]:
+async def score_items(
+    checked: Sequence[ScoreRequest | ScoreResponse], services: Services
+) -> list[ScoreResponse]:
     """Score the requests among ``checked`` concurrently; answers in order (an answer
     in ``checked`` is kept)."""
 
@@ -197,8 +202,13 @@ async def score_items(checked: Sequence[ScoreRequest | ScoreResponse],
         except (RolloutConflictError, StepRefusedError) as exc:
             return _invalid(index, request.rollout.id, f"items[{index}].{exc.field}: {exc}")
         except OverloadedError as exc:
-            return ScoreResponse(score=None, rubric_version=None, status="unscored",
-                                 rollout_id=request.rollout.id, reason=f"overloaded: {exc}")
+            return ScoreResponse(
+                score=None,
+                rubric_version=None,
+                status="unscored",
+                rollout_id=request.rollout.id,
+                reason=f"overloaded: {exc}",
+            )
 
     pending = [one(i, item) for i, item in enumerate(checked) if isinstance(item, ScoreRequest)]
     scored = iter(await asyncio.gather(*pending))

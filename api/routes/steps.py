@@ -65,8 +65,9 @@ class WaitResponse(BaseModel):
     )
 
 
-@router.post("/complete", response_model=CompleteResponse,
-             responses={**INPUT_ERRORS, **STEP_ERRORS})
+@router.post(
+    "/complete", response_model=CompleteResponse, responses={**INPUT_ERRORS, **STEP_ERRORS}
+)
 async def complete(
     services: ServicesDep, body: Annotated[CompleteRequest | None, Body()] = None
 ) -> CompleteResponse:
@@ -83,8 +84,11 @@ async def complete(
 
 _WAIT_ERRORS: dict[int | str, dict[str, Any]] = {
     **INPUT_ERRORS,
-    404: {"model": ErrorResponse, "description": "`step` is unknown: no rollout was logged "
-          "for it and it was never completed."},
+    404: {
+        "model": ErrorResponse,
+        "description": "`step` is unknown: no rollout was logged "
+        "for it and it was never completed.",
+    },
 }
 
 
@@ -163,13 +167,18 @@ class RerunResponse(BaseModel):
 @router.get("/steps", response_model=list[StepStatusPublic], responses=INPUT_ERRORS)
 async def list_steps(
     services: ServicesDep,
-    status: Annotated[Literal["open", "completing", "done", "failed"] | None,
-                      Query(description="Only steps with this status.")] = None,
+    status: Annotated[
+        Literal["open", "completing", "done", "failed"] | None,
+        Query(description="Only steps with this status."),
+    ] = None,
 ) -> list[StepStatusPublic]:
     """Steps and their pipeline status."""
     known = services.coordinator.snapshot()
-    return [StepStatusPublic.model_validate({"step": step, "status": st})
-            for step, st in sorted(known.items()) if status is None or st == status]
+    return [
+        StepStatusPublic.model_validate({"step": step, "status": st})
+        for step, st in sorted(known.items())
+        if status is None or st == status
+    ]
 
 
 @router.post("/steps/{step}/rerun", response_model=RerunResponse, responses=INPUT_ERRORS)
@@ -221,8 +230,9 @@ class StepAnalyses(BaseModel):
 def _unknown_step(services: Services, step: int) -> JSONResponse | None:
     if services.coordinator.status(step) is not None:
         return None
-    return error_response(404, "not_found", [ErrorDetail(field="step",
-                                                         message=f"step {step} is unknown")])
+    return error_response(
+        404, "not_found", [ErrorDetail(field="step", message=f"step {step} is unknown")]
+    )
 
 
 def _records(services: Services, step: int) -> list[dict[str, Any]]:
@@ -237,21 +247,30 @@ async def step_rollouts(step: StepNumber, services: ServicesDep) -> StepRollouts
     if unknown is not None:
         return unknown
     records = await asyncio.to_thread(_records, services, step)
-    return StepRollouts.model_validate({"step": step, "status": services.coordinator.status(step),
-                                        "records": records})
+    return StepRollouts.model_validate(
+        {"step": step, "status": services.coordinator.status(step), "records": records}
+    )
 
 
 def _analyses(services: Services, step: int, scope: str | None) -> tuple[int, list[Any]]:
-    records = [r for r in _records(services, step) if not r.get("late")
-               and (scope is None or r["scope"] == scope)]
+    records = [
+        r
+        for r in _records(services, step)
+        if not r.get("late") and (scope is None or r["scope"] == scope)
+    ]
     by_scope: dict[str, list[str]] = {}
     for record in records:
         by_scope.setdefault(record["scope"], []).append(record["rollout"]["id"])
-    stored = {name: services.memory.get_analyses(name, step, ids)
-              for name, ids in by_scope.items()}
-    found = [{"rollout_id": r["rollout"]["id"], "scope": r["scope"],
-              "analysis": stored[r["scope"]][r["rollout"]["id"]]}
-             for r in records if r["rollout"]["id"] in stored[r["scope"]]]
+    stored = {name: services.memory.get_analyses(name, step, ids) for name, ids in by_scope.items()}
+    found = [
+        {
+            "rollout_id": r["rollout"]["id"],
+            "scope": r["scope"],
+            "analysis": stored[r["scope"]][r["rollout"]["id"]],
+        }
+        for r in records
+        if r["rollout"]["id"] in stored[r["scope"]]
+    ]
     return len(records), found
 
 
@@ -259,13 +278,21 @@ def _analyses(services: Services, step: int, scope: str | None) -> tuple[int, li
 async def step_analyses(
     step: StepNumber,
     services: ServicesDep,
-    scope: Annotated[str | None, Query(min_length=1, max_length=200,
-                                       description="Only this scope (default: all).")] = None,
+    scope: Annotated[
+        str | None,
+        Query(min_length=1, max_length=200, description="Only this scope (default: all)."),
+    ] = None,
 ) -> StepAnalyses | JSONResponse:
     """The per-rollout analyses of a step (reward-hacking findings per rollout)."""
     unknown = _unknown_step(services, step)
     if unknown is not None:
         return unknown
     count, found = await asyncio.to_thread(_analyses, services, step, scope)
-    return StepAnalyses.model_validate({"step": step, "status": services.coordinator.status(step),
-                                        "rollouts": count, "analyses": found})
+    return StepAnalyses.model_validate(
+        {
+            "step": step,
+            "status": services.coordinator.status(step),
+            "rollouts": count,
+            "analyses": found,
+        }
+    )

@@ -17,15 +17,17 @@ prompts = [PROMPT] * len(queries)
 labels = ["42"] * len(queries)
 
 # --remote_rm_url /path/to/reward_func.py: OpenRLHF loads reward_func from the file
-spec = importlib.util.spec_from_file_location("reward_func",
-                                              Path(__file__).with_name("reward_func.py"))
+spec = importlib.util.spec_from_file_location(
+    "reward_func", Path(__file__).with_name("reward_func.py")
+)
 assert spec is not None and spec.loader is not None
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 print(module.reward_func(queries, prompts, labels))
 
 # --remote_rm_url http://.../get_reward: OpenRLHF posts this body and reads "rewards"
-answer = httpx.post(f"{URL}/get_reward", json={"query": queries, "prompts": prompts,
-                                               "labels": labels}, timeout=600)
+answer = httpx.post(
+    f"{URL}/get_reward", json={"query": queries, "prompts": prompts, "labels": labels}, timeout=600
+)
 answer.raise_for_status()
 print(answer.json())

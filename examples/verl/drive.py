@@ -18,10 +18,18 @@ for solution in ("6 * 7 = 42. The answer is 42.", "The answer is 41."):
 
 
 async def reward_loop() -> None:
-    results = await asyncio.gather(*(
-        compute_score_async(data_source="openai/gsm8k", solution_str=s, ground_truth="42",
-                            extra_info=EXTRA_INFO, **REWARD_KWARGS)
-        for s in ("The answer is 42.", "It is 42 or 43.")))
+    results = await asyncio.gather(
+        *(
+            compute_score_async(
+                data_source="openai/gsm8k",
+                solution_str=s,
+                ground_truth="42",
+                extra_info=EXTRA_INFO,
+                **REWARD_KWARGS,
+            )
+            for s in ("The answer is 42.", "It is 42 or 43.")
+        )
+    )
     print(results)
 
 

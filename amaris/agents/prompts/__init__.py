@@ -73,13 +73,15 @@ def data_message(agent: str, payload: dict[str, Any], heading: str = DATA_HEADIN
     every character that could end its line or spell a marker (``_ESCAPES``):
     ``json.loads`` of the line gives back exactly ``payload``, keys in their order.
     """
-    body = _ESCAPE.sub(lambda m: _ESCAPES[m.group()],
-                       json.dumps({"agent": agent, **payload}, ensure_ascii=False))
+    body = _ESCAPE.sub(
+        lambda m: _ESCAPES[m.group()], json.dumps({"agent": agent, **payload}, ensure_ascii=False)
+    )
     return f"{heading}\n{DATA_START}\n{body}\n{DATA_END}"
 
 
-def agent_messages(agent: str, template: str, context: dict[str, Any],
-                   data: dict[str, Any]) -> list[dict[str, str]]:
+def agent_messages(
+    agent: str, template: str, context: dict[str, Any], data: dict[str, Any]
+) -> list[dict[str, str]]:
     """An agent's chat messages, stable first: the system message is ``template`` and the
     ``context`` block (byte-identical for every call with the same context), the user
     message the per-call ``data`` block. Order ``data``'s keys from the most shared to the
@@ -88,8 +90,10 @@ def agent_messages(agent: str, template: str, context: dict[str, Any],
     system = template
     if context:
         system = f"{template.rstrip()}\n\n{data_message(agent, context, CONTEXT_HEADING)}"
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": data_message(agent, data)}]
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": data_message(agent, data)},
+    ]
 
 
 def parse_data_message(text: str) -> dict[str, Any]:
@@ -127,8 +131,9 @@ def read_data(messages: list[dict[str, Any]]) -> dict[str, Any]:
         except ValueError:
             continue  # instructions only, or a re-ask
         if merged and block.get("agent") != merged.get("agent"):
-            raise ValueError(f"data blocks of two agents: {merged.get('agent')!r} and "
-                             f"{block.get('agent')!r}")
+            raise ValueError(
+                f"data blocks of two agents: {merged.get('agent')!r} and {block.get('agent')!r}"
+            )
         twice = sorted(k for k in block if k in merged and k != "agent")
         if twice:
             raise ValueError(f"data keys given twice: {twice}")
