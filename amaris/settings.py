@@ -7,6 +7,7 @@ stops start-up with a message naming it (see :func:`load_settings`).
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import socket
 from pathlib import Path
@@ -26,6 +27,8 @@ AGENTS: tuple[str, ...] = (
 )
 """The six LLM agents of the AMARIS method."""
 
+log = logging.getLogger("amaris.settings")
+
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 """``agents.<agent>.structured_output``."""
 
@@ -33,10 +36,6 @@ MAX_SAMPLES = 16
 """Most verdicts per criterion ``agents.scorer.samples`` may ask for (each is a judge call)."""
 SCORER_ONLY = ("samples", "logprobs")
 """Agent options only the scorer reads: accepted under ``agents.scorer`` alone."""
-
-AgentName = Literal[
-    "scorer", "analyzer", "summarizer", "meta_summarizer", "query_generator", "updater"
-]
 
 
 class _Section(BaseModel):
@@ -233,8 +232,29 @@ class ConcurrencySettings(_Section):
     updater: int | None = Field(default=None, gt=0)
 
 
+IGNORED_MEMORY_KEYS = {
+    "per_instance_dir": "amaris keeps per-instance state in Qdrant (accepted for AMARIS "
+                        "configuration files)",
+}
+"""AMARIS ``memory:`` keys accepted and ignored, with the reason logged when one is set."""
+
+
 class MemorySettings(_Section):
     """``memory:``: the data folder, the rubric store and (pipeline) semantic memory."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ignore_amaris_only_keys(cls, data: Any) -> Any:
+        # AMARIS's reference config.yaml carries these; amaris has no use for them. Accepted
+        # so such a file loads, dropped so nothing can come to depend on them, and named in
+        # a warning so nobody believes they take effect.
+        if isinstance(data, dict):
+            ignored = [key for key in IGNORED_MEMORY_KEYS if key in data]
+            if ignored:
+                data = {k: v for k, v in data.items() if k not in IGNORED_MEMORY_KEYS}
+                for key in ignored:
+                    log.warning("memory.%s is ignored: %s", key, IGNORED_MEMORY_KEYS[key])
+        return data
 
     path: Path = Path("./data")
     """The data folder: embedded Qdrant, logs and exports live under it."""
@@ -254,8 +274,6 @@ class MemorySettings(_Section):
     """Memory queries per update; null = adaptive."""
     rubrics_mode: Literal["global", "per_instance"] = "global"
     """One rubric for all inputs, or one per input id."""
-    per_instance_dir: Path | None = None
-    """Accepted for AMARIS compatibility; amaris keeps per-instance state in Qdrant."""
     per_instance_rubrics_path: Path | None = None
     """JSON with rubrics preloaded per input id."""
     rubric_refresh_seconds: float | None = Field(default=5.0, gt=0)

@@ -1,5 +1,6 @@
 """config.yaml validation: AMARIS keys accepted, bad keys and values named."""
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -46,8 +47,15 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_reference_amaris_config_is_accepted(tmp_path: Path) -> None:
-    settings = load_settings(write(tmp_path, AMARIS_CONFIG))
+def test_reference_amaris_config_is_accepted(tmp_path: Path,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="amaris.settings"):
+        settings = load_settings(write(tmp_path, AMARIS_CONFIG))
+    # memory.per_instance_dir: accepted, ignored, and said to be
+    assert [r.getMessage() for r in caplog.records] == [
+        "memory.per_instance_dir is ignored: amaris keeps per-instance state in Qdrant "
+        "(accepted for AMARIS configuration files)"]
+    assert "per_instance_dir" not in settings.memory.model_dump()
     assert settings.server.port == 8002
     assert settings.concurrency.scorer == 32
     assert settings.client.for_agent("analyzer").base_url == "https://custom-endpoint.com"
