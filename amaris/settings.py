@@ -83,6 +83,17 @@ class ClientOverride(_Section):
     """Requests in flight to this endpoint, on each path (scoring, step pipeline), whichever
     agents send them; null = the default client's, else 4 for an endpoint on this machine
     (``localhost``, a loopback address) and no limit for others; 0 = no limit."""
+    offline: bool = False
+    """Serve this agent with the offline rule-based agents although others have an
+    endpoint (a per-agent entry only, without ``api_key`` or ``base_url``). Without it, an
+    agent left with no endpoint while another has one stops start-up."""
+
+    @model_validator(mode="after")
+    def _offline_has_no_endpoint(self) -> ClientOverride:
+        if self.offline and (self.api_key is not None or self.base_url is not None):
+            raise ValueError("offline: true serves the agent offline; it takes no api_key "
+                             "or base_url")
+        return self
 
     @property
     def request_limit(self) -> int | None:
@@ -103,17 +114,37 @@ class ClientSettings(_Section):
     query_generator: ClientOverride | None = None
     updater: ClientOverride | None = None
 
+    @model_validator(mode="after")
+    def _offline_per_agent(self) -> ClientSettings:
+        if self.default.offline:
+            raise ValueError("default.offline: set offline per agent (client.<agent>.offline);"
+                             " with no endpoint anywhere every agent is offline already")
+        return self
+
     def for_agent(self, agent: str) -> ClientOverride:
-        """The endpoint an agent uses: its override merged over ``default``."""
+        """The endpoint an agent uses: its override merged over ``default`` (an agent
+        with ``offline: true`` has none)."""
         override: ClientOverride | None = getattr(self, agent)
         if override is None:
             return self.default
+        if override.offline:
+            return override
         return ClientOverride(
             api_key=override.api_key or self.default.api_key,
             base_url=override.base_url or self.default.base_url,
             max_concurrency=(override.max_concurrency if override.max_concurrency is not None
                              else self.default.max_concurrency),
         )
+
+    def offline_agents(self) -> list[str]:
+        """The agents served by the offline rule-based agents: those with no endpoint (no
+        ``api_key``, no ``base_url`` after merging with ``default``)."""
+        return [agent for agent in AGENTS if not has_endpoint(self.for_agent(agent))]
+
+
+def has_endpoint(client: ClientOverride) -> bool:
+    """Whether ``client`` names an LLM endpoint (a key for OpenAI, or a URL)."""
+    return client.api_key is not None or client.base_url is not None
 
 
 class AgentOptions(_Section):
@@ -512,6 +543,25 @@ class Settings(_Section):
         default_factory=lambda: [RubricItem(text="The response gives the correct final answer.")]
     )
     adaptive_rubrics: list[RubricItem] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _no_silent_offline(self) -> Settings:
+        # The offline agents never stand in for a configured LLM unannounced: with an
+        # endpoint for some agents, one left without must be a mistake unless opted in.
+        offline = self.client.offline_agents()
+        if len(offline) == len(AGENTS):
+            return self
+        unasked = [a for a in offline if not self.client.for_agent(a).offline]
+        if unasked:
+            online = [a for a in AGENTS if a not in offline]
+            raise ValueError(
+                f"client: {', '.join(unasked)} {'has' if len(unasked) == 1 else 'have'} no "
+                f"LLM endpoint (no api_key, no base_url) while {', '.join(online)} "
+                f"{'has' if len(online) == 1 else 'have'} one; give "
+                + ", ".join(f"client.{a}" for a in unasked)
+                + " a base_url or api_key (or set client.default, or OPENAI_API_KEY), or "
+                "set client.<agent>.offline: true to serve it with the offline agents")
+        return self
 
     @model_validator(mode="after")
     def _rubrics(self) -> Settings:
