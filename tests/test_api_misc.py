@@ -357,7 +357,7 @@ def test_unexpected_failure_is_500_with_an_error_body(
         async def broken(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("disk on fire")
 
-        monkeypatch.setattr(scorer, "score", broken)
+        monkeypatch.setattr(scorer, "judge", broken)
         r = client.post("/score", json=SCORE_BODY)
     assert r.status_code == 500
     assert r.json() == {
