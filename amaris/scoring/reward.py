@@ -68,8 +68,9 @@ async def score_rollout(
     return result
 
 
-async def reward_of(scorer: Scorer, request: ScoreRequest,
-                    rubric: RubricVersion | None = None) -> ScoreResponse:
+async def reward_of(
+    scorer: Scorer, request: ScoreRequest, rubric: RubricVersion | None = None
+) -> ScoreResponse:
     """The answer for one rollout judged against ``rubric`` (default: the global one in
     force): the aggregated reward, or ``unscored`` with the judge's failure.
 
