@@ -26,6 +26,7 @@ from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.settings import Settings, load_settings
+from tests import procs
 from tests.fake_llm import FakeLLM, running_fake_llm
 from tests.real_llm import RealLLM, default_cache_dir, fetch_gguf, running_real_llm
 
@@ -35,6 +36,28 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # A developer's real key must never reach a test (or make it call a real endpoint).
     for name in ("OPENAI_API_KEY", "AMARIS_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
+
+
+pytest_plugins = ["pytester"]  # tests/test_markers.py runs pytest on a small test file
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test of the real-model tier (marker ``real_model``, or the ``real_llm`` fixture) is
+    slow too: ``pytest -m "not slow"`` leaves it out."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("real_model") or "real_llm" in fixtures:
+            for marker in ("real_model", "slow"):
+                if item.get_closest_marker(marker) is None:
+                    item.add_marker(marker)
+
+
+@pytest.fixture(autouse=True)
+def _slow_marker(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Lets :func:`tests.procs.require_slow` refuse a real process in a quick test."""
+    procs.current_test_is_slow = request.node.get_closest_marker("slow") is not None
+    yield
+    procs.current_test_is_slow = False
 
 
 @pytest.fixture(autouse=True)
