@@ -50,34 +50,49 @@ def run(extra: list[str], durations: int) -> tuple[float, str, int]:
     return elapsed, (lines[-1] if lines else done.stderr[-300:]), done.returncode
 
 
+def earlier_rows(doc: Path, start: str, end: str) -> dict[str, str]:
+    """The rows of this benchmark's section already in ``doc``, by run."""
+    text = doc.read_text(encoding="utf-8") if doc.is_file() else ""
+    section = text.split(start, 1)[1].split(end, 1)[0] if start in text else ""
+    return {
+        line.split("|")[1].strip(): line
+        for line in section.splitlines()
+        if line.startswith("| `pytest")
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(RUNS), help="run one loop only")
     parser.add_argument("--durations", type=int, default=0, help="print the N slowest tests")
     args = parser.parse_args()
-    rows = []
+    doc = ROOT / "docs" / "benchmarks.md"
+    start, end = markers("test_loops")
+    rows = earlier_rows(doc, start, end)
     for name, extra in RUNS.items():
         if args.only and name != args.only:
             continue
         before = loadavg()
         elapsed, summary, code = run(extra, args.durations)
-        shown = "pytest " + " ".join(f'"{a}"' if " " in a else a for a in extra)
-        rows.append(f"| `{shown.strip()}` | {elapsed:.0f} s | {summary} (exit {code}) | {before} |")
-        print(rows[-1], flush=True)
-    start, end = markers("test_loops")
+        shown = "`" + " ".join(["pytest", *(f'"{a}"' if " " in a else a for a in extra)]) + "`"
+        rows[shown] = (
+            f"| {shown} | {elapsed:.0f} s | {summary} (exit {code}) | {before} | "
+            f"`{command_line()}` |"
+        )
+        print(rows[shown], flush=True)
     write_doc(
-        ROOT / "docs" / "benchmarks.md",
+        doc,
         "\n".join(
             [
                 start,
                 '## Test loops: quick (`-m "not slow"`) and full',
                 "",
-                f"Command: `{command_line()}` ({machine()};"
-                " the suite's own `-n 2 --dist loadfile`).",
+                f"{machine()}; the suite's own `-n 2 --dist loadfile`; the machine's 2 cores",
+                "were shared with other work (load average before each run in the table).",
                 "",
-                "| run | wall time | pytest summary | load before |",
-                "|---|---|---|---|",
-                *rows,
+                "| run | wall time | pytest summary | load before | command |",
+                "|---|---|---|---|---|",
+                *rows.values(),
                 end,
             ]
         ),
