@@ -52,12 +52,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                     item.add_marker(marker)
 
 
-@pytest.fixture(autouse=True)
-def _slow_marker(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Lets :func:`tests.procs.require_slow` refuse a real process in a quick test."""
-    procs.current_test_is_slow = request.node.get_closest_marker("slow") is not None
-    yield
-    procs.current_test_is_slow = False
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Lets :func:`tests.procs.require_slow` refuse a real process in a quick test (set
+    before any fixture of the test, module-scoped ones included, is set up)."""
+    procs.current_test_is_slow = item.get_closest_marker("slow") is not None
 
 
 @pytest.fixture(autouse=True)
