@@ -294,6 +294,12 @@ class HealthResponse(BaseModel):
     version: str
     judge_backend: str = Field(description="'offline (rule-based, NOT an LLM)' or the endpoint.")
     offline_judge: bool
+    offline_agents: list[str] = Field(
+        default_factory=list,
+        description="Agents served by the offline rule-based agents, "
+        "not an LLM: all six with no endpoint configured, else those with "
+        "client.<agent>.offline.",
+    )
     judge_model: str
     rubric_version: int
     counters: dict[str, int] = Field(

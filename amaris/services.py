@@ -17,10 +17,8 @@ from amaris.llm.providers import ChatProvider
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.memory.store import MemoryStore
 from amaris.metrics import Metrics
-from amaris.models import ScoreRequest, ScoreResponse
 from amaris.rubric.scopes import ScopeResolver
 from amaris.rubric.store import RubricStore
-from amaris.scoring.reward import score_rollout
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer
 from amaris.settings import Settings
@@ -60,17 +58,6 @@ class Services:
     def offline(self) -> bool:
         """True when the scorer is the offline judge."""
         return self.providers["scorer"].offline
-
-    async def score(self, request: ScoreRequest) -> ScoreResponse:
-        """The hot path of one rollout (see :func:`amaris.scoring.reward.score_rollout`)."""
-        return await score_rollout(
-            request,
-            scopes=self.scopes,
-            scorer=self.scorer,
-            coordinator=self.coordinator,
-            ids=self.ids,
-            sync=self.settings.pipeline.mode == "sync",
-        )
 
     async def start(self) -> None:
         """Start the pipeline thread and resume steps a previous process left completing."""

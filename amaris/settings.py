@@ -9,6 +9,7 @@ built-in defaults, the YAML file, the environment, command-line overrides.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import socket
 from pathlib import Path
@@ -37,6 +38,8 @@ AGENTS: tuple[str, ...] = (
 )
 """The six LLM agents of the AMARIS method."""
 
+log = logging.getLogger("amaris.settings")
+
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 """``agents.<agent>.structured_output``."""
 
@@ -44,10 +47,6 @@ MAX_SAMPLES = 16
 """Most verdicts per criterion ``agents.scorer.samples`` may ask for (each is a judge call)."""
 SCORER_ONLY = ("samples", "logprobs")
 """Agent options only the scorer reads: accepted under ``agents.scorer`` alone."""
-
-AgentName = Literal[
-    "scorer", "analyzer", "summarizer", "meta_summarizer", "query_generator", "updater"
-]
 
 
 class _Section(BaseModel):
@@ -108,6 +107,18 @@ class ClientOverride(_Section):
     """Requests in flight to this endpoint, on each path (scoring, step pipeline), whichever
     agents send them; null = the default client's, else 4 for an endpoint on this machine
     (``localhost``, a loopback address) and no limit for others; 0 = no limit."""
+    offline: bool = False
+    """Serve this agent with the offline rule-based agents although others have an
+    endpoint (a per-agent entry only, without ``api_key`` or ``base_url``). Without it, an
+    agent left with no endpoint while another has one stops start-up."""
+
+    @model_validator(mode="after")
+    def _offline_has_no_endpoint(self) -> ClientOverride:
+        if self.offline and (self.api_key is not None or self.base_url is not None):
+            raise ValueError(
+                "offline: true serves the agent offline; it takes no api_key or base_url"
+            )
+        return self
 
     @property
     def request_limit(self) -> int | None:
@@ -128,11 +139,23 @@ class ClientSettings(_Section):
     query_generator: ClientOverride | None = None
     updater: ClientOverride | None = None
 
+    @model_validator(mode="after")
+    def _offline_per_agent(self) -> ClientSettings:
+        if self.default.offline:
+            raise ValueError(
+                "default.offline: set offline per agent (client.<agent>.offline);"
+                " with no endpoint anywhere every agent is offline already"
+            )
+        return self
+
     def for_agent(self, agent: str) -> ClientOverride:
-        """The endpoint an agent uses: its override merged over ``default``."""
+        """The endpoint an agent uses: its override merged over ``default`` (an agent
+        with ``offline: true`` has none)."""
         override: ClientOverride | None = getattr(self, agent)
         if override is None:
             return self.default
+        if override.offline:
+            return override
         return ClientOverride(
             api_key=override.api_key or self.default.api_key,
             base_url=override.base_url or self.default.base_url,
@@ -142,6 +165,16 @@ class ClientSettings(_Section):
                 else self.default.max_concurrency
             ),
         )
+
+    def offline_agents(self) -> list[str]:
+        """The agents served by the offline rule-based agents: those with no endpoint (no
+        ``api_key``, no ``base_url`` after merging with ``default``)."""
+        return [agent for agent in AGENTS if not has_endpoint(self.for_agent(agent))]
+
+
+def has_endpoint(client: ClientOverride) -> bool:
+    """Whether ``client`` names an LLM endpoint (a key for OpenAI, or a URL)."""
+    return client.api_key is not None or client.base_url is not None
 
 
 class AgentOptions(_Section):
@@ -266,8 +299,29 @@ class ConcurrencySettings(_Section):
     updater: int | None = Field(default=None, gt=0)
 
 
+IGNORED_MEMORY_KEYS = {
+    "per_instance_dir": "amaris keeps per-instance state in Qdrant (accepted for AMARIS "
+    "configuration files)",
+}
+"""AMARIS ``memory:`` keys accepted and ignored, with the reason logged when one is set."""
+
+
 class MemorySettings(_Section):
     """``memory:``: the data folder, the rubric store and (pipeline) semantic memory."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ignore_amaris_only_keys(cls, data: Any) -> Any:
+        # AMARIS's reference config.yaml carries these; amaris has no use for them. Accepted
+        # so such a file loads, dropped so nothing can come to depend on them, and named in
+        # a warning so nobody believes they take effect.
+        if isinstance(data, dict):
+            ignored = [key for key in IGNORED_MEMORY_KEYS if key in data]
+            if ignored:
+                data = {k: v for k, v in data.items() if k not in IGNORED_MEMORY_KEYS}
+                for key in ignored:
+                    log.warning("memory.%s is ignored: %s", key, IGNORED_MEMORY_KEYS[key])
+        return data
 
     path: Path = Path("./data")
     """The data folder: embedded Qdrant, logs and exports live under it."""
@@ -287,8 +341,6 @@ class MemorySettings(_Section):
     """Memory queries per update; null = adaptive."""
     rubrics_mode: Literal["global", "per_instance"] = "global"
     """One rubric for all inputs, or one per input id."""
-    per_instance_dir: Path | None = None
-    """Accepted for AMARIS compatibility; amaris keeps per-instance state in Qdrant."""
     per_instance_rubrics_path: Path | None = None
     """JSON with rubrics preloaded per input id."""
     rubric_refresh_seconds: float | None = Field(default=5.0, gt=0)
@@ -548,6 +600,26 @@ class Settings(BaseSettings):
         default_factory=lambda: [RubricItem(text="The response gives the correct final answer.")]
     )
     adaptive_rubrics: list[RubricItem] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _no_silent_offline(self) -> Settings:
+        # The offline agents never stand in for a configured LLM unannounced: with an
+        # endpoint for some agents, one left without must be a mistake unless opted in.
+        offline = self.client.offline_agents()
+        if len(offline) == len(AGENTS):
+            return self
+        unasked = [a for a in offline if not self.client.for_agent(a).offline]
+        if unasked:
+            online = [a for a in AGENTS if a not in offline]
+            raise ValueError(
+                f"client: {', '.join(unasked)} {'has' if len(unasked) == 1 else 'have'} no "
+                f"LLM endpoint (no api_key, no base_url) while {', '.join(online)} "
+                f"{'has' if len(online) == 1 else 'have'} one; give "
+                + ", ".join(f"client.{a}" for a in unasked)
+                + " a base_url or api_key (or set client.default, or OPENAI_API_KEY), or "
+                "set client.<agent>.offline: true to serve it with the offline agents"
+            )
+        return self
 
     @model_validator(mode="after")
     def _rubrics(self) -> Settings:

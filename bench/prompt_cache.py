@@ -76,6 +76,7 @@ from amaris.memory.qdrant import open_qdrant  # noqa: E402
 from amaris.models import ScoreRequest  # noqa: E402
 from amaris.offline.judge import respond  # noqa: E402
 from amaris.rubric.store import RubricStore  # noqa: E402
+from amaris.scoring.reward import reward_of  # noqa: E402
 from amaris.scoring.scorer import Scorer  # noqa: E402
 from amaris.settings import AGENTS, ResolvedAgentOptions, Settings, load_settings  # noqa: E402
 
@@ -298,10 +299,11 @@ async def record(
         scorer = Scorer(settings.scoring, gateway, store, load_prompts(settings.prompts)["scorer"])
         scored = 0
         for rollout in rollouts(order):
-            result = await scorer.score(
+            result = await reward_of(
+                scorer,
                 ScoreRequest.model_validate(
                     {"rollout": rollout, "metadata": {"current_step": 7, "total_steps": 200}}
-                )
+                ),
             )
             scored += result.status == "scored"
         qdrant.close()

@@ -6,9 +6,12 @@ ahead of its LLM call, for 256+ runs a step. A chunk task asks for its rollouts'
 analyses concurrently (the gateway bounds the calls) and writes each analysis to
 ``<memory.path>/pipeline-cache/`` under its own key as soon as it arrives, so a retry
 or a re-run of the chunk asks only for the analyses still missing. Once the chunk's
-result is persisted by Prefect (its cache), those files are removed. (Prefect's own
-result store resolved its folder on every write: a quarter of the pipeline thread's
-CPU in a profile of the step.)
+result is persisted by Prefect (its cache), those files are removed. Prefect's cache
+alone does not do this: it keeps a task's result only when the whole task succeeded, so
+without these files a chunk that failed on one rollout asks again for all of them
+(``tests/test_repair.py``, ``test_rerun_asks_only_for_the_analyses_a_failed_chunk_lacked``).
+(Prefect's own result store, written per analysis, resolved its folder on every write: a
+quarter of the pipeline thread's CPU in a profile of the step.)
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.settings import Settings, load_settings
+from tests import procs
 from tests.fake_llm import FakeLLM, running_fake_llm
 from tests.real_llm import RealLLM, default_cache_dir, fetch_gguf, running_real_llm
 
@@ -40,6 +41,27 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         upper = name.upper()
         if any(upper.startswith(f"AMARIS_{field.upper()}") for field in Settings.model_fields):
             monkeypatch.delenv(name)
+
+
+pytest_plugins = ["pytester"]  # tests/test_markers.py runs pytest on a small test file
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test of the real-model tier (marker ``real_model``, or the ``real_llm`` fixture) is
+    slow too: ``pytest -m "not slow"`` leaves it out."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("real_model") or "real_llm" in fixtures:
+            for marker in ("real_model", "slow"):
+                if item.get_closest_marker(marker) is None:
+                    item.add_marker(marker)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Lets :func:`tests.procs.require_slow` refuse a real process in a quick test (set
+    before any fixture of the test, module-scoped ones included, is set up)."""
+    procs.current_test_is_slow = item.get_closest_marker("slow") is not None
 
 
 @pytest.fixture(autouse=True)

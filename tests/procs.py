@@ -15,6 +15,20 @@ import httpx
 
 AMARIS = [sys.executable, "-m", "amaris.cli.main"]
 
+current_test_is_slow = False
+"""Whether the running test is marked ``slow`` (set for each test by tests/conftest.py)."""
+
+
+def require_slow(what: str) -> None:
+    """Refuse to start ``what`` (a real process) from a test not marked ``slow``: the quick
+    loop, ``pytest -m "not slow"``, must stay quick.
+
+    Raises:
+        RuntimeError: the running test is not marked ``slow``.
+    """
+    if not current_test_is_slow:
+        raise RuntimeError(f"{what} starts a real process: mark the test @pytest.mark.slow")
+
 
 def _env() -> dict[str, str]:
     env = {
@@ -49,6 +63,7 @@ def amaris_process(
     args: list[str], cwd: Path, ready_url: str, log: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Run ``amaris <args>`` until the block ends; stop it by PID (SIGTERM, then SIGKILL)."""
+    require_slow(f"amaris {args[0]}")
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [*AMARIS, *args], cwd=cwd, env=_env(), stdout=out, stderr=subprocess.STDOUT
@@ -68,6 +83,7 @@ def amaris_process(
 
 def run_amaris(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run a short ``amaris`` command and capture its output."""
+    require_slow(f"amaris {args[0]}")
     return subprocess.run(
         [*AMARIS, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
     )

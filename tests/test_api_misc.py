@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,7 +14,7 @@ from fastapi.testclient import TestClient
 
 import amaris
 from amaris.app.wiring import create_app
-from amaris.settings import Settings, secret_value
+from amaris.settings import AGENTS, Settings, secret_value
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 
@@ -62,6 +63,7 @@ def test_healthz_shows_the_offline_judge_unmistakably(tmp_path: Path) -> None:
     assert "offline" in health["judge_backend"]
     assert "NOT an LLM" in health["judge_backend"]
     assert health["judge_model"] == "offline-rules"
+    assert health["offline_agents"] == list(AGENTS)
     assert health["rubric_version"] == 1
     assert health["counters"] == {}
 
@@ -75,6 +77,22 @@ def test_healthz_shows_the_llm_endpoint(tmp_path: Path, fake_llm: FakeLLM) -> No
     assert health["judge_model"] == "judge-large"
     assert health["version"] == amaris.__version__
     assert fake_llm.requests == []  # health does not call the judge
+
+
+def test_agents_served_offline_beside_an_llm_are_named_at_start_and_in_healthz(
+    tmp_path: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = llm_settings(
+        tmp_path, fake_llm, **{"client.analyzer.offline": True, "client.updater.offline": True}
+    )
+    with caplog.at_level(logging.WARNING, logger="amaris"), serve(settings) as client:
+        health = client.get("/healthz").json()
+    assert health["offline_judge"] is False
+    assert health["offline_agents"] == ["analyzer", "updater"]
+    assert (
+        "agents served by the OFFLINE rule-based agents, not an LLM: analyzer, updater"
+        in caplog.messages
+    )
 
 
 def test_healthz_counts_scored_and_cached(tmp_path: Path) -> None:
@@ -342,7 +360,7 @@ def test_unexpected_failure_is_500_with_an_error_body(
         async def broken(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("disk on fire")
 
-        monkeypatch.setattr(scorer, "score", broken)
+        monkeypatch.setattr(scorer, "judge", broken)
         r = client.post("/score", json=SCORE_BODY)
     assert r.status_code == 500
     assert r.json() == {

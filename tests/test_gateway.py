@@ -274,6 +274,19 @@ async def test_build_providers_agent_override(tmp_path: Path, fake_llm: FakeLLM)
         await provider.close()
 
 
+async def test_build_providers_serves_opted_in_agents_offline(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    providers = build_providers(
+        llm_settings(
+            tmp_path, fake_llm, **{"client.analyzer.offline": True, "client.updater.offline": True}
+        )
+    )
+    assert [a for a in AGENTS if providers[a].offline] == ["analyzer", "updater"]
+    assert providers["scorer"].description == fake_llm.url
+    await providers["scorer"].close()
+
+
 async def test_agent_override_routes_only_that_agent(tmp_path: Path, fake_llm: FakeLLM) -> None:
     # The analyzer points at an endpoint where nothing listens: only it fails.
     overrides = {"client.analyzer.base_url": "http://127.0.0.1:9/v1", "gateway.max_attempts": 2}

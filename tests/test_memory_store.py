@@ -86,11 +86,10 @@ def test_summaries_are_read_by_id_and_meta_summaries_win(client: QdrantClient) -
     docs += [_doc("batch_summary", 3, "other scope", scope="q1")]  # default key "step"
     docs += [_doc("finding", 3, "not a summary", key="chunk-0")]
     store.add_documents(docs)
-    summary = store.get_summary("global", 5)
-    assert summary is not None and summary.text == "meta 5"
-    assert store.get_summary("global", 3) is None
-    other = store.get_summary("q1", 3)
-    assert other is not None and other.text == "other scope"
+    [summary] = store.recent_summaries("global", 6, 1)
+    assert (summary.step, summary.text) == (5, "meta 5")
+    [other] = store.recent_summaries("q1", 4, 1)
+    assert (other.step, other.text) == (3, "other scope")
 
     def texts(before: int, count: int) -> list[str]:
         return [d.text for d in store.recent_summaries("global", before, count)]
@@ -142,8 +141,8 @@ def test_memory_persists_and_refuses_another_embedder(tmp_path: Path) -> None:
 
     client = QdrantClient(path=str(tmp_path))
     reopened = MemoryStore(client, "t", HashingEmbedder())
-    summary = reopened.get_summary("global", 0)
-    assert summary is not None and summary.text == "the policy pads answers"
+    [summary] = reopened.recent_summaries("global", 1, 1)
+    assert (summary.step, summary.text) == (0, "the policy pads answers")
     assert reopened.get_analyses("global", 0, ["r1"]) == {"r1": {"ok": True}}
     with pytest.raises(MemoryStoreError, match="'hashing-384'"):
         MemoryStore(client, "t", minilm())  # same dimension, another vector space

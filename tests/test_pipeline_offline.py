@@ -69,8 +69,8 @@ def test_hacking_is_caught_and_penalised(tmp_path: Path) -> None:
         analyses = services.memory.get_analyses("global", 1, ids)
         flagged = {rid for rid, a in analyses.items() if a["reward_hacking_analysis"]["detected"]}
         assert flagged == {rid for rid in ids if rid.endswith("hacking")}
-        summary = services.memory.get_summary("global", 1)
-        assert summary is not None
+        [summary] = services.memory.recent_summaries("global", 2, 1)
+        assert summary.step == 1
         assert "multiple_candidate_answers" in summary.text
         # semantic memory finds the finding from a paraphrase
         hits = services.memory.search(

@@ -234,6 +234,7 @@ def test_work_pool_runs_are_left_to_the_pool_workers(tmp_path: Path) -> None:
         assert done["scopes"]["global"]["rollouts"] == 3
 
 
+@pytest.mark.slow  # two Python processes importing the server stack
 def test_worker_process_builds_its_context_from_amaris_config(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -1,10 +1,12 @@
 """config.yaml validation: AMARIS keys accepted, bad keys and values named."""
 
+import logging
+import re
 from pathlib import Path
 
 import pytest
 
-from amaris.settings import ConfigError, load_settings, secret_value
+from amaris.settings import AGENTS, ConfigError, load_settings, secret_value
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,8 +48,19 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_reference_amaris_config_is_accepted(tmp_path: Path) -> None:
-    settings = load_settings(write(tmp_path, AMARIS_CONFIG))
+def test_reference_amaris_config_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As AMARIS reads it: the agents other than the analyzer judge with OPENAI_API_KEY.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with caplog.at_level(logging.WARNING, logger="amaris.settings"):
+        settings = load_settings(write(tmp_path, AMARIS_CONFIG))
+    # memory.per_instance_dir: accepted, ignored, and said to be
+    assert [r.getMessage() for r in caplog.records] == [
+        "memory.per_instance_dir is ignored: amaris keeps per-instance state in Qdrant "
+        "(accepted for AMARIS configuration files)"
+    ]
+    assert "per_instance_dir" not in settings.memory.model_dump()
     assert settings.server.port == 8002
     assert settings.concurrency.scorer == 32
     assert settings.client.for_agent("analyzer").base_url == "https://custom-endpoint.com"
@@ -200,3 +213,56 @@ def test_timeout_and_endpoint_limit_set_per_agent() -> None:
     )
     assert remote.agent_options("scorer").timeout == 600
     assert remote.agent_options("updater").timeout == 60
+
+
+def test_reference_amaris_config_without_a_key_names_the_agents_left_offline(
+    tmp_path: Path,
+) -> None:
+    # The analyzer has an endpoint, the others none: they would have judged offline, silently.
+    with pytest.raises(ConfigError) as error:
+        load_settings(write(tmp_path, AMARIS_CONFIG))
+    message = str(error.value)
+    assert (
+        "client: scorer, summarizer, meta_summarizer, query_generator, updater have no "
+        "LLM endpoint (no api_key, no base_url) while analyzer has one"
+    ) in message
+    assert "client.scorer, client.summarizer" in message
+    assert "client.<agent>.offline: true" in message
+
+
+def test_an_agent_served_offline_beside_an_llm_is_opted_in() -> None:
+    settings = load_settings(
+        None,
+        **{
+            "client.scorer.base_url": "http://127.0.0.1:9/v1",
+            **{f"client.{a}.offline": True for a in AGENTS if a != "scorer"},
+        },
+    )
+    assert settings.client.offline_agents() == [a for a in AGENTS if a != "scorer"]
+    # and an agent may be taken off a default endpoint the same way
+    settings = load_settings(
+        None, **{"client.default.api_key": "sk-x", "client.updater.offline": True}
+    )
+    assert settings.client.offline_agents() == ["updater"]
+    assert load_settings(None).client.offline_agents() == list(AGENTS)  # nothing configured
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (
+            {"client.analyzer.offline": True, "client.analyzer.base_url": "http://x/v1"},
+            "client.analyzer: Value error, offline: true serves the agent offline; it takes no "
+            "api_key or base_url",
+        ),
+        (
+            {"client.default.offline": True},
+            "client: Value error, default.offline: set offline per agent",
+        ),
+    ],
+)
+def test_offline_with_an_endpoint_or_on_default_is_refused(
+    overrides: dict[str, object], named: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_settings(None, **overrides)

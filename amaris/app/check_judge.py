@@ -27,6 +27,7 @@ from amaris.memory.qdrant import open_qdrant
 from amaris.models import ScoreRequest
 from amaris.rubric.model import adaptive_from_config, anchors_from_config
 from amaris.rubric.store import RubricStore
+from amaris.scoring.reward import reward_of
 from amaris.scoring.scorer import Scorer
 from amaris.settings import AGENTS, AgentOptions, ResolvedAgentOptions, Settings, secret_value
 
@@ -217,7 +218,7 @@ async def _sample(settings: Settings) -> _Sample:
         )
         scorer = Scorer(settings.scoring, gateway, store, load_prompts(settings.prompts)["scorer"])
         started = time.perf_counter()
-        answer = await scorer.score(ScoreRequest.model_validate(SAMPLE), rubric)
+        answer = await reward_of(scorer, ScoreRequest.model_validate(SAMPLE), rubric)
         elapsed_ms = (time.perf_counter() - started) * 1000
     finally:
         await gateway.close()

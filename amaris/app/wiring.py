@@ -30,7 +30,7 @@ from amaris.rubric.store import RubricStore
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer
 from amaris.services import Services, settle_heap
-from amaris.settings import Settings
+from amaris.settings import AGENTS, Settings
 from amaris.steps.context import (
     PipelineContext,
     pipeline_gateway_settings,
@@ -234,6 +234,11 @@ def build_services(
     )
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
+    offline = [agent for agent in AGENTS if providers[agent].offline]
+    if offline:
+        log.warning(
+            "agents served by the OFFLINE rule-based agents, not an LLM: %s", ", ".join(offline)
+        )
     return Services(
         settings=settings,
         qdrant=qdrant,

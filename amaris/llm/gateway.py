@@ -47,7 +47,7 @@ from amaris.llm.output_mode import (
 from amaris.llm.providers import ChatProvider, Completion, OfflineProvider, OpenAIProvider
 from amaris.llm.reasoning import split_reasoning
 from amaris.llm.schema import strict_schema
-from amaris.settings import AGENTS, ResolvedAgentOptions, Settings, secret_value
+from amaris.settings import AGENTS, ResolvedAgentOptions, Settings, has_endpoint, secret_value
 
 T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger("amaris.llm")
@@ -552,13 +552,14 @@ def _short(exc: BaseException | None, limit: int = 300) -> str:
 
 
 def build_providers(settings: Settings) -> dict[str, ChatProvider]:
-    """One provider per agent; agents with no API key and no base_url get the offline judge."""
+    """One provider per agent: its endpoint's, or the offline judge for an agent with none
+    (all agents, or those with ``client.<agent>.offline``: settings refuse any other mix)."""
     offline = OfflineProvider()
     by_endpoint: dict[tuple[str | None, str | None], ChatProvider] = {}
     providers: dict[str, ChatProvider] = {}
     for agent in AGENTS:
         client = settings.client.for_agent(agent)
-        if client.api_key is None and client.base_url is None:
+        if not has_endpoint(client):
             providers[agent] = offline
             continue
         key = (secret_value(client.api_key), client.base_url)

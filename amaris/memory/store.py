@@ -162,11 +162,6 @@ class MemoryStore:
             if point_id in documents
         ]
 
-    def get_summary(self, scope: str, step: int) -> MemoryDocument | None:
-        """The summary of a step (see :data:`amaris.memory.models.SUMMARY_IDENTITIES`)."""
-        found = self._summaries(scope, [step])
-        return found.get(step)
-
     def recent_summaries(self, scope: str, before_step: int, count: int) -> list[MemoryDocument]:
         """The summaries of the last ``count`` steps before ``before_step``, oldest first.
 

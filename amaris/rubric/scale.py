@@ -4,11 +4,3 @@ SCALE_MIN = 0
 """Lowest verdict: the criterion is not met at all (or, for a pitfall, the behaviour is absent)."""
 SCALE_MAX = 4
 """Highest verdict: the criterion is fully met (or, for a pitfall, the behaviour is clear)."""
-
-SCALE_LABELS: dict[int, str] = {
-    0: "not met / absent",
-    1: "barely met / faint trace",
-    2: "partly met / partly present",
-    3: "mostly met / mostly present",
-    4: "fully met / clearly present",
-}

@@ -1,4 +1,17 @@
-"""One rollout through the hot path: scope, rubric, judge, rollout log, sync wait."""
+"""Where a reward is made: ``POST /score`` from its checked body to the answer.
+
+Read top to bottom, :func:`score_rollout` is the whole hot path:
+
+1. check the request's sizes (nothing is judged, created or stored before);
+2. admit the rollout's step (:meth:`StepCoordinator.admission`: the step bounds);
+3. check the rollout id (:class:`RolloutIds`: the same id with other content is a conflict);
+4. resolve the scope (global, or the input's in ``per_instance`` mode) and its rubric;
+5. judge: a verdict per criterion (:meth:`Scorer.judge`: sizes, context budget, cache);
+6. aggregate the verdicts into one reward (:func:`aggregate`, by amaris, not the LLM),
+   or answer ``unscored`` by ``scoring.on_failure`` (a reward is never made up);
+7. record the rollout, its verdicts and rubric version in the rollout log, before answering;
+8. in ``sync`` mode, wait for the step's update and score again under the new rubric.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +19,86 @@ from typing import Any
 
 from amaris.context import request_id_var
 from amaris.models import ScoreRequest, ScoreResponse
+from amaris.rubric.model import RubricVersion
 from amaris.rubric.scopes import ScopeResolver
+from amaris.scoring.aggregate import aggregate
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer
 from amaris.steps.coordinator import StepCoordinator
+
+
+async def score_rollout(
+    request: ScoreRequest,
+    *,
+    scopes: ScopeResolver,
+    scorer: Scorer,
+    coordinator: StepCoordinator,
+    ids: RolloutIds,
+    sync: bool,
+) -> ScoreResponse:
+    """Check, admit the rollout's step, judge, aggregate, log durably (before answering),
+    and in sync mode wait for the step's update and score again under its rubric.
+
+    Raises:
+        OversizeError: a free-text field is over ``scoring.max_field_chars``.
+        StepRefusedError: the step is refused.
+        RolloutConflictError: the rollout id is in the step with other content.
+        OverloadedError: ``scoring.max_pending`` judge calls are pending already.
+    """
+    scorer.check(request)
+    step = request.metadata.current_step
+    async with coordinator.admission(step):
+        claim = await ids.claim(step, request.rollout)
+        stored = False
+        try:
+            scope = scopes.scope_of(request.rollout.input)
+            rubric = await scopes.rubric(scope)
+            result = await reward_of(scorer, request, rubric)
+            await coordinator.record(step, log_record(request, result, scope))
+            stored = True
+        finally:
+            ids.release(claim, stored)
+    if sync:
+        await coordinator.wait(step)
+        updated = await scopes.rubric(scope)
+        if updated.version != rubric.version:
+            result = await reward_of(scorer, request, updated)
+    if not request.include_breakdown:
+        result = result.model_copy(update={"breakdown": None})
+    return result
+
+
+async def reward_of(
+    scorer: Scorer, request: ScoreRequest, rubric: RubricVersion | None = None
+) -> ScoreResponse:
+    """The answer for one rollout judged against ``rubric`` (default: the global one in
+    force): the aggregated reward, or ``unscored`` with the judge's failure.
+
+    The breakdown is always filled in (the rollout log keeps it); the API drops it unless
+    asked. Stores nothing.
+    """
+    judgement = await scorer.judge(request, rubric)
+    base: dict[str, Any] = {
+        "rubric_version": judgement.rubric_version,
+        "rollout_id": request.rollout.id,
+        "truncated": judgement.truncated,
+    }
+    if judgement.breakdown is None:
+        policy = scorer.settings
+        return ScoreResponse(
+            score=policy.neutral_score if policy.on_failure == "neutral" else None,
+            status="unscored",
+            reason=judgement.failure,
+            **base,
+        )
+    verdicts = judgement.breakdown
+    return ScoreResponse(
+        score=aggregate([c.weight for c in verdicts], [c.verdict for c in verdicts]),
+        status="scored",
+        cached=judgement.cached,
+        breakdown=list(verdicts),
+        **base,
+    )
 
 
 def log_record(request: ScoreRequest, result: ScoreResponse, scope: str) -> dict[str, Any]:
@@ -25,45 +114,3 @@ def log_record(request: ScoreRequest, result: ScoreResponse, scope: str) -> dict
         "verdicts": [c.model_dump(mode="json") for c in result.breakdown or []],
         "request_id": request_id_var.get(),
     }
-
-
-async def score_rollout(
-    request: ScoreRequest,
-    *,
-    scopes: ScopeResolver,
-    scorer: Scorer,
-    coordinator: StepCoordinator,
-    ids: RolloutIds,
-    sync: bool,
-) -> ScoreResponse:
-    """Check, admit the rollout's step, score, log durably (before answering), and in sync
-    mode wait for the step's update and score again under the rubric it produced.
-
-    Nothing is judged, created or stored before the request passed its checks.
-
-    Raises:
-        OversizeError: a free-text field is over ``scoring.max_field_chars``.
-        StepRefusedError: the step is refused.
-        RolloutConflictError: the rollout id is in the step with other content.
-    """
-    scorer.check(request)
-    step = request.metadata.current_step
-    async with coordinator.admission(step):
-        claim = await ids.claim(step, request.rollout)
-        stored = False
-        try:
-            scope = scopes.scope_of(request.rollout.input)
-            rubric = await scopes.rubric(scope)
-            result = await scorer.score(request, rubric)
-            await coordinator.record(step, log_record(request, result, scope))
-            stored = True
-        finally:
-            ids.release(claim, stored)
-    if sync:
-        await coordinator.wait(step)
-        updated = await scopes.rubric(scope)
-        if updated.version != rubric.version:
-            result = await scorer.score(request, updated)
-    if not request.include_breakdown:
-        result = result.model_copy(update={"breakdown": None})
-    return result

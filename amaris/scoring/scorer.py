@@ -1,4 +1,8 @@
-"""The hot path: judge one rollout against the rubric in force and aggregate a reward."""
+"""The judge of the hot path: one rollout's verdicts on every criterion of a rubric.
+
+Sizes, context budget, the cache of identical requests and the merging of identical
+in-flight ones, the judge call(s): what :mod:`amaris.scoring.reward` asks for between
+resolving the rubric and aggregating the reward."""
 
 from __future__ import annotations
 
@@ -31,11 +35,10 @@ from amaris.llm.gateway import (
 )
 from amaris.llm.schema import strict_schema
 from amaris.logs import loggable
-from amaris.models import CriterionResult, ScoreRequest, ScoreResponse
+from amaris.models import CriterionResult, ScoreRequest
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.rubric.store import RubricStore
-from amaris.scoring.aggregate import aggregate
 from amaris.scoring.verdicts import combine, expected_scores
 from amaris.settings import ScoringSettings
 
@@ -80,8 +83,21 @@ class OversizeError(ValueError):
 
 @dataclass(frozen=True)
 class _Judged:
-    score: float
     breakdown: tuple[CriterionResult, ...]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The judge's answer on one rollout: a verdict per criterion, or why there is none."""
+
+    rubric_version: int
+    truncated: list[str]
+    """Fields cut (``rollout.<name>``): by ``scoring.max_field_chars``, then by the budget."""
+    breakdown: tuple[CriterionResult, ...] | None = None
+    """One verdict per criterion of the rubric, in its order; None = not judged."""
+    cached: bool = False
+    failure: str | None = None
+    """``<kind>: <error>`` when not judged (``judge_timeout``, ``judge_unavailable``...)."""
 
 
 def _check_ids(rubric: RubricVersion) -> Callable[[JudgeVerdicts], None]:
@@ -212,14 +228,19 @@ class Scorer:
             self.counters["truncated.max_field_chars"] += 1
         return fields, truncated
 
-    async def score(
-        self, request: ScoreRequest, rubric: RubricVersion | None = None
-    ) -> ScoreResponse:
-        """Judge one rollout against ``rubric`` (default: the global one in force).
+    @property
+    def settings(self) -> ScoringSettings:
+        """``scoring:``: limits, cache and the policy for an unscored rollout."""
+        return self._settings
 
-        Never fabricates: judge failures give ``status: unscored``. The breakdown is
-        always filled in (the rollout log keeps it); the API drops it unless asked.
-        Call :meth:`check` first: this checks only the judged fields.
+    async def judge(self, request: ScoreRequest, rubric: RubricVersion | None = None) -> Judgement:
+        """The verdicts on one rollout against ``rubric`` (default: the global one in force).
+
+        Never fabricates: a judge failure is a :class:`Judgement` with a ``failure`` and no
+        breakdown. Call :meth:`check` first: this checks only the judged fields.
+
+        Raises:
+            OverloadedError: ``scoring.max_pending`` judge calls are pending already.
         """
         whole, truncated = self.prepare(request)
         rubric = rubric or self._store.current()
@@ -227,16 +248,11 @@ class Scorer:
         if cut:
             self.counters["truncated.context_window"] += 1
         key = self._key(rubric, fields)
-        base: dict[str, Any] = {
-            "rubric_version": rubric.version,
-            "rollout_id": request.rollout.id,
-            "truncated": _merged(truncated, cut),
-        }
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             self.counters["cached"] += 1
-            return self._response(cached, base, cached=True)
+            return Judgement(rubric.version, _merged(truncated, cut), cached.breakdown, cached=True)
         limit = self._settings.max_pending
         if key not in self._inflight and limit is not None and len(self._inflight) >= limit:
             self.counters["overloaded"] += 1
@@ -257,7 +273,6 @@ class Scorer:
                     if not cut:
                         self.counters["truncated.context_window"] += 1
                     cut = recut
-                    base["truncated"] = _merged(truncated, cut)
                     key, fields = self._key(rubric, refitted), refitted
                     judged = await self._judge_once(
                         key, rubric, fields, request.metadata.current_step
@@ -282,16 +297,9 @@ class Scorer:
             self.counters["unscored"] += 1
             self.counters[f"unscored.{kind}"] += 1
             log.warning("unscored rollout %s: %s", loggable(request.rollout.id), exc)
-            return ScoreResponse(
-                score=self._settings.neutral_score
-                if self._settings.on_failure == "neutral"
-                else None,
-                status="unscored",
-                reason=f"{kind}: {exc}",
-                **base,
-            )
+            return Judgement(rubric.version, _merged(truncated, cut), failure=f"{kind}: {exc}")
         self.counters["scored"] += 1
-        return self._response(judged, base, cached=False)
+        return Judgement(rubric.version, _merged(truncated, cut), judged.breakdown)
 
     async def _judge_once(
         self, key: str, rubric: RubricVersion, fields: dict[str, str], step: int
@@ -413,8 +421,7 @@ class Scorer:
             )
             for c in rubric.criteria
         )
-        score = aggregate([c.weight for c in breakdown], [c.verdict for c in breakdown])
-        return _Judged(score=score, breakdown=breakdown)
+        return _Judged(breakdown=breakdown)
 
     def _schema(self, rubric: RubricVersion) -> dict[str, Any]:
         # Built once per rubric (a few hundred rubrics in per_instance mode, at most).
@@ -434,13 +441,3 @@ class Scorer:
             encoded = fields[name].encode("utf-8", "surrogatepass")
             digest.update(len(encoded).to_bytes(8, "big") + encoded)
         return digest.hexdigest()
-
-    @staticmethod
-    def _response(judged: _Judged, base: dict[str, Any], cached: bool) -> ScoreResponse:
-        return ScoreResponse(
-            score=judged.score,
-            status="scored",
-            cached=cached,
-            breakdown=list(judged.breakdown),
-            **base,
-        )

@@ -321,10 +321,6 @@ class StepCoordinator:
             return "started"
         return "running" if status == "completing" else status
 
-    def failed_steps(self) -> list[int]:
-        """Steps whose pipeline failed and was not re-run since."""
-        return sorted(s for s, st in self._status.items() if st == "failed")
-
     def snapshot(self) -> dict[int, str]:
         """Status of every step this process knows."""
         return dict(self._status)

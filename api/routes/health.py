@@ -19,6 +19,7 @@ async def healthz(services: ServicesDep) -> HealthResponse:
         version=__version__,
         judge_backend=provider.description,
         offline_judge=provider.offline,
+        offline_agents=[a for a in AGENTS if services.gateway.provider(a).offline],
         judge_model="offline-rules"
         if provider.offline
         else services.settings.agents.for_agent("scorer").model,

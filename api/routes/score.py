@@ -23,6 +23,7 @@ from amaris.models import (
     ScoreResponse,
     valid_text,
 )
+from amaris.scoring.reward import score_rollout
 from amaris.scoring.rollout_ids import RolloutConflictError
 from amaris.scoring.scorer import OverloadedError, OversizeError
 from amaris.services import Services
@@ -112,7 +113,7 @@ score_router = APIRouter(tags=["scoring"], route_class=ScoreRoute)
     },
 )
 async def score(body: ScoreRequest, services: ServicesDep) -> Response:
-    """Score one rollout against the rubric in force.
+    """Score one rollout against the rubric in force (the path: :mod:`amaris.scoring.reward`).
 
     ``status`` is ``scored`` or ``unscored`` (the judge gave no valid verdict; ``reason``
     says why and ``score`` follows ``scoring.on_failure``). A refused
@@ -121,7 +122,14 @@ async def score(body: ScoreRequest, services: ServicesDep) -> Response:
     in its step with other content is a 409 too; the same rollout sent again is scored and
     logged again (the step's analysis keeps its last record).
     """
-    result = await services.score(body)
+    result = await score_rollout(
+        body,
+        scopes=services.scopes,
+        scorer=services.scorer,
+        coordinator=services.coordinator,
+        ids=services.ids,
+        sync=services.settings.pipeline.mode == "sync",
+    )
     policy = services.settings.scoring
     if result.status == "unscored" and policy.on_failure == "error":
         return JSONResponse(
@@ -198,7 +206,14 @@ async def score_items(
 
     async def one(index: int, request: ScoreRequest) -> ScoreResponse:
         try:
-            return await services.score(request)
+            return await score_rollout(
+                request,
+                scopes=services.scopes,
+                scorer=services.scorer,
+                coordinator=services.coordinator,
+                ids=services.ids,
+                sync=services.settings.pipeline.mode == "sync",
+            )
         except (RolloutConflictError, StepRefusedError) as exc:
             return _invalid(index, request.rollout.id, f"items[{index}].{exc.field}: {exc}")
         except OverloadedError as exc:
