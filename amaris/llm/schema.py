@@ -2,7 +2,8 @@
 
 OpenAI's strict mode (and vLLM, SGLang, Ollama, llama.cpp grammars) accept only part of
 JSON Schema: every object lists all its properties as required and forbids others, and
-keywords such as ``default``, ``title`` or ``$ref`` are refused by some of them. :func:`strict_schema` turns a pydantic model's schema into that subset: references
+keywords such as ``default``, ``title`` or ``$ref`` are refused by some of them.
+:func:`strict_schema` turns a pydantic model's schema into that subset: references
 inlined, every object closed and fully required, only the keywords below kept.
 """
 
