@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
@@ -183,8 +183,9 @@ async def _process_scope(
     )
     result["dropped"] = lost
     if lost:
-        log.warning("step %s (%r): completed without %d dropped output(s): %s", step, scope,
-                    len(lost), ", ".join(f"{d['agent']} {d['part']}" for d in lost))
+        by_agent = Counter(d["agent"] for d in lost)
+        log.warning("step %s (%r): completed without %d dropped output(s) (%s)", step, scope,
+                    len(lost), ", ".join(f"{a}: {n}" for a, n in sorted(by_agent.items())))
     result.update(outcome)
     return scope, result
 
