@@ -48,14 +48,16 @@ def calls(fake: FakeLLM) -> dict[str, int]:
     return counts
 
 
-def replying(agent: str, reply: Reply,
-             when: Callable[[dict[str, Any]], bool] = lambda body: True
-             ) -> Callable[[dict[str, Any]], Reply]:
+def replying(
+    agent: str, reply: Reply, when: Callable[[dict[str, Any]], bool] = lambda body: True
+) -> Callable[[dict[str, Any]], Reply]:
     """The offline judge, except ``reply`` for ``agent``'s requests that match ``when``."""
+
     def respond(body: dict[str, Any]) -> Reply:
         if agent_of(body) == agent and when(body):
             return reply
         return offline_reply(body)
+
     return respond
 
 
@@ -64,18 +66,22 @@ def run_step(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[Callable[..., dict[s
     """Score ``BEHAVIOURS`` as ``step`` through the fake judge, complete it, and answer
     its final ``/rubric_status/wait``."""
 
-    def run(step: int, responder: Callable[[dict[str, Any]], Reply],
-            **overrides: Any) -> dict[str, Any]:
-        settings = llm_settings(tmp_path, fake_llm, **{
-            "pipeline.chunk_size": 2, "pipeline.task_retry_delays_seconds": [0.0],
-            **overrides})
+    def run(
+        step: int, responder: Callable[[dict[str, Any]], Reply], **overrides: Any
+    ) -> dict[str, Any]:
+        settings = llm_settings(
+            tmp_path,
+            fake_llm,
+            **{"pipeline.chunk_size": 2, "pipeline.task_retry_delays_seconds": [0.0], **overrides},
+        )
         with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
             score_step(client, step, BEHAVIOURS)
             fake_llm.requests.clear()
             fake_llm.default = responder
             assert client.post("/complete", json={"step": step}).status_code == 200
             done: dict[str, Any] = client.get(
-                "/rubric_status/wait", params={"step": step, "timeout": 120}).json()
+                "/rubric_status/wait", params={"step": step, "timeout": 120}
+            ).json()
             done["rubric_version"] = client.get("/rubrics").json()["version"]
         return done
 
@@ -96,8 +102,7 @@ def test_an_invalid_analysis_is_dropped_and_the_step_completes(
 ) -> None:
     step, since = 61, datetime.now(UTC)
     unlucky = rollout(step, 1, BEHAVIOURS[1])["id"]
-    done = run_step(step, replying("analyzer", INVALID,
-                                   lambda body: unlucky in data_message(body)))
+    done = run_step(step, replying("analyzer", INVALID, lambda body: unlucky in data_message(body)))
     assert done["status"] == "updated", done
     outcome = done["scopes"]["global"]
     assert outcome["outcome"] == "published", outcome
@@ -105,16 +110,24 @@ def test_an_invalid_analysis_is_dropped_and_the_step_completes(
     assert (lost["agent"], lost["part"]) == ("analyzer", f"rollout {unlucky}")
     assert lost["reason"].startswith("LLMOutputError: analyzer: invalid output after re-ask")
     # asked, re-asked once, never retried by the task; the other agents all ran
-    assert calls(fake_llm) == {"analyzer": len(BEHAVIOURS) + 1, "summarizer": 2,
-                               "meta_summarizer": 1, "query_generator": 1, "updater": 1}
+    assert calls(fake_llm) == {
+        "analyzer": len(BEHAVIOURS) + 1,
+        "summarizer": 2,
+        "meta_summarizer": 1,
+        "query_generator": 1,
+        "updater": 1,
+    }
     # the summaries are of the other analyses
-    assert not any(unlucky in data_message(b) for b in fake_llm.requests
-                   if agent_of(b) == "summarizer")
+    assert not any(
+        unlucky in data_message(b) for b in fake_llm.requests if agent_of(b) == "summarizer"
+    )
     messages, artifacts = _run_view(step, since)
     assert f"step {step}: analyzer output for rollout {unlucky!r} dropped: {lost['reason']}" in (
-        messages)
+        messages
+    )
     assert f"step {step} ('global'): completed without 1 dropped output(s) (analyzer: 1)" in (
-        messages)
+        messages
+    )
     summary = artifacts[f"summary-step-{step}-global"]
     assert "## Dropped outputs (1)" in summary and f"rollout {unlucky}" in summary
 
@@ -130,9 +143,13 @@ def test_all_summaries_cut_by_max_tokens_end_the_step_without_an_update(
     assert outcome["outcome"] == "no_update"
     assert outcome["reason"] == "no summary to update from: every summary was dropped"
     assert sorted((d["agent"], d["part"]) for d in outcome["dropped"]) == [
-        ("summarizer", "chunk 0"), ("summarizer", "chunk 1")]
-    assert all(d["reason"].startswith("LLMTruncatedError: summarizer: reply cut by max_tokens")
-               for d in outcome["dropped"])
+        ("summarizer", "chunk 0"),
+        ("summarizer", "chunk 1"),
+    ]
+    assert all(
+        d["reason"].startswith("LLMTruncatedError: summarizer: reply cut by max_tokens")
+        for d in outcome["dropped"]
+    )
     assert done["rubric_version"] == 1
     # a truncated reply is not re-asked, nor retried; nothing runs without a summary
     assert calls(fake_llm) == {"analyzer": len(BEHAVIOURS), "summarizer": 2}
@@ -155,16 +172,21 @@ def test_an_invalid_update_is_a_rejected_update(
     assert outcome["version"] == outcome["base_version"] == done["rubric_version"] == 1
     assert calls(fake_llm)["updater"] == 2  # asked and re-asked, no task retry
     _, artifacts = _run_view(step, since)
-    assert "**Outcome:** rejected (the updater's output was invalid" in artifacts[
-        f"rubric-diff-step-{step}-global"]
+    assert (
+        "**Outcome:** rejected (the updater's output was invalid"
+        in artifacts[f"rubric-diff-step-{step}-global"]
+    )
 
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_transient_failure_beyond_the_retries_still_fails_the_step(
     fake_llm: FakeLLM, run_step: Callable[..., dict[str, Any]]
 ) -> None:
-    done = run_step(64, replying("summarizer", Reply(status=503)),
-                    **{"pipeline.task_retries": 2, "pipeline.chunk_size": len(BEHAVIOURS)})
+    done = run_step(
+        64,
+        replying("summarizer", Reply(status=503)),
+        **{"pipeline.task_retries": 2, "pipeline.chunk_size": len(BEHAVIOURS)},
+    )
     assert done["status"] == "failed", done
     assert done["error"].startswith("LLMTransientError: summarizer: 1 attempts failed")
     # the one chunk's summary: the task run and its two retries (the pipeline's gateway
