@@ -192,3 +192,18 @@ def test_a_transient_failure_beyond_the_retries_still_fails_the_step(
     # the one chunk's summary: the task run and its two retries (the pipeline's gateway
     # makes one attempt per run: the task's retries are its retry layer)
     assert calls(fake_llm)["summarizer"] == 3
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_dropped_meta_summary_leaves_the_step_without_an_update(
+    fake_llm: FakeLLM, run_step: Callable[..., dict[str, Any]]
+) -> None:
+    done = run_step(65, replying("meta_summarizer", INVALID))
+    assert done["status"] == "updated", done
+    outcome = done["scopes"]["global"]
+    assert outcome["outcome"] == "no_update"
+    assert outcome["reason"] == (
+        "no summary to update from: the meta-summary of the 2 chunk summaries was dropped"
+    )
+    assert [(d["agent"], d["part"]) for d in outcome["dropped"]] == [("meta_summarizer", "all")]
+    assert "query_generator" not in calls(fake_llm) and "updater" not in calls(fake_llm)
