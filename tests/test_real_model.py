@@ -307,8 +307,9 @@ def test_one_step_pipeline_runs_to_its_end_on_the_real_model(
         assert client.post("/complete").json() == {"status": "complete"}
         done = client.get("/rubric_status/wait", params={"timeout": 3600}).json()
         services = app.state.services
-        calls = {agent: services.pipeline_gateway.stats[f"{agent}.calls"]
-                 for agent in PIPELINE_AGENTS}
+        calls = {
+            agent: services.pipeline_gateway.stats[f"{agent}.calls"] for agent in PIPELINE_AGENTS
+        }
         calls["scorer"] = services.gateway.stats["scorer.calls"]
     served = real_llm.stats()["normal"]["requests"] - before
     print("real-model step:", json.dumps({"calls": calls, "outcome": done}, indent=1))
