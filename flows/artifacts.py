@@ -45,26 +45,43 @@ def rubric_diff_markdown(
     return "\n".join(lines)
 
 
-def summary_markdown(step: int, scope: str, summary: dict[str, Any]) -> str:
-    """The step summary as markdown."""
-    hacking = summary.get("aggregated_reward_hacking", {})
-    lines = [
-        f"# Step {step} summary ({scope})",
-        "",
-        summary.get("executive_summary", {}).get("summary", ""),
-        "",
-        "## Reward hacking",
-    ]
-    behaviours = hacking.get("behaviours", [])
-    lines += [
-        f"- **{b.get('tag')}**: {b.get('count')} rollouts ({b.get('share', 0):.0%}) "
-        f"{b.get('description', '')}"
-        for b in behaviours
-    ] or ["- none detected"]
-    lines += ["", "## Recommendations"]
-    lines += [
-        f"- {r}" for r in summary.get("rubric_evolution_plan", {}).get("recommendations", [])
-    ] or ["- none"]
+def summary_markdown(
+    step: int,
+    scope: str,
+    summary: dict[str, Any] | None,
+    dropped: list[dict[str, str]] | None = None,
+) -> str:
+    """The step summary as markdown, and the outputs the step went on without."""
+    lines = [f"# Step {step} summary ({scope})", ""]
+    if summary is None:
+        lines += ["**No summary:** every summary of this step was dropped (below)."]
+    else:
+        hacking = summary.get("aggregated_reward_hacking", {})
+        lines += [summary.get("executive_summary", {}).get("summary", ""), "", "## Reward hacking"]
+        behaviours = hacking.get("behaviours", [])
+        lines += [
+            f"- **{b.get('tag')}**: {b.get('count')} rollouts ({b.get('share', 0):.0%}) "
+            f"{b.get('description', '')}"
+            for b in behaviours
+        ] or ["- none detected"]
+        lines += ["", "## Recommendations"]
+        lines += [
+            f"- {r}" for r in summary.get("rubric_evolution_plan", {}).get("recommendations", [])
+        ] or ["- none"]
+    if dropped:
+        lines += [
+            "",
+            f"## Dropped outputs ({len(dropped)})",
+            "",
+            "An agent's output that stayed invalid after the re-ask, was cut by "
+            "`max_tokens` or overflowed its context: the step went on without it.",
+            "",
+            "| agent | part | reason |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {d['agent']} | {d['part']} | {d['reason'].replace('|', '/')} |" for d in dropped
+        ]
     return "\n".join(lines)
 
 

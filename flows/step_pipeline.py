@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
@@ -21,7 +21,7 @@ from flows.artifacts import (
     usage_line,
     usage_markdown,
 )
-from tasks._common import criteria_payload, split_for
+from tasks._common import DROPPED, criteria_payload, dropped, split_for
 from tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from tasks.generate_queries import generate_queries
 from tasks.load_rollouts import load_step_rollouts
@@ -125,50 +125,66 @@ async def _process_scope(
     size = pipeline.chunk_size
     parts = [records[i : i + size] for i in range(0, len(records), size)]
 
+    lost: list[dict[str, str]] = []
+    """Outputs dropped on an agent's permanent failure (the step goes on without them)."""
+
     async def analyze_part(
         index: int, part: list[dict[str, Any]]
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         groups = [peers[r["seq"]] for r in part]
         found = await analyze(index, part, criteria, groups)
+        lost.extend(found["dropped"])
         # Prefect holds the chunk's result now: its per-rollout files are redundant.
         await asyncio.to_thread(
             forget_analyses,
             ctx.settings.memory.path,
             [analysis_key(r, criteria, g) for r, g in zip(part, groups, strict=True)],
         )
-        if not pipeline.use_chunking:
-            return found, []
-        return found, await _summarize(
-            summarize, step, scope, str(index), metadata, criteria, _with_scores(found, part)
+        if not pipeline.use_chunking or not found["analyses"]:
+            return found["analyses"], []
+        return found["analyses"], await _summarize(
+            summarize,
+            step,
+            scope,
+            str(index),
+            metadata,
+            criteria,
+            _with_scores(found["analyses"], part),
+            lost,
         )
 
     done = await asyncio.gather(*(analyze_part(i, part) for i, part in enumerate(parts)))
     analyses = [analysis for chunk, _ in done for analysis in chunk]
     if pipeline.use_chunking and done:
         summaries = [summary for _, chunk in done for summary in chunk]
-    else:
+    elif analyses:
         summaries = await _summarize(
-            summarize, step, scope, "0", metadata, criteria, _with_scores(analyses, records)
+            summarize, step, scope, "0", metadata, criteria, _with_scores(analyses, records), lost
         )
+    else:
+        summaries = []
     meta: dict[str, Any] | None = None
     if len(summaries) > 1:
         meta = await _consolidate(
-            meta_summarize.with_options(**options), step, scope, metadata, criteria, summaries
+            meta_summarize.with_options(**options), step, scope, metadata, criteria, summaries, lost
         )
-    summary = meta or summaries[0]
+    summary = meta if len(summaries) > 1 else (summaries[0] if summaries else None)
     result: dict[str, Any] = {
         "rollouts": len(records),
         "base_version": rubric.version,
-        "hacking": summary.get("aggregated_reward_hacking", {}).get("behaviours", []),
+        "hacking": (summary or {}).get("aggregated_reward_hacking", {}).get("behaviours", []),
     }
     # Remembering this step (embedding included) and updating the rubric run side by
     # side: retrieval reads earlier steps only, so the update never waits for it.
     queried = asyncio.Event()
-    if is_update_step(step, pipeline.rubric_update_frequency):
-        update = _update(step, scope, rubric, metadata, criteria, summary, options, queried)
-    else:
+    if not is_update_step(step, pipeline.rubric_update_frequency):
         queried.set()
         update = _skip(rubric)
+    elif summary is None:
+        queried.set()
+        update = _no_summary(step, scope, rubric, len(summaries), lost)
+    else:
+        update = _update(step, scope, rubric, metadata, criteria, summary, options, queried, lost)
     # Remembering waits until memory is retrieved, then runs beside the updater's call:
     # its CPU work (parameters, embeddings) would otherwise slow the query generation's
     # answer and the retrieval, which are on the critical path.
@@ -182,10 +198,20 @@ async def _process_scope(
         ),
         acreate_markdown_artifact(
             key=f"summary-step-{step}-{_slug(scope)}",
-            markdown=summary_markdown(step, scope, summary),
+            markdown=summary_markdown(step, scope, summary, lost),
             description=f"Step {step} summary ({scope})",
         ),
     )
+    result["dropped"] = lost
+    if lost:
+        by_agent = Counter(d["agent"] for d in lost)
+        log.warning(
+            "step %s (%r): completed without %d dropped output(s) (%s)",
+            step,
+            scope,
+            len(lost),
+            ", ".join(f"{a}: {n}" for a, n in sorted(by_agent.items())),
+        )
     result.update(outcome)
     return scope, result
 
@@ -198,9 +224,11 @@ async def _summarize(
     metadata: dict[str, Any],
     criteria: list[dict[str, Any]],
     analyses: list[dict[str, Any]],
+    lost: list[dict[str, str]],
 ) -> list[dict[str, Any]]:
     """Summaries of ``analyses``: one, or one per part when they do not fit the
-    summarizer's context budget together (parts labelled ``<label>.<part>``)."""
+    summarizer's context budget together (parts labelled ``<label>.<part>``). A summary
+    the summarizer failed permanently to give is dropped (recorded in ``lost``)."""
     parts = await split_for(
         "summarizer",
         {"criteria": criteria},
@@ -208,16 +236,21 @@ async def _summarize(
         "analyses",
         analyses,
     ) or [analyses]
-    if len(parts) == 1:
-        return [await summarize(step, scope, label, metadata, criteria, parts[0])]
-    return list(
-        await asyncio.gather(
-            *(
-                summarize(step, scope, f"{label}.{index}", metadata, criteria, part)
-                for index, part in enumerate(parts)
+    labels = [label] if len(parts) == 1 else [f"{label}.{i}" for i in range(len(parts))]
+    found = await asyncio.gather(
+        *(
+            _or_dropped(
+                step,
+                scope,
+                "summarizer",
+                f"chunk {name}",
+                lost,
+                summarize(step, scope, name, metadata, criteria, part),
             )
+            for name, part in zip(labels, parts, strict=True)
         )
     )
+    return [summary for summary in found if summary is not None]
 
 
 async def _consolidate(
@@ -227,9 +260,12 @@ async def _consolidate(
     metadata: dict[str, Any],
     criteria: list[dict[str, Any]],
     summaries: list[dict[str, Any]],
-) -> dict[str, Any]:
+    lost: list[dict[str, str]],
+) -> dict[str, Any] | None:
     """One summary of ``summaries``; in rounds when they do not fit the meta-summarizer's
-    context budget together (groups that fit are consolidated, then their results)."""
+    context budget together (groups that fit are consolidated, then their results).
+    ``None`` when the meta-summarizer failed permanently (recorded in ``lost``): the
+    step then has no summary of the whole."""
     level = 0
     while True:
         groups = await split_for(
@@ -240,24 +276,61 @@ async def _consolidate(
             summaries,
         )
         if len(groups) <= 1:
-            return cast(
-                dict[str, Any],
-                await meta_summarize(step, scope, "all", metadata, criteria, list(summaries)),
+            return await _or_dropped(
+                step,
+                scope,
+                "meta_summarizer",
+                "all",
+                lost,
+                meta_summarize(step, scope, "all", metadata, criteria, list(summaries)),
             )
         if all(len(group) == 1 for group in groups):
             # Each summary fills the budget alone: pairs, so every round shortens the list.
             groups = [summaries[i : i + 2] for i in range(0, len(summaries), 2)]
-        summaries = list(
+        found = list(
             await asyncio.gather(
                 *(
-                    meta_summarize(step, scope, f"{level}.{index}", metadata, criteria, group)
+                    _or_dropped(
+                        step,
+                        scope,
+                        "meta_summarizer",
+                        f"{level}.{index}",
+                        lost,
+                        meta_summarize(step, scope, f"{level}.{index}", metadata, criteria, group),
+                    )
                     if len(group) > 1
                     else _value(group[0])
                     for index, group in enumerate(groups)
                 )
             )
         )
+        if any(summary is None for summary in found):
+            return None
+        summaries = [summary for summary in found if summary is not None]
         level += 1
+
+
+async def _or_dropped(
+    step: int,
+    scope: str,
+    agent: str,
+    part: str,
+    lost: list[dict[str, str]],
+    work: Coroutine[Any, Any, T],
+) -> T | None:
+    """``work``'s result, or ``None`` when ``agent`` failed permanently (invalid output
+    after the re-ask, a reply cut by ``max_tokens``, a context overflow): the piece is
+    dropped, logged and recorded in ``lost``. Other failures propagate (transient ones
+    after the task's retries): they fail the step, which a repair re-runs."""
+    try:
+        return await work
+    except DROPPED as exc:
+        record = dropped(agent, part, exc)
+        lost.append(record)
+        log.warning(
+            "step %s (%r): %s output for %s dropped: %s", step, scope, agent, part, record["reason"]
+        )
+        return None
 
 
 async def _value(value: T) -> T:
@@ -268,7 +341,8 @@ def _with_scores(
     analyses: list[dict[str, Any]], records: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Analyses with the reward each rollout got, as the summarizer reads them."""
-    return [{**a, "score": r.get("score")} for a, r in zip(analyses, records, strict=True)]
+    scores = {r["rollout"]["id"]: r.get("score") for r in records}
+    return [{**a, "score": scores.get(a["rollout_id"])} for a in analyses]
 
 
 def _unwalked(value: T) -> T:
@@ -285,6 +359,21 @@ async def _skip(rubric: RubricVersion) -> dict[str, Any]:
     return {"outcome": "skipped", "reason": "not an update step", "version": rubric.version}
 
 
+async def _no_summary(
+    step: int, scope: str, rubric: RubricVersion, summaries: int, lost: list[dict[str, str]]
+) -> dict[str, Any]:
+    """The outcome of an update step left without a summary: the updater is not asked."""
+    if summaries > 1:
+        why = f"the meta-summary of the {summaries} chunk summaries was dropped"
+    elif any(d["agent"] == "summarizer" for d in lost):
+        why = "every summary was dropped"
+    else:
+        why = "every analysis was dropped"
+    reason = f"no summary to update from: {why}"
+    log.warning("step %s (%r): no rubric update, %s", step, scope, reason)
+    return {"outcome": "no_update", "reason": reason, "version": rubric.version}
+
+
 async def _update(
     step: int,
     scope: str,
@@ -294,30 +383,56 @@ async def _update(
     summary: dict[str, Any],
     options: dict[str, Any],
     queried: asyncio.Event,
+    lost: list[dict[str, str]],
 ) -> dict[str, Any]:
     """Queries -> retrieval -> proposal -> guardrails and publication, plus the diff.
 
     ``queried`` is set once memory is retrieved (or that failed): the updater's call
-    follows at once."""
+    follows at once. A query plan the query generator failed permanently to give is
+    dropped (retrieval has the recent steps only); an updater that failed permanently is
+    an update ``rejected``, as the guardrails reject one."""
     ctx = get_context()
     try:
-        queries = await generate_queries.with_options(**options)(
-            step, scope, metadata, criteria, summary
+        queries = await _or_dropped(
+            step,
+            scope,
+            "query_generator",
+            "queries",
+            lost,
+            generate_queries.with_options(**options)(step, scope, metadata, criteria, summary),
         )
-        memory = await retrieve_memory(step, scope, queries)
+        memory = await retrieve_memory(step, scope, queries or [])
     finally:
         queried.set()
-    proposal = await propose_update.with_options(**options)(
-        step, scope, rubric.version, metadata, criteria, summary, memory
+    proposal = await _or_dropped(
+        step,
+        scope,
+        "updater",
+        "update",
+        lost,
+        propose_update.with_options(**options)(
+            step, scope, rubric.version, metadata, criteria, summary, memory
+        ),
     )
-    outcome = await publish_update(step, scope, rubric.version, proposal)
+    if proposal is None:
+        outcome: dict[str, Any] = {
+            "outcome": "rejected",
+            "base_version": rubric.version,
+            "version": rubric.version,
+            "reason": f"the updater's output was invalid ({lost[-1]['reason']})",
+        }
+        log.info("step %s (%r): rubric update rejected: %s", step, scope, outcome["reason"])
+        strategy = None
+    else:
+        outcome = await publish_update(step, scope, rubric.version, proposal)
+        strategy = proposal["update_strategy"]
     after = await asyncio.to_thread(ctx.rubrics.current, scope)
     await acreate_markdown_artifact(
         key=f"rubric-diff-step-{step}-{_slug(scope)}",
-        markdown=rubric_diff_markdown(rubric, after, proposal, outcome),
+        markdown=rubric_diff_markdown(rubric, after, proposal or {}, outcome),
         description=f"Step {step} rubric update ({scope})",
     )
-    return {**outcome, "strategy": proposal["update_strategy"]}
+    return {**outcome, "strategy": strategy}
 
 
 async def usage_artifact(step: int, rollouts: int | None, failed: bool = False) -> None:

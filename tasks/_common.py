@@ -11,12 +11,22 @@ from pydantic import BaseModel
 
 from amaris.agents.prompts import agent_messages
 from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
+from amaris.llm.gateway import LLMContextOverflowError, LLMOutputError
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest
 
 T = TypeVar("T", bound=BaseModel)
 Item = TypeVar("Item")
+
+DROPPED = (LLMOutputError, LLMContextOverflowError)
+"""A pipeline agent's permanent failures: its output is dropped (and counted), the step
+goes on with the evidence it has. ``LLMOutputError`` includes ``LLMTruncatedError``."""
+
+
+def dropped(agent: str, part: str, error: BaseException) -> dict[str, str]:
+    """The record of a dropped output: which agent, which piece of the step, and why."""
+    return {"agent": agent, "part": part, "reason": f"{type(error).__name__}: {error}"[:500]}
 
 
 def criteria_payload(rubric: RubricVersion) -> list[dict[str, Any]]:

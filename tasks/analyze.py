@@ -31,7 +31,7 @@ from amaris.llm.gateway import LLMTransientError
 from amaris.logs import loggable
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest, retry_on_transient
-from tasks._common import ask, cache_key, prompt_tokens
+from tasks._common import DROPPED, ask, cache_key, dropped, prompt_tokens
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -118,13 +118,17 @@ async def analyze_chunk(
     records: list[dict[str, Any]],
     criteria: list[dict[str, Any]],
     groups: list[list[dict[str, Any]]],
-) -> list[dict[str, Any]]:
+) -> dict[str, list[dict[str, Any]]]:
     """Analyses of ``records`` (``groups[i]``: the other rollouts of record i's group).
 
+    Returns ``{"analyses": [...], "dropped": [...]}``: an analysis whose output stayed
+    invalid after the re-ask, was cut by ``max_tokens`` or overflowed the model's context
+    is dropped (:func:`dropped` records it) and the chunk goes on without it.
+
     Raises:
-        LLMTransientError: some analyses failed transiently (the others are stored; the
-            task's retry asks only for the missing ones).
-        Exception: a permanent failure of some analysis.
+        LLMTransientError: some analyses failed transiently (the others, and the dropped
+            ones, are stored; the task's retry asks only for the missing ones).
+        Exception: any other failure of some analysis (a bug, a refused request).
     """
     folder = get_context().settings.memory.path / "pipeline-cache"
     paths = [
@@ -132,13 +136,27 @@ async def analyze_chunk(
         for r, g in zip(records, groups, strict=True)
     ]
     stored = await asyncio.to_thread(_read_existing, paths)
+    step = records[0]["step"] if records else None
 
     async def stored_or_asked(
         record: dict[str, Any], group: list[dict[str, Any]], path: Path
     ) -> dict[str, Any]:
         if path in stored:
             return stored[path]
-        result = await analyze_one(record, criteria, group)
+        rollout_id = str(record["rollout"]["id"])
+        try:
+            result = await analyze_one(record, criteria, group)
+        except DROPPED as exc:
+            result = {
+                "rollout_id": rollout_id,
+                "dropped": dropped("analyzer", f"rollout {rollout_id}", exc),
+            }
+            log.warning(
+                "step %s: analyzer output for rollout %s dropped: %s",
+                step,
+                loggable(rollout_id),
+                result["dropped"]["reason"],
+            )
         await asyncio.to_thread(_write_atomically, path, result)
         return result
 
@@ -147,7 +165,6 @@ async def analyze_chunk(
         return_exceptions=True,
     )
     errors = [o for o in outcomes if isinstance(o, BaseException)]
-    step = records[0]["step"] if records else None
     if errors:
         log.warning(
             "step %s: %d of the %d analyses of chunk %d failed",
@@ -156,21 +173,24 @@ async def analyze_chunk(
             len(records),
             index,
         )
-        # A permanent error ends the task; only transient ones are worth its retry.
+        # Anything but a transient failure ends the task; only those are worth its retry.
         permanent = [e for e in errors if not isinstance(e, LLMTransientError)]
         raise (permanent or errors)[0]
-    analyses = [o for o in outcomes if not isinstance(o, BaseException)]
+    results = [o for o in outcomes if not isinstance(o, BaseException)]
+    analyses = [a for a in results if "dropped" not in a]
+    lost = [a["dropped"] for a in results if "dropped" in a]
     flagged = sum(1 for a in analyses if a.get("reward_hacking_analysis", {}).get("detected"))
     log.info(
-        "step %s: chunk %d analysed, %d rollouts (%d from an earlier attempt), %d "
-        "flagged for reward hacking",
+        "step %s: chunk %d analysed, %d rollouts (%d from an earlier attempt, %d "
+        "dropped), %d flagged for reward hacking",
         step,
         index,
         len(analyses),
         len(stored),
+        len(lost),
         flagged,
     )
-    return analyses
+    return {"analyses": analyses, "dropped": lost}
 
 
 def forget_analyses(memory_path: Path, keys: list[str]) -> None:

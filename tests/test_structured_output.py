@@ -47,6 +47,8 @@ STRICT_KEYWORDS = {
     "exclusiveMinimum",
     "exclusiveMaximum",
     "multipleOf",
+    "minLength",
+    "maxLength",
     "minItems",
     "maxItems",
 }
@@ -85,6 +87,16 @@ def test_agent_schemas_are_strict_mode_compatible(model: type[BaseModel]) -> Non
         assert node["required"] == list(node["properties"])
     # vLLM's grammar engine accepts it as a strict schema.
     xgrammar.Grammar.from_json_schema(json.dumps(schema), strict_mode=True)
+
+
+def test_string_and_list_lengths_stay_in_the_strict_schema() -> None:
+    # A summary's memory entry must not be empty: a constrained decoder that sees the
+    # minLength cannot write "" (which validation refuses, twice, failing the summary).
+    entry = strict_schema(BatchSummary)["properties"]["memory_entry"]["properties"]["text"]
+    assert entry == {"type": "string", "minLength": 1}
+    queries = strict_schema(QueryPlan)["properties"]["queries"]
+    assert (queries["minItems"], queries["maxItems"]) == (1, 20)
+    assert queries["items"]["properties"]["query"]["minLength"] == 1
 
 
 def test_scorer_schema_is_built_per_rubric() -> None:

@@ -2,8 +2,8 @@
 
 OpenAI's strict mode (and vLLM, SGLang, Ollama, llama.cpp grammars) accept only part of
 JSON Schema: every object lists all its properties as required and forbids others, and
-keywords such as ``default``, ``title``, ``minLength`` or ``$ref`` are refused by some of
-them. :func:`strict_schema` turns a pydantic model's schema into that subset: references
+keywords such as ``default``, ``title`` or ``$ref`` are refused by some of them.
+:func:`strict_schema` turns a pydantic model's schema into that subset: references
 inlined, every object closed and fully required, only the keywords below kept.
 """
 
@@ -30,13 +30,20 @@ _KEPT = frozenset(
         "exclusiveMinimum",
         "exclusiveMaximum",
         "multipleOf",
+        "minLength",
+        "maxLength",
         "minItems",
         "maxItems",
     }
 )
 """Keywords kept: those OpenAI strict mode documents, and vLLM's and llama.cpp's grammars
-understand. Everything else (titles, descriptions, defaults, string lengths, formats) is
-dropped: the model's own validation still checks it after parsing."""
+(xgrammar) understand. String lengths (``minLength``, ``maxLength``) and array lengths
+(``minItems``, ``maxItems``) are kept: OpenAI's strict mode accepts them since May 2025
+(except for fine-tuned models, whose ``400`` naming the schema sends the endpoint to the
+``json_object`` fallback), and a constrained decoder then cannot emit an empty
+``memory_entry.text`` that validation would refuse. Everything else (titles, descriptions,
+defaults, patterns, formats) is dropped: the model's own validation still checks it after
+parsing."""
 
 
 @cache
