@@ -122,14 +122,7 @@ async def score(body: ScoreRequest, services: ServicesDep) -> Response:
     in its step with other content is a 409 too; the same rollout sent again is scored and
     logged again (the step's analysis keeps its last record).
     """
-    result = await score_rollout(
-        body,
-        scopes=services.scopes,
-        scorer=services.scorer,
-        coordinator=services.coordinator,
-        ids=services.ids,
-        sync=services.settings.pipeline.mode == "sync",
-    )
+    result = await _score_rollout(body, services)
     policy = services.settings.scoring
     if result.status == "unscored" and policy.on_failure == "error":
         return JSONResponse(
@@ -198,6 +191,18 @@ def check_item(
     return request
 
 
+async def _score_rollout(request: ScoreRequest, services: Services) -> ScoreResponse:
+    """:func:`~amaris.scoring.reward.score_rollout` with this service's parts."""
+    return await score_rollout(
+        request,
+        scopes=services.scopes,
+        scorer=services.scorer,
+        coordinator=services.coordinator,
+        ids=services.ids,
+        sync=services.settings.pipeline.mode == "sync",
+    )
+
+
 async def score_items(
     checked: Sequence[ScoreRequest | ScoreResponse], services: Services
 ) -> list[ScoreResponse]:
@@ -206,14 +211,7 @@ async def score_items(
 
     async def one(index: int, request: ScoreRequest) -> ScoreResponse:
         try:
-            return await score_rollout(
-                request,
-                scopes=services.scopes,
-                scorer=services.scorer,
-                coordinator=services.coordinator,
-                ids=services.ids,
-                sync=services.settings.pipeline.mode == "sync",
-            )
+            return await _score_rollout(request, services)
         except (RolloutConflictError, StepRefusedError) as exc:
             return _invalid(index, request.rollout.id, f"items[{index}].{exc.field}: {exc}")
         except OverloadedError as exc:
