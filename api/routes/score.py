@@ -25,6 +25,7 @@ from amaris.models import (
 )
 from amaris.scoring.reward import score_rollout
 from amaris.scoring.rollout_ids import RolloutConflictError
+from amaris.scoring.rules import RuleInputError
 from amaris.scoring.scorer import OverloadedError, OversizeError
 from amaris.services import Services
 from amaris.steps.coordinator import StepRefusedError
@@ -193,7 +194,7 @@ def check_item(
     except ValidationError as exc:
         details = validation_details(list(exc.errors()), prefix=f"items[{index}]")
         return _invalid(index, rollout_id, "; ".join(f"{d.field}: {d.message}" for d in details))
-    except OversizeError as exc:
+    except (OversizeError, RuleInputError) as exc:
         return _invalid(index, rollout_id, f"items[{index}].{exc.field}: {exc}")
     return request
 
@@ -214,7 +215,7 @@ async def score_items(
                 ids=services.ids,
                 sync=services.settings.pipeline.mode == "sync",
             )
-        except (RolloutConflictError, StepRefusedError) as exc:
+        except (RolloutConflictError, StepRefusedError, RuleInputError) as exc:
             return _invalid(index, request.rollout.id, f"items[{index}].{exc.field}: {exc}")
         except OverloadedError as exc:
             return ScoreResponse(
