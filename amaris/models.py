@@ -197,7 +197,14 @@ class CriterionResult(BaseModel):
         "agents.scorer.samples > 1 (the mean of the samples) or agents.scorer.logprobs (the "
         "expected score)."
     )
-    reason: str = Field(description="The judge's reason (of the first sample).")
+    kind: Literal["judge", "rule"] = Field(
+        default="judge",
+        description="judge: the judge's verdict; rule: a deterministic check computed by "
+        "amaris without an LLM call (verdict 4 when it holds, 0 when not).",
+    )
+    reason: str = Field(
+        description="The judge's reason (of the first sample), or what the rule found."
+    )
     samples: list[int | float] | None = Field(
         default=None,
         description="The k verdicts whose mean is the verdict "
@@ -228,7 +235,11 @@ class ScoreResponse(BaseModel):
     rubric_version: int | None = Field(description="Rubric version that produced the score.")
     status: ScoreStatus
     rollout_id: str | None = None
-    reason: str | None = Field(default=None, description="Why the rollout is unscored/invalid.")
+    reason: str | None = Field(
+        default=None,
+        description="Why the rollout is unscored/invalid; on a scored rollout, "
+        "'degenerate_reply: ...' when the pre-check gave it the floor reward unjudged.",
+    )
     cached: bool = Field(default=False, description="Answered from the score cache.")
     truncated: list[str] = Field(
         default_factory=list, description="Fields cut to scoring.max_field_chars before judging."
@@ -260,6 +271,11 @@ class CriterionPublic(BaseModel):
     text: str
     weight: float
     is_anchor: bool
+    rule: dict[str, Any] | None = Field(
+        default=None,
+        description="The deterministic check computed instead of a judge question "
+        "(kind exact, numeric, regex, length or json, and its options); null = judged.",
+    )
 
 
 class RubricPublic(BaseModel):

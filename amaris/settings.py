@@ -11,9 +11,10 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
@@ -498,6 +499,17 @@ class GatewaySettings(_Section):
     """Ask once more, quoting the validation error, when output does not validate."""
 
 
+class PrecheckSettings(_Section):
+    """``scoring.precheck``: degenerate replies (empty, punctuation only, a bare reasoning
+    opener such as ``Solution`` or ``Let's solve this step by step.``, the prompt echoed)
+    get ``floor`` without a judge call: "master keys" that fool many LLM judges."""
+
+    enabled: bool = True
+    """Run the pre-check before the judge (and the rule criteria)."""
+    floor: float = Field(default=0.0, ge=0.0, le=1.0)
+    """The reward of a degenerate reply."""
+
+
 class ScoringSettings(_Section):
     """``scoring:``: the hot path."""
 
@@ -521,6 +533,8 @@ class ScoringSettings(_Section):
     timeout_seconds: float | None = Field(default=300.0, gt=0)
     """Longest a rollout may wait for its verdict (queueing, retries and re-ask included);
     past it the rollout is unscored with reason ``judge_timeout``; null = no bound."""
+    precheck: PrecheckSettings = PrecheckSettings()
+    """The master-key pre-check: degenerate replies get the floor reward, unjudged."""
 
     @field_validator("on_failure", mode="before")
     @classmethod
@@ -547,11 +561,89 @@ class ModelPrice(_Section):
     """Prompt tokens served from the provider's prefix cache; null = the ``prompt`` price."""
 
 
+class ExactRule(_Section):
+    """``rule: {kind: exact}``: the reply's final answer equals the reference answer (in
+    ``rollout.supplemental_context``), both canonical: numbers by value, words lowercased
+    without punctuation."""
+
+    kind: Literal["exact"]
+
+
+class NumericRule(_Section):
+    """``rule: {kind: numeric}``: the reply's final answer is a number within the tolerance
+    of the reference's: ``|answer - reference| <= max(abs_tol, rel_tol * |reference|)``."""
+
+    kind: Literal["numeric"]
+    abs_tol: float = Field(default=0.0, ge=0.0)
+    """Absolute tolerance."""
+    rel_tol: float = Field(default=0.0, ge=0.0)
+    """Tolerance relative to the reference's magnitude."""
+
+
+class RegexRule(_Section):
+    """``rule: {kind: regex}``: ``pattern`` (Python ``re``) is found in the reply."""
+
+    kind: Literal["regex"]
+    pattern: str = Field(min_length=1, max_length=1000)
+    """Searched anywhere in the reply (anchor it with ``^``/``$`` for a whole match)."""
+    ignore_case: bool = False
+    """Match regardless of case."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+
+class LengthRule(_Section):
+    """``rule: {kind: length}``: the reply's length in characters (whitespace at its ends
+    not counted) is within the bounds."""
+
+    kind: Literal["length"]
+    min_chars: int | None = Field(default=None, ge=0)
+    """Fewest characters; null = no lower bound."""
+    max_chars: int | None = Field(default=None, ge=1)
+    """Most characters; null = no upper bound."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> LengthRule:
+        if self.min_chars is None and self.max_chars is None:
+            raise ValueError("a length rule needs min_chars, max_chars or both")
+        if (
+            self.min_chars is not None
+            and self.max_chars is not None
+            and self.min_chars > self.max_chars
+        ):
+            raise ValueError(f"min_chars {self.min_chars} is above max_chars {self.max_chars}")
+        return self
+
+
+class JsonRule(_Section):
+    """``rule: {kind: json}``: the reply (whitespace at its ends aside) is one JSON value."""
+
+    kind: Literal["json"]
+
+
+RuleSpec = Annotated[
+    ExactRule | NumericRule | RegexRule | LengthRule | JsonRule, Field(discriminator="kind")
+]
+"""A deterministic check that stands for a criterion instead of a judge question."""
+REFERENCE_RULES = ("exact", "numeric")
+"""Rule kinds that compare with the reference answer in ``rollout.supplemental_context``."""
+
+
 class RubricItem(_Section):
     """One configured criterion. A negative weight marks a pitfall."""
 
     text: str = Field(min_length=1, max_length=2000)
     weight: float = 1.0
+    rule: RuleSpec | None = None
+    """A deterministic check computed by amaris (no judge call) instead of asking the judge;
+    null = a judge criterion. ``text`` then describes the check to people and the updater."""
 
     @field_validator("text")
     @classmethod

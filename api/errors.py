@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from amaris.logs import loggable
 from amaris.models import ErrorDetail, ErrorResponse
 from amaris.scoring.rollout_ids import RolloutConflictError
+from amaris.scoring.rules import RuleInputError
 from amaris.scoring.scorer import OverloadedError, OversizeError
 from amaris.steps.coordinator import StepRefusedError
 
@@ -182,6 +183,13 @@ def install(app: FastAPI) -> None:
         )
         return error_response(
             413, "payload_too_large", [ErrorDetail(field=exc.field, message=str(exc))]
+        )
+
+    @app.exception_handler(RuleInputError)
+    async def _rule_input(request: Request, exc: RuleInputError) -> JSONResponse:
+        log.warning("422 %s %s: %s", request.method, loggable(request.url.path), exc)
+        return error_response(
+            422, "invalid_request", [ErrorDetail(field=exc.field, message=str(exc))]
         )
 
     @app.exception_handler(RolloutConflictError)

@@ -22,6 +22,7 @@ from amaris.memory.qdrant import StoreLockedError, open_qdrant
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
 from amaris.sim.driver import RunResult, StepResult, run
+from amaris.sim.judge_calls import judge_calls
 from amaris.sim.policy import PlannedRollout, Policy
 from amaris.sim.progress import Progress
 from amaris.sim.records import RecordedRollout, RecordsError, local_records, read_recorded
@@ -161,6 +162,7 @@ def simulate(settings: Settings, args: argparse.Namespace) -> int:
         "group_size": args.group_size,
         "learning_rate": args.learning_rate,
         "mixes": policy.mixes,
+        "judge_calls": judge_calls(records),
     }
     report = write_report(args.out, [result], "amaris simulate", intro, extra, settings.pricing)
     print(f"report: {report} (and report.html, metrics.json)", file=sys.stderr)

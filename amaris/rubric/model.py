@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from amaris.models import CriterionPublic, RubricPublic
-from amaris.settings import RubricItem
+from amaris.settings import RubricItem, RuleSpec
 
 Origin = Literal["config", "updater", "rollback"]
 
@@ -23,6 +23,8 @@ class Criterion(BaseModel):
     text: str = Field(min_length=1)
     weight: float
     is_anchor: bool
+    rule: RuleSpec | None = None
+    """A deterministic check amaris computes instead of asking the judge; None = judged."""
 
 
 class RubricVersion(BaseModel):
@@ -46,11 +48,22 @@ class RubricVersion(BaseModel):
         """Anchors first, then adaptive criteria: the order the judge sees."""
         return self.anchors + self.adaptive
 
+    @property
+    def judged(self) -> tuple[Criterion, ...]:
+        """The criteria the judge is asked about (the others are rules), in rubric order."""
+        return tuple(c for c in self.criteria if c.rule is None)
+
     def public(self) -> RubricPublic:
         """The API view of this version."""
 
         def pub(c: Criterion) -> CriterionPublic:
-            return CriterionPublic(id=c.id, text=c.text, weight=c.weight, is_anchor=c.is_anchor)
+            return CriterionPublic(
+                id=c.id,
+                text=c.text,
+                weight=c.weight,
+                is_anchor=c.is_anchor,
+                rule=None if c.rule is None else c.rule.model_dump(mode="json"),
+            )
 
         return RubricPublic(
             version=self.version,
@@ -66,7 +79,7 @@ class RubricVersion(BaseModel):
 def anchors_from_config(items: Sequence[RubricItem]) -> tuple[Criterion, ...]:
     """Anchor criteria ``A1..An`` in config order."""
     return tuple(
-        Criterion(id=f"A{i}", text=item.text, weight=item.weight, is_anchor=True)
+        Criterion(id=f"A{i}", text=item.text, weight=item.weight, is_anchor=True, rule=item.rule)
         for i, item in enumerate(items, start=1)
     )
 
@@ -74,6 +87,6 @@ def anchors_from_config(items: Sequence[RubricItem]) -> tuple[Criterion, ...]:
 def adaptive_from_config(items: Sequence[RubricItem]) -> tuple[Criterion, ...]:
     """Initial adaptive criteria ``R1..Rn`` in config order."""
     return tuple(
-        Criterion(id=f"R{i}", text=item.text, weight=item.weight, is_anchor=False)
+        Criterion(id=f"R{i}", text=item.text, weight=item.weight, is_anchor=False, rule=item.rule)
         for i, item in enumerate(items, start=1)
     )

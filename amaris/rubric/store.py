@@ -185,7 +185,12 @@ class RubricStore:
         anchors = anchors_from_config(settings.anchor_rubrics)
         if current is None:
             return self.reset_from_config(settings)
-        if [(a.text, a.weight) for a in current.anchors] != [(a.text, a.weight) for a in anchors]:
+
+        # A rule is part of an anchor: a changed check is a changed criterion.
+        def key(a: Criterion) -> tuple[object, ...]:
+            return (a.text, a.weight, a.rule)
+
+        if [key(a) for a in current.anchors] != [key(a) for a in anchors]:
             raise RubricStoreError(
                 "anchor_rubrics in the configuration differ from the anchors of rubric version "
                 f"{current.version} in the store; anchors are immutable during a run. "

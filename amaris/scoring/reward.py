@@ -6,11 +6,14 @@ Read top to bottom, :func:`score_rollout` is the whole hot path:
 2. admit the rollout's step (:meth:`StepCoordinator.admission`: the step bounds);
 3. check the rollout id (:class:`RolloutIds`: the same id with other content is a conflict);
 4. resolve the scope (global, or the input's in ``per_instance`` mode) and its rubric;
-5. judge: a verdict per criterion (:meth:`Scorer.judge`: sizes, context budget, cache);
-6. aggregate the verdicts into one reward (:func:`aggregate`, by amaris, not the LLM),
+5. pre-check: a degenerate reply (:func:`degenerate`: empty, punctuation only, a bare
+   reasoning opener, the prompt echoed) gets ``scoring.precheck.floor``, unjudged;
+6. judge: a verdict per criterion (:meth:`Scorer.judge`: rule criteria computed by amaris,
+   the others asked of the judge, in one call or none; sizes, context budget, cache);
+7. aggregate the verdicts into one reward (:func:`aggregate`, by amaris, not the LLM),
    or answer ``unscored`` by ``scoring.on_failure`` (a reward is never made up);
-7. record the rollout, its verdicts and rubric version in the rollout log, before answering;
-8. in ``sync`` mode, wait for the step's update and score again under the new rubric.
+8. record the rollout, its verdicts and rubric version in the rollout log, before answering;
+9. in ``sync`` mode, wait for the step's update and score again under the new rubric.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from amaris.models import ScoreRequest, ScoreResponse
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.scopes import ScopeResolver
 from amaris.scoring.aggregate import aggregate
+from amaris.scoring.precheck import degenerate
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer
 from amaris.steps.coordinator import StepCoordinator
@@ -43,6 +47,7 @@ async def score_rollout(
         OversizeError: a free-text field is over ``scoring.max_field_chars``.
         StepRefusedError: the step is refused.
         RolloutConflictError: the rollout id is in the step with other content.
+        RuleInputError: a rule criterion needs a reference answer the rollout lacks.
         OverloadedError: ``scoring.max_pending`` judge calls are pending already.
     """
     scorer.check(request)
@@ -74,9 +79,24 @@ async def reward_of(
     """The answer for one rollout judged against ``rubric`` (default: the global one in
     force): the aggregated reward, or ``unscored`` with the judge's failure.
 
-    The breakdown is always filled in (the rollout log keeps it); the API drops it unless
-    asked. Stores nothing.
+    The breakdown is always filled in (the rollout log keeps it; empty for a degenerate
+    reply, which no criterion judged); the API drops it unless asked. Stores nothing.
     """
+    precheck = scorer.settings.precheck
+    if precheck.enabled:
+        rollout = request.rollout
+        found = degenerate(rollout.output, rollout.input, rollout.supplemental_context)
+        if found is not None:
+            # A reward, not a failure: the trainer should push the policy away from it.
+            scorer.counters["degenerate"] += 1
+            return ScoreResponse(
+                score=precheck.floor,
+                rubric_version=(rubric or scorer.rubric()).version,
+                status="scored",
+                rollout_id=rollout.id,
+                reason=found.reason(),
+                breakdown=[],
+            )
     judgement = await scorer.judge(request, rubric)
     base: dict[str, Any] = {
         "rubric_version": judgement.rubric_version,

@@ -39,6 +39,7 @@ from amaris.models import CriterionResult, ScoreRequest
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.rubric.store import RubricStore
+from amaris.scoring.rules import check_references, rule_results
 from amaris.scoring.verdicts import combine, expected_scores
 from amaris.settings import ScoringSettings
 
@@ -94,14 +95,15 @@ class Judgement:
     truncated: list[str]
     """Fields cut (``rollout.<name>``): by ``scoring.max_field_chars``, then by the budget."""
     breakdown: tuple[CriterionResult, ...] | None = None
-    """One verdict per criterion of the rubric, in its order; None = not judged."""
+    """One verdict per criterion of the rubric (judge and rule alike), in its order; None =
+    not judged."""
     cached: bool = False
     failure: str | None = None
     """``<kind>: <error>`` when not judged (``judge_timeout``, ``judge_unavailable``...)."""
 
 
 def _check_ids(rubric: RubricVersion) -> Callable[[JudgeVerdicts], None]:
-    expected = [c.id for c in rubric.criteria]
+    expected = [c.id for c in rubric.judged]
 
     def check(result: JudgeVerdicts) -> None:
         got = [v.id for v in result.verdicts]
@@ -130,6 +132,16 @@ def verdicts_schema(criterion_ids: tuple[str, ...]) -> dict[str, Any]:
     return schema
 
 
+def _merge(
+    rubric: RubricVersion,
+    rules: dict[str, CriterionResult],
+    judged: tuple[CriterionResult, ...],
+) -> tuple[CriterionResult, ...]:
+    """The rule and judge verdicts together, in the rubric's order."""
+    by_id = {**rules, **{c.id: c for c in judged}}
+    return tuple(by_id[c.id] for c in rubric.criteria)
+
+
 def _merged(truncated: list[str], cut: list[str]) -> list[str]:
     """The response's ``truncated``: fields cut by size, then by the context budget."""
     return [*truncated, *(f"rollout.{n}" for n in cut if f"rollout.{n}" not in truncated)]
@@ -140,13 +152,14 @@ def judge_messages(
 ) -> list[dict[str, str]]:
     """The scorer's chat messages for one rollout (its judged ``fields``), cache-first.
 
-    The system message, ``prompt`` and the rubric's criteria, is byte-identical for every
+    Only the judged criteria are listed (rule criteria are amaris's, not the judge's). The
+    system message, ``prompt`` and the rubric's criteria, is byte-identical for every
     rollout judged under one rubric version; the user message holds the rollout alone,
     the prompt and reference (shared by a GRPO group) before the response.
     """
     criteria = [
         {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
-        for c in rubric.criteria
+        for c in rubric.judged
     ]
     rollout = {name: fields[name] for name in ("input", "supplemental_context", "output")}
     return agent_messages("scorer", prompt, {"criteria": criteria}, {"rollout": rollout})
@@ -181,7 +194,8 @@ class Scorer:
         self.counters: Counter[str] = Counter()
         """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``,
         ``truncated.<cause>`` (``max_field_chars``, ``context_window``); with logprobs,
-        ``logprobs_used`` / ``logprobs_missing`` per judge reply."""
+        ``logprobs_used`` / ``logprobs_missing`` per judge reply; ``rule_only``: scored by
+        rule criteria alone, no judge call; ``degenerate``: given the pre-check's floor."""
 
     @property
     def pending(self) -> int:
@@ -197,12 +211,15 @@ class Scorer:
 
         Raises:
             OversizeError: the first field over the limit.
+            RuleInputError: a rule criterion of the rubric in force needs a reference answer
+                (``rollout.supplemental_context``) the rollout does not give.
         """
         limit = self._settings.max_field_chars
         cut = self._settings.oversize == "truncate"
         for field, size in request.text_sizes():
             if size > limit and not (cut and field in _JUDGED):
                 raise OversizeError(field, size, limit)
+        check_references(self._store.current().criteria, request.rollout)
 
     def prepare(self, request: ScoreRequest) -> tuple[dict[str, str], list[str]]:
         """Apply the size limit to the judged fields.
@@ -228,6 +245,10 @@ class Scorer:
             self.counters["truncated.max_field_chars"] += 1
         return fields, truncated
 
+    def rubric(self) -> RubricVersion:
+        """The global rubric version in force."""
+        return self._store.current()
+
     @property
     def settings(self) -> ScoringSettings:
         """``scoring:``: limits, cache and the policy for an unscored rollout."""
@@ -244,6 +265,13 @@ class Scorer:
         """
         whole, truncated = self.prepare(request)
         rubric = rubric or self._store.current()
+        # On the whole reply, never the cut one: a rule needs no context window.
+        rules = rule_results(rubric.criteria, request.rollout)
+        if not rubric.judged:
+            # Every criterion is a rule: nothing to ask the judge.
+            self.counters["scored"] += 1
+            self.counters["rule_only"] += 1
+            return Judgement(rubric.version, truncated, _merge(rubric, rules, ()))
         fields, cut = await self._within_budget(rubric, whole)
         if cut:
             self.counters["truncated.context_window"] += 1
@@ -252,7 +280,12 @@ class Scorer:
         if cached is not None:
             self._cache.move_to_end(key)
             self.counters["cached"] += 1
-            return Judgement(rubric.version, _merged(truncated, cut), cached.breakdown, cached=True)
+            return Judgement(
+                rubric.version,
+                _merged(truncated, cut),
+                _merge(rubric, rules, cached.breakdown),
+                cached=True,
+            )
         limit = self._settings.max_pending
         if key not in self._inflight and limit is not None and len(self._inflight) >= limit:
             self.counters["overloaded"] += 1
@@ -299,7 +332,9 @@ class Scorer:
             log.warning("unscored rollout %s: %s", loggable(request.rollout.id), exc)
             return Judgement(rubric.version, _merged(truncated, cut), failure=f"{kind}: {exc}")
         self.counters["scored"] += 1
-        return Judgement(rubric.version, _merged(truncated, cut), judged.breakdown)
+        return Judgement(
+            rubric.version, _merged(truncated, cut), _merge(rubric, rules, judged.breakdown)
+        )
 
     async def _judge_once(
         self, key: str, rubric: RubricVersion, fields: dict[str, str], step: int
@@ -389,7 +424,7 @@ class Scorer:
                 for _ in range(self._samples)
             )
         )
-        samples: dict[str, list[float]] = {c.id: [] for c in rubric.criteria}
+        samples: dict[str, list[float]] = {c.id: [] for c in rubric.judged}
         from_logprobs = 0
         for result, completion in replies:
             values: list[float] = [v.score for v in result.verdicts]
@@ -419,13 +454,13 @@ class Scorer:
                 agreement=combined[c.id].agreement if sampled else None,
                 from_logprobs=from_logprobs if self._logprobs else None,
             )
-            for c in rubric.criteria
+            for c in rubric.judged
         )
         return _Judged(breakdown=breakdown)
 
     def _schema(self, rubric: RubricVersion) -> dict[str, Any]:
         # Built once per rubric (a few hundred rubrics in per_instance mode, at most).
-        ids = tuple(c.id for c in rubric.criteria)
+        ids = tuple(c.id for c in rubric.judged)
         schema = self._schemas.get(ids)
         if schema is None:
             schema = self._schemas[ids] = verdicts_schema(ids)

@@ -25,6 +25,7 @@ from amaris.models import (
 )
 from amaris.scoring.reward import score_rollout
 from amaris.scoring.rollout_ids import RolloutConflictError
+from amaris.scoring.rules import RuleInputError
 from amaris.scoring.scorer import OverloadedError, OversizeError
 from amaris.services import Services
 from amaris.steps.coordinator import StepRefusedError
@@ -186,7 +187,7 @@ def check_item(
     except ValidationError as exc:
         details = validation_details(list(exc.errors()), prefix=f"items[{index}]")
         return _invalid(index, rollout_id, "; ".join(f"{d.field}: {d.message}" for d in details))
-    except OversizeError as exc:
+    except (OversizeError, RuleInputError) as exc:
         return _invalid(index, rollout_id, f"items[{index}].{exc.field}: {exc}")
     return request
 
@@ -212,7 +213,7 @@ async def score_items(
     async def one(index: int, request: ScoreRequest) -> ScoreResponse:
         try:
             return await _score_rollout(request, services)
-        except (RolloutConflictError, StepRefusedError) as exc:
+        except (RolloutConflictError, StepRefusedError, RuleInputError) as exc:
             return _invalid(index, request.rollout.id, f"items[{index}].{exc.field}: {exc}")
         except OverloadedError as exc:
             return ScoreResponse(
