@@ -219,3 +219,19 @@ def test_the_offline_updater_retires_uninformative_criteria_with_their_evidence(
     proposal = handle_updater(data)
     assert proposal["rubric_modifications"] == []
     assert "R1 flat: no room left to retire it" in proposal["rationale"]["evidence"]
+
+
+def test_flat_groups_are_zero_spread_though_the_step_varies() -> None:
+    # Q1 answered 3, 3 and Q2 1, 1: variance 1 over the step, but no group separates its
+    # responses, so GRPO gets no advantage from the criterion.
+    rows = [
+        record("a", "Q1", 1.0, {"R2": 3}),
+        record("b", "Q1", 1.0, {"R2": 3}),
+        record("c", "Q2", 0.0, {"R2": 1}),
+        record("d", "Q2", 0.0, {"R2": 1}),
+    ]
+    r2 = by_id(step_stats(rows))["R2"]
+    assert (r2.mean, r2.variance, r2.extreme_share) == (2.0, 1.0, 0.0)
+    assert (r2.groups, r2.zero_spread_group_share) == (2, 1.0)
+    assert r2.reward_correlation == pytest.approx(1.0)
+    assert (r2.saturated, r2.zero_spread, r2.uninformative) == (False, True, True)

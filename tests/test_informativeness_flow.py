@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from amaris.agents.prompts import read_data
 from amaris.app.wiring import create_app
-from tests.conftest import make_settings
+from amaris.sim.judge_server import Reply
+from tests.conftest import llm_settings, make_settings
+from tests.fake_llm import FakeLLM, offline_reply
 from tests.pipeline_helpers import score_step, step_run_view
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -114,3 +118,60 @@ def test_a_flat_adaptive_criterion_is_retired_after_k_steps(tmp_path: Path) -> N
     table = str(by_key["criteria-step-1"].data)
     assert '"criterion": "A1"' in table and '"criterion": "R1"' in table
     assert "saturated, zero spread" in table
+
+
+IGNORING = {
+    "memory_consultation": {"consulted": [], "insights": "Nothing relevant."},
+    "rationale": {"summary": "The rubric works.", "evidence": []},
+    "update_strategy": "MAINTENANCE",
+    "rubric_modifications": [],
+    "memory_artifact": {"text": "No change."},
+}
+"""An LLM updater's reply that leaves the uninformative criterion as it is."""
+
+
+def test_amaris_retires_a_criterion_the_llm_updater_leaves(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    updater_data: list[dict[str, Any]] = []
+
+    def judge(body: dict[str, Any]) -> Reply:
+        data = read_data(body["messages"])
+        if data.get("agent") != "updater":
+            return offline_reply(body)
+        updater_data.append(data)
+        return Reply(content=json.dumps(IGNORING))
+
+    fake_llm.default = judge
+    settings = llm_settings(
+        tmp_path,
+        fake_llm,
+        **{
+            "rubric.retire_uninformative_after": 1,
+            "adaptive_rubrics": [{"text": PITFALL, "weight": -1.0}],
+        },
+    )
+    with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
+        score_step(client, 0, CORRECT)
+        outcome = complete(client, 0)
+        assert (outcome["outcome"], outcome["retired_uninformative"]) == ("published", ["R1"])
+        assert client.get("/rubrics").json()["adaptive"] == []
+    # the updater was told, with the figures and the evidence
+    [data] = updater_data
+    stats = {row["id"]: row for row in data["criterion_stats"]}
+    assert stats["R1"] == {
+        "id": "R1",
+        "verdicts": 12,
+        "mean": 0.0,
+        "variance": 0.0,
+        "extreme_share": 1.0,
+        "zero_spread_group_share": 1.0,
+        "reward_correlation": None,
+        "saturated": True,
+        "zero_spread": True,
+        "uninformative_steps": 1,
+    }
+    assert stats["A1"]["uninformative_steps"] == 1  # measured, never listed
+    [due] = data["uninformative"]
+    assert (due["criterion_id"], due["steps"]) == ("R1", 1)
+    assert "saturated (100% of 12 verdicts at 0)" in due["evidence"]

@@ -128,7 +128,7 @@ def _correlation(xs: Sequence[float], ys: Sequence[float]) -> float | None:
 
 def criterion_stats(records: Sequence[Mapping[str, Any]]) -> list[CriterionStats]:
     """Statistics of every criterion seen in ``records`` (one scope's
-    :func:`scored_records`), anchors first, then by id number."""
+    :func:`scored_records`), anchors first, then by id (R2 before R10)."""
     verdicts: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     latest: dict[str, Mapping[str, Any]] = {}
     for record in records:
@@ -139,7 +139,8 @@ def criterion_stats(records: Sequence[Mapping[str, Any]]) -> list[CriterionStats
             verdicts[cid].append((float(verdict["verdict"]), float(record["score"]), group))
             latest[cid] = verdict
     stats = [_one(latest[cid], found) for cid, found in verdicts.items()]
-    return sorted(stats, key=lambda s: (not s.is_anchor, int(s.id[1:])))
+    # R2 before R10: by length, then text
+    return sorted(stats, key=lambda s: (not s.is_anchor, len(s.id), s.id))
 
 
 def _one(last: Mapping[str, Any], found: Sequence[tuple[float, float, str]]) -> CriterionStats:
