@@ -550,6 +550,16 @@ class ScoringSettings(_Section):
         return self
 
 
+class RubricSettings(_Section):
+    """``rubric:``: what amaris does with criteria that stop telling rollouts apart."""
+
+    retire_uninformative_after: int | None = Field(default=None, ge=1, le=1000)
+    """Retire an adaptive criterion saturated (one end of the scale holds 95% of its
+    verdicts) or with zero spread (equal verdicts in every group) for this many
+    consecutive steps under the same text, unless the update rewords it; anchors never.
+    null = never (the statistics are computed, shown and given to the updater anyway)."""
+
+
 class ModelPrice(_Section):
     """``pricing.<model>``: what one model's tokens cost, in dollars per million tokens."""
 
@@ -685,6 +695,7 @@ class Settings(BaseSettings):
     gateway: GatewaySettings = GatewaySettings()
     prefect: PrefectSettings = PrefectSettings()
     scoring: ScoringSettings = ScoringSettings()
+    rubric: RubricSettings = RubricSettings()
     pricing: dict[str, ModelPrice] = Field(default_factory=dict)
     """Price per model name (as in ``agents.<agent>.model``): cost per step and per 1,000
     rollouts in step artifacts and simulator reports; empty = no cost shown."""

@@ -1,20 +1,26 @@
 """Markdown and tables attached to step runs (rubric diff, summary, hacking findings,
-token usage)."""
+per-criterion informativeness, token usage)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from amaris.llm.ledger import Key, Usage, cost, total, unpriced
+from amaris.rubric.informativeness import DueCriterion, ScopeStats
 from amaris.rubric.model import RubricVersion
 from amaris.settings import ModelPrice
 
 
 def rubric_diff_markdown(
-    before: RubricVersion, after: RubricVersion, proposal: dict[str, Any], outcome: dict[str, Any]
+    before: RubricVersion,
+    after: RubricVersion,
+    proposal: dict[str, Any],
+    outcome: dict[str, Any],
+    due: Sequence[DueCriterion] = (),
 ) -> str:
-    """Human-readable diff of the adaptive rubric, with the strategy and rationale."""
+    """Human-readable diff of the adaptive rubric, with the strategy and rationale, and
+    the criteria due to be retired or reworded as uninformative, with their evidence."""
     old = {c.id: c for c in before.adaptive}
     new = {c.id: c for c in after.adaptive}
     lines = [
@@ -42,7 +48,63 @@ def rubric_diff_markdown(
             lines.append(f"| retired | {cid} | {c.weight:+.2f} | {c.text} |")
     if len(lines) == 10:
         lines.append("| (none) | | | |")
+    if due:
+        lines += [
+            "",
+            "## Uninformative criteria",
+            "",
+            "Saturated or with zero spread for `rubric.retire_uninformative_after` "
+            "consecutive steps: retired unless the update rewords them.",
+            "",
+            "| id | what happened | evidence |",
+            "|---|---|---|",
+        ]
+        for item in due:
+            if item.criterion_id not in new:
+                done = "retired"
+            elif new[item.criterion_id].text != item.text:
+                done = "reworded"
+            else:
+                done = "kept (no room for the change, or the update was not published)"
+            evidence = item.evidence.replace("|", "/")
+            lines.append(f"| {item.criterion_id} | {done} | {evidence} |")
     return "\n".join(lines)
+
+
+def criteria_table(scopes: Sequence[ScopeStats]) -> list[dict[str, Any]]:
+    """Rows ``scope, id, anchor, verdicts, mean, variance, extremes, zero-spread groups,
+    reward r, uninformative`` for every criterion of a step, per scope."""
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0%}"
+
+    rows = []
+    for scope_stats in scopes:
+        for c in scope_stats.criteria:
+            flags = [
+                name
+                for name, on in (("saturated", c.saturated), ("zero spread", c.zero_spread))
+                if on
+            ]
+            rows.append(
+                {
+                    "scope": scope_stats.scope,
+                    "criterion": c.id,
+                    "anchor": c.is_anchor,
+                    "verdicts": c.verdicts,
+                    "mean": round(c.mean, 3),
+                    "variance": round(c.variance, 3),
+                    "at extremes": share(c.extreme_share),
+                    "zero-spread groups": (
+                        f"{share(c.zero_spread_group_share)} of {c.groups}" if c.groups else "-"
+                    ),
+                    "reward r": (
+                        "-" if c.reward_correlation is None else round(c.reward_correlation, 3)
+                    ),
+                    "uninformative": ", ".join(flags) if c.uninformative else "",
+                }
+            )
+    return rows
 
 
 def summary_markdown(

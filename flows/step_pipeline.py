@@ -12,9 +12,16 @@ from prefect import flow
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.utilities.annotations import quote
 
+from amaris.rubric.informativeness import (
+    DueCriterion,
+    ScopeStats,
+    due_for_retirement,
+    updater_view,
+)
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
 from flows.artifacts import (
+    criteria_table,
     hacking_table,
     rubric_diff_markdown,
     summary_markdown,
@@ -25,6 +32,7 @@ from tasks._common import DROPPED, criteria_payload, dropped, split_for
 from tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from tasks.generate_queries import generate_queries
 from tasks.load_rollouts import load_step_rollouts
+from tasks.measure_criteria import measure_criteria
 from tasks.meta_summarize import meta_summarize
 from tasks.publish_rubric import publish_update
 from tasks.remember import remember
@@ -90,12 +98,15 @@ async def _run_step(step: int) -> dict[str, Any]:
     delays = ctx.settings.pipeline.task_retry_delays_seconds
     options = {"retries": retries, "retry_delay_seconds": delays, "retry_jitter_factor": 0.2}
     records = await load_step_rollouts(step)
+    # The statistics of this step and, to count streaks, of the steps before it.
+    window = ctx.settings.rubric.retire_uninformative_after or 1
+    measured = await measure_criteria(step, _unwalked(list(records)), window)
     by_scope: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         by_scope[record["scope"]].append(record)
     results = await asyncio.gather(
         *(
-            _process_scope(step, scope, scope_records, options)
+            _process_scope(step, scope, scope_records, options, measured.get(scope, []))
             for scope, scope_records in sorted(by_scope.items())
         )
     )
@@ -105,16 +116,24 @@ async def _run_step(step: int) -> dict[str, Any]:
     if any(r.get("outcome") == "published" for _, r in results):
         await asyncio.to_thread(ctx.rubrics.export)
     await hacking_table_artifact(step, outcome)
+    await criteria_table_artifact(step, measured)
     return outcome
 
 
 async def _process_scope(
-    step: int, scope: str, records: list[dict[str, Any]], options: dict[str, Any]
+    step: int,
+    scope: str,
+    records: list[dict[str, Any]],
+    options: dict[str, Any],
+    measured: list[dict[str, Any] | None],
 ) -> tuple[str, dict[str, Any]]:
     ctx = get_context()
     pipeline = ctx.settings.pipeline
     rubric = await asyncio.to_thread(ctx.rubrics.current, scope)
     criteria = criteria_payload(rubric)
+    history = [ScopeStats.model_validate(s) if s is not None else None for s in measured]
+    due = due_for_retirement(rubric, history, ctx.settings.rubric.retire_uninformative_after)
+    informativeness = updater_view(rubric, history, due)
     metadata = dict(records[-1].get("metadata") or {})
     peers = _group_peers(records)
     # One analyze task per chunk, every chunk at once: the gateway's analyzer limit keeps
@@ -184,7 +203,19 @@ async def _process_scope(
         queried.set()
         update = _no_summary(step, scope, rubric, len(summaries), lost)
     else:
-        update = _update(step, scope, rubric, metadata, criteria, summary, options, queried, lost)
+        update = _update(
+            step,
+            scope,
+            rubric,
+            metadata,
+            criteria,
+            summary,
+            options,
+            queried,
+            lost,
+            informativeness,
+            due,
+        )
     # Remembering waits until memory is retrieved, then runs beside the updater's call:
     # its CPU work (parameters, embeddings) would otherwise slow the query generation's
     # answer and the retrieval, which are on the critical path.
@@ -384,6 +415,8 @@ async def _update(
     options: dict[str, Any],
     queried: asyncio.Event,
     lost: list[dict[str, str]],
+    informativeness: dict[str, Any],
+    due: list[DueCriterion],
 ) -> dict[str, Any]:
     """Queries -> retrieval -> proposal -> guardrails and publication, plus the diff.
 
@@ -411,7 +444,7 @@ async def _update(
         "update",
         lost,
         propose_update.with_options(**options)(
-            step, scope, rubric.version, metadata, criteria, summary, memory
+            step, scope, rubric.version, metadata, criteria, summary, memory, informativeness
         ),
     )
     if proposal is None:
@@ -424,12 +457,14 @@ async def _update(
         log.info("step %s (%r): rubric update rejected: %s", step, scope, outcome["reason"])
         strategy = None
     else:
-        outcome = await publish_update(step, scope, rubric.version, proposal)
+        outcome = await publish_update(
+            step, scope, rubric.version, proposal, [d.model_dump(mode="json") for d in due]
+        )
         strategy = proposal["update_strategy"]
     after = await asyncio.to_thread(ctx.rubrics.current, scope)
     await acreate_markdown_artifact(
         key=f"rubric-diff-step-{step}-{_slug(scope)}",
-        markdown=rubric_diff_markdown(rubric, after, proposal or {}, outcome),
+        markdown=rubric_diff_markdown(rubric, after, proposal or {}, outcome, due),
         description=f"Step {step} rubric update ({scope})",
     )
     return {**outcome, "strategy": strategy}
@@ -448,6 +483,21 @@ async def usage_artifact(step: int, rollouts: int | None, failed: bool = False) 
         markdown=usage_markdown(step, rollouts, table, ctx.settings.pricing, waited, failed),
         description=f"Step {step} LLM tokens, time waited on the judge and cost",
     )
+
+
+async def criteria_table_artifact(
+    step: int, measured: dict[str, list[dict[str, Any] | None]]
+) -> None:
+    """A table of the step's per-criterion informativeness, across scopes."""
+    rows = criteria_table(
+        [ScopeStats.model_validate(h[0]) for h in measured.values() if h and h[0] is not None]
+    )
+    if rows:
+        await acreate_table_artifact(
+            key=f"criteria-step-{step}",
+            table=rows,
+            description=f"Step {step} per-criterion informativeness",
+        )
 
 
 async def hacking_table_artifact(step: int, outcome: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.memory.models import MemoryDocument
 from amaris.rubric.guardrails import UpdateRejected, apply_modifications
+from amaris.rubric.informativeness import DueCriterion, retirements
 from amaris.steps.context import get_context
 
 log = logging.getLogger("amaris.pipeline")
@@ -19,9 +20,18 @@ log = logging.getLogger("amaris.pipeline")
 
 @task(name="publish-rubric", cache_policy=NO_CACHE, task_run_name="publish-rubric-{scope}")
 async def publish_update(
-    step: int, scope: str, base_version: int, proposal: dict[str, Any]
+    step: int,
+    scope: str,
+    base_version: int,
+    proposal: dict[str, Any],
+    due: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Apply, validate and publish; at most one version per step and scope.
+
+    ``due``: adaptive criteria uninformative for ``rubric.retire_uninformative_after``
+    steps (:class:`DueCriterion`); those the proposal neither rewords nor retires are
+    retired with it, their evidence as the reason (``retired_uninformative`` in the
+    outcome), within ``pipeline.max_modifications``.
 
     Returns an outcome: ``published`` (with the new version), ``unchanged`` (a valid
     proposal that changes nothing), ``rejected`` (with the guardrail's reason) or
@@ -42,7 +52,19 @@ async def publish_update(
             "base_version": base_version,
         }
     parsed = RubricUpdateProposal.model_validate(proposal)
+    extra = retirements(
+        current,
+        parsed.rubric_modifications,
+        [DueCriterion.model_validate(d) for d in due or []],
+        ctx.bounds.max_modifications,
+    )
     outcome: dict[str, Any] = {"base_version": base_version, "strategy": parsed.update_strategy}
+    if extra:
+        parsed = parsed.model_copy(
+            update={"rubric_modifications": [*parsed.rubric_modifications, *extra]}
+        )
+        proposal = parsed.model_dump(mode="json")
+        outcome["retired_uninformative"] = [m.criterion_id for m in extra]
     try:
         if current.version != base_version:
             raise UpdateRejected(

@@ -27,8 +27,13 @@ async def propose_update(
     criteria: list[dict[str, Any]],
     summary: dict[str, Any],
     memory: dict[str, Any],
+    informativeness: dict[str, Any],
 ) -> dict[str, Any]:
-    """The updater's proposal (strategy, modifications, rationale, memory consultation)."""
+    """The updater's proposal (strategy, modifications, rationale, memory consultation).
+
+    ``informativeness``: this step's ``criterion_stats`` and the criteria ``uninformative``
+    for ``rubric.retire_uninformative_after`` steps
+    (:func:`amaris.rubric.informativeness.updater_view`)."""
     ctx = get_context()
     bounds = ctx.bounds
     context = {
@@ -46,6 +51,8 @@ async def propose_update(
         "summary": summary,
         "static_memory": memory["static"],
         "dynamic_memory": memory["dynamic"],
+        "criterion_stats": informativeness["criterion_stats"],
+        "uninformative": informativeness["uninformative"],
     }
     proposal = await ask("updater", context, data, RubricUpdateProposal, step)
     return proposal.model_dump(mode="json")

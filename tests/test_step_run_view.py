@@ -62,6 +62,7 @@ def test_the_step_run_artifacts_all_have_keys(step_run: tuple[list[Any], list[An
     _, artifacts = step_run
     assert [(a.type, a.description) for a in artifacts if not a.key] == []
     assert sorted(str(a.key) for a in artifacts) == [
+        "criteria-step-1",
         "hacking-step-1",
         "rubric-diff-step-1-global",
         "summary-step-1-global",

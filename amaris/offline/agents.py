@@ -54,6 +54,10 @@ updater
     Strategy CORRECTIVE when something is added, else MAINTENANCE with no modification:
     existing pitfalls are kept even when their behaviour has gone, for stability. Anchors are
     never touched. Memory consulted: the static and dynamic items mentioning an added tag.
+    Then retires each adaptive criterion the payload lists as ``uninformative`` (saturated or
+    with zero spread for ``rubric.retire_uninformative_after`` steps), within the room
+    ``max_modifications`` leaves and never the last positive criterion, its evidence as the
+    reason.
 """
 
 from __future__ import annotations

@@ -99,12 +99,20 @@ def handle_updater(data: dict[str, Any]) -> dict[str, Any]:
             )
             acted.append(tag)
     strategy: Strategy = "CORRECTIVE" if modifications else "MAINTENANCE"
+    retired, retire_evidence = retire_uninformative(data, room_left(bounds, modifications))
+    evidence += retire_evidence
     if modifications:
         summary = f"Step {step}: {'; '.join(m.reason.rstrip('.') for m in modifications)}."
         added = "; ".join(f'added pitfall "{m.text}" (weight {m.weight})' for m in modifications)
     else:
         summary = f"Step {step}: no unpenalised reward hacking to act on; rubric kept as it is."
         added = "no change"
+    if retired:
+        summary += f" Retired uninformative {', '.join(str(m.criterion_id) for m in retired)}."
+        added = "; ".join(
+            [*([added] if modifications else []), *(f"retired {m.criterion_id}" for m in retired)]
+        )
+        modifications += retired
     return RubricUpdateProposal(
         update_strategy=strategy,
         memory_consultation=_consult(data, acted),
@@ -112,6 +120,51 @@ def handle_updater(data: dict[str, Any]) -> dict[str, Any]:
         rubric_modifications=modifications,
         memory_artifact=MemoryArtifact(text=f"Step {step} rubric update ({strategy}): {added}."),
     ).model_dump(mode="json")
+
+
+def room_left(bounds: dict[str, Any], modifications: Sequence[RubricModification]) -> int:
+    """Modifications ``bounds`` still allow after ``modifications``."""
+    return _limit(bounds.get("max_modifications")) - len(modifications)
+
+
+def retire_uninformative(
+    data: dict[str, Any], room: int
+) -> tuple[list[RubricModification], list[str]]:
+    """Retire the criteria the payload lists as ``uninformative`` (adaptive criteria
+    saturated or with zero spread for ``rubric.retire_uninformative_after`` steps), at
+    most ``room`` of them; the offline rules cannot reword one.
+
+    Returns:
+        The ``retire`` modifications, each with its evidence as the reason, and the
+        evidence lines of the rationale.
+    """
+    adaptive = {
+        str(c["id"])
+        for c in data["criteria"]
+        if not c.get("is_anchor") and not str(c["id"]).startswith("A")
+    }
+    retired: list[RubricModification] = []
+    evidence: list[str] = []
+    for item in data.get("uninformative", []):
+        cid = str(item["criterion_id"])
+        if cid not in adaptive:
+            continue  # anchors are never retired
+        if len(retired) >= room:
+            evidence.append(f"{item['evidence']}: no room left to retire it")
+            continue
+        gone = {cid, *(str(m.criterion_id) for m in retired)}
+        if not any(float(c["weight"]) > 0 for c in data["criteria"] if str(c["id"]) not in gone):
+            evidence.append(f"{item['evidence']}: kept, the last positive criterion")
+            continue
+        evidence.append(f"{item['evidence']}: retired")
+        retired.append(
+            RubricModification(
+                action="retire",
+                criterion_id=cid,
+                reason=f"Retired as uninformative: {item['evidence']}",
+            )
+        )
+    return retired, evidence
 
 
 def _limit(value: Any) -> int:

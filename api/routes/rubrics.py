@@ -1,5 +1,6 @@
 """``GET /rubrics``: the rubric in force; ``/rubrics/history``: every version;
-``/rubrics/diff``: what changed between two versions; ``/rubrics/{version}``: one version."""
+``/rubrics/diff``: what changed between two versions; ``/rubrics/stats``: how informative
+each criterion was in a step; ``/rubrics/{version}``: one version."""
 
 import asyncio
 import logging
@@ -7,9 +8,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 
+from amaris.memory.rollout_log import step_records
 from amaris.models import ErrorDetail, ErrorResponse, RubricPublic
 from amaris.rubric.diff import RubricDiff, diff_rubrics
+from amaris.rubric.informativeness import ScopeStats, step_stats
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.store import RubricStore, RubricStoreError
 from api.deps import ServicesDep
@@ -74,6 +78,53 @@ async def rubric_diff(
     if missing:
         return _not_found("/rubrics/diff", missing)
     return diff_rubrics(found["a"], found["b"])
+
+
+class RubricStats(BaseModel):
+    """Answer of ``GET /rubrics/stats``."""
+
+    step: int
+    scopes: list[ScopeStats] = Field(
+        description="Per scope, each criterion's verdict statistics over the step's scored "
+        "rollouts (a rollout id sent twice counts once; late ones are left out)."
+    )
+
+
+_STATS_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    404: {"model": ErrorResponse, "description": "No step of that number, or no such scope."},
+    422: INPUT_ERRORS[422],
+}
+
+
+# Before /rubrics/{version}, which would otherwise take "stats" for a version number.
+@router.get("/rubrics/stats", response_model=RubricStats, responses=_STATS_ERRORS)
+async def rubric_stats(
+    services: ServicesDep,
+    step: Annotated[int, Query(ge=0, description="Training step.")],
+    scope: Annotated[
+        str | None, Query(min_length=1, max_length=4096, description="Only this scope.")
+    ] = None,
+) -> RubricStats | JSONResponse:
+    """How informative each criterion was in a step: mean, variance, share of verdicts at
+    the scale's ends, share of groups (same prompt) with zero spread, correlation with the
+    reward, and whether it was saturated or flat (docs/pipeline.md). Computed from
+    the rollout log, so an open step shows its rollouts so far."""
+    if services.coordinator.status(step) is None:
+        return _not_found(
+            "/rubrics/stats", [ErrorDetail(field="step", message=f"step {step} is unknown")]
+        )
+    scopes = await asyncio.to_thread(
+        lambda: step_stats(step_records(services.rollouts, services.settings.memory.path, step))
+    )
+    if scope is not None:
+        scopes = [s for s in scopes if s.scope == scope]
+        if not scopes:
+            return _not_found(
+                "/rubrics/stats",
+                [ErrorDetail(field="scope", message=f"no scored rollout of scope {scope!r}")],
+            )
+    return RubricStats(step=step, scopes=scopes)
 
 
 @router.get("/rubrics/{version}", response_model=RubricPublic, responses=_LOOKUP_ERRORS)
