@@ -17,6 +17,7 @@ from amaris.agents.prompts import PromptError
 from amaris.app.check_judge import check_judges, render
 from amaris.app.launch import launched
 from amaris.app.prefect_server import AUTH_FILE, read_auth_string, recorded_server
+from amaris.cli import bootstrap as cli_bootstrap
 from amaris.cli import inspect as cli_inspect
 from amaris.cli import simulate as commands
 from amaris.client import AmarisError
@@ -429,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rubrics(sub)
     _add_memory(sub)
     _add_sim(sub)
+    cli_bootstrap.add_parser(sub).set_defaults(func=_with_settings(cli_bootstrap.run_bootstrap))
 
     llm = sub.add_parser("offline-llm", help="serve the offline judge as an OpenAI-compatible API")
     llm.add_argument("--host", default="127.0.0.1")
