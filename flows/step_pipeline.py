@@ -12,6 +12,7 @@ from prefect import flow
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.utilities.annotations import quote
 
+from amaris.manifest import markdown as manifest_markdown
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
 from flows.artifacts import (
@@ -81,6 +82,7 @@ async def step_pipeline(step: int) -> dict[str, Any]:
         await usage_artifact(step, None, failed=True)
         raise
     await usage_artifact(step, outcome["rollouts"])
+    await manifest_artifact(step)
     return outcome
 
 
@@ -448,6 +450,18 @@ async def usage_artifact(step: int, rollouts: int | None, failed: bool = False) 
         markdown=usage_markdown(step, rollouts, table, ctx.settings.pricing, waited, failed),
         description=f"Step {step} LLM tokens, time waited on the judge and cost",
     )
+
+
+async def manifest_artifact(step: int) -> None:
+    """The run manifest the step ran under (config hash, versions, models, prompts), under
+    one key: the Prefect UI shows it on every step run, and its versions the history."""
+    manifest = get_context().manifest
+    if manifest is not None:
+        await acreate_markdown_artifact(
+            key="run-manifest",
+            markdown=manifest_markdown(manifest),
+            description=f"Step {step} ran under run {manifest['run_id']}",
+        )
 
 
 async def hacking_table_artifact(step: int, outcome: dict[str, Any]) -> None:
