@@ -296,3 +296,37 @@ def test_command_refuses_bad_data_naming_the_field_and_writes_nothing(
         assert RubricStore(qdrant, settings.memory.collection, None).history() == []
     finally:
         qdrant.close()
+
+
+async def test_a_response_the_judge_cannot_take_is_left_out_and_listed(tmp_path: Path) -> None:
+    settings = load_settings(None, **{"scoring.max_field_chars": 200})
+    long = {"candidate_id": "long", "text": "x" * 300, "metadata": {"rank": 3}}
+    data = _write(
+        tmp_path / "long.json",
+        [
+            {
+                "prompt_id": "p",
+                "prompt": "What is 2 + 2?",
+                "reference": "4",
+                "candidates": [
+                    {"candidate_id": "a", "text": "2 + 2 = 4. Answer: 4", "metadata": {"rank": 1}},
+                    {"candidate_id": "b", "text": "Answer: 5", "metadata": {"rank": 2}},
+                    long,
+                ],
+            }
+        ],
+    )
+    dataset, pairs = load_dataset(data)
+    gateway = LLMGateway(settings, build_providers(settings), CallLog(None))
+    qdrant = open_qdrant(settings.memory, location=":memory:")
+    try:
+        scorer = Scorer(
+            settings.scoring, gateway, RubricStore(qdrant, "t", None), _scorer_prompt(settings)
+        )
+        result = await bootstrap(settings, dataset, pairs, gateway, scorer, Options(generations=2))
+    finally:
+        await gateway.close()
+        qdrant.close()
+    assert [u.split(":")[0] for u in result.unscored] == ["p/long"]
+    # only the pair of the two judged responses counts
+    assert result.accuracy["initial"]["all"].pairs == 1

@@ -35,7 +35,7 @@ from amaris.llm.budget import cut_middle
 from amaris.llm.gateway import LLMGateway, LLMOutputError, LLMUnavailableError
 from amaris.models import ScoreRequest
 from amaris.rubric.model import Criterion, RubricVersion, adaptive_from_config, anchors_from_config
-from amaris.scoring.scorer import Scorer
+from amaris.scoring.scorer import OversizeError, Scorer
 from amaris.settings import Settings
 
 PROPOSER_AGENT = "updater"
@@ -180,9 +180,13 @@ async def judge_all(
                 }
             }
         )
-        scorer.check(request)
-        async with limit:
-            judgement = await scorer.judge(request, rubric)
+        try:
+            scorer.check(request)
+            async with limit:
+                judgement = await scorer.judge(request, rubric)
+        except OversizeError as exc:
+            unscored.append(f"{prompt_id}/{cid}: oversize: {exc}")
+            return
         if judgement.breakdown is None:
             unscored.append(f"{prompt_id}/{cid}: {judgement.failure}")
             return
