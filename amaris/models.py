@@ -285,7 +285,7 @@ class RubricPublic(BaseModel):
     parent: int | None
     created_at: str
     step: int | None
-    origin: Literal["config", "updater", "rollback"]
+    origin: Literal["config", "updater", "rollback", "bootstrap"]
     anchors: list[CriterionPublic]
     adaptive: list[CriterionPublic]
 

@@ -12,6 +12,7 @@ from prefect import flow
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.utilities.annotations import quote
 
+from amaris.manifest import markdown as manifest_markdown
 from amaris.rubric.informativeness import (
     DueCriterion,
     ScopeStats,
@@ -89,6 +90,7 @@ async def step_pipeline(step: int) -> dict[str, Any]:
         await usage_artifact(step, None, failed=True)
         raise
     await usage_artifact(step, outcome["rollouts"])
+    await manifest_artifact(step)
     return outcome
 
 
@@ -497,6 +499,18 @@ async def criteria_table_artifact(
             key=f"criteria-step-{step}",
             table=rows,
             description=f"Step {step} per-criterion informativeness",
+        )
+
+
+async def manifest_artifact(step: int) -> None:
+    """The run manifest the step ran under (config hash, versions, models, prompts), under
+    one key: the Prefect UI shows it on every step run, and its versions the history."""
+    manifest = get_context().manifest
+    if manifest is not None:
+        await acreate_markdown_artifact(
+            key="run-manifest",
+            markdown=manifest_markdown(manifest),
+            description=f"Step {step} ran under run {manifest['run_id']}",
         )
 
 

@@ -29,7 +29,6 @@ from amaris.cli.main import main
             ["replay", "r.jsonl", "--modes", "both,both"],
             "argument --modes: a memory mode is repeated",
         ),
-        (["replay"], "the following arguments are required: ROLLOUTS.jsonl"),
     ],
 )
 def test_argument_errors_name_the_argument(
@@ -39,6 +38,28 @@ def test_argument_errors_name_the_argument(
         main(argv)
     assert exit_info.value.code == 2
     assert named in capsys.readouterr().err
+
+
+def test_replay_needs_rollouts_or_a_manifest(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay"]) == 2
+    assert "ROLLOUTS.jsonl (or --manifest of a simulate run) is needed" in capsys.readouterr().err
+
+
+def test_replay_refuses_a_manifest_it_cannot_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "manifest.json"
+    assert main(["replay", "--manifest", str(missing)]) == 2
+    assert f"--manifest {missing}:" in capsys.readouterr().err
+    missing.write_text(json.dumps({"kind": "serve"}))
+    assert main(["replay", "--manifest", str(missing)]) == 2
+    assert "config: missing" in capsys.readouterr().err
+    missing.write_text(json.dumps({"config": {"server": {"port": "x"}}}))
+    assert main(["replay", "--manifest", str(missing)]) == 2
+    assert "server.port" in capsys.readouterr().err
+    missing.write_text(json.dumps({"config": {}}))
+    assert main(["replay", "--manifest", str(missing)]) == 2
+    assert "names no rollouts file" in capsys.readouterr().err
 
 
 def test_replay_input_errors_name_the_line_and_field(

@@ -7,6 +7,7 @@ One ``amaris serve`` for the module; every server uses the session's Prefect tes
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -216,3 +217,48 @@ def test_export_then_replay_round_trip(sim: Sim, tmp_path: Path) -> None:
     page = (out / "report.md").read_text()
     assert "| step | none | both |" in page
     assert (out / "compare_mean_reward.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_runs_write_manifests_and_replay_follows_one(sim: Sim, tmp_path: Path) -> None:
+    data = sim.config.parent / "data"
+    kinds = [json.loads(p.read_text())["kind"] for p in sorted(data.glob("manifest-*.json"))]
+    assert kinds[:2] == ["serve", "simulate"]
+    recorded = json.loads((sim.out / "manifest.json").read_text())
+    assert recorded["kind"] == "simulate" and recorded["seed"] == 3
+    # every step run of the server shows the manifest it ran under
+    assert "run-manifest" in asyncio.run(_artifact_keys())
+
+    sim.stack.close()  # replay starts servers of its own
+    out = tmp_path / "replay"
+    assert (
+        main(
+            [
+                "replay",
+                "--manifest",
+                str(sim.out / "manifest.json"),
+                "--modes",
+                "none",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    replayed = json.loads((out / "manifest.json").read_text())
+    # the manifest's configuration, loaded back, is the same configuration
+    assert replayed["config_hash"] == recorded["config_hash"]
+    assert replayed["seed"] == 3
+    assert replayed["extra"]["source"]["run_id"] == recorded["run_id"]
+    run = json.loads((out / "metrics.json").read_text())["runs"]["none"]
+    records = [json.loads(line) for line in (sim.out / "rollouts.jsonl").read_text().splitlines()]
+    for step, entry in enumerate(run["steps"]):
+        scores = [r["score"] for r in records if r["step"] == step]
+        assert entry["mean_reward"] == pytest.approx(_mean(scores))
+
+
+async def _artifact_keys() -> set[str]:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as prefect:
+        artifacts = await prefect.read_artifacts(limit=200)
+    return {a.key for a in artifacts if a.key}

@@ -321,3 +321,18 @@ class RubricUpdateProposal(_Lenient):
     update_strategy: Strategy
     rubric_modifications: list[RubricModification] = Field(default_factory=list)
     memory_artifact: MemoryArtifact = Field(default_factory=MemoryArtifact)
+
+
+# -- rubric bootstrap (amaris bootstrap) -----------------------------------------------------
+class CandidateCriterion(_Lenient):
+    """One criterion the judge proposes from ranked examples; the evidence comes first."""
+
+    evidence: str = ""
+    text: str = Field(min_length=1, max_length=500)
+    kind: Annotated[Literal["requirement", "pitfall"], BeforeValidator(_lower)]
+
+
+class BootstrapCandidates(_Lenient):
+    """The judge's candidate criteria for an initial rubric (``amaris bootstrap``)."""
+
+    criteria: list[CandidateCriterion] = Field(default_factory=list)

@@ -13,8 +13,10 @@ import uvicorn
 from prefect.events.worker import EventsWorker
 from prefect.logging.handlers import APILogWorker
 
+from amaris.agents.prompts import load_prompts
 from amaris.app.launch import Launch
 from amaris.app.wiring import build_services, create_app
+from amaris.manifest import build_manifest, write_manifest
 from amaris.settings import Settings
 
 log = logging.getLogger("amaris")
@@ -28,8 +30,14 @@ def serve(settings: Settings, launch: Launch) -> int:
     running steps resumable (:func:`~amaris.app.launch.launched` then stops the children)."""
     server = launch.server
     try:
+        manifest = build_manifest(settings, load_prompts(settings.prompts), "serve")
+        path = write_manifest(manifest, settings.memory.path)
+        log.info("run manifest %s (config %s)", path, manifest["config_hash"])
         services = build_services(
-            settings, warm_prefect=True, prefect_ready=server.wait_ready if server else None
+            settings,
+            warm_prefect=True,
+            prefect_ready=server.wait_ready if server else None,
+            manifest=manifest,
         )
         app = create_app(settings, services=services)
         config = uvicorn.Config(

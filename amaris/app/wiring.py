@@ -98,6 +98,7 @@ def build_services(
     prefect_ready: Callable[[], None] | None = None,
     metrics: Metrics | None = None,
     qdrant: QdrantClient | None = None,
+    manifest: dict[str, Any] | None = None,
 ) -> Services:
     """Open storage, initialise the rubric and wire everything (blocking; no I/O to LLMs).
 
@@ -106,6 +107,7 @@ def build_services(
     ``metrics``: the registry to record into (the app's); default a new one.
     ``qdrant``: a client to share (it stays open on stop): replicas of one store in one
     process, as tests run them; default: opened from ``memory``.
+    ``manifest``: the run manifest step runs attach as an artifact (``amaris serve``'s).
     """
     configure_prefect(settings)
     providers = providers or build_providers(settings)
@@ -177,6 +179,7 @@ def build_services(
                 rubrics=store,
                 prompts=prompts,
                 namespace=namespace,
+                manifest=manifest,
             )
         )
         if prefect_ready is not None:

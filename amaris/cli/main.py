@@ -17,7 +17,9 @@ from amaris.agents.prompts import PromptError
 from amaris.app.check_judge import check_judges, render
 from amaris.app.launch import launched
 from amaris.app.prefect_server import AUTH_FILE, read_auth_string, recorded_server
+from amaris.cli import bootstrap as cli_bootstrap
 from amaris.cli import inspect as cli_inspect
+from amaris.cli import manifest as cli_manifest
 from amaris.cli import simulate as commands
 from amaris.client import AmarisError
 from amaris.memory.embedder import EmbedderConfigError
@@ -367,8 +369,18 @@ def _add_sim(sub: Any) -> None:
     replay.add_argument(
         "rollouts",
         type=Path,
+        nargs="?",
+        default=None,
         metavar="ROLLOUTS.jsonl",
-        help="rollout-log records, as `amaris export` writes them",
+        help="rollout-log records, as `amaris export` writes them (default with --manifest: "
+        "the rollouts of the simulate run it describes)",
+    )
+    replay.add_argument(
+        "--manifest",
+        type=Path,
+        default=None,
+        help="a run manifest (manifest-*.json, or a report's manifest.json): replay under "
+        "its configuration (secrets from the environment) and record its seed",
     )
     replay.add_argument(
         "--config",
@@ -429,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_rubrics(sub)
     _add_memory(sub)
     _add_sim(sub)
+    cli_bootstrap.add_parser(sub).set_defaults(func=_with_settings(cli_bootstrap.run_bootstrap))
+    cli_manifest.add_parser(sub).set_defaults(func=_with_settings(cli_manifest.show))
 
     llm = sub.add_parser("offline-llm", help="serve the offline judge as an OpenAI-compatible API")
     llm.add_argument("--host", default="127.0.0.1")

@@ -17,10 +17,14 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from amaris.agents.prompts import load_prompts
 from amaris.cli.inspect import CommandError, api_get, server_url
+from amaris.manifest import ManifestError, build_manifest, read_manifest, write_manifest
 from amaris.memory.qdrant import StoreLockedError, open_qdrant
 from amaris.redact import redact_url
-from amaris.settings import Settings, secret_value
+from amaris.settings import ConfigError, Settings, load_settings, secret_value
 from amaris.sim.driver import RunResult, StepResult, run
 from amaris.sim.judge_calls import judge_calls
 from amaris.sim.policy import PlannedRollout, Policy
@@ -122,9 +126,36 @@ def _server(
         yield url, secret_value(settings.server.api_key)
 
 
+def record_run(
+    settings: Settings, kind: str, out: Path, seed: int | None, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """Write the run manifest in the data folder and as ``<out>/manifest.json``."""
+    manifest = build_manifest(
+        settings, load_prompts(settings.prompts), kind, seed=seed, extra=extra
+    )
+    path = write_manifest(manifest, settings.memory.path)
+    write_manifest(manifest, out, "manifest.json")
+    print(f"run manifest: {path} (config {manifest['config_hash']})", file=sys.stderr)
+    return manifest
+
+
 def simulate(settings: Settings, args: argparse.Namespace) -> int:
     """Run the simulated training loop and write the report folder."""
 
+    record_run(
+        settings,
+        "simulate",
+        args.out,
+        args.seed,
+        {
+            "steps": args.steps,
+            "rollouts_per_step": args.rollouts_per_step,
+            "group_size": args.group_size,
+            "learning_rate": args.learning_rate,
+            "url": redact_url(args.url) if args.url else None,
+            "rollouts": str((args.out / "rollouts.jsonl").resolve()),
+        },
+    )
     progress = Progress(args.steps, "simulate")
     with ExitStack() as stack, _server(args, settings, stack) as (url, key):
         # A server given by --url may hold steps already: continue after them.
@@ -211,17 +242,62 @@ def mode_overrides(settings: Settings, mode: str) -> dict[str, int]:
     }
 
 
+def from_manifest(args: argparse.Namespace, folder: Path) -> tuple[Settings, dict[str, Any]]:
+    """``--manifest``: its configuration (written to ``folder``, read as ``--config``) and
+    what the replay's own manifest records of it; ROLLOUTS defaults to the run's rollouts.
+
+    Raises:
+        CommandError: the manifest cannot be read or its configuration is invalid.
+    """
+    try:
+        source = read_manifest(args.manifest)
+    except ManifestError as exc:
+        raise CommandError(str(exc), 2) from exc
+    path = folder / "manifest-config.yaml"
+    path.write_text(yaml.safe_dump(source["config"], sort_keys=False), encoding="utf-8")
+    try:
+        settings = load_settings(path)
+    except ConfigError as exc:
+        raise CommandError(f"--manifest {args.manifest}: {exc}", 2) from exc
+    args.config = path
+    if args.rollouts is None:
+        recorded = (source.get("extra") or {}).get("rollouts")
+        if not recorded:
+            raise CommandError(
+                f"--manifest {args.manifest} names no rollouts file: give ROLLOUTS.jsonl", 2
+            )
+        args.rollouts = Path(recorded)
+    return settings, {
+        "manifest": str(args.manifest),
+        "run_id": source.get("run_id"),
+        "config_hash": source.get("config_hash"),
+        "seed": source.get("seed"),
+    }
+
+
 def replay(settings: Settings, args: argparse.Namespace) -> int:
     """Re-run the evolution over recorded rollouts under each memory mode; one report."""
 
-    try:
-        records = read_recorded(args.rollouts)
-    except RecordsError as exc:
-        raise CommandError(f"ROLLOUTS: {exc}") from exc
-    source = ReplaySource(records)
-    results: list[RunResult] = []
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="amaris-replay-")))
+        origin: dict[str, Any] = {}
+        if args.manifest is not None:
+            settings, origin = from_manifest(args, folder)
+        if args.rollouts is None:
+            raise CommandError("ROLLOUTS.jsonl (or --manifest of a simulate run) is needed", 2)
+        try:
+            records = read_recorded(args.rollouts)
+        except RecordsError as exc:
+            raise CommandError(f"ROLLOUTS: {exc}") from exc
+        record_run(
+            settings,
+            "replay",
+            args.out,
+            origin.get("seed"),
+            {"rollouts": str(args.rollouts), "modes": list(args.modes), "source": origin},
+        )
+        source = ReplaySource(records)
+        results: list[RunResult] = []
         prefect_env = stack.enter_context(shared_prefect(folder))
         for mode in args.modes:
             overrides = mode_overrides(settings, mode)

@@ -13,6 +13,7 @@ from typing import Any
 
 from amaris.agents.prompts import read_data
 from amaris.offline.agents import HANDLERS
+from amaris.offline.bootstrap import handle_bootstrap
 from amaris.offline.rules import judge_criteria
 
 
@@ -32,7 +33,11 @@ def _score(data: dict[str, Any]) -> dict[str, Any]:
     return {"verdicts": [{"id": v.id, "reason": v.reason, "score": v.score} for v in verdicts]}
 
 
-_HANDLERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"scorer": _score, **HANDLERS}
+_HANDLERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "scorer": _score,
+    **HANDLERS,
+    "bootstrap": handle_bootstrap,
+}
 
 
 def respond(messages: list[dict[str, str]]) -> str:

@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from amaris.models import CriterionPublic, RubricPublic
 from amaris.settings import RubricItem, RuleSpec
 
-Origin = Literal["config", "updater", "rollback"]
+Origin = Literal["config", "updater", "rollback", "bootstrap"]
+"""Where a version comes from; ``bootstrap``: ``amaris bootstrap`` (ranked examples)."""
 
 
 class Criterion(BaseModel):

@@ -6,14 +6,15 @@ keys and show them in the UI); the clients they need come from here.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from amaris.agents.prompts import load_prompts
+from amaris.agents.prompts import load_prompts, prompt_fingerprint
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
+from amaris.manifest import build_manifest
 from amaris.memory.embedder import build_embedder
 from amaris.memory.qdrant import open_qdrant
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
@@ -36,6 +37,8 @@ class PipelineContext:
     prompts: dict[str, str]
     namespace: str
     """Identifies this data folder + collection in cache keys, so two runs never share work."""
+    manifest: dict[str, Any] | None = None
+    """The run manifest (:mod:`amaris.manifest`) each step run shows as an artifact."""
 
     @property
     def bounds(self) -> Bounds:
@@ -51,8 +54,7 @@ class PipelineContext:
     def prompt_fingerprint(self, agent: str) -> str:
         """Changes when the agent's prompt or model changes (part of cache keys)."""
         options = self.settings.agents.for_agent(agent)
-        text = f"{self.prompts[agent]}\x00{options.model}\x00{options.temperature}"
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return prompt_fingerprint(self.prompts[agent], options.model, options.temperature)
 
 
 _context: PipelineContext | None = None
@@ -107,6 +109,7 @@ def context_from_config() -> PipelineContext:
             "AMARIS_CONFIG does not name a configuration to build it from"
         )
     settings = load_settings(Path(path))
+    prompts = load_prompts(settings.prompts)
     qdrant = open_qdrant(settings.memory)
     prefix = settings.memory.collection
     writer = settings.server.replica if settings.pipeline.executor == "deployment" else ""
@@ -122,6 +125,7 @@ def context_from_config() -> PipelineContext:
         rollouts=RolloutLog(qdrant, prefix, writer=writer),
         steps=StepRegistry(qdrant, prefix),
         rubrics=RubricStore(qdrant, prefix, settings.memory.rubrics_export_path),
-        prompts=load_prompts(settings.prompts),
+        prompts=prompts,
         namespace=store_namespace(settings),
+        manifest=build_manifest(settings, prompts, "worker"),
     )

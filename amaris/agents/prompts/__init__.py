@@ -19,6 +19,7 @@ Gemma, Llama 2) refuse two user messages in a row.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from importlib import resources
@@ -64,6 +65,29 @@ def load_prompts(settings: PromptsSettings) -> dict[str, str]:
         if builtin.is_file():
             prompts[agent] = builtin.read_text(encoding="utf-8")
     return prompts
+
+
+BOOTSTRAP_PROMPT = "bootstrap"
+"""The template of ``amaris bootstrap``'s criteria proposal (sent as the updater agent)."""
+
+
+def builtin_prompt(name: str) -> str:
+    """A built-in template by name (``bootstrap.txt``...), read from the package.
+
+    Raises:
+        PromptError: no such template.
+    """
+    builtin = resources.files("amaris.agents.prompts").joinpath(f"{name}.txt")
+    if not builtin.is_file():
+        raise PromptError(f"no built-in prompt template {name!r}")
+    return builtin.read_text(encoding="utf-8")
+
+
+def prompt_fingerprint(template: str, model: str, temperature: float | None) -> str:
+    """16 hex digits that change when an agent's template, model or temperature changes
+    (pipeline cache keys and the run manifest)."""
+    text = f"{template}\x00{model}\x00{temperature}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def data_message(agent: str, payload: dict[str, Any], heading: str = DATA_HEADING) -> str:
