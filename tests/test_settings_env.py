@@ -15,7 +15,7 @@ from fastapi import Request, Response
 from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
-from amaris.settings import ConfigError, Settings, load_settings, secret_value
+from amaris.settings import AGENTS, ConfigError, Settings, load_settings, secret_value
 from amaris.sim.judge_server import create_llm_app
 from tests.fake_llm import Reply, offline_reply, serve_in_thread
 from tests.pipeline_helpers import metadata, rollout
@@ -25,6 +25,13 @@ def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(text)
     return path
+
+
+def serve_the_other_agents_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scorer alone has an endpoint: the other agents are served offline, by choice."""
+    for agent in AGENTS:
+        if agent != "scorer":
+            monkeypatch.setenv(f"AMARIS_CLIENT__{agent.upper()}__OFFLINE", "true")
 
 
 def test_a_scalar_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,6 +49,7 @@ def test_nested_agent_keys_from_the_environment(
     config = write(tmp_path, "agents: {scorer: {temperature: 0.5}, analyzer: {model: a1}}")
     monkeypatch.setenv("AMARIS_AGENTS__SCORER__MODEL", "judge-7b")
     monkeypatch.setenv("AMARIS_CLIENT__SCORER__BASE_URL", "http://judge.example/v1")
+    serve_the_other_agents_offline(monkeypatch)
     monkeypatch.setenv("AMARIS_CONCURRENCY__SCORER", "3")
     settings = load_settings(config)
     scorer = settings.agent_options("scorer")
@@ -144,6 +152,7 @@ def keys(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
     server_key, judge_key = f"srv-{secrets.token_hex(12)}", f"judge-{secrets.token_hex(12)}"
     monkeypatch.setenv("AMARIS_SERVER__API_KEY", server_key)
     monkeypatch.setenv("AMARIS_CLIENT__SCORER__API_KEY", judge_key)
+    serve_the_other_agents_offline(monkeypatch)
     return server_key, judge_key
 
 

@@ -46,8 +46,8 @@ def test_the_step_run_shows_amaris_log_lines(step_run: tuple[list[Any], list[Any
     ours = {log.message: log for log in logs if log.name.startswith("amaris.")}
     assert "step 1: 8 rollouts to analyse in 1 scope(s)" in ours
     analysed = ours[
-        "step 1: chunk 0 analysed, 8 rollouts (0 from an earlier attempt), 4 "
-        "flagged for reward hacking"
+        "step 1: chunk 0 analysed, 8 rollouts (0 from an earlier attempt, 0 dropped), "
+        "4 flagged for reward hacking"
     ]
     assert analysed.task_run_id is not None  # attached to the analyze task run too
     assert "step 1 ('global'): rubric update published (CORRECTIVE), version 1 -> 2" in ours
