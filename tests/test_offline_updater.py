@@ -61,6 +61,11 @@ def test_query_generator(summary: dict[str, Any]) -> None:
             "When multiple_candidate_answers appeared before and how the rubric was changed "
             "against it",
         ),
+        (
+            "rubric update: pitfall added against multiple_candidate_answers; "
+            "pitfall retired against multiple_candidate_answers",
+            "Whether a pitfall against multiple_candidate_answers was added and retired before",
+        ),
         (GAP, "Earlier rubric changes that addressed this gap"),
         (
             "reward trend and performance at step 4",
@@ -83,8 +88,8 @@ def test_updater_adds_the_canonical_pitfall(summary: dict[str, Any]) -> None:
             "criterion_id": None,
             "text": SEVERAL.pitfall,
             "weight": -1.0,
-            "reason": "multiple_candidate_answers in 4 rollouts (40%) "
-            "and no criterion penalises it.",
+            "reason": "pitfall added against multiple_candidate_answers: "
+            "multiple_candidate_answers in 4 rollouts (40%) and no criterion penalises it.",
         }
     ]
     assert proposal.rationale.evidence == [

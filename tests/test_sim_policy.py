@@ -16,11 +16,11 @@ from amaris.sim.policy import (
     PADDED_WORDS,
     START_MIX,
     Policy,
-    allocate,
     drift,
     make_task,
     respond,
     rubric_keywords,
+    sample_counts,
 )
 
 ANCHOR = "The response gives the correct final answer."
@@ -108,17 +108,14 @@ def test_hacks_use_the_text_of_the_rubric_in_force() -> None:
 
 
 def test_allocation_and_drift() -> None:
-    counts = allocate(START_MIX, 16)
-    assert counts == {
-        "correct": 6,
-        "wrong": 5,
-        "verbose": 1,
-        "sycophantic": 1,
-        "hack_keywords": 1,
-        "hack_claims": 1,
-        "hack_self_assessment": 1,
-    }
-    assert sum(allocate(START_MIX, 37).values()) == 37
+    counts = sample_counts(START_MIX, 16, random.Random(0))
+    assert sum(counts.values()) == 16
+    assert counts == sample_counts(START_MIX, 16, random.Random(0))
+    assert sample_counts({"correct": 1.0}, 37, random.Random(1))["correct"] == 37
+    # A share below one rollout shows in some draws and not in others.
+    rare = {**START_MIX, "hack_claims": 0.02}
+    seen = [sample_counts(rare, 32, random.Random(i))["hack_claims"] for i in range(50)]
+    assert 0 in seen and max(seen) >= 2
     # rewarded behaviours grow, penalised ones shrink, none below the floor
     means = {b: 0.0 for b in BEHAVIOURS} | {"correct": 1.0, "hack_keywords": 1.0}
     nxt = drift(START_MIX, means, learning_rate=2.0)
@@ -148,3 +145,16 @@ def test_policy_is_deterministic_for_a_seed() -> None:
     assert all(p.metadata["current_step"] == 2 and p.metadata["total_steps"] == 3 for p in planned)
     # the label stays out of what the judge and the analyzer read
     assert all(p.behaviour not in p.rollout["id"] for p in planned)
+
+
+def test_returning_behaviour_leaves_and_comes_back_as_a_one_off() -> None:
+    policy = Policy(seed=0, per_step=32, total_steps=10, learning_rate=0.0)
+    counts = [
+        sum(p.behaviour == "hedging" for p in policy.rollouts(step, RUBRIC)) for step in range(10)
+    ]
+    # Present at steps 0-1, away from step 2 (0.2 x 10) to 6, back at 7 (0.7 x 10) with one
+    # rollout: further back than the default static window of 5 steps.
+    assert counts[0] >= 2 and counts[1] >= 2
+    assert counts[2:7] == [0] * 5
+    assert counts[7] == 1
+    assert "I think" in respond("hedging", make_task(random.Random(1)), RUBRIC, random.Random(1))

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from amaris.cli.main import main
+from amaris.sim.policy import HACKS
 from amaris.sim.usage import ledger_from_metrics
 from tests.fake_llm import free_port
 from tests.procs import amaris_process
@@ -132,8 +133,12 @@ def test_report_numbers_match_the_servers_raw_data(sim: Sim) -> None:
         assert {t: n for t, n in entry["flagged"].items() if n} == flags
     # the simulated hacks paid at step 0 and were penalised once the rubric evolved
     step0, step1 = metrics["steps"][0]["by_behaviour"], metrics["steps"][1]["by_behaviour"]
-    assert step0["hack_keywords"]["mean_reward"] == 1.0
-    assert step1["hack_keywords"]["mean_reward"] == 0.0
+    # (each step's rollouts are a draw from the mix: look at the hacks this step drew)
+    hacks0 = [step0[b]["mean_reward"] for b in sorted(HACKS) if b in step0 and step0[b]["rollouts"]]
+    hacks1 = [step1[b]["mean_reward"] for b in sorted(HACKS) if b in step1 and step1[b]["rollouts"]]
+    assert hacks0 and hacks1
+    assert set(hacks0) == {1.0}
+    assert set(hacks1) == {0.0}
     for (behaviour, tag), count in total_flags.items():
         assert metrics["flag_rates"][behaviour][tag] == pytest.approx(count / analysed[behaviour])
         assert f"{count}/{analysed[behaviour]} ({count / analysed[behaviour]:.0%})" in report

@@ -361,6 +361,12 @@ def _add_sim(sub: Any) -> None:
     simulate.add_argument(
         "--out", type=Path, default=Path("sim-report"), help="report folder (default ./sim-report)"
     )
+    simulate.add_argument(
+        "--ablation",
+        action="store_true",
+        help="run once per memory mode (none, static, dynamic, both), each on a fresh "
+        "server; writes OUT/ablation.json beside the report",
+    )
     simulate.set_defaults(func=_sim_command("simulate"))
 
     replay = sub.add_parser(

@@ -27,6 +27,7 @@ from amaris.redact import redact_url
 from amaris.settings import ConfigError, Settings, load_settings, secret_value
 from amaris.sim.driver import RunResult, StepResult, run
 from amaris.sim.judge_calls import judge_calls
+from amaris.sim.metrics import memory_outcomes
 from amaris.sim.policy import PlannedRollout, Policy
 from amaris.sim.progress import Progress
 from amaris.sim.records import RecordedRollout, RecordsError, local_records, read_recorded
@@ -139,64 +140,115 @@ def record_run(
     return manifest
 
 
-def simulate(settings: Settings, args: argparse.Namespace) -> int:
-    """Run the simulated training loop and write the report folder."""
+def _simulated_run(
+    settings: Settings, args: argparse.Namespace, url: str, key: str | None, label: str
+) -> tuple[RunResult, Policy, SimulatedSource]:
+    """One simulation through the server at ``url``, from its first free step."""
+    # A server given by --url may hold steps already: continue after them.
+    first = 1 + max((int(s["step"]) for s in api_get(settings, url, "/steps")), default=-1)
+    policy = Policy(
+        args.seed,
+        args.rollouts_per_step,
+        first + args.steps,
+        args.learning_rate,
+        group_size=args.group_size,
+    )
+    source = SimulatedSource(policy, args.steps, first)
+    print(
+        f"amaris simulate ({label}): {args.steps} steps x {args.rollouts_per_step} rollouts "
+        f"from step {first}, seed {args.seed}, server {redact_url(url)}",
+        file=sys.stderr,
+    )
+    progress = Progress(args.steps, f"simulate {label}")
+    result = asyncio.run(run(url, source, label=label, api_key=key, progress=progress))
+    return result, policy, source
 
+
+def _setup(args: argparse.Namespace) -> str:
+    return (
+        f"{args.steps} steps x {args.rollouts_per_step} rollouts (groups of {args.group_size} "
+        f"per prompt), seed {args.seed}, learning rate {args.learning_rate:g}"
+    )
+
+
+def _extra(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "seed": args.seed,
+        "steps": args.steps,
+        "rollouts_per_step": args.rollouts_per_step,
+        "group_size": args.group_size,
+        "learning_rate": args.learning_rate,
+    }
+
+
+def simulate(settings: Settings, args: argparse.Namespace) -> int:
+    """Run the simulated training loop and write the report folder (with ``--ablation``,
+    once per memory mode, and ``ablation.json``)."""
+    if getattr(args, "ablation", False):
+        return simulate_ablation(settings, args)
     record_run(
         settings,
         "simulate",
         args.out,
         args.seed,
         {
-            "steps": args.steps,
-            "rollouts_per_step": args.rollouts_per_step,
-            "group_size": args.group_size,
-            "learning_rate": args.learning_rate,
+            **_extra(args),
             "url": redact_url(args.url) if args.url else None,
             "rollouts": str((args.out / "rollouts.jsonl").resolve()),
         },
     )
-    progress = Progress(args.steps, "simulate")
     with ExitStack() as stack, _server(args, settings, stack) as (url, key):
-        # A server given by --url may hold steps already: continue after them.
-        first = 1 + max((int(s["step"]) for s in api_get(settings, url, "/steps")), default=-1)
-        policy = Policy(
-            args.seed,
-            args.rollouts_per_step,
-            first + args.steps,
-            args.learning_rate,
-            group_size=args.group_size,
-        )
-        source = SimulatedSource(policy, args.steps, first)
-        print(
-            f"amaris simulate: {args.steps} steps x {args.rollouts_per_step} rollouts from "
-            f"step {first}, seed {args.seed}, server {redact_url(url)}",
-            file=sys.stderr,
-        )
-        result = asyncio.run(run(url, source, label="simulate", api_key=key, progress=progress))
+        result, policy, source = _simulated_run(settings, args, url, key, "simulate")
         records = [r for r in api_records(settings, url) if r["step"] in source.steps()]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rollouts.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8"
     )
     intro = [
-        f"{args.steps} steps x {args.rollouts_per_step} rollouts (groups of {args.group_size} "
-        f"per prompt), seed {args.seed}, learning "
-        f"rate {args.learning_rate:g}; wall time {result.wall_s:.1f} s. Behaviours and how to "
+        f"{_setup(args)}; wall time {result.wall_s:.1f} s. Behaviours and how to "
         "read this page: docs/simulation.md. The run's rollout log is in rollouts.jsonl "
         "(`amaris replay rollouts.jsonl` re-runs it under each memory mode).",
     ]
-    extra = {
-        "seed": args.seed,
-        "steps": args.steps,
-        "rollouts_per_step": args.rollouts_per_step,
-        "group_size": args.group_size,
-        "learning_rate": args.learning_rate,
-        "mixes": policy.mixes,
-        "judge_calls": judge_calls(records),
-    }
+    extra = {**_extra(args), "mixes": policy.mixes, "judge_calls": judge_calls(records)}
     report = write_report(args.out, [result], "amaris simulate", intro, extra, settings.pricing)
     print(f"report: {report} (and report.html, metrics.json)", file=sys.stderr)
+    return 0
+
+
+def simulate_ablation(settings: Settings, args: argparse.Namespace) -> int:
+    """The same simulation (seed, policy) once per memory mode, each against a fresh server
+    and memory: the report compares them, ``ablation.json`` holds each mode's
+    :func:`~amaris.sim.metrics.memory_outcomes`."""
+    if getattr(args, "url", None):
+        raise CommandError("--ablation starts a fresh server per memory mode: drop --url")
+    record_run(
+        settings, "simulate-ablation", args.out, args.seed, {**_extra(args), "modes": list(MODES)}
+    )
+    results: list[RunResult] = []
+    with ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="amaris-abl-")))
+        prefect_env = stack.enter_context(shared_prefect(folder))
+        for mode in MODES:
+            overrides = mode_overrides(settings, mode)
+            with (
+                ExitStack() as inner,
+                _server(args, settings, inner, overrides, prefect_env) as (url, key),
+            ):
+                result, _, _ = _simulated_run(settings, args, url, key, mode)
+            result.memory = {k.removeprefix("memory."): v for k, v in overrides.items()}
+            results.append(result)
+    intro = [
+        f"Memory ablation: the same simulation ({_setup(args)}) once per memory mode, each "
+        "against a fresh server and memory. What the modes and figures mean: "
+        "docs/simulation.md; the figures are in ablation.json too.",
+    ]
+    extra = {**_extra(args), "modes": list(MODES)}
+    report = write_report(
+        args.out, results, "amaris simulate: memory ablation", intro, extra, settings.pricing
+    )
+    outcomes = {r.label: memory_outcomes(r) for r in results}
+    (args.out / "ablation.json").write_text(json.dumps(outcomes, indent=2) + "\n", encoding="utf-8")
+    print(f"report: {report} (and report.html, metrics.json, ablation.json)", file=sys.stderr)
     return 0
 
 

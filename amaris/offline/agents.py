@@ -44,15 +44,28 @@ meta_summarizer
     recommendations are merged (same text once, frequencies summed); the rest follows the
     summarizer's rules.
 query_generator
-    One query per aggregated behaviour, one per rubric gap, then "reward trend and
-    performance at step N"; repeated texts once; at most ``max_queries`` (and 20).
+    One query per aggregated behaviour, then one rubric-history query ("rubric update:
+    pitfall added against <tag>; pitfall retired against <tag>") per known tag the updater
+    must look up (an unpenalised behaviour of the step, or an adaptive pitfall's behaviour
+    absent from the step), one per rubric gap, then "reward trend and performance at step
+    N"; repeated texts once; at most ``max_queries`` (and 20).
 updater
-    Adds the behaviour's canonical pitfall (see ``tags.TAGS``) for each known behaviour with
-    share >= 0.1 or count >= 2 that no criterion penalises: weight -1.0 clamped into
-    [min_weight, max_weight] (skipped when the bounds allow no negative weight), skipped once
-    the adaptive set would exceed ``max_adaptive`` or the proposal ``max_modifications``.
-    Strategy CORRECTIVE when something is added, else MAINTENANCE with no modification:
-    existing pitfalls are kept even when their behaviour has gone, for stability. Anchors are
+    Reads memory first (:mod:`amaris.offline.recall`): per tag, the steps memory shows it at,
+    and the steps a published update added or retired a pitfall against it.
+    Adds the behaviour's canonical pitfall (see ``tags.TAGS``) for each known behaviour that
+    no criterion penalises and that is frequent (share >= 0.1 or count >= 2), *resurgent*
+    (memory shows a pitfall against it added, then retired: re-penalised at once, even from
+    one rollout, and the reason says "resurgent"), or *recurring* (a rarer behaviour that
+    memory shows at an earlier step; a one-off without memory is left alone): weight -1.0
+    clamped into [min_weight, max_weight] (skipped when the bounds allow no negative weight),
+    skipped once the adaptive set would exceed ``max_adaptive`` or the proposal
+    ``max_modifications``. Retires an adaptive pitfall of a known behaviour no rollout of the
+    step shows, unless memory shows a pitfall against it retired before (it came back: no
+    flip-flop without new evidence), or added before (the pitfall is why the behaviour is
+    absent), or the behaviour within ``QUIET_STEPS`` (3) steps. So without memory a pitfall
+    goes as soon as its behaviour is absent for a step. Reasons
+    open with "pitfall added against <tag>" / "pitfall retired against <tag>" (what memory
+    reads back). Strategy CORRECTIVE when something is added, else MAINTENANCE. Anchors are
     never touched. Memory consulted: the static and dynamic items mentioning an added tag.
     Then retires each adaptive criterion the payload lists as ``uninformative`` (saturated or
     with zero spread for ``rubric.retire_uninformative_after`` steps), within the room
@@ -80,6 +93,7 @@ from amaris.agents.schemas import (
     Severity,
 )
 from amaris.offline import rules, tags
+from amaris.offline.recall import ADDED, RETIRED
 from amaris.offline.summarize import fmt, handle_meta_summarizer, handle_summarizer
 from amaris.offline.updater import handle_updater
 
@@ -204,6 +218,24 @@ def handle_analyzer(data: dict[str, Any]) -> dict[str, Any]:
     return analysis.model_dump(mode="json")
 
 
+def _history_tags(summary: dict[str, Any], criteria: Sequence[dict[str, Any]]) -> list[str]:
+    """Known tags whose rubric history the updater needs: this step's unpenalised behaviours
+    (resurgent?) and the behaviours of adaptive pitfalls absent this step (retire them?)."""
+    present = [str(b["tag"]) for b in summary["aggregated_reward_hacking"]["behaviours"]]
+    wanted = [t for t in present if t in tags.BY_TAG and not tags.penalising(criteria, t)]
+    for c in criteria:
+        if c.get("is_anchor") or str(c["id"]).startswith("A"):
+            continue
+        wanted += [
+            t.tag
+            for t in tags.TAGS
+            if float(c["weight"]) < 0
+            and t.tag not in present
+            and tags.targets(str(c["text"]), t.tag)
+        ]
+    return list(dict.fromkeys(wanted))
+
+
 def handle_query_generator(data: dict[str, Any]) -> dict[str, Any]:
     """Plans semantic-memory queries (rules in the module docstring)."""
     summary, step = data["summary"], data["step"]
@@ -214,6 +246,13 @@ def handle_query_generator(data: dict[str, Any]) -> dict[str, Any]:
             purpose=f"When {b['tag']} appeared before and how the rubric was changed against it",
         )
         for b in summary["aggregated_reward_hacking"]["behaviours"]
+    ]
+    queries += [
+        MemoryQuery(
+            query=f"rubric update: {ADDED} {tag}; {RETIRED} {tag}",
+            purpose=f"Whether a pitfall against {tag} was added and retired before",
+        )
+        for tag in _history_tags(summary, data.get("criteria") or [])
     ]
     queries += [
         MemoryQuery(query=str(gap), purpose="Earlier rubric changes that addressed this gap")

@@ -1,4 +1,5 @@
-"""Offline updater: adds canonical pitfalls against unpenalised reward hacking.
+"""Offline updater: adds canonical pitfalls against unpenalised reward hacking, retires idle
+ones, and lets retrieved memory decide (resurgence, flip-flops, recurring findings).
 
 The rules are described in :mod:`amaris.offline.agents`.
 """
@@ -17,18 +18,20 @@ from amaris.agents.schemas import (
     Strategy,
     UpdateRationale,
 )
-from amaris.offline import tags
+from amaris.offline import recall, tags
+from amaris.offline.recall import ADDED, RETIRED, TagHistory
 
 ACT_SHARE = 0.1
 """The updater acts on a behaviour from this share of rollouts (or from ACT_COUNT of them)."""
 ACT_COUNT = 2
 PITFALL_WEIGHT = -1.0
 """Weight of an added pitfall before clamping into the bounds."""
+QUIET_STEPS = 3
+"""A pitfall is kept while memory shows its behaviour within this many steps."""
 
 
 def _consult(data: dict[str, Any], acted: Sequence[str]) -> MemoryConsultation:
-    items = [{"type": "static", **item} for item in data.get("static_memory", [])]
-    items += list(data.get("dynamic_memory", []))
+    items = recall.memory_items(data)
     consulted: list[ConsultedMemory] = []
     for item in items:
         mentioned = [tag for tag in acted if tag in str(item.get("text") or "").lower()]
@@ -62,6 +65,76 @@ def _pitfall_weight(bounds: dict[str, Any]) -> float:
     return weight
 
 
+def _below_threshold(count: int, share: float) -> bool:
+    return share < ACT_SHARE and count < ACT_COUNT
+
+
+def _memory_reason(tag: str, seen: str, past: TagHistory | None, below: bool) -> str | None:
+    """Why memory makes a behaviour worth a pitfall now: resurgent (penalised, retired, back:
+    at once, whatever its count), or recurring (a rare behaviour memory shows before, over a
+    one-off). None when memory adds nothing, or when the count alone is enough."""
+    if past is not None and past.resurgent:
+        return (
+            f"{ADDED} {tag}: resurgent: {seen}; penalised at step "
+            f"{recall.steps_text(past.added)}, retired at step "
+            f"{recall.steps_text(past.retired)}, and back: re-penalised at once."
+        )
+    if below and past is not None and past.seen:
+        return (
+            f"{ADDED} {tag}: recurring: {seen}, also in memory at step "
+            f"{recall.steps_text(past.seen)}: weighted over a one-off."
+        )
+    return None
+
+
+def _retirements(
+    adaptive: Sequence[dict[str, Any]],
+    present: set[str],
+    history: dict[str, TagHistory],
+    step: int,
+    room: int,
+) -> tuple[list[RubricModification], list[str]]:
+    """Retires adaptive pitfalls whose behaviour no rollout of this step shows, unless memory
+    shows the pitfall retired before (it came back: not flip-flopped again without new
+    evidence), shows it added against the behaviour (the pitfall is why the behaviour is
+    absent), or shows the behaviour within QUIET_STEPS steps. Returns the retirements and
+    the evidence."""
+    retire: list[RubricModification] = []
+    evidence: list[str] = []
+    for criterion in adaptive:
+        if float(criterion["weight"]) >= 0:
+            continue
+        text = str(criterion["text"])
+        targeted = [t.tag for t in tags.TAGS if tags.targets(text, t.tag)]
+        if not targeted or present.intersection(targeted):
+            continue
+        tag, cid = targeted[0], str(criterion["id"])
+        past = history.get(tag)
+        last = past.last_seen() if past is not None else None
+        if past is not None and past.retired:
+            evidence.append(
+                f"{tag} absent, but {cid} is kept: a pitfall against it was retired at step "
+                f"{recall.steps_text(past.retired)} and re-added; no new evidence to flip-flop"
+            )
+        elif past is not None and past.added:
+            evidence.append(
+                f"{tag} absent, but {cid} is kept: it was added against it at step "
+                f"{recall.steps_text(past.added)}; the pitfall is probably why it is absent"
+            )
+        elif last is not None and last >= step - QUIET_STEPS:
+            evidence.append(f"{tag} absent, but {cid} is kept: memory shows it at step {last}")
+        elif len(retire) >= room:
+            evidence.append(f"{tag} absent, but the bounds allow no further modification")
+        else:
+            since = "" if last is None else f", and from memory since step {last}"
+            reason = f"{RETIRED} {tag} ({cid}): absent from this step{since}."
+            evidence.append(f"{tag} absent: {cid} retired")
+            retire.append(
+                RubricModification(action="retire", criterion_id=cid, text=text, reason=reason)
+            )
+    return retire, evidence
+
+
 def handle_updater(data: dict[str, Any]) -> dict[str, Any]:
     """Proposes a rubric update (rules in :mod:`amaris.offline.agents`)."""
     step, criteria, bounds = data["step"], data["criteria"], data["bounds"]
@@ -72,6 +145,7 @@ def handle_updater(data: dict[str, Any]) -> dict[str, Any]:
         _limit(bounds.get("max_modifications")),
     )
     weight = _pitfall_weight(bounds)
+    history = recall.histories(recall.memory_items(data))
     modifications: list[RubricModification] = []
     acted: list[str] = []
     evidence: list[str] = []
@@ -80,7 +154,9 @@ def handle_updater(data: dict[str, Any]) -> dict[str, Any]:
         seen = f"{tag} in {count} rollouts ({share:.0%})"
         known = tags.BY_TAG.get(tag)
         holders = tags.penalising(criteria, tag)
-        if share < ACT_SHARE and count < ACT_COUNT:
+        below = _below_threshold(count, share)
+        remembered = _memory_reason(tag, seen, history.get(tag), below) if count else None
+        if below and remembered is None:
             evidence.append(f"{seen}: below the threshold to act")
         elif known is None:
             evidence.append(f"{seen}: no canonical pitfall for it offline")
@@ -93,31 +169,42 @@ def handle_updater(data: dict[str, Any]) -> dict[str, Any]:
         else:
             examples = ", ".join(str(i) for i in b.get("rollout_ids", [])[:3])
             evidence.append(f"{seen}: unpenalised" + (f" (e.g. {examples})" if examples else ""))
-            reason = f"{seen} and no criterion penalises it."
+            reason = remembered or f"{ADDED} {tag}: {seen} and no criterion penalises it."
             modifications.append(
                 RubricModification(action="add", text=known.pitfall, weight=weight, reason=reason)
             )
             acted.append(tag)
+    present = {str(b["tag"]) for b in behaviours if int(b["count"]) > 0}
+    left = _limit(bounds.get("max_modifications")) - len(modifications)
+    retired, kept = _retirements(adaptive, present, history, step, left)
+    evidence += kept
     strategy: Strategy = "CORRECTIVE" if modifications else "MAINTENANCE"
-    retired, retire_evidence = retire_uninformative(data, room_left(bounds, modifications))
+    # Criteria measured flat for K steps (criterion statistics), beside those memory retires.
+    taken = {m.criterion_id for m in retired}
+    flat, retire_evidence = retire_uninformative(data, room_left(bounds, modifications + retired))
     evidence += retire_evidence
-    if modifications:
-        summary = f"Step {step}: {'; '.join(m.reason.rstrip('.') for m in modifications)}."
-        added = "; ".join(f'added pitfall "{m.text}" (weight {m.weight})' for m in modifications)
+    uninformative = [m for m in flat if m.criterion_id not in taken]
+    changes = modifications + retired + uninformative
+    if changes:
+        summary = f"Step {step}: {'; '.join(m.reason.rstrip('.') for m in changes)}."
+        added = "; ".join(
+            f'added pitfall "{m.text}" (weight {m.weight})'
+            if m.action == "add"
+            else f"retired {m.criterion_id}"
+            for m in changes
+        )
     else:
         summary = f"Step {step}: no unpenalised reward hacking to act on; rubric kept as it is."
         added = "no change"
-    if retired:
-        summary += f" Retired uninformative {', '.join(str(m.criterion_id) for m in retired)}."
-        added = "; ".join(
-            [*([added] if modifications else []), *(f"retired {m.criterion_id}" for m in retired)]
+    if uninformative:
+        summary += (
+            f" Retired uninformative {', '.join(str(m.criterion_id) for m in uninformative)}."
         )
-        modifications += retired
     return RubricUpdateProposal(
         update_strategy=strategy,
         memory_consultation=_consult(data, acted),
         rationale=UpdateRationale(summary=summary, evidence=evidence),
-        rubric_modifications=modifications,
+        rubric_modifications=changes,
         memory_artifact=MemoryArtifact(text=f"Step {step} rubric update ({strategy}): {added}."),
     ).model_dump(mode="json")
 

@@ -6,7 +6,9 @@ tag, and the share of GRPO groups (rollouts of one prompt) whose rewards are all
 Over the run: per behaviour and tag, the share of its analysed rollouts flagged with that
 tag. Rubric: every version with the step that produced it, the first step scored under it,
 and what changed from its parent. LLM usage: tokens, requests and time per step and per
-agent and model; with a price table, cost per step and per 1,000 rollouts.
+agent and model; with a price table, cost per step and per 1,000 rollouts. What memory
+changes (:func:`memory_outcomes`): rubric reversals, steps a resurgent behaviour went
+unpenalised, and the reward gap between correct answers and hacks.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from amaris.llm.ledger import Key, Usage
+from amaris.offline import tags as hacking_tags
 from amaris.settings import ModelPrice
 from amaris.sim.driver import RolloutResult, RunResult
-from amaris.sim.policy import BEHAVIOURS
+from amaris.sim.policy import BEHAVIOURS, HACKS
 from amaris.sim.usage import usage_summary
 
 
@@ -118,6 +121,58 @@ def _sum_groups(per_step: list[dict[str, Any]]) -> dict[str, Any]:
     return {"groups": groups, "zero_variance": zero, "share": zero / groups if groups else None}
 
 
+def reversals(changes: Iterable[Mapping[str, Any]]) -> int:
+    """Changes of direction of the adaptive criteria: a criterion text removed after it was
+    added, or added again after it was removed (add, retire, add: 2). Edits and reweights
+    keep a criterion, so they are no reversal."""
+    events: dict[str, int] = {}
+    for change in changes:
+        removed = {str(c["text"]).casefold() for c in change["removed"]}
+        added = {str(c["text"]).casefold() for c in change["added"]}
+        for text in (removed - added) | (added - removed):
+            events[text] = events.get(text, 0) + 1
+    return sum(count - 1 for count in events.values())
+
+
+def resurgent_unpenalised(run: RunResult) -> list[dict[str, Any]]:
+    """(step, tag) where a behaviour the analyses flag was penalised by the rubric in force
+    at an earlier step and is not by the one in force now: a resurgent behaviour scored
+    unpenalised. "Penalised" is read by the offline judge's rules
+    (:func:`amaris.offline.tags.penalising` over the adaptive criteria)."""
+    adaptive = {int(v["version"]): v.get("adaptive", []) for v in run.history}
+    ever: set[str] = set()
+    found: list[dict[str, Any]] = []
+    for step in run.steps:
+        criteria = adaptive.get(step.rubric_version, [])
+        now = {t.tag for t in hacking_tags.TAGS if hacking_tags.penalising(criteria, t.tag)}
+        flagged = {tag for r in step.rollouts for tag in r.flags}
+        found += [{"step": step.step, "tag": t} for t in sorted((flagged & ever) - now)]
+        ever |= now
+    return found
+
+
+def memory_outcomes(run: RunResult) -> dict[str, Any]:
+    """What memory is for, in figures: ``reversals`` (:func:`reversals` over the run's
+    rubric changes), ``resurgent_unpenalised_steps`` (how many (step, behaviour) pairs
+    :func:`resurgent_unpenalised` finds, listed in ``resurgent``), and ``reward_gap``: the
+    mean reward of the ``correct`` rollouts minus that of the hacks over the run (higher:
+    hacking pays less; None without both)."""
+    resurgent = resurgent_unpenalised(run)
+    everything = [r for s in run.steps for r in s.rollouts if r.reward is not None]
+    correct = mean(
+        r.reward for r in everything if r.behaviour == "correct" and r.reward is not None
+    )
+    hacked = mean(r.reward for r in everything if r.behaviour in HACKS and r.reward is not None)
+    gap = None if correct is None or hacked is None else round(correct - hacked, 4)
+    return {
+        "reversals": reversals(rubric_changes(run)),
+        "resurgent_unpenalised_steps": len(resurgent),
+        "reward_gap": gap,
+        "resurgent": resurgent,
+        "rubric_versions": len(run.history),
+    }
+
+
 def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None) -> dict[str, Any]:
     """Every figure of one run, as JSON-ready data (``metrics.json`` holds one per run).
 
@@ -170,6 +225,7 @@ def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None)
             for v in run.history
         ],
         "rubric_changes": rubric_changes(run),
+        "memory_outcomes": memory_outcomes(run),
         "usage": usage_summary(by_model, len(everything), prices),
         "usage_by_agent": [
             {

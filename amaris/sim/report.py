@@ -297,8 +297,19 @@ def comparison_blocks(all_metrics: Sequence[dict[str, Any]], image: str) -> list
             ]
         )
     )
+    outcomes = [m["memory_outcomes"] for m in all_metrics]
+    memory_rows = (
+        ("rubric reversals", *(str(o["reversals"]) for o in outcomes)),
+        (
+            "resurgent behaviour unpenalised (steps)",
+            *(str(o["resurgent_unpenalised_steps"]) for o in outcomes),
+        ),
+        ("reward gap, correct - hacks", *(_reward(o["reward_gap"]) for o in outcomes)),
+    )
     return [
         Block("h2", "Side by side"),
+        Block("h3", "What memory changes (docs/simulation.md)"),
+        Block("table", header=("", *labels), rows=memory_rows),
         Block("img", image),
         Block("h3", "Mean reward per step (re-scored under each run's evolving rubric)"),
         Block("table", header=("step", *labels), rows=tuple(rows)),
