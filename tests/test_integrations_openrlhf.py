@@ -184,7 +184,7 @@ def test_reward_func_returns_tensors(
         assert len(fake_llm.requests) == 3
 
 
-def test_reward_func_unscored_raises_or_uses_the_explicit_value(
+def test_reward_func_unscored_raises_naming_amaris_reason(
     tmp_path: Path, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_llm.push(*[Reply(status=500)] * 200)
@@ -195,11 +195,32 @@ def test_reward_func_unscored_raises_or_uses_the_explicit_value(
         monkeypatch.setenv("AMARIS_URL", url)
         monkeypatch.setenv("AMARIS_RETRY_SECONDS", "0.2")
         queries = [p + r for p, r in zip(PROMPTS, RESPONSES, strict=True)]
-        with pytest.raises(RewardUnavailableError, match="2 of 2 samples unscored") as caught:
+        with pytest.raises(
+            RewardUnavailableError, match=r"2 of 2 samples unscored \(sample 0: judge_unavailable"
+        ) as caught:
             reward_func(queries, PROMPTS, LABELS)
-        assert caught.value.result.rewards == [None, None]
-        assert caught.value.reasons[0].startswith("judge_unavailable")
-        monkeypatch.setenv("AMARIS_UNSCORED_SCORE", "0.25")
-        out = reward_func(queries, PROMPTS, LABELS)
-    assert torch.equal(out["rewards"], torch.tensor([0.25, 0.25]))
-    assert torch.equal(out["extra_logs"]["amaris_unscored"], torch.tensor([1.0, 1.0]))
+    assert caught.value.result.rewards == [None, None]
+    assert caught.value.reasons[0].startswith("judge_unavailable")
+
+
+def test_truncated_prompt_is_scored_against_the_whole_prompt(offline_client: TestClient) -> None:
+    # OpenRLHF cut the prompt to its last tokens: the query starts with the prompt's tail
+    # (here after a character the cut split, decoded as U+FFFD)
+    prompt = "Some long context the trainer cut. " * 4 + PROMPTS[0]
+    query = "\ufffd" + prompt[-30:] + RESPONSES[0]
+    r = offline_client.post(
+        "/get_reward",
+        json={"query": [query], "prompts": [prompt], "labels": ["42"]},
+        headers={"X-Amaris-Step": "6"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["rewards"] == [1.0]
+    records = offline_client.app.state.services.rollouts.load_step(6)  # type: ignore[attr-defined]
+    assert [rec["rollout"]["input"] for rec in records] == [prompt]
+    assert [rec["rollout"]["output"] for rec in records] == [RESPONSES[0]]
+    # a query that shares only a few characters with its prompt is still refused
+    short = offline_client.post(
+        "/get_reward", json={"query": ["ant|>" + RESPONSES[0]], "prompts": [prompt]}
+    )
+    assert short.status_code == 422
+    assert short.json()["detail"][0]["field"] == "query[0]"

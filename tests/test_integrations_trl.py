@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from amaris.app.wiring import create_app
+from amaris.integrations.text import completion_text, render
 from amaris.integrations.trl import amaris_reward_func
 from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
@@ -104,3 +105,18 @@ def test_unscored_sample_is_none(tmp_path: Path, fake_llm: FakeLLM) -> None:
         )
     assert rewards == [None]
     assert metrics["amaris/unscored"] == 1.0
+
+
+def test_tool_calls_are_judged_as_text() -> None:
+    call = {"type": "function", "function": {"name": "multiply", "arguments": '{"a": 6}'}}
+    completion = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "name": "multiply", "content": "42"},
+        {"role": "assistant", "content": "It is 42."},
+    ]
+    assert completion_text(completion) == (
+        'tool call: multiply({"a": 6})\ntool result: 42\nIt is 42.'
+    )
+    # in a prompt's history: role labels, the call after the message's own text
+    history = [{"role": "assistant", "content": "Let me compute.", "tool_calls": [call]}]
+    assert render(history) == 'assistant: Let me compute.\ntool call: multiply({"a": 6})'

@@ -44,8 +44,9 @@ def test_compute_score_returns_score_version_status(offline_server: tuple[str, A
         extra_info=extra(3),
         **reward_kwargs,
     )
-    assert good == {"score": 1.0, "rubric_version": 1, "status": "scored"}
-    assert bad == {"score": 0.0, "rubric_version": 1, "status": "scored"}
+    scored = {"rubric_version": 1, "status": "scored", "reason": "", "unscored": 0.0}
+    assert good == {"score": 1.0, **scored}
+    assert bad == {"score": 0.0, **scored}
     records = services.rollouts.load_step(11)
     assert [r["rollout"]["group_id"] for r in records] == ["openai/gsm8k/3"] * 2
     assert [r["rollout"]["input"] for r in records] == [QUESTION] * 2
@@ -95,7 +96,7 @@ def test_step_from_environment(
 
 
 def test_missing_prompt_is_a_clear_error(offline_server: tuple[str, Any]) -> None:
-    with pytest.raises(ValueError, match=r"extra_info\['prompt'\]"):
+    with pytest.raises(ValueError, match=r"extra_info\['prompt'\].*AmarisRewardManager"):
         compute_score("gsm8k", "42", "42", {"index": 0}, url=offline_server[0])
 
 
@@ -113,7 +114,7 @@ def test_unscored_is_retried_then_raises_or_uses_unscored_score(
         fake_llm.push(Reply(status=500))
         assert compute_score(
             "gsm8k", "The answer is 42.", "42", extra(0), **{**kwargs, "retry_seconds": 60}
-        ) == {"score": 1.0, "rubric_version": 1, "status": "scored"}
+        ) == {"score": 1.0, "rubric_version": 1, "status": "scored", "reason": "", "unscored": 0.0}
         # the judge keeps failing: an error by default, never 0
         fake_llm.push(*[Reply(status=500)] * 200)
         with pytest.raises(RewardUnavailableError, match="judge_unavailable"):
@@ -122,4 +123,11 @@ def test_unscored_is_retried_then_raises_or_uses_unscored_score(
         fallback = compute_score(
             "gsm8k", "The answer is 41.", "42", extra(0), unscored_score=-1.0, **kwargs
         )
-    assert fallback == {"score": -1.0, "rubric_version": 1, "status": "unscored"}
+    assert fallback.pop("reason").startswith("1 of 1 samples unscored (sample 0: judge_unavailable")
+    assert fallback == {"score": -1.0, "rubric_version": 1, "status": "unscored", "unscored": 1.0}
+    # amaris unreachable: the same keys, status "error"
+    down = compute_score(
+        "gsm8k", "42", "42", extra(0), url="http://127.0.0.1:9", retry_seconds=0, unscored_score=0.5
+    )
+    assert down.pop("reason").startswith("amaris unreachable at http://127.0.0.1:9")
+    assert down == {"score": 0.5, "rubric_version": 0, "status": "error", "unscored": 1.0}

@@ -1,21 +1,28 @@
-"""OpenRLHF reward function: ``--remote_rm_url /path/to/this/file.py``.
+"""OpenRLHF reward function: ``--reward.remote_url /path/to/this/file.py`` (OpenRLHF 0.11).
 
 OpenRLHF loads ``reward_func(queries, prompts, labels, **kwargs)`` from the file and
-calls it per micro-batch; ``queries[i]`` is ``prompts[i]`` followed by the response,
-``labels`` the ``--label_key`` column (the reference answer). It returns
-``{"rewards", "scores", "extra_logs"}`` as tensors: ``rewards`` for the advantages,
-``scores`` (the same amaris reward in [0, 1]) for dynamic filtering, ``extra_logs``
-per-sample ``amaris_rubric_version`` and ``amaris_unscored`` (1.0 / 0.0) for the logger.
+calls it for each sample (0.11 sends one per call); ``queries[i]`` is ``prompts[i]``
+followed by the response (when OpenRLHF cut a long prompt, only the prompt's tail:
+amaris then judges the whole prompt and what follows the tail), ``labels`` the
+``--data.label_key`` column (the reference answer). It returns ``{"rewards", "scores",
+"extra_logs"}`` as tensors: ``rewards`` for the advantages, ``scores`` (the same amaris
+reward in [0, 1]) for dynamic filtering, ``extra_logs`` per-sample
+``amaris_rubric_version`` and ``amaris_unscored`` (1.0 / 0.0) for the logger.
 
 Configuration, from the environment of the Ray workers:
 
 * ``AMARIS_URL`` (default ``http://127.0.0.1:8002``), ``AMARIS_API_KEY``;
 * ``AMARIS_STEP``: the training step; unset, amaris logs the batch under the step it has
-  open (set ``pipeline.rollouts_per_step`` = rollout_batch_size x n_samples_per_prompt);
-* ``AMARIS_RETRY_SECONDS`` (default 60): how long unscored samples are retried;
-* ``AMARIS_UNSCORED_SCORE``: unset (default), a sample still unscored after the retries
-  raises :class:`RewardUnavailableError` and stops the step; set, that value is its
-  reward and ``extra_logs.amaris_unscored`` marks it.
+  open (set ``pipeline.rollouts_per_step`` = rollout.batch_size x n_samples_per_prompt);
+* ``AMARIS_RETRY_SECONDS`` (default 60): how long unscored samples are retried.
+
+**Judge outage.** One setting of the amaris server chooses: ``scoring.on_failure``.
+Unless it is ``neutral``, a sample still unscored after the retries raises
+:class:`RewardUnavailableError`, whose message names amaris's reason; OpenRLHF logs it
+(``Failed to fetch reward from remote RM: ...``) and the training step then fails
+(``reward_model_group is required when rewards are not precomputed``). With
+``neutral``, ``scoring.neutral_score`` is the reward and ``extra_logs.amaris_unscored``
+marks it.
 
 The group of a sample (for the analyzer) is its prompt.
 """
@@ -26,7 +33,6 @@ import os
 from typing import Any
 
 from amaris.integrations._remote import (
-    Rewards,
     RewardUnavailableError,
     Target,
     env_step,
@@ -37,26 +43,14 @@ from amaris.integrations._remote import (
 __all__ = ["RewardUnavailableError", "reward_func"]
 
 
-def _filled(result: Rewards, fallback: float) -> Rewards:
-    return Rewards(
-        rewards=[fallback if r is None else r for r in result.rewards],
-        statuses=[
-            "unscored" if r is None else s
-            for r, s in zip(result.rewards, result.statuses, strict=True)
-        ],
-        rubric_versions=result.rubric_versions,
-        step=result.step,
-    )
-
-
 def reward_func(
     queries: list[str], prompts: list[str], labels: list[Any] | None = None, **kwargs: Any
 ) -> dict[str, Any]:
     """amaris rewards of an OpenRLHF micro-batch (blocking); see the module docstring.
 
     Raises:
-        RewardUnavailableError: samples unscored after the retries and no
-            ``AMARIS_UNSCORED_SCORE``.
+        RewardUnavailableError: samples unscored after the retries (amaris's
+            ``scoring.on_failure`` is not ``neutral``).
         amaris.InvalidRequestError: amaris refused the batch (``fields`` names them).
     """
     target = Target.resolve(
@@ -67,13 +61,7 @@ def reward_func(
         "prompts": list(prompts),
         "labels": list(labels) if labels is not None else None,
     }
-    try:
-        result = get_rewards(target, body, env_step())
-    except RewardUnavailableError as error:
-        fallback = optional_float("AMARIS_UNSCORED_SCORE", os.environ.get("AMARIS_UNSCORED_SCORE"))
-        if fallback is None:
-            raise
-        result = _filled(error.result, fallback)
+    result = get_rewards(target, body, env_step())
     # torch is the trainer's (OpenRLHF runs on it), not a dependency of amaris: imported
     # here so that the adapter's module loads in the light client install.
     import torch

@@ -106,13 +106,38 @@ def _label(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False)
 
 
+# The shortest tail of a prompt taken as the start of a truncated one: shorter overlaps could
+# be chance (a query that does not hold its prompt at all stays an error).
+MIN_PROMPT_TAIL = 16
+
+
 def _response_of(query: str, prompt: str) -> str | None:
-    """The response in ``query``: what follows ``prompt`` (which may come after a BOS
-    token the tokenizer's decode added); None when the prompt is not in the query."""
+    """The response in ``query``, or None when the query does not hold its prompt.
+
+    A query is normally the prompt followed by the response, maybe after a BOS token the
+    tokenizer's decode added. OpenRLHF cuts a prompt longer than its budget to its last
+    tokens and then decodes prompt tail + response as the query: then the query starts
+    with a tail of the prompt (of at least ``MIN_PROMPT_TAIL`` characters; a character
+    split by the cut decodes as U+FFFD and is skipped) and the response is what follows it.
+    """
     if query.startswith(prompt):
         return query[len(prompt) :]
     at = query.find(prompt) if prompt else -1
-    return query[at + len(prompt) :] if at >= 0 else None
+    if at >= 0:
+        return query[at + len(prompt) :]
+    start = len(query) - len(query.lstrip("\ufffd"))
+    head = query[start : start + MIN_PROMPT_TAIL]
+    if len(head) < MIN_PROMPT_TAIL:
+        return None
+    # The first place the prompt's tail starts that the query continues to the end of the
+    # prompt: the longest tail the query begins with.
+    at = prompt.find(head)
+    while at >= 0:
+        tail = len(prompt) - at
+        if query.startswith(prompt[at:], start):
+            return query[start + tail :]
+        at = prompt.find(head, at + 1)
+    return None
 
 
 def _length_errors(body: GetRewardRequest) -> list[ErrorDetail]:
@@ -139,14 +164,16 @@ def _items(body: GetRewardRequest, step: int) -> list[dict[str, Any] | ErrorDeta
                 ErrorDetail(
                     field=f"query[{i}]",
                     message=(
-                        f"does not contain prompts[{i}]: a query is the prompt followed by the "
-                        "response"
+                        f"does not contain prompts[{i}]: a query is the prompt (or, when the "
+                        f"trainer cut a long prompt, its last {MIN_PROMPT_TAIL}+ characters) "
+                        "followed by the response"
                     ),
                 )
             )
             continue
         rollout = {
             "id": f"get_reward-{uuid.uuid4().hex[:16]}",
+            # The whole prompt, also when the trainer's policy saw only its tail.
             "input": prompt,
             "output": response,
             "supplemental_context": _label(body.labels[i]) if body.labels else None,

@@ -1,7 +1,10 @@
-# OpenRLHF: amaris as the remote reward (either line), the reference answer as label.
+# OpenRLHF 0.11: amaris as the remote reward (either form), the reference answer as label.
+# (OpenRLHF < 0.11 spells these --remote_rm_url and --label_key.)
 python3 -m openrlhf.cli.train_ppo_ray \
-    --remote_rm_url "$(dirname "$0")/reward_func.py" \
-    --label_key answer \
+    --reward.remote_url "$(dirname "$0")/reward_func.py" \
+    --data.label_key answer \
     "$@"
-#   or: --remote_rm_url "http://127.0.0.1:8002/get_reward?step=0"   (no step: the open step)
-# amaris: pipeline.rollouts_per_step = rollout_batch_size * n_samples_per_prompt
+#   or: --reward.remote_url "http://127.0.0.1:8002/get_reward?step=0"   (no step: the open step)
+# Judge outage: the step fails (amaris's reason in OpenRLHF's log with the file form),
+# unless amaris runs with scoring.on_failure: neutral (then scoring.neutral_score, flagged).
+# amaris: pipeline.rollouts_per_step = rollout.batch_size * rollout.n_samples_per_prompt

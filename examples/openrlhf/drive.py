@@ -1,5 +1,5 @@
 """Call amaris as OpenRLHF does: the Python-file reward function, then the HTTP remote
-reward model (``--remote_rm_url http://127.0.0.1:8002/get_reward``)."""
+reward model (``--reward.remote_url http://127.0.0.1:8002/get_reward``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ queries = [PROMPT + r for r in RESPONSES]
 prompts = [PROMPT] * len(queries)
 labels = ["42"] * len(queries)
 
-# --remote_rm_url /path/to/reward_func.py: OpenRLHF loads reward_func from the file
+# --reward.remote_url /path/to/reward_func.py: OpenRLHF loads reward_func from the file
 spec = importlib.util.spec_from_file_location(
     "reward_func", Path(__file__).with_name("reward_func.py")
 )
@@ -25,7 +25,7 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 print(module.reward_func(queries, prompts, labels))
 
-# --remote_rm_url http://.../get_reward: OpenRLHF posts this body and reads "rewards"
+# --reward.remote_url http://.../get_reward: OpenRLHF posts this body and reads "rewards"
 answer = httpx.post(
     f"{URL}/get_reward", json={"query": queries, "prompts": prompts, "labels": labels}, timeout=600
 )

@@ -1,11 +1,19 @@
-# verl (main_ppo) overrides: amaris as the custom reward function.
-# Dataset preprocessing: put the prompt text in extra_info["prompt"] (or "question");
-# extra_info["index"] (or "uid") groups the n responses to one prompt.
+# verl >= 0.9 (main_ppo) overrides: amaris as the custom reward function. verl reads it from
+# reward.custom_reward_function; the top-level custom_reward_function of older verl
+# versions is ignored there (verl then scores with its built-in rules, amaris unasked).
+# Prompt: extra_info["prompt"] (or "question"), or AmarisRewardManager below takes verl's
+# raw_prompt; extra_info["index"] (or "uid") groups the n responses to one prompt.
+AMARIS=$(python -c 'import amaris.integrations.verl as m, os; print(os.path.dirname(m.__file__))')
 python3 -m verl.trainer.main_ppo \
-    custom_reward_function.path="$(python -c 'import amaris.integrations.verl as m; print(m.__file__)')" \
-    custom_reward_function.name=compute_score \
-    +custom_reward_function.reward_kwargs.url=http://127.0.0.1:8002 \
-    +custom_reward_function.reward_kwargs.high_level_goal="math assistant" \
+    reward.custom_reward_function.path="$AMARIS/verl.py" \
+    reward.custom_reward_function.name=compute_score_async \
+    +reward.custom_reward_function.reward_kwargs.url=http://127.0.0.1:8002 \
+    +reward.custom_reward_function.reward_kwargs.high_level_goal="math assistant" \
+    reward.reward_manager.source=importlib \
+    reward.reward_manager.name=AmarisRewardManager \
+    reward.reward_manager.module.path="$AMARIS/verl_manager.py" \
     "$@"
-# verl's reward loop (async): custom_reward_function.name=compute_score_async
+# Or keep verl's naive / dapo manager (reward.reward_manager.name=naive) when extra_info has
+# the prompt. rate_limited turns a raised judge outage into reward 0.0: with it, set
+# +reward.custom_reward_function.reward_kwargs.unscored_score=<value> (docs/integrations.md).
 # amaris: pipeline.rollouts_per_step = data.train_batch_size * actor_rollout_ref.rollout.n

@@ -1,4 +1,4 @@
-"""Call amaris as verl's reward manager calls ``custom_reward_function`` (one sample at a
+"""Call amaris as verl's reward manager calls ``reward.custom_reward_function`` (one sample at a
 time, ``reward_kwargs`` as keyword arguments), then as its async reward loop does."""
 
 from __future__ import annotations
