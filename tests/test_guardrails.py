@@ -7,6 +7,7 @@ proposed weight of -50 (or a negated copy of an anchor) and every later reward.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -68,6 +69,11 @@ def test_no_positive_weight_left_is_rejected() -> None:
         next_adaptive_id=3,
     )
     message = rejected([Mod("add", text="Rambles.", weight=-0.5)], only_pitfalls)
+    assert message == "no criterion with a positive weight would remain"
+    zero_anchor = only_pitfalls.model_copy(
+        update={"anchors": (ANCHOR.model_copy(update={"weight": 0.0}),)}
+    )
+    message = rejected([Mod("add", text="Rambles.", weight=-0.5)], zero_anchor)
     assert message == "no criterion with a positive weight would remain"
     # one positive weight anywhere is enough
     applied = apply_modifications(only_pitfalls, [Mod("add", text="Is short.", weight=0.1)], BOUNDS)
@@ -137,6 +143,27 @@ def test_the_adaptive_count_bound_counts_the_result() -> None:
 )
 def test_incomplete_modifications_are_rejected(mod: Mod, message: str) -> None:
     assert rejected([mod]) == message
+
+
+@pytest.mark.parametrize("action", ["aaa", "rename", "zzz"])
+def test_an_unknown_action_is_rejected_whatever_it_sorts_next_to(action: str) -> None:
+    message = rejected([Mod(action, "R1", text="Cites a source.", weight=1.0)])
+    assert message == f"rubric_modifications[0] ({action}): unknown action"
+
+
+def test_actions_parsed_from_the_updaters_json_apply() -> None:
+    # Strings decoded from JSON are not interned: actions compare by value.
+    proposal = json.loads(
+        '[{"action": "add", "text": "Cites a source.", "weight": 1.0},'
+        ' {"action": "edit", "criterion_id": "R1", "text": "Shows each step."},'
+        ' {"action": "reweight", "criterion_id": "R1", "weight": 1.5},'
+        ' {"action": "retire", "criterion_id": "R2"}]'
+    )
+    applied = apply_modifications(CURRENT, [Mod(**m) for m in proposal], BOUNDS)
+    assert [(c.id, c.text, c.weight) for c in applied.adaptive] == [
+        ("R1", "Shows each step.", 1.5),
+        ("R5", "Cites a source.", 1.0),
+    ]
 
 
 def test_the_index_of_the_faulty_modification_is_named() -> None:
