@@ -36,7 +36,8 @@ def test_weighted_formula(weights: list[float], verdicts: list[int], expected: f
 
 
 def test_rejects_misaligned_or_empty_input() -> None:
-    with pytest.raises(ValueError):
-        aggregate([1.0, 1.0], [4])
-    with pytest.raises(ValueError):
+    for weights, verdicts in (([1.0, 1.0], [4]), ([1.0], [4, 4])):
+        with pytest.raises(ValueError, match="weights and verdicts differ in length"):
+            aggregate(weights, verdicts)
+    with pytest.raises(ValueError, match="no criteria to aggregate"):
         aggregate([], [])

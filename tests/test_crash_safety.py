@@ -155,7 +155,9 @@ def test_kill_9_during_a_step_and_during_scoring(tmp_path: Path) -> None:
             threads = [threading.Thread(target=client, args=(i,)) for i in range(24)]
             for thread in threads:
                 thread.start()
+            deadline = time.monotonic() + 120
             while len(answered) < 6:
+                assert time.monotonic() < deadline, f"only {len(answered)} rollouts answered"
                 time.sleep(0.02)
             kill9(server)
             for thread in threads:

@@ -95,6 +95,19 @@ def test_step_from_environment(
     assert services.rollouts.count(13) == 1
 
 
+def test_step_zero_is_sent_as_step_zero(tmp_path: Path) -> None:
+    # Step 0 is a step like any other: with step 4 open, a rollout of step 0 is logged
+    # under 0, not under the step the server would pick for a request that names none.
+    app = create_app(make_settings(tmp_path), qdrant_location=":memory:")
+    with serve_in_thread(app) as url:
+        services = app.state.services
+        compute_score("gsm8k", "The answer is 42.", "42", extra(1), url=url, step=4)
+        compute_score("gsm8k", "The answer is 42.", "42", extra(2), url=url, step=0)
+        extra_info = extra(3, global_steps=0)
+        compute_score("gsm8k", "The answer is 42.", "42", extra_info, url=url)
+        assert (services.rollouts.count(0), services.rollouts.count(4)) == (2, 1)
+
+
 def test_missing_prompt_is_a_clear_error(offline_server: tuple[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"extra_info\['prompt'\].*AmarisRewardManager"):
         compute_score("gsm8k", "42", "42", {"index": 0}, url=offline_server[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -201,4 +202,7 @@ def test_handlers_are_deterministic(
 ) -> None:
     assert [analyse(rid, [ANCHOR]) for rid in OUTPUTS] == analyses
     assert summarise(analyses, [ANCHOR]) == summary
-    assert update(summary, [ANCHOR]) == update(summary, [ANCHOR])
+    first = update(summary, [ANCHOR])
+    assert first.rubric_modifications  # not an empty proposal compared with itself
+    again = update(json.loads(json.dumps(summary)), [dict(ANCHOR)])  # equal, not the same
+    assert again == first

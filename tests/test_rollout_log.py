@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,30 @@ def test_step_registry_transitions_persist(tmp_path: Path) -> None:
     assert [r["step"] for r in steps.list(None, 2)] == [1, 2]
     assert steps.list(limit=0) == []
     client.close()
+
+
+def test_the_archive_is_on_disk_before_it_takes_the_final_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A crash right after the rename must not leave a short file under the final name:
+    # every line is written and fsynced while the file still has its temporary name.
+    synced: list[tuple[str, int]] = []
+    fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        synced.append((path.name, len(path.read_bytes().splitlines())))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    client = QdrantClient(path=str(tmp_path / "q"))
+    log = RolloutLog(client, "t")
+    log.append_many([(5, _record(i)) for i in range(300)])
+    synced.clear()  # only the archive's own syncs
+    path = log.archive_step(5, tmp_path / "archive")
+    client.close()
+    assert synced[0] == (".step-000005.jsonl.tmp", 300)
+    assert len(path.read_bytes().splitlines()) == 300
 
 
 def test_local_mode_is_read_from_the_public_init_options(tmp_path: Path) -> None:

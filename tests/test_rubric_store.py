@@ -73,6 +73,20 @@ def test_changed_anchors_in_config_stop_start_up(tmp_path: Path) -> None:
     client.close()
 
 
+def test_a_changed_anchor_weight_in_config_stops_start_up(tmp_path: Path) -> None:
+    # Same text, another weight: still a different anchor, never silently ignored.
+    settings = make_settings(tmp_path)
+    client = open_qdrant(settings.memory)
+    store = RubricStore(client, "amaris", None)
+    first = store.ensure_initialized(settings)
+    text = first.anchors[0].text
+    reweighted = make_settings(tmp_path, anchor_rubrics=[{"text": text, "weight": 3}])
+    with pytest.raises(RubricStoreError, match="differ from the anchors of rubric version 1"):
+        store.ensure_initialized(reweighted)
+    assert store.current() == first
+    client.close()
+
+
 def test_unknown_version_and_second_process_lock(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     client = open_qdrant(settings.memory)

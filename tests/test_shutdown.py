@@ -175,8 +175,10 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
             request.join(30)
             assert in_flight == [200]  # finished, not cut off
             assert server.wait(45) == 0
-            time.sleep(1)
-            assert [k for k in kids if alive(k)] == []  # no orphaned Prefect server
+            deadline = time.monotonic() + 60
+            while [k for k in kids if alive(k)]:  # no orphaned Prefect server
+                assert time.monotonic() < deadline, [k for k in kids if alive(k)]
+                time.sleep(0.1)
             with pytest.raises(httpx.HTTPError):
                 httpx.get(f"http://127.0.0.1:{prefect_port}/api/health", timeout=2)
             assert run_amaris(["ui", "--config", str(config)], tmp_path).returncode == 1

@@ -1,0 +1,174 @@
+"""Mutation testing of the core modules with cosmic-ray, one module at a time.
+
+    python bench/mutation.py                      # every module in MODULES
+    python bench/mutation.py aggregate guardrails # a subset, by name
+
+Each module is mutated against only the test files that exercise it (MODULES), in a
+copy of the tracked files (``git ls-files``) under a temporary folder, so the worktree is
+never edited; one mutant at a time (cosmic-ray's local distributor: one worker, the machine
+is shared). Operators that only make noise for this code (bitwise and shift operators,
+``**``, ``%``, ``//``) are filtered out. Prints, and writes to ``--out`` (default
+``docs/mutation-last.json``), per module: mutants, killed, survived, timeouts, run time,
+and each survivor's line and operator, for docs/mutation.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MODULES: dict[str, tuple[str, list[str]]] = {
+    "aggregate": ("amaris/scoring/aggregate.py", ["tests/test_aggregate.py"]),
+    "guardrails": ("amaris/rubric/guardrails.py", ["tests/test_guardrails.py"]),
+    "reward": (
+        "amaris/scoring/reward.py",
+        ["tests/test_api_score.py", "tests/test_input_validation.py"],
+    ),
+    "scorer": ("amaris/scoring/scorer.py", ["tests/test_api_score.py", "tests/test_limits.py"]),
+    "verdicts": ("amaris/scoring/verdicts.py", ["tests/test_api_score.py"]),
+    "rubric_store": (
+        "amaris/rubric/store.py",
+        ["tests/test_rubric_store.py", "tests/test_api_misc.py"],
+    ),
+    "step_lifecycle": (
+        "amaris/steps/coordinator.py",
+        ["tests/test_step_waits.py", "tests/test_step_bounds.py"],
+    ),
+    "rollout_log": ("amaris/memory/rollout_log.py", ["tests/test_rollout_log.py"]),
+    "auth": ("api/middleware.py", ["tests/test_api_edge.py", "tests/test_api_misc.py"]),
+    "adapters": (
+        "amaris/integrations/_remote.py",
+        ["tests/test_integrations_verl.py", "tests/test_integrations_openrlhf.py"],
+    ),
+    "memory_retrieval": ("tasks/retrieve_memory.py", ["tests/test_pipeline_modes.py"]),
+}
+
+NO_CONFTEST = {"aggregate", "guardrails"}
+"""Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
+~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
+
+EXCLUDED_OPERATORS = [
+    r".*_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|Mod|FloorDiv)(_.*)?$",
+    r".*ReplaceBinaryOperator_.*_(Pow|Mod|FloorDiv|BitOr|BitAnd|BitXor|LShift|RShift)$",
+]
+
+
+def config(module: str, tests: list[str], timeout: float, conftest: bool) -> str:
+    pytest = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+    if conftest:
+        pytest += ["-n", "0"]
+    else:  # no xdist, no conftest: "-o addopts=" drops pyproject's "-n 2"
+        pytest += ["-o", "addopts=", "-p", "no:xdist", "--noconftest"]
+    command = " ".join([*pytest, *tests])
+    excluded = ", ".join(json.dumps(p) for p in EXCLUDED_OPERATORS)
+    return (
+        "[cosmic-ray]\n"
+        f'module-path = "{module}"\n'
+        f"timeout = {timeout}\n"
+        "excluded-modules = []\n"
+        f'test-command = "{command}"\n\n'
+        '[cosmic-ray.distributor]\nname = "local"\n\n'
+        "[cosmic-ray.filters.operators-filter]\n"
+        f"exclude-operators = [{excluded}]\n"
+    )
+
+
+def copy_tree(target: Path) -> None:
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for raw in filter(None, files):
+        source = ROOT / raw.decode()
+        if source.is_file():
+            (target / raw.decode()).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / raw.decode())
+
+
+def run_module(name: str, work: Path, timeout: float) -> dict[str, Any]:
+    module, tests = MODULES[name]
+    cfg, session = work / f"{name}.toml", work / f"{name}.sqlite"
+    cfg.write_text(config(module, tests, timeout, conftest=name not in NO_CONFTEST))
+    cr = [str(Path(sys.executable).parent / "cosmic-ray")]
+    started = time.monotonic()
+    subprocess.run([*cr, "init", str(cfg), str(session)], cwd=work, check=True)
+    subprocess.run(
+        [str(Path(sys.executable).parent / "cr-filter-operators"), str(session), str(cfg)],
+        cwd=work,
+        check=True,
+    )
+    subprocess.run([*cr, "baseline", str(cfg)], cwd=work, check=True)
+    subprocess.run([*cr, "exec", str(cfg), str(session)], cwd=work, check=True)
+    dump = subprocess.run(
+        [*cr, "dump", str(session)], cwd=work, capture_output=True, text=True, check=True
+    ).stdout
+    outcomes: dict[str, int] = {}
+    survivors = []
+    for line in filter(None, dump.splitlines()):
+        item, result = json.loads(line)
+        if result is None:
+            outcome = "pending"
+        elif result["worker_outcome"] != "normal":
+            outcome = result["worker_outcome"]  # "abnormal" / "exception": counted apart
+        else:
+            outcome = result["test_outcome"]  # killed / survived / incompetent
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        if outcome == "survived":
+            for mutation in item["mutations"]:
+                survivors.append(
+                    {
+                        "line": mutation["start_pos"][0],
+                        "operator": mutation["operator_name"],
+                        "occurrence": mutation["occurrence"],
+                        "diff": result.get("diff", ""),
+                    }
+                )
+    killed, survived = outcomes.get("killed", 0), outcomes.get("survived", 0)
+    return {
+        "module": module,
+        "tests": tests,
+        "mutants": sum(outcomes.values()),
+        "outcomes": outcomes,
+        "score": round(killed / (killed + survived), 3) if killed + survived else None,
+        "seconds": round(time.monotonic() - started),
+        "survivors": survivors,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("modules", nargs="*", help=f"of: {', '.join(MODULES)}")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "mutation-last.json")
+    args = parser.parse_args()
+    names = args.modules or list(MODULES)
+    unknown = sorted(set(names) - set(MODULES))
+    if unknown:
+        parser.error(f"unknown modules {unknown}; known: {list(MODULES)}")
+    results = json.loads(args.out.read_text()) if args.out.exists() else {}
+    with tempfile.TemporaryDirectory(prefix="amaris-mutation-") as tmp:
+        work = Path(tmp)
+        copy_tree(work)
+        for name in names:
+            result = run_module(name, work, args.timeout)
+            results[name] = result
+            args.out.write_text(json.dumps(results, indent=1) + "\n")
+            print(
+                f"{name}: {result['module']} mutants={result['mutants']} "
+                f"outcomes={result['outcomes']} score={result['score']} {result['seconds']} s",
+                flush=True,
+            )
+            for s in result["survivors"]:
+                print(f"  survived: line {s['line']} {s['operator']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
