@@ -9,7 +9,7 @@ from prefect import task
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.steps.context import get_context
 from amaris.steps.retry import retry_on_transient
-from tasks._common import ask, cache_key
+from tasks._common import ask, at_most_items, cache_key
 
 
 @task(
@@ -47,5 +47,12 @@ async def propose_update(
         "static_memory": memory["static"],
         "dynamic_memory": memory["dynamic"],
     }
-    proposal = await ask("updater", context, data, RubricUpdateProposal, step)
+    proposal = await ask(
+        "updater",
+        context,
+        data,
+        RubricUpdateProposal,
+        step,
+        at_most_items(RubricUpdateProposal, "rubric_modifications", bounds.max_modifications),
+    )
     return proposal.model_dump(mode="json")

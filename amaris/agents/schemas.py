@@ -76,9 +76,9 @@ ids, consulted memory, evidence)."""
 MAX_QUERIES = 20
 """Queries of a query plan."""
 MAX_MODIFICATIONS = 50
-"""Modifications of an update proposal: the largest ``rubric.max_modifications`` allows.
-Not clipped: the guardrails refuse a proposal over the configured bound whole, and a
-clipped one could pass them."""
+"""Modifications of an update proposal: the largest ``pipeline.max_modifications`` allows
+(each request's schema holds them to the configured bound). Not clipped: the guardrails
+refuse a proposal over the configured bound whole, and a clipped one could pass them."""
 
 Label = Annotated[str, AtMost(LABEL)]
 Line = Annotated[str, AtMost(LINE)]
