@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -12,6 +13,7 @@ from pydantic import BaseModel
 from amaris.agents.prompts import agent_messages
 from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
 from amaris.llm.gateway import LLMContextOverflowError, LLMOutputError
+from amaris.llm.schema import strict_schema
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest
@@ -55,15 +57,35 @@ def cache_key(agent: str) -> Callable[[TaskRunContext, dict[str, Any]], str]:
 
 
 async def ask(
-    agent: str, context: dict[str, Any], data: dict[str, Any], schema: type[T], step: int
+    agent: str,
+    context: dict[str, Any],
+    data: dict[str, Any],
+    schema: type[T],
+    step: int,
+    json_schema: dict[str, Any] | None = None,
 ) -> T:
     """One structured call of ``agent``: its template and ``context`` (amaris's state that
     many calls share: the rubric, bounds) first, the per-call ``data`` last, so a provider's
-    prefix cache serves the shared part (:func:`amaris.agents.prompts.agent_messages`)."""
+    prefix cache serves the shared part (:func:`amaris.agents.prompts.agent_messages`).
+    ``json_schema`` replaces ``schema``'s strict JSON schema in the request."""
     ctx = get_context()
     return await ctx.gateway.structured(
-        agent, agent_messages(agent, ctx.prompts[agent], context, data), schema, step=step
+        agent,
+        agent_messages(agent, ctx.prompts[agent], context, data),
+        schema,
+        step=step,
+        json_schema=json_schema,
     )
+
+
+def at_most_items(schema: type[BaseModel], field: str, limit: int) -> dict[str, Any]:
+    """``schema``'s strict JSON schema with its list ``field`` held to ``limit`` items: a
+    per-call bound (the queries or modifications the configuration allows), so that a
+    constrained decoder writes no more than the caller keeps."""
+    tightened = copy.deepcopy(strict_schema(schema))
+    node = tightened["properties"][field]
+    node["maxItems"] = min(limit, node.get("maxItems", limit))
+    return tightened
 
 
 def prompt_tokens(agent: str, context: dict[str, Any], data: dict[str, Any]) -> int:

@@ -9,7 +9,7 @@ from prefect import task
 from amaris.agents.schemas import QueryPlan
 from amaris.steps.context import get_context
 from amaris.steps.retry import retry_on_transient
-from tasks._common import ask, cache_key
+from tasks._common import ask, at_most_items, cache_key
 
 
 def adaptive_query_budget(summary: dict[str, Any]) -> int:
@@ -38,7 +38,14 @@ async def generate_queries(
     ctx = get_context()
     limit = ctx.settings.memory.max_queries or adaptive_query_budget(summary)
     data = {"step": step, "metadata": metadata, "max_queries": limit, "summary": summary}
-    plan = await ask("query_generator", {"criteria": criteria}, data, QueryPlan, step)
+    plan = await ask(
+        "query_generator",
+        {"criteria": criteria},
+        data,
+        QueryPlan,
+        step,
+        at_most_items(QueryPlan, "queries", limit),
+    )
     queries: list[str] = []
     for item in plan.queries:
         text = item.query.strip()

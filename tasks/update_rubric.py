@@ -9,7 +9,7 @@ from prefect import task
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.steps.context import get_context
 from amaris.steps.retry import retry_on_transient
-from tasks._common import ask, cache_key
+from tasks._common import ask, at_most_items, cache_key
 
 
 @task(
@@ -54,5 +54,12 @@ async def propose_update(
         "criterion_stats": informativeness["criterion_stats"],
         "uninformative": informativeness["uninformative"],
     }
-    proposal = await ask("updater", context, data, RubricUpdateProposal, step)
+    proposal = await ask(
+        "updater",
+        context,
+        data,
+        RubricUpdateProposal,
+        step,
+        at_most_items(RubricUpdateProposal, "rubric_modifications", bounds.max_modifications),
+    )
     return proposal.model_dump(mode="json")

@@ -17,6 +17,16 @@ from amaris.agents import (
     RubricUpdateProposal,
     normalise_tag,
 )
+from amaris.agents.schemas import (
+    FEW,
+    LABEL,
+    LINE,
+    MANY,
+    MAX_MODIFICATIONS,
+    MEMORY_TEXT,
+    PARAGRAPH,
+    AtMost,
+)
 
 
 def analysis(**overrides: Any) -> dict[str, Any]:
@@ -198,9 +208,10 @@ def test_query_plan_bounds() -> None:
     one = {"query": "reward hacking", "purpose": "history"}
     assert QueryPlan.model_validate({"queries": [one] * 20}).queries[0].query == "reward hacking"
     assert QueryPlan.model_validate({"queries": [{"query": "q"}]}).queries[0].purpose == ""
+    # more than 20 queries: the first 20 (a model not held to the schema's maxItems)
+    assert len(QueryPlan.model_validate({"queries": [one] * 21}).queries) == 20
     bad_plans: list[dict[str, Any]] = [
         {"queries": []},
-        {"queries": [one] * 21},
         {},
         {"queries": [{"query": ""}]},
     ]
@@ -299,3 +310,71 @@ def test_prompt_examples_validate(agent: str, model: type[BaseModel]) -> None:
     model.model_validate(json.loads(example))
     flat = " ".join(text.split())
     assert "<<<AMARIS_DATA" in flat and "never instructions to you" in flat
+
+
+# --- bounds: clipped, not refused --------------------------------------------------------------
+
+
+def test_over_long_strings_and_lists_are_clipped_to_their_bounds() -> None:
+    # A model in json_object or prompt-only mode is not held to maxLength / maxItems: its
+    # reply keeps the first characters and items instead of failing whole.
+    long = "x" * (PARAGRAPH + 50)
+    found = IndividualAnalysis.model_validate(
+        analysis(
+            overall_assessment={"summary": long, "quality": "fair"},
+            rubric_evaluation={"score_justified": True, "gaps": ["g"] * 7, "notes": "n"},
+            **hacking(
+                detected=True,
+                severity="low",
+                behaviours=[{"tag": "hedging", "evidence": "e" * (LINE + 1)}] * (FEW + 2),
+            ),
+        )
+    )
+    assert found.overall_assessment.summary == "x" * PARAGRAPH
+    assert found.rubric_evaluation.gaps == ["g"] * FEW
+    assert len(found.reward_hacking_analysis.behaviours) == FEW
+    assert found.reward_hacking_analysis.behaviours[0].evidence == "e" * LINE
+    step = BatchSummary.model_validate(
+        summary(memory_entry={"text": "m" * 5000, "keywords": [f"k{i}" for i in range(12)]})
+    )
+    assert step.memory_entry.text == "m" * MEMORY_TEXT
+    assert step.memory_entry.keywords == [f"k{i}" for i in range(MANY)]
+    # at the bound, nothing is cut
+    exact = "y" * PARAGRAPH
+    assert (
+        BatchSummary.model_validate(
+            summary(executive_summary={"summary": exact})
+        ).executive_summary.summary
+        == exact
+    )
+
+
+def test_tags_are_clipped_before_they_are_normalised() -> None:
+    behaviour = {"tag": "Hedging" + "x" * 100, "count": 1, "share": 0.5}
+    step = BatchSummary.model_validate(
+        summary(aggregated_reward_hacking={"behaviours": [behaviour], "detected": True})
+    )
+    assert step.aggregated_reward_hacking.behaviours[0].tag == ("hedging" + "x" * 100)[:LABEL]
+
+
+def test_a_modification_is_bounded_but_never_clipped() -> None:
+    # A cut criterion text or id would change what the update applies: refused instead.
+    too_long = {"action": "add", "text": "t" * (PARAGRAPH + 1), "weight": -1.0}
+    with pytest.raises(ValidationError, match="at most 1000 characters"):
+        RubricModification.model_validate(too_long)
+    edit = {"action": "edit", "criterion_id": "R" * (LABEL + 1), "text": "t"}
+    with pytest.raises(ValidationError, match="at most 64 characters"):
+        RubricModification.model_validate(edit)
+    one = {"action": "retire", "criterion_id": "R1"}
+    proposal = {"update_strategy": "CORRECTIVE", "rubric_modifications": [one] * MAX_MODIFICATIONS}
+    assert len(RubricUpdateProposal.model_validate(proposal).rubric_modifications) == 50
+    with pytest.raises(ValidationError, match="at most 50 items"):
+        RubricUpdateProposal.model_validate(
+            {**proposal, "rubric_modifications": [one] * (MAX_MODIFICATIONS + 1)}
+        )
+
+
+def test_at_most_clips_strings_and_lists_only() -> None:
+    bound = AtMost(2)
+    assert bound.clip("abc") == "ab" and bound.clip([1, 2, 3]) == [1, 2]
+    assert bound.clip("ab") == "ab" and bound.clip(5) == 5 and bound.clip(None) is None

@@ -228,3 +228,13 @@ def test_every_agents_calls_differ_only_in_their_data_message(
     for agent, requests in by_agent.items():
         stable = {"criteria", "bounds"} if agent == "updater" else {"criteria"}
         assert_cache_first(requests, stable)
+    # The query plan and the update proposal may list no more than amaris keeps: the
+    # request's schema holds them to max_queries and max_modifications.
+    for body in by_agent["query_generator"] + by_agent["updater"]:
+        schema = body["response_format"]["json_schema"]["schema"]["properties"]
+        data = read_data(body["messages"])
+        if agent_of(body) == "query_generator":
+            assert schema["queries"]["maxItems"] == data["max_queries"] < 20
+        else:
+            limit = data["bounds"]["max_modifications"]
+            assert schema["rubric_modifications"]["maxItems"] == limit < 50

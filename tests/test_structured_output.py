@@ -93,10 +93,70 @@ def test_string_and_list_lengths_stay_in_the_strict_schema() -> None:
     # A summary's memory entry must not be empty: a constrained decoder that sees the
     # minLength cannot write "" (which validation refuses, twice, failing the summary).
     entry = strict_schema(BatchSummary)["properties"]["memory_entry"]["properties"]["text"]
-    assert entry == {"type": "string", "minLength": 1}
+    assert entry == {"type": "string", "minLength": 1, "maxLength": 2000}
     queries = strict_schema(QueryPlan)["properties"]["queries"]
     assert (queries["minItems"], queries["maxItems"]) == (1, 20)
     assert queries["items"]["properties"]["query"]["minLength"] == 1
+
+
+PIPELINE_MODELS: list[type[BaseModel]] = [
+    IndividualAnalysis,
+    BatchSummary,
+    QueryPlan,
+    RubricUpdateProposal,
+]
+
+
+@pytest.mark.parametrize("model", PIPELINE_MODELS, ids=lambda m: m.__name__)
+def test_every_pipeline_string_and_list_is_bounded_in_the_strict_schema(
+    model: type[BaseModel],
+) -> None:
+    # A constrained decoder then cannot run away inside a string or a list: the reply's
+    # length is bounded by the schema, whatever max_tokens is.
+    for node in _walk(strict_schema(model)):
+        if node.get("type") == "string" and "enum" not in node:
+            assert 0 < node["maxLength"] <= 2000, node
+        if node.get("type") == "array":
+            assert 0 < node["maxItems"] <= 50, node
+
+
+def _json_matcher(schema: dict[str, Any]) -> xgrammar.GrammarMatcher:
+    """A grammar matcher of ``schema`` over a vocabulary of single ASCII characters (the
+    real-model server's settings: strict JSON, no free whitespace)."""
+    vocab = [chr(c) for c in range(32, 127)] + ["</s>"]
+    info = xgrammar.TokenizerInfo(vocab, stop_token_ids=[len(vocab) - 1])
+    grammar = xgrammar.GrammarCompiler(info).compile_json_schema(
+        json.dumps(schema), any_whitespace=False
+    )
+    return xgrammar.GrammarMatcher(grammar)
+
+
+def _decodable(schema: dict[str, Any], value: dict[str, Any]) -> bool:
+    matcher = _json_matcher(schema)
+    text = json.dumps(value, separators=(", ", ": "))
+    return matcher.accept_string(text) and matcher.accept_token(95)  # then the stop token
+
+
+def test_a_constrained_decoder_holds_the_bounds() -> None:
+    # xgrammar (vLLM's grammar engine, and the real-model tier's) enforces maxLength and
+    # maxItems: a reply one character or one item over cannot be decoded.
+    schema = strict_schema(BatchSummary)
+    base = BatchSummary.model_validate(
+        {
+            "executive_summary": {"summary": "Step 1.", "trend": "healthy"},
+            "aggregated_reward_hacking": {"detected": False},
+            "memory_entry": {"text": "Step 1: fine."},
+        }
+    ).model_dump(mode="json")
+    assert _decodable(schema, base)
+
+    def with_entry(text: str, keywords: list[str]) -> dict[str, Any]:
+        return {**base, "memory_entry": {"text": text, "keywords": keywords}}
+
+    assert _decodable(schema, with_entry("m" * 2000, ["k"] * 10))
+    assert not _decodable(schema, with_entry("m" * 2001, []))
+    assert not _decodable(schema, with_entry("m", ["k"] * 11))
+    assert not _decodable(schema, with_entry("m", ["k" * 65]))
 
 
 def test_scorer_schema_is_built_per_rubric() -> None:

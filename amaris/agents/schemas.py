@@ -8,13 +8,23 @@ severity, detected, the update strategy) are required and checked.
 Where a model holds a verdict and what justifies it, the justification's fields come first:
 strict JSON schemas list properties in field order, so a constrained decoder has the LLM
 write its evidence before the verdict it then follows from.
+
+Every free-text string and every list is bounded (:class:`AtMost`): the bound is in the
+strict JSON schema (``maxLength``, ``maxItems``), so a constrained decoder cannot write
+more, and a longer value from a model that is not constrained (``json_object`` or prompt
+only) is clipped to it rather than failing the reply. The bounds leave a real model room
+for what the prompts ask (sentences, a paragraph, a handful of items) and bound the tokens
+of a model that runs away inside a string or a list (``docs/pipeline.md``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+import annotated_types
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -26,6 +36,54 @@ from pydantic import (
 )
 
 _TAG_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class AtMost(annotated_types.GroupedMetadata):
+    """At most ``limit`` characters (a string) or items (a list): advertised as
+    ``maxLength`` / ``maxItems`` in the JSON schema, and a longer value is clipped to its
+    first ``limit`` on validation instead of being refused."""
+
+    limit: int
+
+    def __iter__(self) -> Iterator[object]:
+        yield annotated_types.MaxLen(self.limit)
+        # After the constraint: pydantic wraps it, so the clip runs before the check.
+        yield BeforeValidator(self.clip)
+
+    def clip(self, value: Any) -> Any:
+        """``value`` cut to its first ``limit`` characters or items (other types as is)."""
+        if isinstance(value, str | list) and len(value) > self.limit:
+            return value[: self.limit]
+        return value
+
+
+LABEL = 64
+"""A tag, a keyword, a trend, a stage, a criterion id, a memory type."""
+ID = 512
+"""A rollout id (the API's own bound on it)."""
+LINE = 500
+"""A sentence or two: a list item, a description, a quote, a reason, a query."""
+PARAGRAPH = 1000
+"""A few sentences: an assessment, a summary, notes, insights."""
+MEMORY_TEXT = 2000
+"""A memory text (what semantic memory keeps of a summary: its first 2,000 characters)."""
+FEW = 5
+"""Items of a rollout's lists (behaviours, next steps, gaps, observations)."""
+MANY = 10
+"""Items of a step's lists (patterns, behaviours, gaps, recommendations, keywords, rollout
+ids, consulted memory, evidence)."""
+MAX_QUERIES = 20
+"""Queries of a query plan."""
+MAX_MODIFICATIONS = 50
+"""Modifications of an update proposal: the largest ``pipeline.max_modifications`` allows
+(each request's schema holds them to the configured bound). Not clipped: the guardrails
+refuse a proposal over the configured bound whole, and a clipped one could pass them."""
+
+Label = Annotated[str, AtMost(LABEL)]
+Line = Annotated[str, AtMost(LINE)]
+Paragraph = Annotated[str, AtMost(PARAGRAPH)]
+RolloutId = Annotated[str, AtMost(ID)]
 
 
 class _Lenient(BaseModel):
@@ -59,7 +117,7 @@ Quality = Annotated[Literal["poor", "fair", "good", "excellent"], BeforeValidato
 Severity = Annotated[Literal["none", "low", "medium", "high"], BeforeValidator(_lower)]
 Strategy = Annotated[Literal["MAINTENANCE", "CORRECTIVE", "ADVANCEMENT"], BeforeValidator(_upper)]
 Action = Annotated[Literal["add", "edit", "reweight", "retire"], BeforeValidator(_lower)]
-Tag = Annotated[str, AfterValidator(normalise_tag)]
+Tag = Annotated[str, AtMost(LABEL), AfterValidator(normalise_tag)]
 
 
 # --- analyzer ----------------------------------------------------------------------------------
@@ -68,15 +126,15 @@ Tag = Annotated[str, AfterValidator(normalise_tag)]
 class OverallAssessment(_Lenient):
     """The analyzer's verdict on the response as a whole."""
 
-    summary: str = ""
+    summary: Paragraph = ""
     quality: Quality
 
 
 class PerformanceAtStage(_Lenient):
     """How the response compares with what is expected at this point of training."""
 
-    stage: str = ""
-    assessment: str = ""
+    stage: Label = ""
+    assessment: Paragraph = ""
     meets_expectations: bool
 
 
@@ -84,8 +142,8 @@ class HackingBehaviour(_Lenient):
     """One reward-hacking behaviour found in a response."""
 
     tag: Tag
-    description: str = ""
-    evidence: str = ""
+    description: Line = ""
+    evidence: Line = ""
 
 
 class RewardHackingAnalysis(_Lenient):
@@ -96,7 +154,7 @@ class RewardHackingAnalysis(_Lenient):
     detection without listing any is an error.
     """
 
-    behaviours: list[HackingBehaviour] = Field(default_factory=list)
+    behaviours: Annotated[list[HackingBehaviour], AtMost(FEW)] = Field(default_factory=list)
     detected: bool
     severity: Severity
 
@@ -116,14 +174,14 @@ class RewardHackingAnalysis(_Lenient):
 class PerformanceAdvancementStrategy(_Lenient):
     """What the policy should do next to improve for real."""
 
-    next_steps: list[str] = Field(default_factory=list)
+    next_steps: Annotated[list[Line], AtMost(FEW)] = Field(default_factory=list)
 
 
 class RubricEvaluation(_Lenient):
     """Whether the rubric scored this response fairly, and what it misses."""
 
-    gaps: list[str] = Field(default_factory=list)
-    notes: str = ""
+    gaps: Annotated[list[Line], AtMost(FEW)] = Field(default_factory=list)
+    notes: Paragraph = ""
     score_justified: bool
     over_rewarded: bool = False
     under_rewarded: bool = False
@@ -132,7 +190,7 @@ class RubricEvaluation(_Lenient):
 class OtherObservation(_Lenient):
     """A free-form observation."""
 
-    observation: str = ""
+    observation: Line = ""
 
     @model_validator(mode="before")
     @classmethod
@@ -144,7 +202,7 @@ class OtherObservation(_Lenient):
 class IndividualAnalysis(_Lenient):
     """The analyzer's output: a deep analysis of one rollout."""
 
-    rollout_id: str
+    rollout_id: RolloutId
     overall_assessment: OverallAssessment
     performance_at_stage: PerformanceAtStage
     reward_hacking_analysis: RewardHackingAnalysis
@@ -152,7 +210,7 @@ class IndividualAnalysis(_Lenient):
         default_factory=PerformanceAdvancementStrategy
     )
     rubric_evaluation: RubricEvaluation
-    other_observations: list[OtherObservation] = Field(default_factory=list)
+    other_observations: Annotated[list[OtherObservation], AtMost(FEW)] = Field(default_factory=list)
 
 
 # --- summarizer and meta-summarizer ------------------------------------------------------------
@@ -161,32 +219,32 @@ class IndividualAnalysis(_Lenient):
 class ExecutiveSummary(_Lenient):
     """The step in a few sentences, and where rewards are heading."""
 
-    summary: str = ""
-    trend: str = ""
+    summary: Paragraph = ""
+    trend: Label = ""
 
 
 class SystemicPattern(_Lenient):
     """A pattern seen across several rollouts."""
 
-    pattern: str
+    pattern: Line
     frequency: int = Field(default=0, ge=0)
-    rollout_ids: list[str] = Field(default_factory=list)
+    rollout_ids: Annotated[list[RolloutId], AtMost(MANY)] = Field(default_factory=list)
 
 
 class AggregatedBehaviour(_Lenient):
     """One hacking behaviour across the batch: how many rollouts show it, and which."""
 
     tag: Tag
-    description: str = ""
+    description: Line = ""
     count: int = Field(ge=0)
     share: float = Field(ge=0.0, le=1.0)
-    rollout_ids: list[str] = Field(default_factory=list)
+    rollout_ids: Annotated[list[RolloutId], AtMost(MANY)] = Field(default_factory=list)
 
 
 class AggregatedHackingAnalysis(_Lenient):
     """Reward hacking across the batch. ``detected`` is set when behaviours are listed."""
 
-    behaviours: list[AggregatedBehaviour] = Field(default_factory=list)
+    behaviours: Annotated[list[AggregatedBehaviour], AtMost(MANY)] = Field(default_factory=list)
     detected: bool
 
     @model_validator(mode="after")
@@ -199,34 +257,34 @@ class AggregatedHackingAnalysis(_Lenient):
 class RubricMetaEvaluation(_Lenient):
     """What the rubric as a whole gets wrong in this batch."""
 
-    gaps: list[str] = Field(default_factory=list)
-    notes: str = ""
+    gaps: Annotated[list[Line], AtMost(MANY)] = Field(default_factory=list)
+    notes: Paragraph = ""
 
 
 class PerformanceAdvancementAnalysis(_Lenient):
     """Where the policy stands and how it could genuinely improve."""
 
-    summary: str = ""
+    summary: Paragraph = ""
 
 
 class RubricEvolutionPlan(_Lenient):
     """What the updater should consider changing."""
 
-    recommendations: list[str] = Field(default_factory=list)
+    recommendations: Annotated[list[Line], AtMost(MANY)] = Field(default_factory=list)
 
 
 class MemoryEntry(_Lenient):
     """The text stored in semantic memory for this step, and its search keywords."""
 
-    text: str = Field(min_length=1)
-    keywords: list[str] = Field(default_factory=list)
+    text: Annotated[str, AtMost(MEMORY_TEXT)] = Field(min_length=1)
+    keywords: Annotated[list[Label], AtMost(MANY)] = Field(default_factory=list)
 
 
 class BatchSummary(_Lenient):
     """The summarizer's (and meta-summarizer's) output: one step's rollouts in aggregate."""
 
     executive_summary: ExecutiveSummary
-    systemic_patterns: list[SystemicPattern] = Field(default_factory=list)
+    systemic_patterns: Annotated[list[SystemicPattern], AtMost(MANY)] = Field(default_factory=list)
     aggregated_reward_hacking: AggregatedHackingAnalysis
     rubric_meta_evaluation: RubricMetaEvaluation = Field(default_factory=RubricMetaEvaluation)
     performance_advancement_analysis: PerformanceAdvancementAnalysis = Field(
@@ -242,14 +300,14 @@ class BatchSummary(_Lenient):
 class MemoryQuery(_Lenient):
     """One semantic-memory search query and why it is asked."""
 
-    query: str = Field(min_length=1)
-    purpose: str = ""
+    query: Line = Field(min_length=1)
+    purpose: Line = ""
 
 
 class QueryPlan(_Lenient):
     """The query generator's output."""
 
-    queries: list[MemoryQuery] = Field(min_length=1, max_length=20)
+    queries: Annotated[list[MemoryQuery], AtMost(MAX_QUERIES)] = Field(min_length=1)
 
 
 # --- updater -----------------------------------------------------------------------------------
@@ -258,33 +316,34 @@ class QueryPlan(_Lenient):
 class ConsultedMemory(_Lenient):
     """A memory item the updater used."""
 
-    type: str = ""
+    type: Label = ""
     step: int | None = None
-    relevance: str = ""
+    relevance: Line = ""
 
 
 class MemoryConsultation(_Lenient):
     """Which memory the updater consulted and what it learnt from it."""
 
-    consulted: list[ConsultedMemory] = Field(default_factory=list)
-    insights: str = ""
+    consulted: Annotated[list[ConsultedMemory], AtMost(MANY)] = Field(default_factory=list)
+    insights: Paragraph = ""
 
 
 class UpdateRationale(_Lenient):
     """Why the update is proposed, with the evidence."""
 
-    summary: str = ""
-    evidence: list[str] = Field(default_factory=list)
+    summary: Paragraph = ""
+    evidence: Annotated[list[Line], AtMost(MANY)] = Field(default_factory=list)
 
 
 class RubricModification(_Lenient):
     """One change to the adaptive rubric; which fields are needed depends on ``action``."""
 
     action: Action
-    criterion_id: str | None = None
-    text: str | None = None
+    # Bounded, never clipped: a cut id or criterion text would change what is applied.
+    criterion_id: Annotated[str, annotated_types.MaxLen(LABEL)] | None = None
+    text: Annotated[str, annotated_types.MaxLen(PARAGRAPH)] | None = None
     weight: float | None = Field(default=None, allow_inf_nan=False)
-    reason: str = ""
+    reason: Line = ""
 
     @field_validator("criterion_id", "text")
     @classmethod
@@ -310,7 +369,7 @@ class RubricModification(_Lenient):
 class MemoryArtifact(_Lenient):
     """What the updater wants remembered about this update."""
 
-    text: str = ""
+    text: Annotated[str, AtMost(MEMORY_TEXT)] = ""
 
 
 class RubricUpdateProposal(_Lenient):
@@ -319,7 +378,9 @@ class RubricUpdateProposal(_Lenient):
     memory_consultation: MemoryConsultation = Field(default_factory=MemoryConsultation)
     rationale: UpdateRationale = Field(default_factory=UpdateRationale)
     update_strategy: Strategy
-    rubric_modifications: list[RubricModification] = Field(default_factory=list)
+    rubric_modifications: list[RubricModification] = Field(
+        default_factory=list, max_length=MAX_MODIFICATIONS
+    )
     memory_artifact: MemoryArtifact = Field(default_factory=MemoryArtifact)
 
 
