@@ -121,8 +121,15 @@ def test_rubrics_shows_anchors_and_adaptive_criteria(tmp_path: Path) -> None:
             "text": "The response gives the correct final answer.",
             "weight": 1.0,
             "is_anchor": True,
+            "rule": None,
         },
-        {"id": "A2", "text": "The response is concise.", "weight": 0.25, "is_anchor": True},
+        {
+            "id": "A2",
+            "text": "The response is concise.",
+            "weight": 0.25,
+            "is_anchor": True,
+            "rule": None,
+        },
     ]
     assert rubric["adaptive"] == [
         {
@@ -130,12 +137,14 @@ def test_rubrics_shows_anchors_and_adaptive_criteria(tmp_path: Path) -> None:
             "text": "The response explains its reasoning steps.",
             "weight": 0.5,
             "is_anchor": False,
+            "rule": None,
         },
         {
             "id": "R2",
             "text": "The response offers several candidate answers at once.",
             "weight": -0.5,
             "is_anchor": False,
+            "rule": None,
         },
     ]
 

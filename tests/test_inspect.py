@@ -96,7 +96,13 @@ def crit(cid: str, text: str, weight: float) -> Criterion:
 
 
 def pub(cid: str, text: str, weight: float) -> dict[str, Any]:
-    return {"id": cid, "text": text, "weight": weight, "is_anchor": cid.startswith("A")}
+    return {
+        "id": cid,
+        "text": text,
+        "weight": weight,
+        "is_anchor": cid.startswith("A"),
+        "rule": None,
+    }
 
 
 ANCHOR = crit("A1", "The response gives the correct final answer.", 1.0)

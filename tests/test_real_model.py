@@ -275,7 +275,7 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 PIPELINE_ROLLOUTS = 2
 PIPELINE_MAX_TOKENS = {
-    "analyzer": 384,
+    "analyzer": 640,
     "summarizer": 640,
     "meta_summarizer": 1024,
     "query_generator": 384,

@@ -35,6 +35,7 @@ from amaris.llm.budget import cut_middle
 from amaris.llm.gateway import LLMGateway, LLMOutputError, LLMUnavailableError
 from amaris.models import ScoreRequest
 from amaris.rubric.model import Criterion, RubricVersion, adaptive_from_config, anchors_from_config
+from amaris.scoring.rules import RuleInputError
 from amaris.scoring.scorer import OversizeError, Scorer
 from amaris.settings import Settings
 
@@ -181,11 +182,14 @@ async def judge_all(
             }
         )
         try:
-            scorer.check(request)
+            scorer.check(request, rubric)
             async with limit:
                 judgement = await scorer.judge(request, rubric)
         except OversizeError as exc:
             unscored.append(f"{prompt_id}/{cid}: oversize: {exc}")
+            return
+        except RuleInputError as exc:
+            unscored.append(f"{prompt_id}/{cid}: no reference answer: {exc}")
             return
         if judgement.breakdown is None:
             unscored.append(f"{prompt_id}/{cid}: {judgement.failure}")

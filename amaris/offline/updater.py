@@ -97,10 +97,13 @@ def _retirements(
     """Retires adaptive pitfalls whose behaviour no rollout of this step shows, unless memory
     shows the pitfall retired before (it came back: not flip-flopped again without new
     evidence), shows it added against the behaviour (the pitfall is why the behaviour is
-    absent), or shows the behaviour within QUIET_STEPS steps. Returns the retirements and
-    the evidence."""
+    absent), or shows the behaviour within QUIET_STEPS steps. The first step of a run
+    retires nothing for being idle: a configured pitfall gets a step to be seen. Returns
+    the retirements and the evidence."""
     retire: list[RubricModification] = []
     evidence: list[str] = []
+    if step == 0:
+        return retire, evidence
     for criterion in adaptive:
         if float(criterion["weight"]) >= 0:
             continue
@@ -175,16 +178,17 @@ def handle_updater(data: dict[str, Any]) -> dict[str, Any]:
             )
             acted.append(tag)
     present = {str(b["tag"]) for b in behaviours if int(b["count"]) > 0}
-    left = _limit(bounds.get("max_modifications")) - len(modifications)
-    retired, kept = _retirements(adaptive, present, history, step, left)
-    evidence += kept
     strategy: Strategy = "CORRECTIVE" if modifications else "MAINTENANCE"
-    # Criteria measured flat for K steps (criterion statistics), beside those memory retires.
-    taken = {m.criterion_id for m in retired}
-    flat, retire_evidence = retire_uninformative(data, room_left(bounds, modifications + retired))
+    # Criteria measured flat for K steps (criterion statistics) first: their evidence is
+    # measured; then the pitfalls memory finds idle.
+    uninformative, retire_evidence = retire_uninformative(data, room_left(bounds, modifications))
     evidence += retire_evidence
-    uninformative = [m for m in flat if m.criterion_id not in taken]
-    changes = modifications + retired + uninformative
+    taken = {m.criterion_id for m in uninformative}
+    left = room_left(bounds, modifications + uninformative)
+    idle = [c for c in adaptive if str(c["id"]) not in taken]
+    retired, kept = _retirements(idle, present, history, step, left)
+    evidence += kept
+    changes = modifications + uninformative + retired
     if changes:
         summary = f"Step {step}: {'; '.join(m.reason.rstrip('.') for m in changes)}."
         added = "; ".join(

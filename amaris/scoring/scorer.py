@@ -202,8 +202,10 @@ class Scorer:
         """Distinct judge calls queued or in flight."""
         return len(self._inflight)
 
-    def check(self, request: ScoreRequest) -> None:
-        """Refuse a request with a free-text field over ``scoring.max_field_chars``.
+    def check(self, request: ScoreRequest, rubric: RubricVersion | None = None) -> None:
+        """Refuse a request with a free-text field over ``scoring.max_field_chars``, or
+        without the reference answer a rule criterion of ``rubric`` (by default the global
+        rubric in force) needs.
 
         Every free-text field counts (:meth:`ScoreRequest.text_sizes`: metadata included);
         with ``scoring.oversize: truncate`` the three judged fields are cut instead (by
@@ -219,7 +221,7 @@ class Scorer:
         for field, size in request.text_sizes():
             if size > limit and not (cut and field in _JUDGED):
                 raise OversizeError(field, size, limit)
-        check_references(self._store.current().criteria, request.rollout)
+        check_references((rubric or self._store.current()).criteria, request.rollout)
 
     def prepare(self, request: ScoreRequest) -> tuple[dict[str, str], list[str]]:
         """Apply the size limit to the judged fields.
