@@ -41,7 +41,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "step_lifecycle": (
         "amaris/steps/coordinator.py",
-        ["tests/test_step_waits.py", "tests/test_step_bounds.py"],
+        ["tests/test_step_waits.py", "tests/test_step_bounds.py", "tests/test_step_race.py"],
     ),
     "rollout_log": ("amaris/memory/rollout_log.py", ["tests/test_rollout_log.py"]),
     "auth": ("api/middleware.py", ["tests/test_api_edge.py", "tests/test_api_misc.py"]),
@@ -50,9 +50,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ["tests/test_integrations_verl.py", "tests/test_integrations_openrlhf.py"],
     ),
     "memory_retrieval": ("tasks/retrieve_memory.py", ["tests/test_pipeline_modes.py"]),
+    "offline_rules": ("amaris/offline/rules.py", ["tests/test_offline_rules.py"]),
 }
 
-NO_CONFTEST = {"aggregate", "guardrails"}
+NO_CONFTEST = {"aggregate", "guardrails", "offline_rules"}
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import math
+import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fastapi import FastAPI, Request
 
 from amaris.memory.embedder import (
     EmbedderConfigError,
@@ -15,6 +19,7 @@ from amaris.memory.embedder import (
     build_embedder,
 )
 from tests.conftest import make_settings
+from tests.fake_llm import serve_in_thread
 from tests.memory_helpers import minilm
 
 
@@ -84,22 +89,28 @@ def test_build_embedder_follows_the_configuration(tmp_path: Path) -> None:
         build("openai:")
 
 
-def test_openai_embedder_learns_its_dimension(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_embedder_learns_its_dimension() -> None:
     calls: list[list[str]] = []
+    app = FastAPI()
 
-    class _Item:
-        def __init__(self, index: int) -> None:
-            self.index = index
-            self.embedding = [float(index), 1.0, 0.0]
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        calls.append(body["input"])
+        data = []
+        for index in reversed(range(len(body["input"]))):  # out of order: sorted by index
+            vector = [float(index), 1.0, 0.0]
+            embedding: Any = vector
+            if body.get("encoding_format") == "base64":
+                embedding = base64.b64encode(struct.pack("<3f", *vector)).decode()
+            data.append({"object": "embedding", "index": index, "embedding": embedding})
+        usage = {"prompt_tokens": 1, "total_tokens": 1}
+        return {"object": "list", "model": body["model"], "data": data, "usage": usage}
 
-    class _Embeddings:
-        def create(self, *, model: str, input: list[str]) -> object:
-            calls.append(input)
-            return type("R", (), {"data": [_Item(i) for i in reversed(range(len(input)))]})
-
-    embedder = OpenAIEmbedder("m", api_key="k", base_url="http://127.0.0.1:9/v1")
-    embedder._client = type("C", (), {"embeddings": _Embeddings()})()
-    assert embedder.embed(["a", ""]) == [[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]  # by index
-    assert calls == [["a", " "]]  # empty strings are not sent
-    assert embedder.dim == 3
+    with serve_in_thread(app) as url:
+        embedder = OpenAIEmbedder("m", api_key="k", base_url=f"{url}/v1")
+        assert embedder.embed(["a", ""]) == [[0.0, 1.0, 0.0], [1.0, 1.0, 0.0]]  # by index
+        assert calls == [["a", " "]]  # empty strings are not sent
+        assert embedder.dim == 3
+        assert len(calls) == 1  # learnt from the answer, not asked again
     assert OpenAIEmbedder("m", dim=7).dim == 7

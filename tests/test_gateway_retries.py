@@ -60,11 +60,12 @@ async def test_retry_after_is_honoured(tmp_path: Path, fake_llm: FakeLLM) -> Non
     fake_llm.push(Reply(status=429, headers={"Retry-After": "0.4"}), Reply(content=GOOD))
     overrides = {"gateway.backoff_max_seconds": 5.0}
     async with open_gateway(tmp_path, fake_llm, **overrides) as gateway:
-        started = time.perf_counter()
         assert await gateway.structured("scorer", MESSAGES, Verdict) == EXPECTED
-        elapsed = time.perf_counter() - started
     assert len(fake_llm.requests) == 2
-    assert elapsed >= 0.4  # waited as asked (an upper bound would only measure load)
+    first, second = call_log(tmp_path)
+    assert first["outcome"] == "transient_error"
+    assert first["retry_in_s"] == 0.4  # the wait the gateway took before attempt 2
+    assert second["outcome"] == "ok" and "retry_in_s" not in second
 
 
 async def test_retry_after_is_capped_by_backoff_max(tmp_path: Path, fake_llm: FakeLLM) -> None:
@@ -74,6 +75,26 @@ async def test_retry_after_is_capped_by_backoff_max(tmp_path: Path, fake_llm: Fa
         answer = await asyncio.wait_for(gateway.structured("scorer", MESSAGES, Verdict), 60)
         assert answer == EXPECTED
     assert len(fake_llm.requests) == 2
+    assert [x.get("retry_in_s") for x in call_log(tmp_path)] == [0.05, None]
+
+
+async def test_backoff_without_a_hint_is_jittered_under_its_ceiling(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    # base 0.1 s doubling per attempt, capped at 0.25 s: ceilings 0.1, 0.2, 0.25
+    fake_llm.push(*[Reply(status=503)] * 4)
+    overrides = {
+        "gateway.max_attempts": 4,
+        "gateway.backoff_base_seconds": 0.1,
+        "gateway.backoff_max_seconds": 0.25,
+    }
+    async with open_gateway(tmp_path, fake_llm, **overrides) as gateway:
+        with pytest.raises(LLMUnavailableError, match="4 attempts failed"):
+            await gateway.structured("scorer", MESSAGES, Verdict)
+    waits = [x.get("retry_in_s") for x in call_log(tmp_path)]
+    assert waits[-1] is None  # no wait after the last attempt
+    for wait, ceiling in zip(waits[:-1], [0.1, 0.2, 0.25], strict=True):
+        assert wait is not None and 0 <= wait <= ceiling
 
 
 @pytest.mark.parametrize("max_attempts", [1, 3])
@@ -122,7 +143,7 @@ async def test_permanent_error_after_transient_stops(tmp_path: Path, fake_llm: F
 
 async def _drain(fake: FakeLLM) -> None:
     """Wait until the fake has finished every delayed reply of earlier requests."""
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # generous: a deadline, not a measurement
     while fake.in_flight and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
     assert fake.in_flight == 0
@@ -132,14 +153,10 @@ async def _drain(fake: FakeLLM) -> None:
 async def test_timeout_is_transient(tmp_path: Path, fake_llm: FakeLLM, reply: Reply) -> None:
     fake_llm.push(reply, Reply(content=GOOD))
     async with open_gateway(tmp_path, fake_llm, **{"agents.default.timeout": 0.3}) as gateway:
-        started = time.perf_counter()
         assert await gateway.structured("scorer", MESSAGES, Verdict) == EXPECTED
-        elapsed = time.perf_counter() - started
     assert len(fake_llm.requests) == 2
-    assert elapsed >= 0.3
     first, second = call_log(tmp_path)
     assert first["outcome"] == "transient_error" and "Timeout" in first["error"]
-    assert first["latency_ms"] >= 300
     assert second["outcome"] == "ok"
     await _drain(fake_llm)
 

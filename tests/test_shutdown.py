@@ -3,23 +3,32 @@ start-up too."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import yaml
 
 from amaris.app.prefect_server import AUTH_FILE
-from tests.fake_llm import free_port
-from tests.procs import AMARIS, _env, amaris_process, run_amaris
+from amaris.offline.judge import respond
+from amaris.sim.judge_server import Reply, create_llm_app
+from tests.fake_llm import free_port, serve_in_thread
+from tests.pipeline_helpers import metadata
+from tests.procs import AMARIS, _env, run_amaris
 from tests.test_crash_safety import calls, score, start_serve, stop
 
 pytestmark = pytest.mark.slow
+
+WAIT_S = 60.0
+"""Generous bound of the waits for the held judge request (never part of an assertion)."""
 
 
 def children(pid: int) -> list[int]:
@@ -129,28 +138,36 @@ def test_sigterm_during_start_up_exits_0_and_stops_the_children(
 def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
     tmp_path: Path,
 ) -> None:
-    llm_port, port, prefect_port = free_port(), free_port(), free_port()
+    port, prefect_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
+    probe = "The answer is 42 (shutdown probe)."
+    probe_arrived, release_probe = threading.Event(), threading.Event()
+
+    async def judge(body: dict[str, Any]) -> Reply:
+        """The offline judge, 0.7 s a reply (the step's 12 analyses take > 8 s); the probe
+        rollout's scoring request is held until the test releases it."""
+        if probe in json.dumps(body["messages"]):
+            probe_arrived.set()
+            await asyncio.to_thread(release_probe.wait, WAIT_S)
+            return Reply(content=respond(body["messages"]))
+        return Reply(content=respond(body["messages"]), delay_s=0.7)
+
     data = tmp_path / "data"
     config = tmp_path / "config.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "client": {
-                    "default": {"base_url": f"http://127.0.0.1:{llm_port}/v1", "api_key": "test"}
-                },
-                "concurrency": {"analyzer": 1},
-                "memory": {"path": str(data), "embedding_model": "hashing"},
-                "server": {"port": port},
-                "prefect": {"port": prefect_port, "repair_interval_seconds": 60},
-            }
+    with serve_in_thread(create_llm_app(judge)) as llm:
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "client": {"default": {"base_url": f"{llm}/v1", "api_key": "test"}},
+                    "concurrency": {"analyzer": 1},
+                    "memory": {"path": str(data), "embedding_model": "hashing"},
+                    "server": {"port": port},
+                    "prefect": {"port": prefect_port, "repair_interval_seconds": 60},
+                }
+            )
         )
-    )
-    llm_args = ["offline-llm", "--port", str(llm_port), "--latency-ms", "700"]
-    with amaris_process(
-        llm_args, tmp_path, f"http://127.0.0.1:{llm_port}/v1/models", tmp_path / "llm.log"
-    ):
-        server = start_serve(config, tmp_path, url, tmp_path / "serve.log")
+        log = tmp_path / "serve.log"
+        server = start_serve(config, tmp_path, url, log)
         try:
             deadline = time.monotonic() + 120
             while len(children(server.pid)) < 2:  # the Prefect server and the repair worker
@@ -166,13 +183,26 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
             in_flight: list[int] = []
+            body = {
+                "rollout": {"id": "probe", "input": "What is 6 * 7?", "output": probe},
+                "metadata": metadata(2),
+            }
             request = threading.Thread(
-                target=lambda: in_flight.append(score(url, 2, 0).status_code)
+                target=lambda: in_flight.append(
+                    httpx.post(f"{url}/score", json=body, timeout=WAIT_S).status_code
+                )
             )
             request.start()
-            time.sleep(0.3)  # the judge takes 0.7 s: the request is in flight
+            assert probe_arrived.wait(WAIT_S), "the probe never reached the judge"
             server.send_signal(signal.SIGTERM)
-            request.join(30)
+            # The judge answers once the server drains its requests (uvicorn says so):
+            # the request is in flight through the shutdown.
+            deadline = time.monotonic() + WAIT_S
+            while "Waiting for connections to close" not in log.read_text():
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                time.sleep(0.05)
+            release_probe.set()
+            request.join(WAIT_S)
             assert in_flight == [200]  # finished, not cut off
             assert server.wait(45) == 0
             deadline = time.monotonic() + 60
@@ -200,4 +230,5 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
             )
             assert lines and {line["name"] for line in lines} == {"amaris.pipeline"}
         finally:
+            release_probe.set()
             stop(server)

@@ -17,6 +17,7 @@ import ipaddress
 import json
 import ssl
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -47,6 +48,21 @@ def ok(body: bytes = json.dumps(ANSWER).encode(), extra: bytes = b"") -> bytes:
         + b"Content-Length: %d\r\n\r\n" % len(body)
         + body
     )
+
+
+DEADLINE_S = 60.0
+"""Generous bound of a wait for a condition (never part of an assertion)."""
+
+
+def client_holds(port: int) -> bool:
+    """Whether a socket on this machine still holds a connection to ``127.0.0.1:port``
+    from the client side: established, or closed by the server and not yet by the client
+    (Linux ``/proc/net/tcp``: states 01 and 08)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        remote, state = line.split()[2:4]
+        if int(remote.rsplit(":", 1)[1], 16) == port and state in ("01", "08"):
+            return True
+    return False
 
 
 Handler = Callable[[bytes, asyncio.StreamWriter], bytes | None]
@@ -139,9 +155,15 @@ async def test_connection_the_server_closed_while_idle_is_not_reused() -> None:
     async with raw_server(answer_then_close) as server:
         provider = OpenAIProvider("k", server.url)
         options = Settings().agents.for_agent("scorer")
+        port = int(server.url.split(":")[2].split("/")[0])
         for _ in range(3):
             assert (await provider.complete("scorer", MESSAGES, options)).content
-            await asyncio.sleep(0.05)  # idle: the close reaches the client
+            # Idle until the server's close has reached the client and it let go of the
+            # socket: the next request must not find that connection in the pool.
+            deadline = time.monotonic() + DEADLINE_S
+            while client_holds(port):
+                assert time.monotonic() < deadline, "the client kept the closed connection"
+                await asyncio.sleep(0.01)
         await provider.close()
     assert (len(server.requests), server.connections) == (3, 3)
 

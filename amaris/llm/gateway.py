@@ -459,6 +459,13 @@ class LLMGateway:
                     continue
                 transient = is_transient(exc)
                 overflow = not transient and is_context_overflow(exc)
+                retry_in = (
+                    self._backoff(attempt, exc)
+                    if transient and attempt < budget.max_attempts
+                    else None
+                )
+                if retry_in is not None:
+                    record["retry_in_s"] = round(retry_in, 3)
                 record.update(
                     latency_ms=round((time.perf_counter() - started) * 1000, 2),
                     outcome="transient_error"
@@ -483,8 +490,8 @@ class LLMGateway:
                     raise LLMContextOverflowError(f"{agent}: {_short(exc)}") from exc
                 if not transient:
                     raise LLMUnavailableError(f"{agent}: {_short(exc)}") from exc
-                if attempt < budget.max_attempts:
-                    await asyncio.sleep(self._backoff(attempt, exc))
+                if retry_in is not None:
+                    await asyncio.sleep(retry_in)
                 continue
             elapsed = time.perf_counter() - started
             answer, inline = split_reasoning(completion.content)
