@@ -55,7 +55,7 @@ class RolloutLog:
     """
 
     def __init__(self, client: QdrantClient, prefix: str, writer: str = "") -> None:
-        self._client = client
+        self._qdrant = client
         self._collection = f"{prefix}_rollouts"
         self._writers = f"{prefix}_step_writers"
         self.writer = writer
@@ -77,7 +77,7 @@ class RolloutLog:
         start = 0
         while True:
             ids = [_rollout_id(step, seq, writer) for seq in range(start, start + _BATCH)]
-            points = self._client.retrieve(self._collection, ids=ids, with_payload=["seq"])
+            points = self._qdrant.retrieve(self._collection, ids=ids, with_payload=["seq"])
             if len(points) < _BATCH:
                 # Past the last record even if a crash left a hole below it.
                 last = max((int((p.payload or {})["seq"]) for p in points), default=start - 1)
@@ -120,10 +120,10 @@ class RolloutLog:
                     )
                 )
             try:
-                self._client.upsert(self._collection, points=points)
+                self._qdrant.upsert(self._collection, points=points)
                 if self.writer:
                     # After the records: a count never names a record that is not stored.
-                    self._client.upsert(
+                    self._qdrant.upsert(
                         self._writers,
                         points=[
                             models.PointStruct(
@@ -147,7 +147,7 @@ class RolloutLog:
         writer ``""`` always, and the replicas registered in the writers collection."""
         counts = {"": self._next_seq(step, "")} if not self.writer else {}
         if self._multi:
-            points, _ = self._client.scroll(
+            points, _ = self._qdrant.scroll(
                 self._writers,
                 limit=10_000,
                 with_payload=True,
@@ -183,7 +183,7 @@ class RolloutLog:
                     for seq in range(start, min(start + _BATCH, total))
                 ]
                 with self._lock:
-                    points = self._client.retrieve(self._collection, ids=ids, with_payload=True)
+                    points = self._qdrant.retrieve(self._collection, ids=ids, with_payload=True)
                 for point in points:
                     payload = point.payload or {}
                     found[int(payload["seq"])] = payload["record"]
@@ -204,10 +204,10 @@ class RolloutLog:
                         _rollout_id(step, seq, writer)
                         for seq in range(start, min(start + _BATCH, total))
                     ]
-                    delete_points(self._client, self._collection, ids)
+                    delete_points(self._qdrant, self._collection, ids)
             if self._multi:
                 delete_points(
-                    self._client, self._writers, [_writer_id(step, writer) for writer in writers]
+                    self._qdrant, self._writers, [_writer_id(step, writer) for writer in writers]
                 )
             # Probing finds nothing now; forgetting the step keeps this dict small.
             self._next.pop(step, None)
@@ -260,7 +260,7 @@ class StepRegistry:
     """
 
     def __init__(self, client: QdrantClient, prefix: str) -> None:
-        self._client = client
+        self._qdrant = client
         self._collection = f"{prefix}_steps"
         self._lock = threading.Lock()
         ensure_collection(client, self._collection, None)
@@ -271,7 +271,7 @@ class StepRegistry:
             return self._get(step)
 
     def _get(self, step: int) -> dict[str, Any] | None:
-        points = self._client.retrieve(self._collection, ids=[_step_id(step)], with_payload=True)
+        points = self._qdrant.retrieve(self._collection, ids=[_step_id(step)], with_payload=True)
         if not points:
             return None
         return dict(points[0].payload or {})
@@ -289,7 +289,7 @@ class StepRegistry:
             current = self._get(step) or {}
             merged = {**current, **fields, "step": step, "updated_at": time.time()}
             record = StepRecord.model_validate(merged).model_dump(mode="json")
-            self._client.upsert(
+            self._qdrant.upsert(
                 self._collection,
                 points=[models.PointStruct(id=_step_id(step), vector={}, payload=record)],
             )
@@ -307,7 +307,7 @@ class StepRegistry:
         offset: Any = None
         with self._lock:
             while True:
-                points, offset = self._client.scroll(
+                points, offset = self._qdrant.scroll(
                     self._collection, limit=256, offset=offset, with_payload=True
                 )
                 for point in points:

@@ -61,7 +61,7 @@ class MemoryStore:
             MemoryStoreError: the memory was written by an embedder of another name.
             amaris.memory.qdrant.CollectionMismatchError: ... or of another dimension.
         """
-        self._client = client
+        self._qdrant = client
         self._embedder = embedder
         self._memory = f"{prefix}_memory"
         self._analyses = f"{prefix}_analyses"
@@ -74,7 +74,7 @@ class MemoryStore:
     def _check_embedder(self) -> None:
         # Two embedders of equal dimension (hashing and MiniLM) would mix vector spaces
         # silently, so the memory records which one wrote it.
-        points = self._client.retrieve(self._memory, ids=[_MARKER_ID], with_payload=True)
+        points = self._qdrant.retrieve(self._memory, ids=[_MARKER_ID], with_payload=True)
         if points:
             written_by = (points[0].payload or {}).get("embedder")
             if written_by != self._embedder.name:
@@ -86,7 +86,7 @@ class MemoryStore:
             return
         basis = [1.0] + [0.0] * (self._embedder.dim - 1)
         payload = {"type": _MARKER_TYPE, "embedder": self._embedder.name}
-        self._client.upsert(
+        self._qdrant.upsert(
             self._memory, points=[models.PointStruct(id=_MARKER_ID, vector=basis, payload=payload)]
         )
 
@@ -106,7 +106,7 @@ class MemoryStore:
             point_id = document_id(doc.type, doc.scope, doc.step, doc.key)
             points.append(models.PointStruct(id=point_id, vector=vector, payload=payload))
         with self._lock:
-            self._client.upsert(self._memory, points=points)
+            self._qdrant.upsert(self._memory, points=points)
         return [str(p.id) for p in points]
 
     def search(
@@ -138,7 +138,7 @@ class MemoryStore:
         scores: dict[str, float] = {}
         while True:
             with self._lock:
-                points = self._client.query_points(
+                points = self._qdrant.query_points(
                     self._memory, query=vector, limit=fetch, with_payload=_LIGHT_FIELDS
                 ).points
             for point in points:
@@ -198,7 +198,7 @@ class MemoryStore:
         if not ids:
             return {}
         with self._lock:
-            points = self._client.retrieve(self._memory, ids=ids, with_payload=True)
+            points = self._qdrant.retrieve(self._memory, ids=ids, with_payload=True)
         return {str(p.id): MemoryDocument.model_validate(p.payload or {}) for p in points}
 
     # -- inspection (offline tools: these scroll the whole digest) -------------
@@ -209,7 +209,7 @@ class MemoryStore:
             page = 256 if limit_points is None else min(256, limit_points - seen)
             # "type" too, or the embedder marker below could not be told apart.
             with self._lock:
-                points, offset = self._client.scroll(
+                points, offset = self._qdrant.scroll(
                     self._memory, limit=page, offset=offset, with_payload=[*fields, "type"]
                 )
             for point in points:
@@ -265,7 +265,7 @@ class MemoryStore:
             for rollout_id, analysis in items
         ]
         with self._lock:
-            self._client.upsert(self._analyses, points=points)
+            self._qdrant.upsert(self._analyses, points=points)
 
     def get_analyses(
         self, scope: str, step: int, rollout_ids: Sequence[str]
@@ -275,7 +275,7 @@ class MemoryStore:
             return {}
         ids = [_analysis_id(scope, step, rollout_id) for rollout_id in rollout_ids]
         with self._lock:
-            points = self._client.retrieve(self._analyses, ids=ids, with_payload=True)
+            points = self._qdrant.retrieve(self._analyses, ids=ids, with_payload=True)
         result: dict[str, dict[str, Any]] = {}
         for point in points:
             payload = point.payload or {}
@@ -290,4 +290,4 @@ class MemoryStore:
             _analysis_id(scope, step, rollout_id) for rollout_id in rollout_ids
         ]
         with self._lock:
-            delete_points(self._client, self._analyses, ids)
+            delete_points(self._qdrant, self._analyses, ids)

@@ -46,7 +46,7 @@ class RubricStore:
     """Rubric versions in Qdrant; reads of the version in force come from memory."""
 
     def __init__(self, client: QdrantClient, collection: str, export_path: Path | None) -> None:
-        self._client = client
+        self._qdrant = client
         self._collection = f"{collection}_rubrics"
         self._export_path = export_path
         self._lock = threading.Lock()
@@ -76,7 +76,7 @@ class RubricStore:
         scopes = list(self._current)
         if not scopes:
             return []
-        points = self._client.retrieve(
+        points = self._qdrant.retrieve(
             self._collection, ids=[_pointer_id(s) for s in scopes], with_payload=True
         )
         changed = []
@@ -101,7 +101,7 @@ class RubricStore:
         versions: list[RubricVersion] = []
         offset: Any = None
         while True:
-            points, offset = self._client.scroll(
+            points, offset = self._qdrant.scroll(
                 self._collection, limit=256, offset=offset, with_payload=True
             )
             for point in points:
@@ -149,7 +149,7 @@ class RubricStore:
             )
             # Version first, pointer second: a crash between them leaves the old version
             # in force and an unreferenced (harmless) newer version.
-            self._client.upsert(
+            self._qdrant.upsert(
                 self._collection,
                 points=[
                     models.PointStruct(
@@ -159,7 +159,7 @@ class RubricStore:
                     )
                 ],
             )
-            self._client.upsert(
+            self._qdrant.upsert(
                 self._collection,
                 points=[
                     models.PointStruct(
@@ -233,7 +233,7 @@ class RubricStore:
             return None
 
     def _retrieve(self, point_id: str) -> dict[str, Any] | None:
-        points = self._client.retrieve(self._collection, ids=[point_id], with_payload=True)
+        points = self._qdrant.retrieve(self._collection, ids=[point_id], with_payload=True)
         if not points:
             return None
         payload = points[0].payload or {}
