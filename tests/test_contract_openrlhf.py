@@ -54,6 +54,20 @@ def openrlhf() -> SimpleNamespace:
     )
 
 
+@pytest.fixture
+def openrlhf_log(
+    openrlhf: SimpleNamespace, caplog: pytest.LogCaptureFixture
+) -> Iterator[pytest.LogCaptureFixture]:
+    """caplog holding OpenRLHF's own log lines. Its loggers do not propagate (they print to
+    stdout through their own handler); pytest 9.2 hooks caplog onto such loggers, 9.0.3
+    does not, so the handler is attached here on every pytest version."""
+    logger = openrlhf.agent.logger
+    logger.addHandler(caplog.handler)
+    caplog.set_level("INFO")
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
 def parse(monkeypatch: pytest.MonkeyPatch, flags: list[str]) -> Any:
     """The ``args`` OpenRLHF's ``train_ppo_ray`` hands to ``train`` for these flags."""
     monkeypatch.setattr(sys, "argv", ["train_ppo_ray", *flags])
@@ -213,7 +227,7 @@ def test_judge_outage_fails_the_step_naming_amaris_reason(
     openrlhf: SimpleNamespace,
     monkeypatch: pytest.MonkeyPatch,
     amaris: Any,
-    caplog: pytest.LogCaptureFixture,
+    openrlhf_log: pytest.LogCaptureFixture,
     form: str,
 ) -> None:
     url, _ = amaris()
@@ -221,10 +235,9 @@ def test_judge_outage_fails_the_step_naming_amaris_reason(
     monkeypatch.setenv("AMARIS_RETRY_SECONDS", "0")
     remote = str(REWARD_FILE) if form == "file" else f"{url}/get_reward"
     args = parse(monkeypatch, documented(remote))
-    caplog.set_level("INFO")
     samples = rollout(openrlhf, args, ["The answer is 42." + DOWN, "The answer is 41." + DOWN])
     assert [s.rewards for s in samples] == [None, None]
-    logged = caplog.text
+    logged = openrlhf_log.text
     if form == "file":  # OpenRLHF logs the adapter's error: amaris's reason
         assert "Failed to fetch reward from remote RM: 1 of 1 samples unscored" in logged
         assert "judge_unavailable" in logged
