@@ -89,7 +89,8 @@ class Services:
                 log.info("rubric version changed elsewhere for scopes %s", changed)
 
     async def stop(self) -> None:
-        """Stop supervising steps, the pipeline thread and the gateways; close Qdrant."""
+        """Stop supervising steps, the pipeline thread and the gateways; close the rollout log
+        and Qdrant."""
         if self._refresher is not None:
             self._refresher.cancel()
             await asyncio.gather(self._refresher, return_exceptions=True)
@@ -97,6 +98,7 @@ class Services:
         await asyncio.to_thread(self.runner.stop)
         await self.gateway.close()
         await self.pipeline_gateway.close()
+        await asyncio.to_thread(self.rollouts.close)
         if self.owns_qdrant:
             await asyncio.to_thread(self.qdrant.close)
 

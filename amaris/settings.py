@@ -325,11 +325,13 @@ class MemorySettings(_Section):
         return data
 
     path: Path = Path("./data")
-    """The data folder: embedded Qdrant, logs and exports live under it."""
+    """The data folder: embedded Qdrant, the embedded rollout log, logs and exports live
+    under it."""
     rubrics_path: Path | None = None
     """Human-readable export of every rubric version; null = ``<path>/rubrics.json``."""
     qdrant_url: str | None = None
-    """Qdrant server URL; null = embedded Qdrant in ``<path>/qdrant``."""
+    """Qdrant server URL; null = embedded Qdrant in ``<path>/qdrant`` (and, with one
+    replica, the rollout log in ``<path>/rollout_log.sqlite3``)."""
     collection: str = Field(default="amaris", min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
     """Prefix of every Qdrant collection amaris creates."""
     embedding_model: str | None = None
@@ -353,6 +355,11 @@ class MemorySettings(_Section):
     analysis_retention_steps: int | None = Field(default=16, ge=1)
     """Steps whose full analyses stay in Qdrant; null = keep all. Summaries, rubric
     updates and flagged findings are kept for the whole run."""
+    rollout_log_synchronous: Literal["full", "normal"] = "full"
+    """SQLite ``synchronous`` of the embedded rollout log (``<path>/rollout_log.sqlite3``):
+    ``full`` fsyncs every commit, so a rollout that got its reward survives a power loss;
+    ``normal`` survives a crash of amaris but may lose the last commits to a power loss
+    or an OS crash."""
 
     @property
     def rubrics_export_path(self) -> Path:

@@ -2,11 +2,12 @@
 
 Fills a local-mode Qdrant folder (a temporary one unless ``--folder``) as a training run
 would: per step, ``--rollouts`` appends to the rollout log one at a time (as the
-``/score`` hot path does), a step-registry update, the full analyses, ``--docs`` digest
-documents (HashingEmbedder, to keep the run quick: search cost does not depend on the
-embedder), and retention: the rollouts of step ``s - retention`` are archived to JSONL
-and dropped, and so are its analyses. Then measures the reads of the step path, and
-the cost of a restart in a fresh child process (this one's heap holds the whole run).
+``/score`` hot path does; the embedded store's log, SQLite beside the Qdrant folder), a
+step-registry update, the full analyses, ``--docs`` digest documents (HashingEmbedder, to
+keep the run quick: search cost does not depend on the embedder), and retention: the
+rollouts of step ``s - retention`` are archived to JSONL and dropped, and so are its
+analyses. Then measures the reads of the step path, and the cost of a restart in a fresh
+child process (this one's heap holds the whole run).
 
 Not a test: run on demand. It takes ~5-8 min with the defaults on 2 cores; wall-clock
 figures depend on what else runs, so the CPU time and load average are printed too.
@@ -38,7 +39,9 @@ from qdrant_client import QdrantClient
 
 from amaris.memory.embedder import HashingEmbedder
 from amaris.memory.models import MemoryDocument
+from amaris.memory.rollout_backend import SQLITE_FILE
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
+from amaris.memory.sqlite_rollout_log import SqliteRolloutLog
 from amaris.memory.store import MemoryStore
 
 PREFIX = "bench"
@@ -104,7 +107,7 @@ def _open(folder: Path) -> tuple[QdrantClient, RolloutLog, StepRegistry, MemoryS
     client = QdrantClient(path=str(folder / "qdrant"))
     return (
         client,
-        RolloutLog(client, PREFIX),
+        SqliteRolloutLog(folder / SQLITE_FILE, PREFIX),
         StepRegistry(client, PREFIX),
         MemoryStore(client, PREFIX, HashingEmbedder()),
     )
@@ -196,6 +199,7 @@ def run(args: argparse.Namespace) -> None:
     )
     rss, peak = _rss_mb()
     digest = sum(sum(c.values()) for c in memory.counts_by_type_and_step().values())
+    log.close()
     client.close()
 
     # In a fresh process, as after a restart: this one's heap holds the whole run.
@@ -267,6 +271,7 @@ def reopen(folder: Path, steps: int) -> None:
     recovered = log.count(steps - 1)
     seconds = time.perf_counter() - start
     rss_after, _ = _rss_mb()
+    log.close()
     client.close()
     print(
         json.dumps(

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from qdrant_client import QdrantClient
 
 from amaris.agents.prompts import DATA_END, DATA_START, data_message, parse_data_message, read_data
 from amaris.app.wiring import create_app
-from amaris.memory.rollout_log import RolloutLog, step_records
+from amaris.memory.rollout_log import step_records
 from amaris.sim.records import read_recorded
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
+from tests.rollout_logs import KINDS, LogFolder
 
 BREAKS = ["\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 """Every character ``str.splitlines`` breaks a line at."""
@@ -129,7 +129,8 @@ def test_a_step_of_forging_rollouts_is_analysed(tmp_path: Path, prefect_harness:
     assert sorted(a["rollout_id"] for a in analyses) == sorted(i["rollout"]["id"] for i in items)
 
 
-def test_archived_and_exported_records_keep_line_separators(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_archived_and_exported_records_keep_line_separators(kind: str, tmp_path: Path) -> None:
     # Records are JSONL written with ensure_ascii off: U+2028 and the like are raw in them,
     # and a reader splitting at them read broken lines.
     text = "a\u2028b\x85c\u2029d"
@@ -139,13 +140,14 @@ def test_archived_and_exported_records_keep_line_separators(tmp_path: Path) -> N
         "metadata": {},
         "scope": "global",
     }
-    client = QdrantClient(path=str(tmp_path / "q"))
-    log = RolloutLog(client, "t")
+    folder = LogFolder(kind, tmp_path / "store")
+    log = folder.open()
     log.append(2, record)
+    assert log.load_step(2) == [{**record, "seq": 0}]
     log.archive_step(2, tmp_path / "rollouts")
     log.drop_step(2)
     assert step_records(log, tmp_path, 2) == [{**record, "seq": 0}]
-    client.close()
+    folder.close()
     exported = tmp_path / "export.jsonl"
     exported.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
     [recorded] = read_recorded(exported)

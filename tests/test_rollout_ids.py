@@ -16,16 +16,15 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from qdrant_client import QdrantClient
 
 from amaris.app.wiring import create_app
-from amaris.memory.rollout_log import RolloutLog
 from amaris.models import Rollout
 from amaris.offline.judge import respond
 from amaris.scoring.rollout_ids import RolloutConflictError, RolloutIds
 from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, serve_in_thread
+from tests.rollout_logs import KINDS, memory_log
 
 
 def body(step: int = 1, **rollout: Any) -> dict[str, Any]:
@@ -194,8 +193,9 @@ def test_ids_in_log_lines_are_escaped_and_bounded(
         assert "x" * 200 not in message
 
 
-async def test_an_id_given_back_unstored_is_free_and_evicted_steps_reload() -> None:
-    log = RolloutLog(QdrantClient(":memory:"), "t")
+@pytest.mark.parametrize("kind", KINDS)
+async def test_an_id_given_back_unstored_is_free_and_evicted_steps_reload(kind: str) -> None:
+    log = memory_log(kind)
     ids = RolloutIds(log, steps_kept=2)
     first = Rollout(id="r1", input="q", output="4")
     other = first.model_copy(update={"output": "5"})

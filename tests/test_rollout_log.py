@@ -1,4 +1,5 @@
-"""The rollout log and the step registry, in real Qdrant local mode."""
+"""The rollout log (both backends: SQLite, and a Qdrant collection in real local mode) and
+the step registry."""
 
 from __future__ import annotations
 
@@ -13,60 +14,64 @@ from pydantic import ValidationError
 from qdrant_client import QdrantClient, models
 
 from amaris.memory.qdrant import delete_points, ensure_collection, is_local
-from amaris.memory.rollout_log import RolloutLog, StepRegistry, _rollout_id
+from amaris.memory.qdrant_rollout_log import QdrantRolloutLog, _rollout_id
+from amaris.memory.rollout_log import StepRegistry
+from tests.rollout_logs import KINDS, LogFolder
 
 
 def _record(i: int) -> dict[str, object]:
     return {"request_id": f"req-{i}", "score": i / 10, "rollout": {"output": f"answer {i}"}}
 
 
-def test_rollouts_survive_a_restart_and_numbering_resumes(tmp_path: Path) -> None:
-    client = QdrantClient(path=str(tmp_path))
-    log = RolloutLog(client, "t")
+@pytest.mark.parametrize("kind", KINDS)
+def test_rollouts_survive_a_restart_and_numbering_resumes(kind: str, tmp_path: Path) -> None:
+    folder = LogFolder(kind, tmp_path)
+    log = folder.open()
     assert [log.append(7, _record(i)) for i in range(3)] == [0, 1, 2]
     assert log.append_many([(7, _record(3)), (8, _record(100)), (7, _record(4))]) == [3, 0, 4]
     assert (log.count(7), log.count(8), log.count(9)) == (5, 1, 0)
-    client.close()
+    folder.close()
 
-    client = QdrantClient(path=str(tmp_path))
-    log = RolloutLog(client, "t")
-    assert log.count(7) == 5  # recovered by probing ids
+    log = folder.open()
+    assert log.count(7) == 5  # recovered from the store
     assert log.append(7, _record(5)) == 5
     assert log.append(8, _record(101)) == 1
     assert [r["request_id"] for r in log.load_step(7)] == [f"req-{i}" for i in range(6)]
     assert log.load_step(8) == [{**_record(100), "seq": 0}, {**_record(101), "seq": 1}]
     assert log.load_step(9) == []
-    client.close()
+    folder.close()
 
 
-def test_numbering_crosses_probe_batches(tmp_path: Path) -> None:
-    client = QdrantClient(path=str(tmp_path))
-    log = RolloutLog(client, "t")
+@pytest.mark.parametrize("kind", KINDS)
+def test_numbering_crosses_probe_batches(kind: str, tmp_path: Path) -> None:
+    folder = LogFolder(kind, tmp_path)
+    log = folder.open()
     assert log.append_many([(1, {"i": i}) for i in range(600)])[-1] == 599
     assert log.append_many([(2, {"i": i}) for i in range(256)])[-1] == 255  # a full batch
-    client.close()
-    client = QdrantClient(path=str(tmp_path))
-    log = RolloutLog(client, "t")
+    folder.close()
+    log = folder.open()
     assert (log.count(1), log.count(2)) == (600, 256)
     assert [r["i"] for r in log.load_step(1)] == list(range(600))
-    client.close()
+    folder.close()
 
 
 def test_a_hole_left_by_a_crash_is_never_overwritten(tmp_path: Path) -> None:
+    # Qdrant only: a batch of the SQLite log is one transaction, stored whole or not at all.
     client = QdrantClient(path=str(tmp_path))
-    log = RolloutLog(client, "t")
+    log = QdrantRolloutLog(client, "t")
     log.append_many([(1, {"i": i}) for i in range(4)])
     client.delete("t_rollouts", points_selector=[_rollout_id(1, 1)])  # as if never stored
-    reopened = RolloutLog(client, "t")
+    reopened = QdrantRolloutLog(client, "t")
     assert reopened.count(1) == 4
     assert reopened.append(1, {"i": 4}) == 4
     assert [r["i"] for r in reopened.load_step(1)] == [0, 2, 3, 4]
     client.close()
 
 
-def test_drop_and_archive_a_step(tmp_path: Path) -> None:
-    client = QdrantClient(path=str(tmp_path / "q"))
-    log = RolloutLog(client, "t")
+@pytest.mark.parametrize("kind", KINDS)
+def test_drop_and_archive_a_step(kind: str, tmp_path: Path) -> None:
+    folder = LogFolder(kind, tmp_path / "store")
+    log = folder.open()
     log.append_many([(3, _record(i)) for i in range(3)] + [(4, _record(9))])
     path = log.archive_step(3, tmp_path / "archive")
     assert path == tmp_path / "archive" / "step-000003.jsonl"
@@ -78,14 +83,17 @@ def test_drop_and_archive_a_step(tmp_path: Path) -> None:
     assert log.append(3, _record(5)) == 0  # the id is written afresh
     assert log.load_step(3) == [{**_record(5), "seq": 0}]
     assert log.load_step(4) == [{**_record(9), "seq": 0}]
-    client.close()
+    folder.close()
+    log = folder.open()  # the drop is stored, not only in memory
+    assert (log.count(3), log.count(4)) == (1, 1)
+    folder.close()
 
 
 def test_a_dropped_step_leaves_the_memory(tmp_path: Path) -> None:
     # Embedded Qdrant keeps a deleted point's payload in RAM until the folder is reopened
     # (gigabytes over a long run's retention drops): the log releases it.
     client = QdrantClient(path=str(tmp_path / "q"))
-    log = RolloutLog(client, "t")
+    log = QdrantRolloutLog(client, "t")
     log.append_many([(0, _record(0))])  # the collection's own structures, before tracing
     big = [(1, {**_record(i), "rollout": {"output": f"{i} " + "x" * 100_000}}) for i in range(60)]
     gc.collect()
@@ -153,8 +161,9 @@ def test_step_registry_transitions_persist(tmp_path: Path) -> None:
     client.close()
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_the_archive_is_on_disk_before_it_takes_the_final_name(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A crash right after the rename must not leave a short file under the final name:
     # every line is written and fsynced while the file still has its temporary name.
@@ -167,12 +176,12 @@ def test_the_archive_is_on_disk_before_it_takes_the_final_name(
         fsync(fd)
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
-    client = QdrantClient(path=str(tmp_path / "q"))
-    log = RolloutLog(client, "t")
+    folder = LogFolder(kind, tmp_path / "store")
+    log = folder.open()
     log.append_many([(5, _record(i)) for i in range(300)])
     synced.clear()  # only the archive's own syncs
     path = log.archive_step(5, tmp_path / "archive")
-    client.close()
+    folder.close()
     assert synced[0] == (".step-000005.jsonl.tmp", 300)
     assert len(path.read_bytes().splitlines()) == 300
 

@@ -8,11 +8,13 @@ import concurrent.futures
 from pathlib import Path
 from typing import Any
 
+import pytest
 from qdrant_client import QdrantClient
 
-from amaris.memory.rollout_log import RolloutLog, StepRegistry
+from amaris.memory.rollout_log import StepRegistry
 from amaris.steps.coordinator import StepCoordinator
 from tests.conftest import make_settings
+from tests.rollout_logs import KINDS, memory_log
 
 PER_STEP = 2
 SENT = 8
@@ -24,7 +26,10 @@ def scored(rid: str) -> dict[str, Any]:
     return {"rollout": {"id": rid, "input": "What is 2+2?", "output": "4"}, "score": 1.0}
 
 
-async def test_rollouts_racing_past_the_threshold_start_the_step_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+async def test_rollouts_racing_past_the_threshold_start_the_step_once(
+    kind: str, tmp_path: Path
+) -> None:
     settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": PER_STEP})
     client = QdrantClient(":memory:")
     steps = StepRegistry(client, "race")
@@ -37,7 +42,7 @@ async def test_rollouts_racing_past_the_threshold_start_the_step_once(tmp_path: 
         started.set()
         return outcome
 
-    coordinator = StepCoordinator(settings, RolloutLog(client, "race"), steps, run_step)
+    coordinator = StepCoordinator(settings, memory_log(kind, "race"), steps, run_step)
     try:
         # Every call reads the step as open before any is logged (they share one batched
         # write), so all of them count towards the threshold; all but one find it reached

@@ -22,7 +22,8 @@ from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
 from amaris.memory.embedder import Embedder, build_embedder
 from amaris.memory.qdrant import open_qdrant
-from amaris.memory.rollout_log import RolloutLog, StepRegistry
+from amaris.memory.rollout_backend import open_rollout_log
+from amaris.memory.rollout_log import StepRegistry
 from amaris.memory.store import MemoryStore
 from amaris.metrics import Metrics
 from amaris.rubric.scopes import ScopeResolver
@@ -123,8 +124,10 @@ def build_services(
         )
         shared = settings.pipeline.executor == "deployment"
         replica = settings.server.replica if shared else ""
-        rollouts = RolloutLog(qdrant, prefix, writer=replica)
         steps = StepRegistry(qdrant, prefix)
+        # SQLite in the data folder for the embedded store, the Qdrant collection for a
+        # shared one: the configuration chooses (amaris/memory/rollout_backend.py).
+        rollouts = open_rollout_log(settings, qdrant, writer=replica)
     except Exception:
         if owns_qdrant:
             qdrant.close()

@@ -8,7 +8,10 @@ from amaris.memory.embedder import (
     build_embedder,
 )
 from amaris.memory.models import MemoryDocument, MemoryHit, StepRecord
+from amaris.memory.qdrant_rollout_log import QdrantRolloutLog
+from amaris.memory.rollout_backend import open_rollout_log
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
+from amaris.memory.sqlite_rollout_log import SqliteRolloutLog
 from amaris.memory.store import MemoryStore
 
 __all__ = [
@@ -19,8 +22,11 @@ __all__ = [
     "MemoryStore",
     "MiniLMEmbedder",
     "OpenAIEmbedder",
+    "QdrantRolloutLog",
     "RolloutLog",
+    "SqliteRolloutLog",
     "StepRecord",
     "StepRegistry",
     "build_embedder",
+    "open_rollout_log",
 ]

@@ -1,16 +1,16 @@
 """Durable log of every scored rollout, per training step, and the state of each step.
 
-``<prefix>_rollouts`` (payload only) holds one point per rollout. A step is read back by
-retrieving ids in order, never by a filter or a scan, so the cost of a step does not
-grow with the run.
+:class:`RolloutLog` is what the service needs of the log; two backends provide it, chosen
+by configuration in one place (:func:`amaris.memory.rollout_backend.open_rollout_log`):
 
-Ids are ``uuid5("rollout/<step>/<seq>")``, ``seq`` counting 0, 1, 2... within a step, for
-the process that writes an embedded store (only one can open it). Replicas sharing a
-Qdrant server each write their own sequence, ``uuid5("rollout/<step>/<writer>/<seq>")``,
-and register ``(step, writer, count)`` in ``<prefix>_step_writers``: a step's rollouts are
-the union of its writers' sequences, and its count their sum, so no replica's memory is
-needed to read or count a step. A writer's next ``seq`` lives in its memory and is
-recovered after a restart by probing ids.
+- the embedded store (no ``memory.qdrant_url``, one process): SQLite in the data folder,
+  one transaction per batch (:mod:`amaris.memory.sqlite_rollout_log`);
+- the shared store (a Qdrant server, or several replicas with their own sequences):
+  a Qdrant collection (:mod:`amaris.memory.qdrant_rollout_log`).
+
+Steps past ``memory.rollout_retention_steps`` leave the log for JSONL archives
+(:func:`archive_path`); :func:`step_records` reads a step from either. The step registry
+(:class:`StepRegistry`, one point per step) stays in Qdrant in both.
 """
 
 from __future__ import annotations
@@ -23,213 +23,74 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from qdrant_client import QdrantClient, models
 
 from amaris.memory.models import StepRecord
-from amaris.memory.qdrant import delete_points, ensure_collection, ensure_payload_index
+from amaris.memory.qdrant import ensure_collection
 
-_NAMESPACE = uuid.UUID("9a3e6c1d-54b7-4f02-8e1a-c7d2b5f60a18")
-_BATCH = 256
-
-
-def _rollout_id(step: int, seq: int, writer: str = "") -> str:
-    name = f"rollout/{step}/{writer}/{seq}" if writer else f"rollout/{step}/{seq}"
-    return str(uuid.uuid5(_NAMESPACE, name))
-
-
-def _writer_id(step: int, writer: str) -> str:
-    return str(uuid.uuid5(_NAMESPACE, f"writer/{step}/{writer}"))
+ID_NAMESPACE = uuid.UUID("9a3e6c1d-54b7-4f02-8e1a-c7d2b5f60a18")
+"""Namespace of the uuid5 point ids of the rollout log and the step registry."""
 
 
 def _step_id(step: int) -> str:
-    return str(uuid.uuid5(_NAMESPACE, f"step/{step}"))
+    return str(uuid.uuid5(ID_NAMESPACE, f"step/{step}"))
 
 
-class RolloutLog:
-    """Append-only rollout records per step, read back in order by id.
+class RolloutLog(Protocol):
+    """Append-only rollout records per step, numbered 0, 1, 2... in append order.
 
-    ``writer``: empty for the one process of an embedded store; a distinct name per
-    replica when several share a Qdrant server (see the module docstring).
+    Every method blocks (callers on the event loop use a thread) and is safe to call from
+    several threads.
     """
 
-    def __init__(self, client: QdrantClient, prefix: str, writer: str = "") -> None:
-        self._qdrant = client
-        self._collection = f"{prefix}_rollouts"
-        self._writers = f"{prefix}_step_writers"
-        self.writer = writer
-        self._next: dict[int, int] = {}
-        self._lock = threading.Lock()
-        ensure_collection(client, self._collection, None)
-        # A reader of a store replicas wrote (e.g. `amaris export`) sees their writers too.
-        self._multi = bool(writer) or client.collection_exists(self._writers)
-        if writer:
-            ensure_collection(client, self._writers, None)
-            ensure_payload_index(client, self._writers, "step")
-
-    def _next_seq(self, step: int, writer: str | None = None) -> int:
-        # Caller holds the lock. Another writer's count is probed, never cached.
-        writer = self.writer if writer is None else writer
-        known = self._next.get(step) if writer == self.writer else None
-        if known is not None:
-            return known
-        start = 0
-        while True:
-            ids = [_rollout_id(step, seq, writer) for seq in range(start, start + _BATCH)]
-            points = self._qdrant.retrieve(self._collection, ids=ids, with_payload=["seq"])
-            if len(points) < _BATCH:
-                # Past the last record even if a crash left a hole below it.
-                last = max((int((p.payload or {})["seq"]) for p in points), default=start - 1)
-                if writer == self.writer:
-                    self._next[step] = last + 1
-                return last + 1
-            start += _BATCH
-
     def append(self, step: int, record: dict[str, Any]) -> int:
-        """Store one record durably.
-
-        Returns:
-            Its sequence number within the step.
-        """
-        return self.append_many([(step, record)])[0]
+        """Store one record durably; its sequence number within the step."""
+        ...
 
     def append_many(self, items: Sequence[tuple[int, dict[str, Any]]]) -> list[int]:
-        """Store ``(step, record)`` pairs in one write.
-
-        Returns:
-            Their sequence numbers, in order.
-        """
-        if not items:
-            return []
-        with self._lock:
-            seqs: list[int] = []
-            points: list[models.PointStruct] = []
-            planned: dict[int, int] = {}
-            for step, record in items:
-                seq = planned.get(step)
-                if seq is None:
-                    seq = self._next_seq(step)
-                planned[step] = seq + 1
-                seqs.append(seq)
-                points.append(
-                    models.PointStruct(
-                        id=_rollout_id(step, seq, self.writer),
-                        vector={},
-                        payload={"step": step, "seq": seq, "record": record},
-                    )
-                )
-            try:
-                self._qdrant.upsert(self._collection, points=points)
-                if self.writer:
-                    # After the records: a count never names a record that is not stored.
-                    self._qdrant.upsert(
-                        self._writers,
-                        points=[
-                            models.PointStruct(
-                                id=_writer_id(step, self.writer),
-                                vector={},
-                                payload={"step": step, "writer": self.writer, "count": count},
-                            )
-                            for step, count in planned.items()
-                        ],
-                    )
-            except BaseException:
-                # Part of the batch may be stored: recover these steps by probing later.
-                for step in planned:
-                    self._next.pop(step, None)
-                raise
-            self._next.update(planned)
-            return seqs
-
-    def _step_writers(self, step: int) -> dict[str, int]:
-        """Caller holds the lock. Writer -> count of every writer of ``step``: the embedded
-        writer ``""`` always, and the replicas registered in the writers collection."""
-        counts = {"": self._next_seq(step, "")} if not self.writer else {}
-        if self._multi:
-            points, _ = self._qdrant.scroll(
-                self._writers,
-                limit=10_000,
-                with_payload=True,
-                scroll_filter=models.Filter(
-                    must=[models.FieldCondition(key="step", match=models.MatchValue(value=step))]
-                ),
-            )
-            for point in points:
-                payload = point.payload or {}
-                counts[str(payload["writer"])] = int(payload["count"])
-            if self.writer:
-                # Its own count is exact in memory (its latest write may be in flight).
-                counts[self.writer] = self._next_seq(step)
-        return counts
+        """Store ``(step, record)`` pairs durably in one write; their sequence numbers."""
+        ...
 
     def count(self, step: int) -> int:
-        """Records appended to ``step`` by every writer."""
-        with self._lock:
-            return sum(self._step_writers(step).values())
+        """Records appended to ``step`` (sequence numbers used, by every writer)."""
+        ...
 
     def load_step(self, step: int) -> list[dict[str, Any]]:
-        """Every record of ``step``, by writer then append order, each with its ``seq``
-        (its position in that order: 0, 1, 2...)."""
-        with self._lock:
-            writers = self._step_writers(step)
-        records: list[dict[str, Any]] = []
-        for writer in sorted(writers):
-            found: dict[int, dict[str, Any]] = {}
-            total = writers[writer]
-            for start in range(0, total, _BATCH):
-                ids = [
-                    _rollout_id(step, seq, writer)
-                    for seq in range(start, min(start + _BATCH, total))
-                ]
-                with self._lock:
-                    points = self._qdrant.retrieve(self._collection, ids=ids, with_payload=True)
-                for point in points:
-                    payload = point.payload or {}
-                    found[int(payload["seq"])] = payload["record"]
-            records.extend(found[seq] for seq in sorted(found))
-        return [{**record, "seq": seq} for seq, record in enumerate(records)]
+        """Every record of ``step`` in order, each with its ``seq`` (0, 1, 2...)."""
+        ...
 
     def drop_step(self, step: int) -> int:
-        """Delete every record of ``step`` (retention), of every writer.
-
-        Returns:
-            How many sequence numbers were deleted.
-        """
-        with self._lock:
-            writers = self._step_writers(step)
-            for writer, total in writers.items():
-                for start in range(0, total, _BATCH):
-                    ids: list[models.ExtendedPointId] = [
-                        _rollout_id(step, seq, writer)
-                        for seq in range(start, min(start + _BATCH, total))
-                    ]
-                    delete_points(self._qdrant, self._collection, ids)
-            if self._multi:
-                delete_points(
-                    self._qdrant, self._writers, [_writer_id(step, writer) for writer in writers]
-                )
-            # Probing finds nothing now; forgetting the step keeps this dict small.
-            self._next.pop(step, None)
-            return sum(writers.values())
+        """Delete every record of ``step`` (retention); how many sequence numbers went."""
+        ...
 
     def archive_step(self, step: int, folder: Path) -> Path:
-        """Write the records of ``step`` to ``<folder>/step-<N:06d>.jsonl`` atomically.
+        """Write the records of ``step`` to ``<folder>/step-<N:06d>.jsonl`` atomically."""
+        ...
 
-        Returns:
-            The file written.
-        """
-        records = self.load_step(step)
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / f"step-{step:06d}.jsonl"
-        tmp = target.with_name(f".{target.name}.tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-        return target
+    def close(self) -> None:
+        """Release what the log opened itself."""
+        ...
+
+
+def write_archive(records: list[dict[str, Any]], folder: Path, step: int) -> Path:
+    """Write ``records`` to ``<folder>/step-<N:06d>.jsonl`` atomically (fsynced under a
+    temporary name, then renamed).
+
+    Returns:
+        The file written.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"step-{step:06d}.jsonl"
+    tmp = target.with_name(f".{target.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, target)
+    return target
 
 
 def archive_path(data_path: Path, step: int) -> Path:

@@ -3,7 +3,7 @@
 A record is what ``/score`` logged for one rollout (``amaris.scoring.reward.log_record`` plus
 ``step``, ``time``, ``late`` and ``seq``). Once a step is past
 ``memory.rollout_retention_steps`` its records live in ``<memory.path>/rollouts/
-step-NNNNNN.jsonl`` instead of Qdrant; :func:`step_records` reads either.
+step-NNNNNN.jsonl`` instead of the log; :func:`step_records` reads either.
 ``amaris export`` writes records as JSONL; ``amaris replay`` reads them back
 (:func:`read_recorded`).
 """
@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from amaris.memory.rollout_log import RolloutLog, StepRegistry, step_records
+from amaris.memory.rollout_backend import open_rollout_log
+from amaris.memory.rollout_log import StepRegistry, step_records
 from amaris.models import Rollout
 
 if TYPE_CHECKING:
@@ -31,10 +32,12 @@ class RecordsError(ValueError):
 
 def local_records(client: QdrantClient, settings: Settings) -> Iterator[dict[str, Any]]:
     """Every record of the run in an opened store, by step then sequence number."""
-    prefix = settings.memory.collection
-    log = RolloutLog(client, prefix)
-    for entry in StepRegistry(client, prefix).list():
-        yield from step_records(log, settings.memory.path, int(entry["step"]))
+    log = open_rollout_log(settings, client)
+    try:
+        for entry in StepRegistry(client, settings.memory.collection).list():
+            yield from step_records(log, settings.memory.path, int(entry["step"]))
+    finally:
+        log.close()
 
 
 class RecordedRollout(BaseModel):

@@ -17,6 +17,7 @@ from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.manifest import build_manifest
 from amaris.memory.embedder import build_embedder
 from amaris.memory.qdrant import open_qdrant
+from amaris.memory.rollout_backend import open_rollout_log
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.memory.store import MemoryStore
 from amaris.rubric.guardrails import Bounds
@@ -122,7 +123,7 @@ def context_from_config() -> PipelineContext:
             step_wall_time=True,
         ),
         memory=MemoryStore(qdrant, prefix, build_embedder(settings.memory, settings.client)),
-        rollouts=RolloutLog(qdrant, prefix, writer=writer),
+        rollouts=open_rollout_log(settings, qdrant, writer=writer),
         steps=StepRegistry(qdrant, prefix),
         rubrics=RubricStore(qdrant, prefix, settings.memory.rubrics_export_path),
         prompts=prompts,
