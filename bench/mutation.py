@@ -33,7 +33,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "amaris/scoring/reward.py",
         ["tests/test_api_score.py", "tests/test_input_validation.py"],
     ),
-    "scorer": ("amaris/scoring/scorer.py", ["tests/test_api_score.py", "tests/test_limits.py"]),
+    "scorer": ("amaris/scoring/scorer.py", ["tests/test_scorer.py"]),
     "verdicts": ("amaris/scoring/verdicts.py", ["tests/test_verdicts.py"]),
     "rubric_store": (
         "amaris/rubric/store.py",
@@ -53,7 +53,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "offline_rules": ("amaris/offline/rules.py", ["tests/test_offline_rules.py"]),
 }
 
-NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts"}
+NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer"}
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
 
