@@ -63,6 +63,17 @@ def test_a_score_quoted_inside_a_reason_is_not_a_verdict() -> None:
     assert expected_scores(tokens, text_of(tokens), [2]) == [pytest.approx(2.0)]
 
 
+def test_an_escaped_quote_does_not_end_a_string() -> None:
+    tokens = [sure('{"reason": "it says \\"4 twice", "score": '), position({"3": 1.0})]
+    assert expected_scores(tokens, text_of(tokens), [3]) == [pytest.approx(3.0)]
+
+
+def test_a_stray_character_outside_strings_opens_no_string() -> None:
+    # a repaired answer may keep characters that are no JSON
+    tokens = [sure('{"note": !"x", "score": '), position({"2": 0.5, "1": 0.5})]
+    assert expected_scores(tokens, text_of(tokens), [2]) == [pytest.approx(1.5)]
+
+
 def test_only_the_answer_is_read_not_reasoning_or_text_around_it() -> None:
     answer = [sure('{"score": '), position({"2": 0.5, "4": 0.5}), sure("}")]
     draft = [sure('{"score": '), position({"0": 1.0}), sure("}")]
@@ -121,11 +132,13 @@ def test_scores_at_the_ends_of_the_scale_count() -> None:
         ([sure('{"score": 3}')], '{"score": 4}', [4]),
         # an empty answer
         ([sure('{"score": 3}')], "  ", [3]),
+        ([sure('{"score": 3}')], "", []),
         # another count of scores than verdicts
         ([sure('{"score": '), position({"3": 1.0}), sure("}")], '{"score": 3}', [3, 3]),
         ([sure('{"score": '), position({"3": 1.0}), sure("}")], '{"score": 3}', []),
-        # the chosen token is not the verdict's score
+        # the chosen token is not the verdict's score (above it or below it)
         ([sure('{"score": '), position({"3": 0.6, "4": 0.4}), sure("}")], '{"score": 3}', [4]),
+        ([sure('{"score": '), position({"4": 0.6, "3": 0.4}), sure("}")], '{"score": 4}', [3]),
         # the chosen token is no score (the value is a string)
         ([sure('{"score": "4"}')], '{"score": "4"}', [4]),
         # no probability mass on any score (underflow)
