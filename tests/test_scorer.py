@@ -248,6 +248,26 @@ async def test_a_prompt_over_the_context_budget_is_cut_to_fit(make: Any) -> None
     assert h.scorer.counters["truncated.context_window"] == 1
 
 
+async def test_the_budget_counts_a_field_as_the_json_the_judge_reads(make: Any) -> None:
+    # control characters take 6 characters each in the prompt's JSON ("\u0001")
+    h = make(**{"agents.scorer.context_window": 3000, "agents.scorer.max_tokens": 200})
+    judgement = await h.scorer.judge(request("\x01" * 1400), RUBRIC)
+    assert judgement.truncated == ["rollout.output"]
+    assert len(h.provider.calls[0].rollout()["output"]) < 1400
+
+
+async def test_a_field_cut_by_size_then_by_the_budget_is_named_once(make: Any) -> None:
+    h = make(
+        **{"agents.scorer.context_window": 3000, "agents.scorer.max_tokens": 200},
+        **{"scoring.max_field_chars": 8000, "scoring.oversize": "truncate"},
+    )
+    judgement = await h.scorer.judge(request("word " * 1800), RUBRIC)
+    assert judgement.truncated == ["rollout.output"]
+    assert h.scorer.counters["truncated.max_field_chars"] == 1
+    assert h.scorer.counters["truncated.context_window"] == 1
+    assert len(h.provider.calls[0].rollout()["output"]) < 8000
+
+
 async def test_a_window_the_instructions_nearly_fill_leaves_the_rollout_whole(make: Any) -> None:
     # ~600 prompt tokens of instructions and rubric, a window leaving room for ~50 more
     h = make(**{"agents.scorer.context_window": 900, "agents.scorer.max_tokens": 200})
@@ -382,6 +402,15 @@ async def test_the_cache_keeps_the_most_recently_used(make: Any) -> None:
     assert (await h.scorer.judge(a, RUBRIC)).cached
     assert (await h.scorer.judge(c, RUBRIC)).cached
     assert not (await h.scorer.judge(b, RUBRIC)).cached
+
+
+async def test_a_cache_of_size_one_keeps_the_last(make: Any) -> None:
+    h = make(**{"scoring.cache_size": 1})
+    await h.scorer.judge(request("a"), RUBRIC)
+    assert (await h.scorer.judge(request("a"), RUBRIC)).cached
+    await h.scorer.judge(request("b"), RUBRIC)
+    assert not (await h.scorer.judge(request("a"), RUBRIC)).cached
+    assert len(h.provider.calls) == 3
 
 
 async def test_a_cache_of_size_zero_keeps_nothing(make: Any) -> None:
