@@ -33,6 +33,8 @@ def text_of(tokens: list[TokenLogprob]) -> str:
 def test_one_verdict_is_the_mean_over_the_score_tokens() -> None:
     tokens = [sure('{"id": "A1", "score": '), position({"3": 0.5, "4": 0.3, "1": 0.2}), sure("}")]
     assert expected_scores(tokens, text_of(tokens), [3]) == [pytest.approx(1.5 + 1.2 + 0.2)]
+    # a verdict given as a float is the same verdict
+    assert expected_scores(tokens, text_of(tokens), [3.0]) == [pytest.approx(2.9)]
 
 
 def test_each_verdict_reads_its_own_position_whatever_the_field_order() -> None:
@@ -61,6 +63,8 @@ def test_a_score_quoted_inside_a_reason_is_not_a_verdict() -> None:
     # "score" as a value, not a key, is not one either
     tokens = [sure('{"id": "score", "note": "score", "score" :\n  '), position({"2": 1.0})]
     assert expected_scores(tokens, text_of(tokens), [2]) == [pytest.approx(2.0)]
+    tokens = [sure('{"a": {"b": "score"}, "c": ["score"], "score": '), position({"1": 1.0})]
+    assert expected_scores(tokens, text_of(tokens), [1]) == [pytest.approx(1.0)]
 
 
 def test_an_escaped_quote_does_not_end_a_string() -> None:
