@@ -72,6 +72,23 @@ def test_an_escaped_quote_does_not_end_a_string() -> None:
     assert expected_scores(tokens, text_of(tokens), [3]) == [pytest.approx(3.0)]
 
 
+def test_compact_json_with_spaces_inside_strings_is_read() -> None:
+    tokens = [sure('{"reason":"a b","score":'), position({"3": 0.5, "2": 0.5})]
+    assert expected_scores(tokens, text_of(tokens), [3]) == [pytest.approx(2.5)]
+
+
+def test_a_sampled_token_is_read_whatever_the_alternatives_listed_before_it() -> None:
+    # sampled at a temperature: the chosen token is not the most likely one, and the most
+    # likely one is not a score after the chosen token's prefix
+    chosen = TokenLogprob(
+        ": 2",
+        math.log(0.25),
+        ((" :", math.log(0.5)), (": 2", math.log(0.25)), (": 3", math.log(0.25))),
+    )
+    tokens = [sure('{"score"'), chosen, sure("}")]
+    assert expected_scores(tokens, text_of(tokens), [2]) == [pytest.approx(2.5)]
+
+
 def test_a_stray_character_outside_strings_opens_no_string() -> None:
     # a repaired answer may keep characters that are no JSON
     tokens = [sure('{"note": !"x", "score": '), position({"2": 0.5, "1": 0.5})]
