@@ -114,6 +114,18 @@ def test_the_last_copy_of_the_answer_in_the_tokens_is_read() -> None:
     assert expected_scores(tokens, text_of(final), [1]) == [pytest.approx(2.0)]
 
 
+def test_a_rubric_of_hundreds_of_criteria_is_read_whole() -> None:
+    tokens = [sure('{"verdicts": [')]
+    for index in range(300):
+        tokens += [
+            sure(f'{", " if index else ""}{{"score": '),
+            position({"3": 0.5, "4": 0.5}),
+            sure("}"),
+        ]
+    tokens.append(sure("]}"))
+    assert expected_scores(tokens, text_of(tokens), [3] * 300) == [pytest.approx(3.5)] * 300
+
+
 def test_a_merged_token_is_read_after_its_prefix_and_before_its_suffix() -> None:
     # tokenizers merge the colon with the digit, or the digit with the brace
     tokens = [
