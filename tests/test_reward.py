@@ -155,7 +155,8 @@ async def test_the_breakdown_is_in_the_answer_when_asked_for(make: Any) -> None:
 
 @pytest.mark.parametrize("policy", ["null", "error"])
 async def test_an_unjudged_rollout_is_unscored_never_given_a_score(make: Any, policy: str) -> None:
-    s = make(**{"scoring.on_failure": policy})
+    # a neutral_score set is used by on_failure: neutral only
+    s = make(**{"scoring.on_failure": policy, "scoring.neutral_score": 0.5})
     s.provider.default = RuntimeError("connection refused")
     answer = await s.score(request(breakdown=True))
     assert answer.status == "unscored" and answer.score is None
