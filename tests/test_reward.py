@@ -281,7 +281,7 @@ async def test_sync_mode_with_an_unchanged_rubric_answers_the_first_score(make: 
         answer = await s.score(request(), sync=True)
     assert s.steps_run == [0] and len(s.provider.calls) == 1
     assert answer.rubric_version == 1 and answer.score == pytest.approx(0.75)
-    assert answer.breakdown is None
+    assert answer.breakdown is None and not answer.cached  # not judged (from cache) again
 
 
 async def test_without_sync_the_answer_does_not_wait_for_the_step(make: Any) -> None:
