@@ -29,12 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MODULES: dict[str, tuple[str, list[str]]] = {
     "aggregate": ("amaris/scoring/aggregate.py", ["tests/test_aggregate.py"]),
     "guardrails": ("amaris/rubric/guardrails.py", ["tests/test_guardrails.py"]),
-    "reward": (
-        "amaris/scoring/reward.py",
-        ["tests/test_api_score.py", "tests/test_input_validation.py"],
-    ),
-    "scorer": ("amaris/scoring/scorer.py", ["tests/test_api_score.py", "tests/test_limits.py"]),
-    "verdicts": ("amaris/scoring/verdicts.py", ["tests/test_api_score.py"]),
+    "reward": ("amaris/scoring/reward.py", ["tests/test_reward.py"]),
+    "scorer": ("amaris/scoring/scorer.py", ["tests/test_scorer.py"]),
+    "verdicts": ("amaris/scoring/verdicts.py", ["tests/test_verdicts.py"]),
     "rubric_store": (
         "amaris/rubric/store.py",
         ["tests/test_rubric_store.py", "tests/test_api_misc.py"],
@@ -53,7 +50,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "offline_rules": ("amaris/offline/rules.py", ["tests/test_offline_rules.py"]),
 }
 
-NO_CONFTEST = {"aggregate", "guardrails", "offline_rules"}
+NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer", "reward"}
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
 
