@@ -40,7 +40,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "amaris/steps/coordinator.py",
         ["tests/test_step_waits.py", "tests/test_step_bounds.py", "tests/test_step_race.py"],
     ),
-    "rollout_log": ("amaris/memory/rollout_log.py", ["tests/test_rollout_log.py"]),
+    "rollout_log": (  # the embedded default backend; the interface is amaris/memory/rollout_log.py
+        "amaris/memory/sqlite_rollout_log.py",
+        ["tests/test_rollout_log.py", "tests/test_sqlite_rollout_log.py"],
+    ),
     "auth": ("api/middleware.py", ["tests/test_api_edge.py", "tests/test_api_misc.py"]),
     "adapters": (
         "amaris/integrations/_remote.py",

@@ -18,7 +18,8 @@ import pytest
 from qdrant_client import QdrantClient
 
 from amaris.context import request_id_var
-from amaris.memory.rollout_log import RolloutLog, StepRegistry
+from amaris.memory.rollout_log import StepRegistry
+from amaris.memory.sqlite_rollout_log import SqliteRolloutLog
 from amaris.models import ScoreRequest, ScoreResponse
 from amaris.rubric.model import Criterion
 from amaris.rubric.scopes import ScopeResolver, input_id
@@ -66,7 +67,7 @@ class Service:
         self.store.ensure_initialized(settings)
         self.scopes = ScopeResolver(settings, self.store)
         self.scorer = Scorer(settings.scoring, self.gateway, self.store, scorer_prompt(settings))
-        self.log = RolloutLog(qdrant, "t")
+        self.log = SqliteRolloutLog(":memory:", "t")  # the embedded default
         self.steps_run: list[int] = []
         self.next_rubric = True
         """Whether the step's flow publishes a new global rubric (one more adaptive)."""
