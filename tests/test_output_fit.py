@@ -133,7 +133,8 @@ def test_a_fitted_schema_keeps_the_agents_bounds_as_ceilings_and_floors() -> Non
     assert 0 < fit.factor < 1
     summary = fitted["properties"]["overall_assessment"]["properties"]["summary"]
     gaps = fitted["properties"]["rubric_evaluation"]["properties"]["gaps"]
-    tag = fitted["properties"]["reward_hacking_analysis"]["properties"]["behaviours"]["items"]
+    hacking = fitted["properties"]["reward_hacking_analysis"]["anyOf"][0]  # behaviours listed
+    tag = hacking["properties"]["behaviours"]["items"]
     assert MIN_STRING_CHARS <= summary["maxLength"] < 1000
     assert 1 <= gaps["maxItems"] < 5
     assert MIN_STRING_CHARS <= tag["properties"]["tag"]["maxLength"] <= 64
