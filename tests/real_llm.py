@@ -284,6 +284,10 @@ class Engine:
         self.cached_tokens = 0
         """Prompt tokens served from the previous request's KV cache so far."""
 
+    def forget_prefix(self) -> None:
+        """Drop the previous request's KV cache: the next prompt is computed whole."""
+        self._last = None
+
     def _grammar(self, response_format: dict[str, Any] | None) -> Any:
         if response_format is None:
             return None
