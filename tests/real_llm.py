@@ -279,6 +279,14 @@ class Engine:
         self._stop_ids = set(info.stop_token_ids)
         self._vocab_size = vocab_size
         self._think_close = self.tokenizer.encode("\n</think>\n\n", add_special_tokens=False)
+        self._last: tuple[list[int], Any] | None = None
+        """The tokens the previous request fed the model, and their KV cache."""
+        self.cached_tokens = 0
+        """Prompt tokens served from the previous request's KV cache so far."""
+
+    def forget_prefix(self) -> None:
+        """Drop the previous request's KV cache: the next prompt is computed whole."""
+        self._last = None
 
     def _grammar(self, response_format: dict[str, Any] | None) -> Any:
         if response_format is None:
@@ -350,7 +358,10 @@ class Engine:
         think: bool,
         repetition_penalty: float,
     ) -> Generation:
-        state = _Decoder(self.model, prompt_ids, temperature, repetition_penalty)
+        # Taken: a request that fails half-way leaves no cache that does not match its ids.
+        last, self._last = self._last, None
+        state = _Decoder(self.model, prompt_ids, temperature, repetition_penalty, last)
+        self.cached_tokens += state.reused
         reasoning_ids: list[int] = []
         closed = False
         if think:
@@ -388,6 +399,7 @@ class Engine:
                 break
             answer_ids.append(token)
             state.feed(token)
+        self._last = (state.fed, state.cache)
         reasoning = self.tokenizer.decode(reasoning_ids, skip_special_tokens=True)
         answer = self.tokenizer.decode(answer_ids, skip_special_tokens=True)
         return Generation(
@@ -402,10 +414,21 @@ class Engine:
 
 
 class _Decoder:
-    """Greedy or sampled next-token choice over a KV cache."""
+    """Greedy or sampled next-token choice over a KV cache.
+
+    The prompt's longest prefix that the previous request also fed the model (``last``:
+    its tokens and KV cache) is not computed again: its cache, cut to that prefix, is
+    reused (vLLM's automatic prefix caching; amaris puts the stable part of every prompt
+    first). The prefill of a long prompt is most of a short reply's time on a CPU.
+    """
 
     def __init__(
-        self, model: Any, prompt_ids: list[int], temperature: float, repetition_penalty: float = 1.0
+        self,
+        model: Any,
+        prompt_ids: list[int],
+        temperature: float,
+        repetition_penalty: float = 1.0,
+        last: tuple[list[int], Any] | None = None,
     ) -> None:
         import torch
 
@@ -414,7 +437,31 @@ class _Decoder:
         self._temperature = temperature
         self._penalty = repetition_penalty
         self._recent: list[int] = []
-        out = model(input_ids=torch.tensor([prompt_ids]), use_cache=True)
+        self.fed = list(prompt_ids)
+        """Every token fed to the model so far (the cache's)."""
+        self.reused = 0
+        """Prompt tokens whose KV came from ``last``."""
+        cache = None
+        if last is not None:
+            previous, cache = last
+            # At least the prompt's last token is computed: its logits start the reply.
+            limit = min(len(previous), len(prompt_ids) - 1)
+            shared = next(
+                (i for i in range(limit) if previous[i] != prompt_ids[i]),
+                limit,
+            )
+            if shared > 0:
+                if len(previous) > shared:
+                    # Negative: tokens to drop from the end (transformers 4.56 and 5 alike).
+                    cache.crop(shared - len(previous))
+                self.reused = shared
+            else:
+                cache = None
+        out = model(
+            input_ids=torch.tensor([prompt_ids[self.reused :]]),
+            past_key_values=cache,
+            use_cache=True,
+        )
         self._past = out.past_key_values
         self._logits = out.logits[0, -1].float()
         self._generator = torch.Generator().manual_seed(len(prompt_ids))
@@ -437,7 +484,13 @@ class _Decoder:
         probs = self._torch.softmax(logits / self._temperature, dim=-1)
         return int(self._torch.multinomial(probs, 1, generator=self._generator))
 
+    @property
+    def cache(self) -> Any:
+        """The KV cache of :attr:`fed`."""
+        return self._past
+
     def feed(self, token: int) -> None:
+        self.fed.append(token)
         self._recent = [*self._recent[-(REPEAT_WINDOW - 1) :], token]
         out = self._model(
             input_ids=self._torch.tensor([[token]]), past_key_values=self._past, use_cache=True

@@ -117,7 +117,8 @@ def test_every_pipeline_string_and_list_is_bounded_in_the_strict_schema(
         if node.get("type") == "string" and "enum" not in node:
             assert 0 < node["maxLength"] <= 2000, node
         if node.get("type") == "array":
-            assert 0 < node["maxItems"] <= 50, node
+            # 0: the list of a shape that has none (a detection's "no behaviour" shape)
+            assert 0 <= node["maxItems"] <= 50, node
 
 
 def _json_matcher(schema: dict[str, Any]) -> xgrammar.GrammarMatcher:
@@ -157,6 +158,33 @@ def test_a_constrained_decoder_holds_the_bounds() -> None:
     assert not _decodable(schema, with_entry("m" * 2001, []))
     assert not _decodable(schema, with_entry("m", ["k"] * 11))
     assert not _decodable(schema, with_entry("m", ["k" * 65]))
+
+
+def test_a_constrained_decoder_writes_only_consistent_detections() -> None:
+    # A detection without a behaviour, or behaviours without a detection, cannot be
+    # decoded: a small model's "detected: true, behaviours: []" was a re-ask per analysis.
+    schema = strict_schema(IndividualAnalysis)
+    base = IndividualAnalysis.model_validate(
+        {
+            "rollout_id": "r1",
+            "overall_assessment": {"quality": "good"},
+            "performance_at_stage": {"meets_expectations": True},
+            "reward_hacking_analysis": {"detected": False, "severity": "none"},
+            "rubric_evaluation": {"score_justified": True},
+        }
+    ).model_dump(mode="json")
+    behaviour = {"tag": "hedging", "description": "d", "evidence": "e"}
+
+    def with_hacking(behaviours: list[Any], detected: bool, severity: str) -> dict[str, Any]:
+        hacking = {"behaviours": behaviours, "detected": detected, "severity": severity}
+        return {**base, "reward_hacking_analysis": hacking}
+
+    assert _decodable(schema, with_hacking([], False, "none"))
+    assert _decodable(schema, with_hacking([behaviour], True, "medium"))
+    assert not _decodable(schema, with_hacking([], True, "high"))
+    assert not _decodable(schema, with_hacking([], False, "low"))
+    assert not _decodable(schema, with_hacking([behaviour], False, "none"))
+    assert not _decodable(schema, with_hacking([behaviour], True, "none"))
 
 
 def test_scorer_schema_is_built_per_rubric() -> None:

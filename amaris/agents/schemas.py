@@ -14,7 +14,9 @@ strict JSON schema (``maxLength``, ``maxItems``), so a constrained decoder canno
 more, and a longer value from a model that is not constrained (``json_object`` or prompt
 only) is clipped to it rather than failing the reply. The bounds leave a real model room
 for what the prompts ask (sentences, a paragraph, a handful of items) and bound the tokens
-of a model that runs away inside a string or a list (``docs/pipeline.md``).
+of a model that runs away inside a string or a list (``docs/pipeline.md``). A request
+whose agent sets ``max_tokens`` carries them lower still, fitted to the cap
+(:mod:`amaris.llm.output_fit`).
 """
 
 from __future__ import annotations
@@ -146,13 +148,41 @@ class HackingBehaviour(_Lenient):
     evidence: Line = ""
 
 
+def _consistent_detection(schema: dict[str, Any]) -> None:
+    """The JSON schema of :class:`RewardHackingAnalysis` as its two consistent shapes: one
+    or more behaviours, detected, some severity; or none, not detected, severity none. A
+    constrained decoder then cannot write a detection without a behaviour (a small model
+    does, and validation refuses it: a re-ask, or the analysis lost)."""
+    properties = schema.pop("properties")
+    required = schema.pop("required", [])
+    del schema["type"]
+    listed = {
+        **properties,
+        "behaviours": {**properties["behaviours"], "minItems": 1},
+        "detected": {"type": "boolean", "enum": [True]},
+        "severity": {**properties["severity"], "enum": ["low", "medium", "high"]},
+    }
+    none = {
+        **properties,
+        "behaviours": {**properties["behaviours"], "maxItems": 0},
+        "detected": {"type": "boolean", "enum": [False]},
+        "severity": {**properties["severity"], "enum": ["none"]},
+    }
+    schema["anyOf"] = [
+        {"type": "object", "properties": shape, "required": required} for shape in (listed, none)
+    ]
+
+
 class RewardHackingAnalysis(_Lenient):
     """Whether a response gains reward without genuine quality, and how.
 
     ``detected`` and ``severity`` are made consistent with ``behaviours``: listed behaviours
     mean detected (and at least low severity); none listed means severity none, and claiming
-    detection without listing any is an error.
+    detection without listing any is an error. The JSON schema offers only the consistent
+    shapes (:func:`_consistent_detection`).
     """
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_consistent_detection)
 
     behaviours: Annotated[list[HackingBehaviour], AtMost(FEW)] = Field(default_factory=list)
     detected: bool

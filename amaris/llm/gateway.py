@@ -17,6 +17,7 @@ import json
 import logging
 import random
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from amaris.llm.budget import (
 )
 from amaris.llm.call_log import CallLog
 from amaris.llm.ledger import OFFLINE_MODEL, TokenLedger, usage_of
+from amaris.llm.output_fit import fit_schema
 from amaris.llm.output_mode import (
     ModeState,
     OutputMode,
@@ -54,6 +56,8 @@ log = logging.getLogger("amaris.llm")
 
 _TRANSIENT_STATUS = {408, 409, 425, 429}
 _LOGGED_REASONING_CHARS = 4000
+_FITTED_SCHEMAS = 256
+"""Fitted schemas kept (:meth:`LLMGateway._fitted`): per schema object and cap."""
 """Reasoning text kept in the call log per request."""
 # Every other 5xx is transient (500-504, and the 52x/529 of proxies and overloaded
 # providers), except the two that say the server will never handle this request.
@@ -187,6 +191,9 @@ class LLMGateway:
         self._per_endpoint = {
             key: asyncio.Semaphore(slots) for key, slots in endpoint_limits.items()
         }
+        self._fits: dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any]]] = {}
+        self._fit_logged: set[tuple[str, str, int]] = set()
+        self._fit_lock = threading.Lock()
         self.stats: Counter[str] = Counter()
         """Counters ``<agent>.<outcome>`` (calls, errors, invalid_output...) for metrics;
         tokens are in :attr:`ledger`."""
@@ -236,6 +243,48 @@ class LLMGateway:
         options = self._agent_options(agent)
         scale = self.context_windows.scale(self._providers[agent].description, options.model)
         return int(prompt_budget(window, options.max_tokens) * scale)
+
+    def _fitted(
+        self, agent: str, name: str, schema: dict[str, Any], max_tokens: int
+    ) -> dict[str, Any]:
+        """``schema`` with its bounds fitted to ``max_tokens`` (:mod:`amaris.llm.output_fit`),
+        computed once per schema object and cap (the scorer's per-rubric schemas and the
+        agents' cached ones are the same object call after call). The first fit of each
+        agent, schema and cap is logged, and a cap too small to fit is warned about."""
+        key = (id(schema), max_tokens)
+        with self._fit_lock:
+            cached = self._fits.get(key)
+        # The entry holds the schema itself: its id cannot be reused while it is cached.
+        if cached is not None and cached[0] is schema:
+            return cached[1]
+        fitted, fit = fit_schema(schema, max_tokens)
+        with self._fit_lock:
+            if len(self._fits) >= _FITTED_SCHEMAS:
+                self._fits.clear()
+            self._fits[key] = (schema, fitted)
+            first = (agent, name, max_tokens) not in self._fit_logged
+            self._fit_logged.add((agent, name, max_tokens))
+        if first and not fit.fits:
+            log.warning(
+                "%s: max_tokens %d is below the shortest reply schema %s allows with its "
+                "bounds at their floors (~%.0f tokens): replies may be cut (judge_truncated)",
+                agent,
+                max_tokens,
+                name,
+                fit.after,
+            )
+        elif first and fitted is not schema:
+            log.info(
+                "%s: schema %s bounds fitted to max_tokens %d (factor %.3f; longest reply "
+                "~%.0f -> ~%.0f tokens)",
+                agent,
+                name,
+                max_tokens,
+                fit.factor,
+                fit.before,
+                fit.after,
+            )
+        return fitted
 
     def _mode(self, provider: ChatProvider, options: ResolvedAgentOptions) -> ModeState:
         if options.response_format is not None:
@@ -397,11 +446,14 @@ class LLMGateway:
             if not provider.offline:
                 state = self._mode(provider, options)
                 mode = state.mode
-                request_format = (
-                    options.response_format
-                    if mode == "configured"
-                    else response_format(mode, *output)
-                )
+                if mode == "configured":
+                    request_format = options.response_format
+                elif mode == "json_schema" and options.max_tokens is not None:
+                    name, schema = output
+                    fitted = self._fitted(agent, name, schema, options.max_tokens)
+                    request_format = response_format(mode, name, fitted)
+                else:
+                    request_format = response_format(mode, *output)
             started = time.perf_counter()
             record: dict[str, Any] = {
                 "time": time.time(),
