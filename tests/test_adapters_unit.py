@@ -71,7 +71,7 @@ def test_a_target_takes_arguments_then_the_environment_then_the_defaults(
 ) -> None:
     monkeypatch.delenv("AMARIS_URL", raising=False)
     monkeypatch.delenv("AMARIS_API_KEY", raising=False)
-    assert Target.resolve() == Target(DEFAULT_URL, None, 600.0, 60.0)
+    assert Target.resolve() == Target(DEFAULT_URL, None, 600.0, 60.0) == Target()
     assert DEFAULT_URL == "http://127.0.0.1:8002"
     monkeypatch.setenv("AMARIS_URL", "http://env:1/")
     monkeypatch.setenv("AMARIS_API_KEY", "env-key")
