@@ -176,7 +176,13 @@ def test_unscored_samples_are_sent_again_under_the_first_answers_step() -> None:
 
 def test_a_detail_at_the_end_of_the_sent_samples_is_ignored() -> None:
     exchange = Exchange(Target(retry_seconds=0), {"query": ["a", "b"]}, 1)
-    data = answer([None, 1.0], detail=[{"field": "query[2]", "message": "past the end"}])
+    data = answer(
+        [None, 1.0],
+        detail=[
+            {"field": "query[2]", "message": "past the end"},
+            {"field": "query[9]", "message": "far past the end"},
+        ],
+    )
     with pytest.raises(RewardUnavailableError) as info:
         exchange.receive(response(503, data))
     assert info.value.reasons == {0: "HTTP 503"}
@@ -340,3 +346,15 @@ def test_an_unreachable_server_is_reported_sync_and_async() -> None:
         get_rewards(target, BODY, None)
     with pytest.raises(ServerUnavailableError, match=r"amaris unreachable at http://127\.0\.0\.1:"):
         asyncio.run(get_rewards_async(target, BODY, None))
+
+
+@pytest.mark.parametrize("code", [400, 429, 502, 504])
+def test_only_a_200_or_a_503_answer_gives_rewards(code: int) -> None:
+    # A proxy's or an error's body that looks like an answer is not taken as one.
+    exchange = Exchange(Target(retry_seconds=60), BODY, None)
+    try:
+        exchange.receive(response(code, answer([1.0, 1.0, 1.0])))
+    except InvalidRequestError:
+        assert code == 400
+    assert exchange.result.rewards == [None] * 3
+    assert exchange.request() is not None
