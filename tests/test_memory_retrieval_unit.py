@@ -18,6 +18,7 @@ from tasks.retrieve_memory import retrieve_memory
 
 HEDGE = "rollouts hedge between two answers and still earn credit"
 VERBOSE = "long outputs pad the answer with restated questions"
+TWO = "two answers between which outputs hedge"
 
 DOCS = [
     *(
@@ -26,6 +27,7 @@ DOCS = [
     ),
     MemoryDocument(type="finding", step=2, scope="a", key="hedge", text=HEDGE),
     MemoryDocument(type="finding", step=3, scope="a", key="verbose", text=VERBOSE),
+    MemoryDocument(type="finding", step=4, scope="a", key="two", text=TWO),
     MemoryDocument(type="finding", step=6, scope="a", key="now", text=HEDGE + " now"),
     MemoryDocument(type="finding", step=1, scope="b", key="hedge", text=HEDGE + " in b"),
 ]
@@ -106,3 +108,14 @@ def test_the_limit_is_per_query_and_zero_turns_dynamic_memory_off(tmp_path: Path
     off = retrieve(tmp_path / "off", 6, ["hedge between two answers"], per_query=0)
     assert off["dynamic"] == []
     assert [d["step"] for d in off["static"]] == [3, 5]
+
+
+def test_a_hit_already_found_is_skipped_and_the_query_goes_on(tmp_path: Path) -> None:
+    queries = ["hedge between two answers", HEDGE + " long outputs pad the answer"]
+    got = retrieve(tmp_path, 6, queries, per_query=2)
+    # The second query's best hit (HEDGE) was found by the first; its next one is new.
+    assert [(d["text"], d["query"]) for d in got["dynamic"]] == [
+        (HEDGE, queries[0]),
+        (TWO, queries[0]),
+        (VERBOSE, queries[1]),
+    ]
