@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 
@@ -64,23 +65,42 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     procs.current_test_is_slow = item.get_closest_marker("slow") is not None
 
 
+def _disabled_loggers() -> set[str]:
+    return {
+        name
+        for name, lg in logging.root.manager.loggerDict.items()
+        if isinstance(lg, logging.Logger) and lg.disabled
+    }
+
+
 @pytest.fixture(autouse=True)
 def _restore_loggers() -> Iterator[None]:
     """A test that configures amaris's logging (handlers bound to its captured stderr,
-    propagation off) must not leave it so: later tests read logs through caplog."""
-    import logging
+    propagation off) must not leave it so: later tests read logs through caplog.
 
+    Nor may a test leave loggers disabled (``logging.config.dictConfig`` disables every
+    existing logger unless told ``disable_existing_loggers=False``): a disabled
+    ``prefect.flow_runs`` or ``amaris`` drops the records Prefect ships to a run's logs,
+    and a later test, in another file, reads none. Such a test errors here, naming them.
+    """
     saved = {
         name: (list(lg.handlers), lg.level, lg.propagate)
         for name in ("amaris", "api")
         for lg in [logging.getLogger(name)]
     }
+    disabled = _disabled_loggers()
     yield
     for name, (handlers, level, propagate) in saved.items():
         lg = logging.getLogger(name)
         lg.handlers[:] = handlers
         lg.setLevel(level)
         lg.propagate = propagate
+    newly_disabled = sorted(_disabled_loggers() - disabled)
+    for name in newly_disabled:  # the next tests run with them enabled again
+        logging.getLogger(name).disabled = False
+    assert not newly_disabled, (
+        f"the test left {len(newly_disabled)} logger(s) disabled: {newly_disabled[:10]}"
+    )
 
 
 @pytest.fixture(scope="session")
