@@ -72,7 +72,7 @@ def function_level_imports(text: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             type_checking.update(id(child) for child in ast.walk(node))
-    found = []
+    found: list[str] = []
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Import | ast.ImportFrom)

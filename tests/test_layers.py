@@ -59,7 +59,7 @@ def _function_level_imports(path: Path) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             type_checking.update(id(child) for child in ast.walk(node))
-    found = []
+    found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Import | ast.ImportFrom)
