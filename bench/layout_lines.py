@@ -197,8 +197,8 @@ def render(before: str, after: str) -> str:
         *contracts,
         "```",
         "",
-        f"`pytest tests/test_layers.py` (the contracts, and no function-level import off the "
-        f"allow-list): {layers_test}.",
+        "`pytest tests/test_layers.py` (the contracts, no function-level import off the "
+        f"allow-list, every third-party import declared in `pyproject.toml`): {layers_test}.",
         end,
     ]
     return "\n".join(out) + "\n"
