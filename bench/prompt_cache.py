@@ -267,6 +267,10 @@ class RecordingProvider:
         self.requests.append(([dict(m) for m in messages], response_format))
         return Completion(content=respond(messages), prompt_tokens=0, completion_tokens=0)
 
+    async def models(self, timeout: float) -> dict[str, int | None]:
+        # Listed, with no context window: nothing is cut, as with OpenAI's listing.
+        return {"judge-model": None}
+
     async def close(self) -> None:
         return None
 
@@ -424,4 +428,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

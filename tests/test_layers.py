@@ -11,11 +11,14 @@ from __future__ import annotations
 import ast
 import logging
 import sys
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 from importlinter.cli import lint_imports
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("amaris", "api", "flows", "tasks", "deployments")
@@ -78,6 +81,17 @@ def _process_state_kept() -> Iterator[None]:
             logger.handlers[:] = handlers
 
 
+UNDECLARED_IMPORTS_ALLOWED = {
+    # The trainer's, imported by the adapters that run inside its process (verl brings numpy).
+    "torch",
+    "verl",
+    "numpy",
+    # pydantic's core, which each pydantic release pins exactly: a second requirement on it
+    # could only conflict.
+    "pydantic_core",
+}
+
+
 def test_import_contracts_hold() -> None:
     # 0: every contract kept (the report names the import that breaks one).
     with _process_state_kept():
@@ -116,6 +130,42 @@ def test_no_hidden_imports() -> None:
                 if name not in allowed:
                     hidden.append(f"{relative}:{line} imports {name} inside a function")
     assert hidden == []
+
+
+def _third_party_imports() -> dict[str, str]:
+    """Top-level third-party modules the packages import -> a file importing it."""
+    found: dict[str, str] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.partition(".")[0]
+                    if top not in sys.stdlib_module_names and top not in PACKAGES:
+                        found.setdefault(top, path.relative_to(ROOT).as_posix())
+    return found
+
+
+def test_every_third_party_import_is_declared() -> None:
+    # A module imported directly comes from a distribution pyproject.toml names (base or an
+    # extra), not only as another package's dependency.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"].values()
+    lines = [*project["dependencies"], *(line for extra in extras for line in extra)]
+    declared = {Requirement(line).name.lower().replace("_", "-") for line in lines}
+    providers = packages_distributions()
+    undeclared = {
+        module: path
+        for module, path in _third_party_imports().items()
+        if module not in UNDECLARED_IMPORTS_ALLOWED
+        and not {d.lower().replace("_", "-") for d in providers.get(module, [])} & declared
+    }
+    assert undeclared == {}
 
 
 def test_the_checks_see_a_hidden_import(tmp_path: Path) -> None:
