@@ -119,7 +119,7 @@ def rollout_fields(n: int) -> dict[str, str]:
 def scorer_request_body(settings: Settings, prompt: str, fields: dict[str, str]) -> dict[str, Any]:
     """The chat-completion body amaris's scorer sends for ``fields`` (see amaris.scoring.scorer).
 
-    The messages are ``Scorer._judge``'s (:func:`amaris.scoring.judge_messages` over the
+    The messages are ``Scorer._judge``'s (:func:`amaris.scoring.scorer.judge_messages` over the
     configured rubric), the options ``OpenAIProvider.complete``'s.
     """
     rubric = RubricVersion(
