@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, SecretStr
 
 from amaris.agents.prompts import prompt_fingerprint
+from amaris.jsonfile import JsonFileError, read_json
 from amaris.redact import redact_url
 from amaris.settings import AGENTS, Settings, is_local_url
 
@@ -206,11 +207,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
         ManifestError: unreadable, not JSON, or without ``config``.
     """
     try:
-        loaded = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ManifestError(f"--manifest {path}: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ManifestError(f"--manifest {path}: not JSON ({exc})") from exc
+        loaded = read_json(path, "--manifest")
+    except JsonFileError as exc:
+        raise ManifestError(str(exc)) from exc
     if not isinstance(loaded, dict) or not isinstance(loaded.get("config"), dict):
         raise ManifestError(f"--manifest {path}: config: missing (not an amaris run manifest)")
     return loaded
