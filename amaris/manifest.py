@@ -187,7 +187,8 @@ def write_manifest(manifest: dict[str, Any], folder: Path, name: str | None = No
     """Write ``manifest`` into ``folder`` (atomically) as ``name`` or
     ``manifest-<start>-<kind>.json``; returns its path."""
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = manifest["run_id"].split("-")[1]
+    # run_id is <kind>-<stamp>-<pid>, and a kind may hold dashes (simulate-ablation).
+    stamp = manifest["run_id"].rsplit("-", 2)[1]
     path = folder / (name or f"manifest-{stamp}-{manifest['kind']}.json")
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
