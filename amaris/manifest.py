@@ -1,8 +1,9 @@
 """The run manifest: what a run was made of, so that it can be told apart and replayed.
 
-Every ``amaris serve`` start and every ``amaris simulate`` / ``amaris replay`` run writes
-one, ``<data folder>/manifest-<start>-<kind>.json``: the configuration with its secrets
-removed and its hash, the versions of amaris and its key dependencies, each agent's model,
+Every ``amaris serve`` start, every ``amaris simulate`` / ``amaris replay`` run and every
+``amaris bootstrap`` that publishes a version writes one,
+``<data folder>/manifest-<start>-<kind>.json``: the configuration with its secrets removed
+and its hash, the versions of amaris and its key dependencies, each agent's model,
 endpoint kind (``offline`` / ``local`` / ``hosted``) and prompt fingerprint, the seed, the
 git commit of the source tree when there is one, and the start time. Building one reads
 package metadata and asks git once (about 0.15 s: ``bench/manifest_cost.py``).
