@@ -245,9 +245,11 @@ def test_a_regex_past_its_timeout_leaves_the_rollout_unscored(tmp_path: Path) ->
         crafted = client.post("/score", json=body(CRAFTED))
         fine = client.post("/score", json=body("aaaa", id="r2"))
         seen = counters(client)
+        exported = client.get("/metrics").text
     assert crafted.status_code == 200
     assert crafted.json()["status"] == "unscored"
     assert crafted.json()["score"] is None
     assert crafted.json()["reason"].startswith("rule_timeout: criterion A1: regex ")
     assert fine.json()["score"] == 1.0
     assert seen["unscored.rule_timeout"] == 1
+    assert 'amaris_unscored_total{reason="rule_timeout"} 1.0' in exported
