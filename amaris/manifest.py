@@ -1,8 +1,9 @@
 """The run manifest: what a run was made of, so that it can be told apart and replayed.
 
-Every ``amaris serve`` start and every ``amaris simulate`` / ``amaris replay`` run writes
-one, ``<data folder>/manifest-<start>-<kind>.json``: the configuration with its secrets
-removed and its hash, the versions of amaris and its key dependencies, each agent's model,
+Every ``amaris serve`` start, every ``amaris simulate`` / ``amaris replay`` run and every
+``amaris bootstrap`` that publishes a version writes one,
+``<data folder>/manifest-<start>-<kind>.json``: the configuration with its secrets removed
+and its hash, the versions of amaris and its key dependencies, each agent's model,
 endpoint kind (``offline`` / ``local`` / ``hosted``) and prompt fingerprint, the seed, the
 git commit of the source tree when there is one, and the start time. Building one reads
 package metadata and asks git once (about 0.15 s: ``bench/manifest_cost.py``).
@@ -28,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, SecretStr
 
 from amaris.agents.prompts import prompt_fingerprint
+from amaris.jsonfile import JsonFileError, read_json
 from amaris.redact import redact_url
 from amaris.settings import AGENTS, Settings, is_local_url
 
@@ -186,7 +188,8 @@ def write_manifest(manifest: dict[str, Any], folder: Path, name: str | None = No
     """Write ``manifest`` into ``folder`` (atomically) as ``name`` or
     ``manifest-<start>-<kind>.json``; returns its path."""
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = manifest["run_id"].split("-")[1]
+    # run_id is <kind>-<stamp>-<pid>, and a kind may hold dashes (simulate-ablation).
+    stamp = manifest["run_id"].rsplit("-", 2)[1]
     path = folder / (name or f"manifest-{stamp}-{manifest['kind']}.json")
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -206,11 +209,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
         ManifestError: unreadable, not JSON, or without ``config``.
     """
     try:
-        loaded = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ManifestError(f"--manifest {path}: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ManifestError(f"--manifest {path}: not JSON ({exc})") from exc
+        loaded = read_json(path, "--manifest")
+    except JsonFileError as exc:
+        raise ManifestError(str(exc)) from exc
     if not isinstance(loaded, dict) or not isinstance(loaded.get("config"), dict):
         raise ManifestError(f"--manifest {path}: config: missing (not an amaris run manifest)")
     return loaded

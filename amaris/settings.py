@@ -11,12 +11,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import re
 import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
+import regex
 import yaml
 from pydantic import (
     BaseModel,
@@ -540,6 +540,10 @@ class ScoringSettings(_Section):
     timeout_seconds: float | None = Field(default=300.0, gt=0)
     """Longest a rollout may wait for its verdict (queueing, retries and re-ask included);
     past it the rollout is unscored with reason ``judge_timeout``; null = no bound."""
+    regex_timeout_seconds: float = Field(default=0.1, gt=0, le=10)
+    """Longest one ``regex`` rule criterion may search one reply; past it the rollout is
+    unscored with reason ``rule_timeout`` (a pattern that backtracks catastrophically on
+    untrusted text cannot hold the server)."""
     precheck: PrecheckSettings = PrecheckSettings()
     """The master-key pre-check: degenerate replies get the floor reward, unjudged."""
 
@@ -598,7 +602,8 @@ class NumericRule(_Section):
 
 
 class RegexRule(_Section):
-    """``rule: {kind: regex}``: ``pattern`` (Python ``re``) is found in the reply."""
+    """``rule: {kind: regex}``: ``pattern`` (the ``regex`` package's engine, a superset of
+    Python's ``re``) is found in the reply."""
 
     kind: Literal["regex"]
     pattern: str = Field(min_length=1, max_length=1000)
@@ -610,8 +615,8 @@ class RegexRule(_Section):
     @classmethod
     def _compiles(cls, value: str) -> str:
         try:
-            re.compile(value)
-        except re.error as exc:
+            regex.compile(value)
+        except regex.error as exc:
             raise ValueError(f"not a valid regular expression: {exc}") from None
         return value
 

@@ -271,6 +271,22 @@ def test_command_publishes_a_bootstrap_version_and_states_the_accuracy(tmp_path:
         qdrant.close()
     assert current.origin == "bootstrap" and current.version == summary["rubric_version"]
     assert [c.text for c in current.adaptive] == [c["text"] for c in summary["adaptive"]]
+    # the run manifest: in the report folder and, the version being published, the data folder
+    (recorded,) = settings.memory.path.glob("manifest-*-bootstrap.json")
+    manifest = json.loads(recorded.read_text())
+    assert manifest == json.loads((out / "manifest.json").read_text())
+    assert (manifest["kind"], manifest["seed"]) == ("bootstrap", 0)
+    assert manifest["extra"]["rubric_version"] == current.version
+    assert manifest["extra"]["data"] == str(EXAMPLE.resolve())
+
+
+def test_dry_run_records_its_manifest_in_the_report_only(tmp_path: Path) -> None:
+    config, out = _config(tmp_path), tmp_path / "out"
+    args = ["bootstrap", "--data", str(EXAMPLE), "--out", str(out), "--config", str(config)]
+    assert main([*args, "--dry-run", "--seed", "2"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["seed"], manifest["extra"]["rubric_version"]) == (2, None)
+    assert list((tmp_path / "data").glob("manifest-*")) == []
 
 
 def test_command_refuses_bad_data_naming_the_field_and_writes_nothing(

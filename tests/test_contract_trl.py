@@ -2,8 +2,9 @@
 
 A real ``GRPOTrainer`` (a one-layer Llama made from a config, the byte tokenizer of
 tests/trainer_env.py, on CPU) with ``amaris_reward_func`` as its reward function: its
-``_calculate_rewards`` (conversational completions with tool calls) and one real
-training step (generation, rewards, advantages, the update) during a judge outage.
+``_calculate_rewards`` (standard text, and conversational completions with tool calls)
+and one real training step (generation, rewards, advantages, the update) during a judge
+outage.
 Nothing is stubbed.
 """
 
@@ -117,6 +118,21 @@ def test_tool_calls_reach_the_judge_as_text(amaris: Any, fake_llm: FakeLLM, tmp_
     assert outputs == sorted([f"{call}\ntool result: 42\nThe answer is 42.", call])
     judged = json.dumps([r["messages"] for r in fake_llm.requests])
     assert "tool call: multiply" in judged
+
+
+def test_standard_format_is_scored(amaris: Any, tmp_path: Path) -> None:
+    url, services = amaris()
+    trainer = grpo_trainer(url, tmp_path / "out")
+    question = "What is 6 * 7?"
+    inputs = [{"prompt": question, "answer": "42", "prompt_id": "p0"}] * 2
+    completions = ["The answer is 42.", "The answer is 41."]
+    rewards = trainer._calculate_rewards(inputs, [question] * 2, completions, [[1], [2]])
+    assert rewards.flatten().tolist() == [1.0, 0.0]
+    records = services.rollouts.load_step(0)
+    assert sorted(r["rollout"]["output"] for r in records) == sorted(completions)
+    assert {(r["rollout"]["input"], r["rollout"]["supplemental_context"]) for r in records} == {
+        (question, "42")
+    }
 
 
 def test_judge_outage_masks_the_step(amaris: Any, fake_llm: FakeLLM, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from amaris.agents.prompts import load_prompts
 from amaris.app.wiring import create_app
 from amaris.cli.simulate import (
     DEFAULT_DYNAMIC_LIMIT,
@@ -19,6 +20,7 @@ from amaris.cli.simulate import (
 )
 from amaris.offline import tags
 from amaris.offline.recall import histories
+from amaris.settings import PromptsSettings
 from amaris.sim.driver import run
 from amaris.sim.metrics import memory_outcomes
 from amaris.sim.policy import Policy
@@ -112,6 +114,16 @@ def test_idle_pitfall_is_retired_without_memory_and_kept_with_it() -> None:
     ] == ["retire"]
     # The behaviour is present this step: never retired.
     assert update(ONE_HEDGE, rubric).rubric_modifications == []
+
+
+def test_the_llm_updater_is_given_the_same_three_decisions() -> None:
+    # The LLM updater gets the memory in its payload (tasks/update_rubric.py); its prompt
+    # must ask for what the offline rules do, in words its reasons can be checked by.
+    prompt = load_prompts(PromptsSettings())["updater"]
+    assert "Memory decides in three cases" in prompt
+    for case in ("- Resurgence:", "- Flip-flops:", "- Recurrence:"):
+        assert case in prompt
+    assert 'start its reason with "resurgent:"' in prompt
 
 
 # -- the ablation: a small simulation once per memory mode -----------------------------------

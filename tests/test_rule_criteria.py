@@ -9,7 +9,13 @@ import pytest
 
 from amaris.models import Rollout
 from amaris.rubric.model import Criterion
-from amaris.scoring.rules import RuleInputError, evaluate, reference_answer, rule_results
+from amaris.scoring.rules import (
+    RuleInputError,
+    RuleTimeoutError,
+    evaluate,
+    reference_answer,
+    rule_results,
+)
 from amaris.settings import (
     ConfigError,
     ExactRule,
@@ -205,3 +211,45 @@ def test_missing_reference_is_a_422_naming_the_field_and_stores_nothing(tmp_path
     assert "items[0].rollout.supplemental_context" in results[0]["reason"]
     assert results[1]["status"] == "scored"
     assert [rec["rollout"]["id"] for rec in stored] == ["r2"]
+
+
+# -- a regex that backtracks catastrophically on a crafted reply -------------------------------
+
+CATASTROPHIC = r"^(a|aa)+$"
+"""Exponential backtracking on ``a...a!`` (on any engine: each ``a`` run splits 2 ways)."""
+CRAFTED = "a" * 5000 + "!"
+REDOS: dict[str, Any] = {
+    "anchor_rubrics": [
+        {
+            "text": "The reply is letters a only.",
+            "weight": 1.0,
+            "rule": {"kind": "regex", "pattern": CATASTROPHIC},
+        }
+    ],
+    "scoring.regex_timeout_seconds": 0.05,
+}
+
+
+def test_a_catastrophic_regex_is_stopped_with_no_verdict() -> None:
+    rule = RegexRule(kind="regex", pattern=CATASTROPHIC)
+    assert evaluate(rule, "aaaa", None, regex_timeout=0.05).holds
+    with pytest.raises(TimeoutError):
+        evaluate(rule, CRAFTED, None, regex_timeout=0.05)
+    criterion = Criterion(id="R3", text="all a", weight=1.0, is_anchor=False, rule=rule)
+    with pytest.raises(RuleTimeoutError, match=r"criterion R3: regex .*regex_timeout_seconds"):
+        rule_results([criterion], _rollout(CRAFTED), regex_timeout=0.05)
+
+
+def test_a_regex_past_its_timeout_leaves_the_rollout_unscored(tmp_path: Path) -> None:
+    with serve(make_settings(tmp_path, **REDOS)) as client:
+        crafted = client.post("/score", json=body(CRAFTED))
+        fine = client.post("/score", json=body("aaaa", id="r2"))
+        seen = counters(client)
+        exported = client.get("/metrics").text
+    assert crafted.status_code == 200
+    assert crafted.json()["status"] == "unscored"
+    assert crafted.json()["score"] is None
+    assert crafted.json()["reason"].startswith("rule_timeout: criterion A1: regex ")
+    assert fine.json()["score"] == 1.0
+    assert seen["unscored.rule_timeout"] == 1
+    assert 'amaris_unscored_total{reason="rule_timeout"} 1.0' in exported

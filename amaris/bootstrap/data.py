@@ -14,12 +14,13 @@ the rollout's ``supplemental_context``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from amaris.jsonfile import JsonFileError, read_json
 
 
 class DatasetError(ValueError):
@@ -131,11 +132,9 @@ def load_dataset(path: Path) -> tuple[Dataset, dict[str, list[Pair]]]:
         DatasetError: unreadable, not the format, or no ordered pair in it.
     """
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DatasetError(f"--data {path}: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"--data {path}: not JSON ({exc})") from exc
+        raw = read_json(path, "--data")
+    except JsonFileError as exc:
+        raise DatasetError(str(exc)) from exc
     try:
         dataset = Dataset.model_validate(raw)
     except ValidationError as exc:

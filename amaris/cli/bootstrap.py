@@ -16,6 +16,7 @@ from amaris.bootstrap.run import BootstrapError, Options, Result, bootstrap
 from amaris.cli.inspect import CommandError
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
+from amaris.manifest import build_manifest, write_manifest
 from amaris.memory.qdrant import StoreLockedError, open_qdrant
 from amaris.redact import redact_url
 from amaris.rubric.model import anchors_from_config
@@ -63,11 +64,26 @@ async def _run(
 
 
 def run_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
-    """Propose, search, publish (unless ``--dry-run``) and write the report folder."""
+    """Propose, search, publish (unless ``--dry-run``) and write the report folder, with the
+    run manifest (``<out>/manifest.json``, and in the data folder when a version is
+    published)."""
     try:
         data = load_dataset(args.data)
     except DatasetError as exc:
         raise CommandError(str(exc), 2) from exc
+    manifest = build_manifest(
+        settings,
+        load_prompts(settings.prompts),
+        "bootstrap",
+        seed=args.seed,
+        extra={
+            "data": str(Path(args.data).resolve()),
+            "generations": args.generations,
+            "population": args.population,
+            "holdout": args.holdout,
+            "dry_run": args.dry_run,
+        },
+    )
     try:
         client = open_qdrant(settings.memory, location=":memory:" if args.dry_run else None)
     except StoreLockedError as exc:
@@ -94,6 +110,10 @@ def run_bootstrap(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         client.close()
     report = write_report(args.out, result, str(args.data), judge_name(settings), version)
+    manifest["extra"]["rubric_version"] = version
+    write_manifest(manifest, args.out, "manifest.json")
+    if version is not None:
+        write_manifest(manifest, settings.memory.path)
     chosen, initial = result.accuracy["bootstrap"]["all"], result.accuracy["initial"]["all"]
     print(
         f"pairwise accuracy {chosen.accuracy:.3f} (initial rubric {initial.accuracy:.3f}); "

@@ -17,7 +17,9 @@ def show(settings: Settings, args: argparse.Namespace) -> int:
     folder: Path = args.data or settings.memory.path
     found = manifests(folder)
     if not found:
-        raise CommandError(f"no run manifest in {folder} (written by serve, simulate, replay)", 1)
+        raise CommandError(
+            f"no run manifest in {folder} (written by serve, simulate, replay, bootstrap)", 1
+        )
     if args.list:
         for path in found:
             print(path)

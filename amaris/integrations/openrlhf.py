@@ -13,7 +13,7 @@ Configuration, from the environment of the Ray workers:
 
 * ``AMARIS_URL`` (default ``http://127.0.0.1:8002``), ``AMARIS_API_KEY``;
 * ``AMARIS_STEP``: the training step; unset, amaris logs the batch under the step it has
-  open (set ``pipeline.rollouts_per_step`` = rollout.batch_size x n_samples_per_prompt);
+  open (set ``pipeline.rollouts_per_step`` = rollout.batch_size x rollout.n_samples_per_prompt);
 * ``AMARIS_RETRY_SECONDS`` (default 60): how long unscored samples are retried.
 
 **Judge outage.** One setting of the amaris server chooses: ``scoring.on_failure``.

@@ -12,15 +12,23 @@ The checks read ``rollout.output`` whole (never cut to the judge's context); ``e
 :func:`amaris.offline.extract.extract_final_answer`: the last ``\\boxed{}``, else the last
 "answer: X", else a trailing "= X", else the last number, else the last line; a reference
 written ``Answer: 42`` or ``42`` gives ``42``).
+
+A ``regex`` pattern comes from the configuration (or the rubric) and runs on untrusted
+replies of up to ``scoring.max_field_chars``: a pattern that backtracks catastrophically
+(``(a|aa)+$``) could hold the server for minutes on one crafted reply. It runs on the
+``regex`` package's engine, which stops a search after ``scoring.regex_timeout_seconds``:
+the rollout is then unscored (:class:`RuleTimeoutError`, reason ``rule_timeout``), never
+given a verdict the rule did not reach.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+
+import regex
 
 from amaris.models import CriterionResult, Rollout
 from amaris.offline.extract import extract_final_answer, is_numeric
@@ -46,6 +54,17 @@ class RuleInputError(ValueError):
     def __init__(self, criterion: str, message: str) -> None:
         super().__init__(f"criterion {criterion}: {message}")
         self.field = REFERENCE_FIELD
+
+
+class RuleTimeoutError(Exception):
+    """A ``regex`` rule's search did not end within ``scoring.regex_timeout_seconds``: no
+    verdict, so the rollout is unscored (reason ``rule_timeout``)."""
+
+    def __init__(self, criterion: str, pattern: str, seconds: float) -> None:
+        super().__init__(
+            f"criterion {criterion}: regex {pattern[:80]!r} did not finish within "
+            f"scoring.regex_timeout_seconds ({seconds})"
+        )
 
 
 @dataclass(frozen=True)
@@ -96,9 +115,15 @@ def check_references(criteria: Sequence[Criterion], rollout: Rollout) -> None:
         reference_answer(criterion, rollout)
 
 
-def evaluate(rule: RuleSpec, output: str, reference: str | None) -> Outcome:
+def evaluate(
+    rule: RuleSpec, output: str, reference: str | None, regex_timeout: float | None = None
+) -> Outcome:
     """Whether ``rule`` holds for the reply ``output``; ``reference`` is the canonical
-    reference answer (:func:`reference_answer`) for ``exact``/``numeric``."""
+    reference answer (:func:`reference_answer`) for ``exact``/``numeric``.
+
+    Raises:
+        TimeoutError: a ``regex`` search ran past ``regex_timeout`` seconds.
+    """
     if isinstance(rule, ExactRule | NumericRule):
         if reference is None:
             raise ValueError(f"a {rule.kind} rule needs a reference answer")
@@ -110,8 +135,8 @@ def evaluate(rule: RuleSpec, output: str, reference: str | None) -> Outcome:
             return Outcome(same, f"answer {answer[:80]!r} {'=' if same else '!='} {reference!r}")
         return _numeric(rule, answer, reference)
     if isinstance(rule, RegexRule):
-        flags = re.IGNORECASE if rule.ignore_case else 0
-        found = re.search(rule.pattern, output, flags)
+        flags = regex.IGNORECASE if rule.ignore_case else 0
+        found = regex.search(rule.pattern, output, flags, timeout=regex_timeout)
         if found is None:
             return Outcome(False, f"pattern {rule.pattern!r} not found")
         return Outcome(True, f"pattern {rule.pattern!r} found at {found.start()}")
@@ -143,17 +168,26 @@ def _numeric(rule: NumericRule, answer: str, reference: str) -> Outcome:
     )
 
 
-def rule_results(criteria: Sequence[Criterion], rollout: Rollout) -> dict[str, CriterionResult]:
-    """The verdicts of the rule criteria among ``criteria`` on ``rollout``, by id.
+def rule_results(
+    criteria: Sequence[Criterion], rollout: Rollout, regex_timeout: float | None = None
+) -> dict[str, CriterionResult]:
+    """The verdicts of the rule criteria among ``criteria`` on ``rollout``, by id; a
+    ``regex`` search may run ``regex_timeout`` seconds (None: unbounded).
 
     Raises:
         RuleInputError: a rule needs a reference answer the rollout does not give.
+        RuleTimeoutError: a ``regex`` search ran past ``regex_timeout``.
     """
     results: dict[str, CriterionResult] = {}
     for criterion in criteria:
         if criterion.rule is None:
             continue
-        outcome = evaluate(criterion.rule, rollout.output, reference_answer(criterion, rollout))
+        reference = reference_answer(criterion, rollout)
+        try:
+            outcome = evaluate(criterion.rule, rollout.output, reference, regex_timeout)
+        except TimeoutError:
+            pattern = getattr(criterion.rule, "pattern", "")
+            raise RuleTimeoutError(criterion.id, pattern, regex_timeout or 0.0) from None
         results[criterion.id] = CriterionResult(
             id=criterion.id,
             text=criterion.text,

@@ -39,7 +39,7 @@ from amaris.models import CriterionResult, ScoreRequest
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.rubric.store import RubricStore
-from amaris.scoring.rules import check_references, rule_results
+from amaris.scoring.rules import RuleTimeoutError, check_references, rule_results
 from amaris.scoring.verdicts import combine, expected_scores
 from amaris.settings import ScoringSettings
 
@@ -268,7 +268,15 @@ class Scorer:
         whole, truncated = self.prepare(request)
         rubric = rubric or self._store.current()
         # On the whole reply, never the cut one: a rule needs no context window.
-        rules = rule_results(rubric.criteria, request.rollout)
+        try:
+            rules = rule_results(
+                rubric.criteria, request.rollout, self._settings.regex_timeout_seconds
+            )
+        except RuleTimeoutError as exc:
+            self.counters["unscored"] += 1
+            self.counters["unscored.rule_timeout"] += 1
+            log.warning("unscored rollout %s: %s", loggable(request.rollout.id), exc)
+            return Judgement(rubric.version, truncated, failure=f"rule_timeout: {exc}")
         if not rubric.judged:
             # Every criterion is a rule: nothing to ask the judge.
             self.counters["scored"] += 1
