@@ -3,12 +3,17 @@
 Builds the real app (real Qdrant folder, rollout log, scorer, gateway) with a judge that
 answers at once from a script, and calls the ASGI app directly, ``--clients`` requests at
 a time, ``--requests`` in all after a warm-up. Reports the main thread's CPU per request
-(``time.thread_time``: the event loop's share, what limits ``/score`` throughput) and the
-whole process's (the rollout log is written in worker threads).
+(``time.thread_time``: the event loop's share, what limits ``/score`` throughput), the
+whole process's (the rollout log is written in worker threads), and the cyclic garbage
+collector's work in the measured window (``gc.callbacks``): collections per generation
+and the time they stopped every thread for, per 1,000 requests. The number of
+collections follows from the allocations and the app's thresholds alone, so it does not
+move with the machine's load; each pause stalls the event loop and every request in
+flight.
 
 Usage::
 
-    .venv/bin/python bench/score_app_cpu.py [--requests 3000] [--clients 64]
+    .venv/bin/python bench/score_app_cpu.py [--requests 3000] [--clients 64] [--judge-ms 0]
 
 Prints its figures; ``docs/benchmarks.md`` quotes them with this command.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import tempfile
@@ -27,17 +33,23 @@ VERDICTS = '{"verdicts": [{"id": "A1", "score": 4, "reason": "final answer match
 
 
 class ScriptedJudge:
-    """A chat provider answering every scorer call at once with :data:`VERDICTS`."""
+    """A chat provider answering every scorer call with :data:`VERDICTS`, after
+    ``latency`` seconds (0: at once)."""
 
     offline = False
     description = "scripted (benchmark)"
+
+    def __init__(self, latency: float = 0.0) -> None:
+        self.latency = latency
 
     async def complete(
         self, agent: str, messages: Any, options: Any, response_format: Any = None
     ) -> Any:
         from amaris.llm.providers import Completion
 
-        await asyncio.sleep(0)  # one loop turn, as an answer arriving would take
+        # At least one loop turn, as an answer arriving would take; with a latency, each
+        # request's objects live as long as a real judge call keeps them.
+        await asyncio.sleep(self.latency)
         return Completion(content=VERDICTS, prompt_tokens=400, completion_tokens=30)
 
     async def models(self, timeout: float) -> dict[str, int | None]:
@@ -59,6 +71,44 @@ def request_body(n: int) -> bytes:
             "metadata": {"current_step": 0},
         }
     ).encode()
+
+
+class GcProbe:
+    """Collections per generation and their summed and longest pause, while installed."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = 0.0
+        self._started = 0.0
+
+    def __enter__(self) -> GcProbe:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._started
+        generation = info["generation"]
+        self.count[generation] += 1
+        self.seconds[generation] += pause
+        self.longest = max(self.longest, pause)
+
+    def report(self, requests: int) -> str:
+        per_k = 1000 / requests
+        parts = ", ".join(
+            f"gen{g} {self.count[g] * per_k:.1f} ({self.seconds[g] * 1000 * per_k:.1f} ms)"
+            for g in range(3)
+        )
+        return (
+            f"gc thresholds {gc.get_threshold()}: per 1000 /score collections {parts}; "
+            f"longest pause {self.longest * 1000:.1f} ms"
+        )
 
 
 async def call(app: Any, n: int) -> None:
@@ -102,7 +152,7 @@ async def call(app: Any, n: int) -> None:
         raise RuntimeError(f"/score answered {messages[0]['status']}: {messages[1:]}")
 
 
-async def run(requests: int, clients: int, folder: str) -> None:
+async def run(requests: int, clients: int, folder: str, judge_ms: float) -> None:
     from amaris.app.wiring import build_services
     from amaris.settings import AGENTS, load_settings
     from api.app import create_app
@@ -116,7 +166,7 @@ async def run(requests: int, clients: int, folder: str) -> None:
             "logging.level": "WARNING",
         },
     )
-    judge = ScriptedJudge()
+    judge = ScriptedJudge(judge_ms / 1000)
     services = build_services(settings, providers=dict.fromkeys(AGENTS, judge))
     app = create_app(settings, services=services)
     app.state.services = services
@@ -126,9 +176,10 @@ async def run(requests: int, clients: int, folder: str) -> None:
             await asyncio.gather(*(call(app, 10**9 + start + i) for i in range(clients)))
         thread, process = time.thread_time(), time.process_time()
         done = 0
-        while done < requests:
-            await asyncio.gather(*(call(app, done + i) for i in range(clients)))
-            done += clients
+        with GcProbe() as probe:
+            while done < requests:
+                await asyncio.gather(*(call(app, done + i) for i in range(clients)))
+                done += clients
         thread, process = time.thread_time() - thread, time.process_time() - process
     finally:
         await services.stop()
@@ -136,17 +187,21 @@ async def run(requests: int, clients: int, folder: str) -> None:
         f"{done} requests, {clients} at a time: main thread {thread / done * 1000:.3f} ms CPU "
         f"per /score, whole process {process / done * 1000:.3f} ms"
     )
+    print(probe.report(done))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument(
+        "--judge-ms", type=float, default=0.0, help="the scripted judge's latency (default 0)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="amaris-bench-") as folder:
         # Before amaris imports Prefect: its home in the temporary folder.
         os.environ.setdefault("PREFECT_HOME", os.path.join(folder, "prefect"))
-        asyncio.run(run(args.requests, args.clients, folder))
+        asyncio.run(run(args.requests, args.clients, folder, args.judge_ms))
 
 
 if __name__ == "__main__":
