@@ -40,9 +40,12 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "amaris/steps/coordinator.py",
         ["tests/test_step_waits.py", "tests/test_step_bounds.py", "tests/test_step_race.py"],
     ),
-    "rollout_log": (  # the embedded default backend; the interface is amaris/memory/rollout_log.py
+    # the embedded default backend (the interface is amaris/memory/rollout_log.py): a
+    # fixture-free unit file; tests/test_rollout_log.py and test_sqlite_rollout_log.py
+    # (conftest, Qdrant folders, the app) still cover it in the suite.
+    "rollout_log": (
         "amaris/memory/sqlite_rollout_log.py",
-        ["tests/test_rollout_log.py", "tests/test_sqlite_rollout_log.py"],
+        ["tests/test_sqlite_rollout_log_unit.py"],
     ),
     # auth, adapters, memory_retrieval: fixture-free unit files (issue 16, --noconftest); the
     # slower end-to-end files (test_api_edge.py, test_integrations_*.py,
@@ -55,6 +58,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
 
 NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer", "reward"}
 NO_CONFTEST |= {"auth", "adapters", "memory_retrieval"}
+NO_CONFTEST |= {"rollout_log"}
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
 
