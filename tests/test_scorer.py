@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from qdrant_client import QdrantClient
 
+from amaris.agents.prompts import parse_data_message
 from amaris.llm.budget import CHARS_PER_TOKEN, estimate_messages
 from amaris.llm.gateway import LLMGateway
 from amaris.llm.providers import Completion, TokenLogprob
@@ -186,11 +187,26 @@ async def test_verdicts_that_do_not_cover_each_criterion_once_are_asked_again(
         assert said in again.messages[-1]["content"]
 
 
+def test_a_pitfall_is_told_by_its_negative_weight_alone() -> None:
+    light = Criterion(id="A3", text="Shows the working.", weight=0.5, is_anchor=True)
+    faint = Criterion(id="R2", text="Restates the question.", weight=-0.5, is_anchor=False)
+    rubric = RubricVersion(version=6, origin="config", anchors=(A1, light), adaptive=(faint,))
+    empty = {"input": "", "output": "", "supplemental_context": ""}
+    messages = judge_messages("Judge it.", rubric, empty)
+    criteria = parse_data_message(messages[0]["content"])["criteria"]
+    assert [(c["id"], c["kind"]) for c in criteria] == [
+        ("A1", "requirement"),
+        ("A3", "requirement"),
+        ("R2", "pitfall"),
+    ]
+
+
 # -- sizes ------------------------------------------------------------------------------------
 
 
 async def test_a_field_over_the_limit_is_refused_by_name(make: Any) -> None:
     h = make(**{"scoring.max_field_chars": 20})
+    assert h.scorer.settings.max_field_chars == 20
     h.scorer.check(request("x" * 20))  # at the limit: fine
     with pytest.raises(OversizeError, match=r"rollout\.output has 21 characters; the limit is 20"):
         h.scorer.check(request("x" * 21))
@@ -270,28 +286,31 @@ async def test_a_field_cut_by_size_then_by_the_budget_is_named_once(make: Any) -
     assert len(h.provider.calls[0].rollout()["output"]) < 8000
 
 
-async def test_a_rollout_whose_json_fills_the_room_exactly_goes_whole(make: Any) -> None:
+async def test_a_rollout_whose_json_fits_the_room_goes_whole_one_character_more_is_cut(
+    make: Any,
+) -> None:
     # The room is the budget less the prompt with empty fields (their quotes counted); a
     # character takes at most 6 in the JSON ("\u0001"). A rollout of control characters
-    # taking exactly the room goes whole; one character more is cut.
+    # taking the room, exactly or within 6, goes whole; one character more is cut.
     empty = {"input": "", "output": "", "supplemental_context": ""}
+    exact = inexact = False
     for window in range(3000, 3012):
         h = make(**{"agents.scorer.context_window": window, "agents.scorer.max_tokens": 200})
         budget = await h.gateway.prompt_budget("scorer")
         assert budget is not None
         bare = estimate_messages(judge_messages(scorer_prompt(h.settings), RUBRIC, empty))
         room = int((budget - bare) * CHARS_PER_TOKEN)
-        if room % 6 == 0:
+        exact, inexact = exact or room % 6 == 0, inexact or room % 6 != 0
+        chars = room // 6
+        fits = request("\x01" * (chars - 10), input="\x02" * 10)
+        judgement = await h.scorer.judge(fits, RUBRIC)
+        assert judgement.truncated == [], (window, room)
+        assert h.provider.calls[-1].rollout()["output"] == "\x01" * (chars - 10)
+        over = request("\x01" * (chars - 9), input="\x02" * 10)
+        assert (await h.scorer.judge(over, RUBRIC)).truncated == ["rollout.output"]
+        if exact and inexact:
             break
-    else:
-        raise AssertionError("no window gives a room of whole control characters")
-    chars = room // 6
-    exact = request("\x01" * (chars - 10), input="\x02" * 10)
-    judgement = await h.scorer.judge(exact, RUBRIC)
-    assert judgement.truncated == []
-    assert h.provider.calls[-1].rollout()["output"] == "\x01" * (chars - 10)
-    over = request("\x01" * (chars - 9), input="\x02" * 10)
-    assert (await h.scorer.judge(over, RUBRIC)).truncated == ["rollout.output"]
+    assert exact and inexact
 
 
 async def test_a_window_the_instructions_nearly_fill_leaves_the_rollout_whole(make: Any) -> None:
