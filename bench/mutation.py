@@ -10,6 +10,12 @@ is shared). Operators that only make noise for this code (bitwise and shift oper
 ``**``, ``%``, ``//``) are filtered out. Prints, and writes to ``--out`` (default
 ``docs/mutation-last.json``), per module: mutants, killed, survived, timeouts, run time,
 and each survivor's line and operator, for docs/mutation.md.
+
+    python bench/mutation.py scorer --survivors-only  # after adding tests for survivors
+
+``--survivors-only`` runs only the mutants that survived the module's last recorded run
+(same operator, occurrence and line; the module must be unchanged since) and carries the
+other outcomes over: the "after" figure of a triage without running every mutant again.
 """
 
 from __future__ import annotations
@@ -40,9 +46,12 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "amaris/steps/coordinator.py",
         ["tests/test_step_waits.py", "tests/test_step_bounds.py", "tests/test_step_race.py"],
     ),
-    "rollout_log": (  # the embedded default backend; the interface is amaris/memory/rollout_log.py
+    # the embedded default backend (the interface is amaris/memory/rollout_log.py): a
+    # fixture-free unit file; tests/test_rollout_log.py and test_sqlite_rollout_log.py
+    # (conftest, Qdrant folders, the app) still cover it in the suite.
+    "rollout_log": (
         "amaris/memory/sqlite_rollout_log.py",
-        ["tests/test_rollout_log.py", "tests/test_sqlite_rollout_log.py"],
+        ["tests/test_sqlite_rollout_log_unit.py"],
     ),
     # auth, adapters, memory_retrieval: fixture-free unit files (issue 16, --noconftest); the
     # slower end-to-end files (test_api_edge.py, test_integrations_*.py,
@@ -55,6 +64,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
 
 NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer", "reward"}
 NO_CONFTEST |= {"auth", "adapters", "memory_retrieval"}
+NO_CONFTEST |= {"rollout_log"}
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
 
@@ -95,7 +105,39 @@ def copy_tree(target: Path) -> None:
             shutil.copy2(source, target / raw.decode())
 
 
-def run_module(name: str, work: Path, timeout: float) -> dict[str, Any]:
+CARRIED = "carried over: not a survivor of the last run"
+
+
+def keep_only(session: Path, survivors: list[dict[str, Any]]) -> None:
+    """Mark every mutant of ``session`` but the last run's ``survivors`` as done (a result
+    with the output :data:`CARRIED`), through cosmic-ray's work-db API as its filters do.
+
+    Raises:
+        SystemExit: a survivor is not among the mutants: the module changed since.
+    """
+    from cosmic_ray.work_db import use_db  # type: ignore[import-untyped]
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult  # type: ignore[import-untyped]
+
+    wanted = {(s["operator"], s["occurrence"], s["line"]) for s in survivors}
+    found = set()
+    with use_db(str(session)) as db:
+        for item in list(db.pending_work_items):
+            (mutation,) = item.mutations
+            spec = (mutation.operator_name, mutation.occurrence, mutation.start_pos[0])
+            if spec in wanted:
+                found.add(spec)
+            else:
+                db.set_result(
+                    item.job_id, WorkResult(output=CARRIED, worker_outcome=WorkerOutcome.SKIPPED)
+                )
+    if found != wanted:
+        raise SystemExit(f"not found, the module changed since the last run: {wanted - found}")
+
+
+def run_module(
+    name: str, work: Path, timeout: float, last: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Mutate module ``name``; with ``last`` (its previous result), only that run's survivors."""
     module, tests = MODULES[name]
     cfg, session = work / f"{name}.toml", work / f"{name}.sqlite"
     cfg.write_text(config(module, tests, timeout, conftest=name not in NO_CONFTEST))
@@ -107,6 +149,8 @@ def run_module(name: str, work: Path, timeout: float) -> dict[str, Any]:
         cwd=work,
         check=True,
     )
+    if last is not None:
+        keep_only(session, last["survivors"])
     subprocess.run([*cr, "baseline", str(cfg)], cwd=work, check=True)
     subprocess.run([*cr, "exec", str(cfg), str(session)], cwd=work, check=True)
     dump = subprocess.run(
@@ -118,6 +162,8 @@ def run_module(name: str, work: Path, timeout: float) -> dict[str, Any]:
         item, result = json.loads(line)
         if result is None:
             outcome = "pending"
+        elif result.get("output") == CARRIED:
+            outcome = "carried"
         elif result["worker_outcome"] != "normal":
             outcome = result["worker_outcome"]  # "abnormal" / "exception": counted apart
         else:
@@ -133,6 +179,13 @@ def run_module(name: str, work: Path, timeout: float) -> dict[str, Any]:
                         "diff": result.get("diff", ""),
                     }
                 )
+    rerun = None
+    if last is not None:  # the last run's outcomes, its survivors replaced by this run's
+        rerun = {k: n for k, n in outcomes.items() if k not in ("carried", "skipped")}
+        carried = dict(last["outcomes"])
+        carried["survived"] = carried.get("survived", 0) - len(last["survivors"])
+        outcomes = {k: carried.get(k, 0) + rerun.get(k, 0) for k in {*carried, *rerun}}
+        rerun["of"] = len(last["survivors"])
     killed, survived = outcomes.get("killed", 0), outcomes.get("survived", 0)
     return {
         "module": module,
@@ -142,6 +195,7 @@ def run_module(name: str, work: Path, timeout: float) -> dict[str, Any]:
         "score": round(killed / (killed + survived), 3) if killed + survived else None,
         "seconds": round(time.monotonic() - started),
         "survivors": survivors,
+        **({"survivors_rerun": rerun} if rerun is not None else {}),
     }
 
 
@@ -150,6 +204,11 @@ def main() -> None:
     parser.add_argument("modules", nargs="*", help=f"of: {', '.join(MODULES)}")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "mutation-last.json")
+    parser.add_argument(
+        "--survivors-only",
+        action="store_true",
+        help="run only the mutants that survived the last recorded run, carry the rest over",
+    )
     args = parser.parse_args()
     names = args.modules or list(MODULES)
     unknown = sorted(set(names) - set(MODULES))
@@ -160,7 +219,10 @@ def main() -> None:
         work = Path(tmp)
         copy_tree(work)
         for name in names:
-            result = run_module(name, work, args.timeout)
+            last = results.get(name) if args.survivors_only else None
+            if args.survivors_only and last is None:
+                parser.error(f"--survivors-only: no last run of {name} in {args.out}")
+            result = run_module(name, work, args.timeout, last)
             results[name] = result
             args.out.write_text(json.dumps(results, indent=1) + "\n")
             print(

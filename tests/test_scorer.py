@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 from qdrant_client import QdrantClient
 
+from amaris.agents.prompts import parse_data_message
+from amaris.llm.budget import CHARS_PER_TOKEN, estimate_messages
+from amaris.llm.gateway import LLMGateway
 from amaris.llm.providers import Completion, TokenLogprob
 from amaris.models import ScoreRequest
 from amaris.rubric.model import Criterion, RubricVersion
@@ -50,8 +53,10 @@ def request(output: str = "2 + 2 = 4. Answer: 4", **rollout: Any) -> ScoreReques
 
 
 class Harness:
-    def __init__(self, settings: Settings, provider: ScriptedProvider, scorer: Scorer) -> None:
-        self.settings, self.provider, self.scorer = settings, provider, scorer
+    def __init__(
+        self, settings: Settings, provider: ScriptedProvider, scorer: Scorer, llm: LLMGateway
+    ) -> None:
+        self.settings, self.provider, self.scorer, self.gateway = settings, provider, scorer, llm
 
 
 @pytest.fixture
@@ -59,7 +64,10 @@ async def make() -> AsyncIterator[Any]:
     """Builds a scorer over a scripted provider; closes what it built."""
     opened: list[Any] = []
 
-    def build(*answers: Any, samples: int = 1, logprobs: bool = False, **overrides: Any) -> Harness:
+    def build(
+        *answers: Any, samples: int | None = None, logprobs: bool | None = None, **overrides: Any
+    ) -> Harness:
+        """``samples`` and ``logprobs`` are the scorer's own defaults unless given."""
         settings = load_settings(None, **overrides)
         provider = ScriptedProvider(default=verdicts(("A1", 4), ("R1", 0)), script=list(answers))
         qdrant = QdrantClient(":memory:")
@@ -73,15 +81,10 @@ async def make() -> AsyncIterator[Any]:
         )
         llm = gateway(settings, provider)
         opened.append((llm, qdrant))
-        scorer = Scorer(
-            settings.scoring,
-            llm,
-            store,
-            scorer_prompt(settings),
-            samples=samples,
-            logprobs=logprobs,
-        )
-        return Harness(settings, provider, scorer)
+        options: dict[str, Any] = {"samples": samples, "logprobs": logprobs}
+        given = {name: value for name, value in options.items() if value is not None}
+        scorer = Scorer(settings.scoring, llm, store, scorer_prompt(settings), **given)
+        return Harness(settings, provider, scorer, llm)
 
     yield build
     for llm, qdrant in opened:
@@ -184,11 +187,26 @@ async def test_verdicts_that_do_not_cover_each_criterion_once_are_asked_again(
         assert said in again.messages[-1]["content"]
 
 
+def test_a_pitfall_is_told_by_its_negative_weight_alone() -> None:
+    light = Criterion(id="A3", text="Shows the working.", weight=0.5, is_anchor=True)
+    faint = Criterion(id="R2", text="Restates the question.", weight=-0.5, is_anchor=False)
+    rubric = RubricVersion(version=6, origin="config", anchors=(A1, light), adaptive=(faint,))
+    empty = {"input": "", "output": "", "supplemental_context": ""}
+    messages = judge_messages("Judge it.", rubric, empty)
+    criteria = parse_data_message(messages[0]["content"])["criteria"]
+    assert [(c["id"], c["kind"]) for c in criteria] == [
+        ("A1", "requirement"),
+        ("A3", "requirement"),
+        ("R2", "pitfall"),
+    ]
+
+
 # -- sizes ------------------------------------------------------------------------------------
 
 
 async def test_a_field_over_the_limit_is_refused_by_name(make: Any) -> None:
     h = make(**{"scoring.max_field_chars": 20})
+    assert h.scorer.settings.max_field_chars == 20
     h.scorer.check(request("x" * 20))  # at the limit: fine
     with pytest.raises(OversizeError, match=r"rollout\.output has 21 characters; the limit is 20"):
         h.scorer.check(request("x" * 21))
@@ -268,6 +286,33 @@ async def test_a_field_cut_by_size_then_by_the_budget_is_named_once(make: Any) -
     assert len(h.provider.calls[0].rollout()["output"]) < 8000
 
 
+async def test_a_rollout_whose_json_fits_the_room_goes_whole_one_character_more_is_cut(
+    make: Any,
+) -> None:
+    # The room is the budget less the prompt with empty fields (their quotes counted); a
+    # character takes at most 6 in the JSON ("\u0001"). A rollout of control characters
+    # taking the room, exactly or within 6, goes whole; one character more is cut.
+    empty = {"input": "", "output": "", "supplemental_context": ""}
+    exact = inexact = False
+    for window in range(3000, 3012):
+        h = make(**{"agents.scorer.context_window": window, "agents.scorer.max_tokens": 200})
+        budget = await h.gateway.prompt_budget("scorer")
+        assert budget is not None
+        bare = estimate_messages(judge_messages(scorer_prompt(h.settings), RUBRIC, empty))
+        room = int((budget - bare) * CHARS_PER_TOKEN)
+        exact, inexact = exact or room % 6 == 0, inexact or room % 6 != 0
+        chars = room // 6
+        fits = request("\x01" * (chars - 10), input="\x02" * 10)
+        judgement = await h.scorer.judge(fits, RUBRIC)
+        assert judgement.truncated == [], (window, room)
+        assert h.provider.calls[-1].rollout()["output"] == "\x01" * (chars - 10)
+        over = request("\x01" * (chars - 9), input="\x02" * 10)
+        assert (await h.scorer.judge(over, RUBRIC)).truncated == ["rollout.output"]
+        if exact and inexact:
+            break
+    assert exact and inexact
+
+
 async def test_a_window_the_instructions_nearly_fill_leaves_the_rollout_whole(make: Any) -> None:
     # ~600 prompt tokens of instructions and rubric, a window leaving room for ~50 more
     h = make(**{"agents.scorer.context_window": 900, "agents.scorer.max_tokens": 200})
@@ -314,6 +359,22 @@ async def test_an_overflow_no_cut_can_fix_leaves_the_rollout_unscored(make: Any)
     assert judgement.failure.startswith("judge_context_overflow: scorer: ")
     assert len(h.provider.calls) == 1
     assert h.scorer.counters["unscored.judge_context_overflow"] == 1
+
+
+async def test_an_overflow_the_budget_does_not_shrink_for_is_not_asked_again(
+    make: Any,
+) -> None:
+    # The endpoint's real window is below the configured one, and it counts fewer tokens
+    # than estimated: nothing learnt, the same cut would overflow again.
+    h = make(
+        context_overflow(3000),
+        **{"agents.scorer.context_window": 4096, "agents.scorer.max_tokens": 200},
+    )
+    judgement = await h.scorer.judge(request("word " * 5000), RUBRIC)
+    assert judgement.breakdown is None and judgement.failure is not None
+    assert judgement.failure.startswith("judge_context_overflow: scorer: ")
+    assert judgement.truncated == ["rollout.output"]
+    assert len(h.provider.calls) == 1
 
 
 # -- failures ---------------------------------------------------------------------------------
@@ -497,6 +558,21 @@ async def test_past_max_pending_a_new_request_is_refused_but_a_sharer_is_not(
     assert (await blocked).breakdown is not None
 
 
+async def test_max_pending_above_256_is_enforced_too(make: Any) -> None:
+    h = make(**{"scoring.max_pending": 257})
+    h.provider.hold = asyncio.Event()
+    held = [asyncio.create_task(h.scorer.judge(request(f"r{i}"), RUBRIC)) for i in range(257)]
+    await h.provider.arrived.wait()
+    assert h.scorer.pending == 257
+    # refused at once; the limit only keeps a wrong answer (queued behind the held calls)
+    # from hanging the test
+    with pytest.raises(OverloadedError, match="257 judge calls pending"):
+        async with asyncio.timeout(20):
+            await h.scorer.judge(request("one more"), RUBRIC)
+    h.provider.hold.set()
+    assert all(j.breakdown is not None for j in await asyncio.gather(*held))
+
+
 # -- samples and logprobs ---------------------------------------------------------------------
 
 
@@ -529,6 +605,17 @@ def with_logprobs(a1: dict[str, float], r1: int) -> Completion:
         TokenLogprob(tail, 0.0),
     )
     return Completion(content=head + ranked[0][0] + tail, logprobs=tokens)
+
+
+async def test_by_default_one_judge_call_gives_the_judges_integer_verdicts(make: Any) -> None:
+    # the scorer's defaults (what `amaris check-judge` builds): one sample, logprobs unread
+    h = make(with_logprobs({"4": 0.5, "3": 0.5}, 0))
+    judgement = await h.scorer.judge(request(), RUBRIC)
+    assert judgement.breakdown is not None
+    a1 = judgement.breakdown[0]
+    assert (a1.verdict, a1.samples, a1.agreement, a1.from_logprobs) == (4, None, None, None)
+    assert len(h.provider.calls) == 1
+    assert h.scorer.counters["logprobs_used"] == h.scorer.counters["logprobs_missing"] == 0
 
 
 async def test_with_logprobs_a_verdict_is_the_expected_score(make: Any) -> None:
