@@ -35,10 +35,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # rubric_store, step_lifecycle: fixture-free unit files (--noconftest); the conftest
     # files (test_rubric_store.py, test_step_*.py) still cover these modules in the suite.
     "rubric_store": ("amaris/rubric/store.py", ["tests/test_rubric_store_unit.py"]),
-    "step_lifecycle": (
-        "amaris/steps/coordinator.py",
-        ["tests/test_step_waits.py", "tests/test_step_bounds.py", "tests/test_step_race.py"],
-    ),
+    "step_lifecycle": ("amaris/steps/coordinator.py", ["tests/test_step_lifecycle_unit.py"]),
     "rollout_log": (  # the embedded default backend; the interface is amaris/memory/rollout_log.py
         "amaris/memory/sqlite_rollout_log.py",
         ["tests/test_rollout_log.py", "tests/test_sqlite_rollout_log.py"],
@@ -56,7 +53,7 @@ NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer",
 NO_CONFTEST |= {"auth", "adapters", "memory_retrieval"}
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
-NO_CONFTEST |= {"rubric_store"}
+NO_CONFTEST |= {"rubric_store", "step_lifecycle"}
 
 EXCLUDED_OPERATORS = [
     r".*_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|Mod|FloorDiv)(_.*)?$",
