@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -34,8 +35,8 @@ from amaris.steps.coordinator import (
 )
 from amaris.steps.store import SharedStore
 
-DEADLINE_S = 60.0
-"""Generous bound of every wait below (never part of an assertion)."""
+DEADLINE_S = 30.0
+"""Generous bound of every wait below, all in one event loop (never part of an assertion)."""
 
 
 class Runs:
@@ -148,7 +149,8 @@ async def test_steps_past_max_step_are_refused(store: Store) -> None:
     with pytest.raises(StepRefusedError) as completed:
         await c.complete(8)
     assert (completed.value.reason, completed.value.field) == ("out_of_range", "step")
-    assert c.snapshot() == {7: "open"}
+    assert (await refusal_of_complete(c, 6)).reason == "not_next"
+    assert await c.complete(7) == "complete"
 
 
 async def test_a_new_step_is_at_most_max_steps_ahead_of_the_newest(store: Store) -> None:
@@ -214,10 +216,11 @@ async def test_steps_another_replica_opened_count_towards_the_bounds(store: Stor
     other = store.coordinator(Runs(), bounds, shared=True, replica="b")
     await other.record(0, scored("a"))
     await other.record(1, scored("b"))
-    mine = store.coordinator(Runs(), bounds, shared=True, replica="a")
-    # Unknown here: looked up in the store (max_step itself included).
-    assert (await refusal(mine, 9)).reason == "too_many_open"
-    assert mine.snapshot() == {0: "open", 1: "open"}
+    for step in (9, 5):  # max_step itself included
+        # Unknown to a new replica: looked up in the store.
+        mine = store.coordinator(Runs(), bounds, shared=True, replica="a")
+        assert (await refusal(mine, step)).reason == "too_many_open"
+        assert mine.snapshot() == {0: "open", 1: "open"}
 
 
 # -- rollouts --------------------------------------------------------------------------
@@ -265,6 +268,21 @@ async def test_a_step_completes_by_itself_at_rollouts_per_step(store: Store) -> 
     assert runs.starts == [(0, False)]
 
 
+async def test_rollouts_other_replicas_logged_count_towards_the_threshold(
+    store: Store,
+) -> None:
+    # Three rollouts of step 0 were logged by a replica that stopped before counting them.
+    store.log.append_many([(0, scored(f"r{i}")) for i in range(3)])
+    runs = Runs()
+    c = store.coordinator(runs, {"pipeline.rollouts_per_step": 3}, shared=True)
+    await c.record(0, scored("r3"))
+    await runs.started(1)
+    assert runs.starts == [(0, False)]
+    record = store.registry.get(0)
+    assert record is not None
+    assert (record["status"], record["rollout_count"]) == ("completing", 4)
+
+
 async def test_a_rollout_does_not_reopen_a_step_another_replica_completes_meanwhile(
     store: Store,
 ) -> None:
@@ -276,9 +294,12 @@ async def test_a_rollout_does_not_reopen_a_step_another_replica_completes_meanwh
         return logged(items)
 
     store.log.append_many = racing  # type: ignore[method-assign]
-    c = store.coordinator(Runs(), shared=True)
+    runs = Runs()
+    c = store.coordinator(runs, {"pipeline.rollouts_per_step": 1}, shared=True)
     await c.record(2, scored("r"))
     assert store.status(2) == "completing"
+    # The threshold is reached here too, but the step is the other replica's to run.
+    assert (c.status(2), runs.starts) == ("completing", [])
 
 
 async def test_rollouts_of_a_step_another_replica_completed_are_late(store: Store) -> None:
@@ -300,13 +321,22 @@ async def test_complete_starts_a_known_or_the_next_step_only(store: Store) -> No
     assert (error.reason, error.field) == ("not_next", "step")
     assert "step 1 has no rollouts and is not the next step (0): nothing to complete" in str(error)
     assert await c.complete(0) == "complete"  # the next step, without rollouts
+    await runs.started(1)
+    record = store.registry.get(0)
+    assert record is not None
+    assert (record["status"], record["rollout_count"]) == ("completing", 0)
     await c.record(3, scored("r"))
     assert (await refusal_of_complete(c, 5)).reason == "not_next"
+    assert (await refusal_of_complete(c, 1)).reason == "not_next"
     assert await c.complete(4) == "complete"
     assert await c.complete(3) == "complete"
     await runs.started(3)
     assert runs.starts == [(0, False), (4, False), (3, False)]
     assert [store.status(s) for s in (0, 3, 4)] == ["completing"] * 3
+    await c.record(999, scored("r"))
+    assert await c.complete(1000) == "complete"  # numbers past the small-int cache
+    await runs.started(4)
+    assert runs.starts[-1] == (1000, False)
 
 
 async def refusal_of_complete(c: StepCoordinator, step: int) -> StepRefusedError:
@@ -318,16 +348,20 @@ async def refusal_of_complete(c: StepCoordinator, step: int) -> StepRefusedError
 async def test_complete_without_a_step_starts_every_open_step_once(store: Store) -> None:
     runs = Runs()
     c = store.coordinator(runs)
-    for step in (5, 2, 9):
+    for step in (5, 2, 9, 1):
         await c.record(step, scored(f"r{step}"))
+    await c.complete(1)
+    await runs.started(1)
+    runs.finish(1)
+    await c.wait(1, timeout=DEADLINE_S)
     await c.complete(9)
     assert await c.complete() == "complete"
-    await runs.started(3)
-    assert sorted(runs.starts[1:]) == runs.starts[1:] == [(2, False), (5, False)]
+    await runs.started(4)
+    assert sorted(runs.starts[2:]) == runs.starts[2:] == [(2, False), (5, False)]
     await c.complete()
     await c.complete(5)
-    assert len(runs.starts) == 3
-    assert c.snapshot() == {2: "completing", 5: "completing", 9: "completing"}
+    assert len(runs.starts) == 4
+    assert c.snapshot() == {1: "done", 2: "completing", 5: "completing", 9: "completing"}
 
 
 async def test_a_step_another_replica_completed_is_watched_not_started(store: Store) -> None:
@@ -340,8 +374,10 @@ async def test_a_step_another_replica_completed_is_watched_not_started(store: St
     assert await mine.complete(4) == "complete"
     assert mine.status(4) == "completing"
     await theirs.started(1)
+    waiter = asyncio.create_task(mine.wait(4, timeout=DEADLINE_S))  # polls the store
+    await until(lambda: mine.waiters == 1)
     theirs.finish(4, ["global", "x"])
-    answer = await mine.wait(4, timeout=DEADLINE_S)  # polls the store
+    answer = await waiter
     assert (answer["status"], answer["scopes"]) == ("updated", ["global", "x"])
     assert await mine.complete(4) == "complete"
     assert await mine.rerun(4) == "done"
@@ -401,6 +437,29 @@ async def test_a_failed_run_is_recorded_and_rerun_as_a_new_attempt(store: Store)
     assert (await c.wait(2, timeout=DEADLINE_S))["error"] is None
 
 
+async def test_a_step_that_failed_on_another_replica_is_seen_failed_and_rerun(
+    store: Store,
+) -> None:
+    theirs = Runs()
+    other = store.coordinator(theirs, shared=True, replica="b")
+    await other.record(3, scored("r"))
+    await other.record(4, scored("r"))
+    await other.complete()
+    await theirs.started(2)
+    runs = Runs()
+    mine = store.coordinator(runs, shared=True, replica="a")
+    waiter = asyncio.create_task(mine.wait(3, timeout=DEADLINE_S))
+    await until(lambda: mine.waiters == 1)
+    theirs.fail(3, RuntimeError("no judge"))
+    theirs.fail(4, RuntimeError("no judge"))
+    answer = await waiter
+    assert (answer["status"], answer["error"]) == ("failed", "RuntimeError: no judge")
+    assert await mine.rerun(3) == "started"
+    assert await mine.complete(4) == "complete"
+    await runs.started(2)
+    assert runs.starts == [(3, True), (4, True)]
+
+
 async def test_rerun_answers_why_not(store: Store) -> None:
     runs = Runs()
     c = store.coordinator(runs)
@@ -415,7 +474,10 @@ async def test_rerun_answers_why_not(store: Store) -> None:
     assert runs.starts == [(1, False)]
 
 
-async def test_a_done_run_records_its_outcome_and_calls_back(store: Store) -> None:
+async def test_a_done_run_records_its_outcome_and_calls_back(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="amaris.steps.coordinator")
     finished: list[tuple[str, float]] = []
     done: list[int] = []
     woken: list[int] = []
@@ -457,6 +519,9 @@ async def test_a_done_run_records_its_outcome_and_calls_back(store: Store) -> No
         ["global", "in-7"],
     )
     assert 0 <= record["duration_s"] <= elapsed + 0.001
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step 6 done")]
+    assert len(logged) == 1
+    assert 0 <= float(logged[0].split()[-2]) <= elapsed + 0.05  # "step 6 done in 0.0 s"
     assert c.counts() == {}
 
 
@@ -490,6 +555,7 @@ async def test_end_waits_answers_blocked_and_later_waits_pending(store: Store) -
     runs = Runs()
     c = store.coordinator(runs)
     await c.record(1, scored("r"))
+    await c.record(2, scored("r"))
     await c.complete(1)
     waiter = asyncio.create_task(c.wait(1))
     await until(lambda: c.waiters == 1)
@@ -497,7 +563,8 @@ async def test_end_waits_answers_blocked_and_later_waits_pending(store: Store) -
     async with asyncio.timeout(DEADLINE_S):
         assert (await waiter)["status"] == "pending"
         assert (await c.wait(1))["step_status"] == "completing"
-    await c.close()
+        assert (await c.wait(2))["step_status"] == "open"  # never waited for before
+        await c.close()
     assert store.status(1) == "completing"  # resumable
     assert c.status(1) == "completing"
 
@@ -509,6 +576,8 @@ async def test_wait_without_a_step_follows_the_latest_started_step_in_the_store(
     other = store.coordinator(theirs, shared=True, replica="b")
     await other.record(4, scored("r"))
     await other.complete(4)
+    fresh = store.coordinator(Runs(), shared=True, replica="c")
+    assert (await fresh.wait(timeout=0))["step"] == 4
     mine = store.coordinator(Runs(), shared=True, replica="a")
     await mine.record(9, scored("r"))
     assert await mine.rerun(9) == "open"
@@ -530,25 +599,37 @@ async def test_recover_loads_statuses_and_resumes_completing_steps(store: Store)
     store.registry.set(1, status="done", scopes=["global"])
     store.registry.set(2, status="failed", error="boom")
     store.registry.set(3, status="completing", executor="me")
-    store.registry.set(4, status="completing", executor="other")
+    store.registry.set(4, status="completing", executor="alpha")
+    store.registry.set(6, status="completing", executor="zed")
     store.registry.set(5, status="open")
+    store.registry.set(7, status="open")
     store.log.append_many([(5, scored("a")), (5, scored("b"))])
     runs = Runs()
-    c = store.coordinator(runs, replica="me")
-    assert await c.recover() == [3, 4]
-    await runs.started(2)
-    # The step this replica ran gets a new attempt; another replica's is only watched.
-    assert sorted(runs.starts) == [(3, True), (4, False)]
-    assert c.snapshot() == {1: "done", 2: "failed", 3: "completing", 4: "completing", 5: "open"}
-    assert c.counts() == {5: 2}
+    c = store.coordinator(runs, {"pipeline.max_open_steps": 1}, shared=True, replica="me")
+    assert await c.recover() == [3, 4, 6]
+    await runs.started(3)
+    # The step this replica ran gets a new attempt; other replicas' are only watched.
+    assert sorted(runs.starts) == [(3, True), (4, False), (6, False)]
+    assert c.snapshot() == {
+        1: "done",
+        2: "failed",
+        3: "completing",
+        4: "completing",
+        5: "open",
+        6: "completing",
+        7: "open",
+    }
+    assert c.counts() == {5: 2, 7: 0}
+    assert (await refusal(c, 8)).reason == "too_many_open"  # two open, over the bound
     assert (await c.wait(1, timeout=0))["scopes"] == ["global"]
     failed = await c.wait(2, timeout=0)
     assert (failed["status"], failed["error"]) == ("failed", "boom")
     await c.record(5, scored("c"))
-    assert c.counts() == {5: 3}
-    runs.finish(3)
-    runs.finish(4)
-    assert (await c.wait(timeout=DEADLINE_S))["step"] == 4  # the latest started
+    assert c.counts() == {5: 3, 7: 0}
+    for step in (3, 4, 6):
+        runs.finish(step)
+    # The latest started step, not the newer open one.
+    assert (await c.wait(timeout=DEADLINE_S))["step"] == 6
 
 
 async def test_recover_of_an_empty_registry(store: Store) -> None:
