@@ -220,3 +220,17 @@ def test_reset_of_one_scope_leaves_the_others(qdrant: QdrantClient) -> None:
     assert (scoped.version, scoped.scope, scoped.parent) == (1, "b", None)
     assert scoped.criteria == base.criteria
     assert store.current() == base
+
+
+def test_refresh_past_version_256_reports_only_real_changes(qdrant: QdrantClient) -> None:
+    # Numbers past CPython's small-int cache: equal versions are distinct objects.
+    mine = RubricStore(qdrant, "t", None)
+    theirs = RubricStore(qdrant, "t", None)
+    for _ in range(257):
+        publish(theirs, HEDGE, export=False)
+    assert mine.current().version == 257
+    assert mine.refresh() == []
+    latest = publish(theirs, STEPS, export=False)
+    assert mine.refresh() == ["global"]
+    assert mine.current() == latest
+    assert [v.version for v in mine.history()] == list(range(1, 259))  # more than one page
