@@ -632,23 +632,35 @@ async def test_recover_loads_statuses_and_resumes_completing_steps(store: Store)
     assert (await c.wait(timeout=DEADLINE_S))["step"] == 6
 
 
-async def test_recover_of_an_empty_registry(store: Store) -> None:
+async def test_recover_of_an_empty_registry_then_of_one_without_running_steps(store: Store) -> None:
     c = store.coordinator(Runs())
     assert await c.recover() == []
     assert await c.wait() == {"status": "updated", "mode": "global", "step": None}
     store.registry.set(0, status="open")
-    assert await store.coordinator(Runs()).recover() == []
+    store.registry.set(2, status="done")
+    store.registry.set(3, status="open")
+    restarted = store.coordinator(Runs())
+    assert await restarted.recover() == []
+    answer = await restarted.wait(timeout=0)  # the latest started step: 2, not the open 3
+    assert (answer["status"], answer["step"]) == ("updated", 2)
 
 
 # -- retention -------------------------------------------------------------------------
 def retained(tmp_path: Path, rollouts: int | None, analyses: int | None) -> Any:
-    configured = settings(
-        **{
-            "memory.path": str(tmp_path),
-            "memory.rollout_retention_steps": rollouts,
-            "memory.analysis_retention_steps": analyses,
-        }
+    # A file, not overrides: an override of None means "not set" (the command line's).
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "memory": {
+                    "path": str(tmp_path),
+                    "rollout_retention_steps": rollouts,
+                    "analysis_retention_steps": analyses,
+                }
+            }
+        )
     )
+    configured = load_settings(config)
     qdrant = QdrantClient(":memory:")
     log = SqliteRolloutLog(":memory:", "t")
     memory = MemoryStore(qdrant, "t", HashingEmbedder(16))
@@ -702,6 +714,10 @@ def test_retention_off_keeps_everything(tmp_path: Path) -> None:
     assert [log.count(s) for s in range(4)] == [2, 2, 2, 2]
     assert [analysed(s) for s in range(4)] == [[f"s{s}-a", f"s{s}-b"] for s in range(4)]
     assert not (tmp_path / "rollouts").exists()
+    assert (
+        configured.memory.rollout_retention_steps,
+        configured.memory.analysis_retention_steps,
+    ) == (None, None)
 
 
 def test_analyses_of_the_step_at_the_retention_go_with_rollouts_kept(tmp_path: Path) -> None:
