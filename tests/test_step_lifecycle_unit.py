@@ -639,10 +639,14 @@ async def test_recover_of_an_empty_registry_then_of_one_without_running_steps(st
     store.registry.set(0, status="open")
     store.registry.set(2, status="done")
     store.registry.set(3, status="open")
-    restarted = store.coordinator(Runs())
+    runs = Runs()
+    restarted = store.coordinator(runs)
     assert await restarted.recover() == []
     answer = await restarted.wait(timeout=0)  # the latest started step: 2, not the open 3
     assert (answer["status"], answer["step"]) == ("updated", 2)
+    assert await restarted.complete() == "complete"  # the open steps the registry holds
+    await runs.started(2)
+    assert runs.starts == [(0, False), (3, False)]
 
 
 # -- retention -------------------------------------------------------------------------
