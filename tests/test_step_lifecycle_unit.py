@@ -125,6 +125,12 @@ async def store() -> AsyncIterator[Store]:
     world.qdrant.close()
 
 
+async def settled() -> None:
+    """Until every task created before this call has run its first step (asyncio runs ready
+    tasks in order): a step run the coordinator started by then has reached ``run_step``."""
+    await asyncio.create_task(asyncio.sleep(0))
+
+
 async def until(condition: Callable[[], bool]) -> None:
     async with asyncio.timeout(DEADLINE_S):
         while not condition():
@@ -297,6 +303,7 @@ async def test_a_rollout_does_not_reopen_a_step_another_replica_completes_meanwh
     runs = Runs()
     c = store.coordinator(runs, {"pipeline.rollouts_per_step": 1}, shared=True)
     await c.record(2, scored("r"))
+    await settled()
     assert store.status(2) == "completing"
     # The threshold is reached here too, but the step is the other replica's to run.
     assert (c.status(2), runs.starts) == ("completing", [])
@@ -360,6 +367,7 @@ async def test_complete_without_a_step_starts_every_open_step_once(store: Store)
     assert sorted(runs.starts[2:]) == runs.starts[2:] == [(2, False), (5, False)]
     await c.complete()
     await c.complete(5)
+    await settled()
     assert len(runs.starts) == 4
     assert c.snapshot() == {1: "done", 2: "completing", 5: "completing", 9: "completing"}
 
