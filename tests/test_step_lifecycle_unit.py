@@ -274,6 +274,17 @@ async def test_a_step_completes_by_itself_at_rollouts_per_step(store: Store) -> 
     assert runs.starts == [(0, False)]
 
 
+async def test_rollouts_racing_past_the_threshold_start_the_step_once(store: Store) -> None:
+    # All eight read the step as open before any is logged (they share one batched write),
+    # so all of them count towards the threshold: one start, however many reach it.
+    runs = Runs()
+    c = store.coordinator(runs, {"pipeline.rollouts_per_step": 2})
+    await asyncio.gather(*(c.record(0, scored(f"r{i}")) for i in range(8)))
+    await settled()
+    assert runs.starts == [(0, False)]
+    assert len(store.log.load_step(0)) == 8
+
+
 async def test_rollouts_other_replicas_logged_count_towards_the_threshold(
     store: Store,
 ) -> None:
