@@ -651,6 +651,22 @@ async def test_recover_loads_statuses_and_resumes_completing_steps(store: Store)
     assert (await c.wait(timeout=DEADLINE_S))["step"] == 6
 
 
+async def test_a_step_resumed_after_a_restart_keeps_its_rollout_count(store: Store) -> None:
+    # One replica (no shared store): the count comes from the rollout log, not from what
+    # the restarted process counted (nothing).
+    store.registry.set(3, status="completing", rollout_count=2)
+    store.log.append_many([(3, scored("a")), (3, scored("b"))])
+    runs = Runs()
+    c = store.coordinator(runs)
+    assert await c.recover() == [3]
+    await runs.started(1)
+    record = store.registry.get(3)
+    assert record is not None
+    assert (record["status"], record["rollout_count"]) == ("completing", 2)
+    runs.finish(3)
+    assert (await c.wait(3, timeout=DEADLINE_S))["error"] is None
+
+
 async def test_recover_of_an_empty_registry_then_of_one_without_running_steps(store: Store) -> None:
     c = store.coordinator(Runs())
     assert await c.recover() == []

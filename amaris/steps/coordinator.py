@@ -432,7 +432,12 @@ class StepCoordinator:
             self._status[step] = "completing"
             self._event(step).clear()
             self._last_started = max(step, self._last_started or step)
-            count = await self._store.count(step, self._counts.get(step, 0))
+            counted = self._counts.get(step)
+            if counted is None and resume:
+                # A step resumed after a restart: this process counted none of its
+                # rollouts, the log holds them.
+                counted = await asyncio.to_thread(self._rollouts.count, step)
+            count = await self._store.count(step, counted or 0)
             await asyncio.to_thread(
                 self._steps.set, step, status="completing", rollout_count=count, error=None
             )
