@@ -23,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import ast
 import re
 import subprocess
 import sys
@@ -31,6 +30,13 @@ from collections import Counter
 from pathlib import Path
 
 from _common import ROOT, command_line, markers, write_doc
+
+sys.path.insert(0, str(ROOT))
+# The rule and its allow-list are the import-rule test's own: counted here as it checks them.
+from tests.test_layers import (
+    FUNCTION_LEVEL_IMPORTS_ALLOWED,
+    function_level_imports,
+)
 
 PACKAGES = ("amaris", "api", "flows", "tasks", "deployments")
 NOT_PRODUCTION = ("tests/", "bench/", "examples/")
@@ -65,40 +71,6 @@ def lines(text: str) -> int:
     return text.count("\n")
 
 
-def function_level_imports(text: str) -> list[str]:
-    """Modules imported inside a function or class (``tests/test_layers.py``'s rule)."""
-    tree = ast.parse(text)
-    type_checking: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            type_checking.update(id(child) for child in ast.walk(node))
-    found: list[str] = []
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Import | ast.ImportFrom)
-            and node.col_offset > 0
-            and id(node) not in type_checking
-        ):
-            if isinstance(node, ast.Import):
-                found.extend(alias.name for alias in node.names)
-            else:
-                found.append(node.module or ".")
-    return found
-
-
-def allowed_imports() -> dict[str, set[str]]:
-    """``FUNCTION_LEVEL_IMPORTS_ALLOWED`` of the working tree's ``tests/test_layers.py``."""
-    tree = ast.parse((ROOT / "tests" / "test_layers.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "FUNCTION_LEVEL_IMPORTS_ALLOWED"
-            for t in node.targets
-        ):
-            value: dict[str, set[str]] = ast.literal_eval(node.value)
-            return value
-    return {}
-
-
 def tally(ref: str) -> tuple[str, Counter[str], Counter[str], int, int]:
     """(commit, lines per part, files per part, function-level imports, of them allowed)."""
     commit = _git("rev-parse", "--short", ref).strip()
@@ -106,11 +78,11 @@ def tally(ref: str) -> tuple[str, Counter[str], Counter[str], int, int]:
     per_part: Counter[str] = Counter()
     count: Counter[str] = Counter()
     hidden = allowed = 0
-    allow = allowed_imports()
+    allow = FUNCTION_LEVEL_IMPORTS_ALLOWED
     for path, text in files.items():
         per_part[part_of(path)] += lines(text)
         count[part_of(path)] += 1
-        for name in function_level_imports(text):
+        for _, name in function_level_imports(text):
             hidden += 1
             allowed += name in allow.get(path, set())
     return commit, per_part, count, hidden, allowed
