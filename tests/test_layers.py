@@ -1,4 +1,4 @@
-"""The layers of the design hold on the import graph (DESIGN.md, "layout and layers").
+"""The layers of the design hold on the import graph (docs/architecture.md, "Layers").
 
 The contracts live in pyproject.toml ([tool.importlinter]): imports point down, no import
 circle at any depth, and the trainer side (client, adapters, HTTP models) imports no
