@@ -26,6 +26,7 @@ from amaris.memory.rollout_backend import open_rollout_log
 from amaris.memory.rollout_log import StepRegistry
 from amaris.memory.store import MemoryStore
 from amaris.metrics import Metrics
+from amaris.rubric.integrity import check_rubric_store
 from amaris.rubric.scopes import ScopeResolver
 from amaris.rubric.store import RubricStore
 from amaris.scoring.rollout_ids import RolloutIds
@@ -118,13 +119,16 @@ def build_services(
     try:
         prefix = settings.memory.collection
         store = RubricStore(qdrant, prefix, settings.memory.rubrics_export_path)
+        steps = StepRegistry(qdrant, prefix)
+        # Before anything reads or initialises the store: a store that lost versions is
+        # restored from rubrics.json or refused, never restarted at version 1.
+        check_rubric_store(store, settings.memory.rubrics_export_path, steps)
         store.ensure_initialized(settings)
         memory = MemoryStore(
             qdrant, prefix, embedder or build_embedder(settings.memory, settings.client)
         )
         shared = settings.pipeline.executor == "deployment"
         replica = settings.server.replica if shared else ""
-        steps = StepRegistry(qdrant, prefix)
         # SQLite in the data folder for the embedded store, the Qdrant collection for a
         # shared one: the configuration chooses (amaris/memory/rollout_backend.py).
         rollouts = open_rollout_log(settings, qdrant, writer=replica)

@@ -1,0 +1,125 @@
+"""A rubric store that lost versions (issue 22, point 4): restored from ``rubrics.json`` or
+refused at start-up, never restarted silently at version 1 with steps still marked done.
+
+Real components: the app's own start-up (``create_app`` in a ``TestClient``) over embedded
+Qdrant in a folder, damaged the way the issue reports (the collection folder deleted, its
+``storage.sqlite`` truncated) between two starts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from amaris.app.wiring import create_app
+from amaris.rubric.integrity import RubricStoreDamagedError
+from amaris.rubric.model import Criterion
+from amaris.services import Services
+from amaris.settings import Settings
+from tests.conftest import make_settings
+
+EXTRA = Criterion(id="R1", text="The response shows its steps.", weight=0.5, is_anchor=False)
+
+
+def run_two_steps(settings: Settings) -> list[int]:
+    """First life: steps 0 and 1 done, each publishing a version (2 and 3)."""
+    with TestClient(create_app(settings)) as client:
+        services: Services = client.app.state.services  # type: ignore[attr-defined]
+        published = []
+        for step in (0, 1):
+            base = services.store.current()
+            version = services.store.publish(
+                anchors=base.anchors,
+                adaptive=[*base.adaptive, EXTRA.model_copy(update={"id": f"R{step + 1}"})],
+                origin="updater",
+                step=step,
+                next_adaptive_id=step + 2,
+            )
+            services.steps.set(step, status="done", rubric_versions={"global": version.version})
+            published.append(version.version)
+        assert client.get("/healthz").json()["rubric_version"] == 3
+    return published
+
+
+def damage(settings: Settings, how: str) -> None:
+    folder = Path(settings.memory.path) / "qdrant" / "collection" / "amaris_rubrics"
+    assert folder.is_dir()
+    if how == "deleted":
+        shutil.rmtree(folder)
+    else:
+        (folder / "storage.sqlite").write_bytes(b"")
+
+
+@pytest.mark.parametrize("how", ["deleted", "truncated"])
+def test_a_store_that_lost_its_versions_is_restored_from_rubrics_json(
+    tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(tmp_path)
+    assert run_two_steps(settings) == [2, 3]
+    record = json.loads(settings.memory.rubrics_export_path.read_text())
+    damage(settings, how)
+
+    with TestClient(create_app(settings)) as client:
+        health = client.get("/healthz").json()
+        history = client.get("/rubrics/history").json()
+        services: Services = client.app.state.services  # type: ignore[attr-defined]
+        steps = {s: services.steps.get(s) for s in (0, 1)}
+    # The version in force and every version come back as they were, not version 1.
+    assert health["rubric_version"] == 3
+    assert [v["version"] for v in history] == [1, 2, 3]
+    assert [c["id"] for c in history[2]["adaptive"]] == ["R1", "R2"]
+    assert {s: (r or {}).get("status") for s, r in steps.items()} == {0: "done", 1: "done"}
+    # The record was not overwritten by a fresh version 1.
+    assert json.loads(settings.memory.rubrics_export_path.read_text()) == record
+    restored = [r.getMessage() for r in caplog.records if r.name == "amaris.rubric"]
+    assert any("'global' v1, 'global' v2, 'global' v3" in m for m in restored), restored
+
+
+def test_a_store_that_lost_versions_rubrics_json_lacks_refuses_to_start(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    run_two_steps(settings)
+    damage(settings, "deleted")
+    settings.memory.rubrics_export_path.unlink()
+
+    app = create_app(settings)
+    with pytest.raises(RubricStoreDamagedError) as refused, TestClient(app):
+        pass
+    message = str(refused.value)
+    assert "'global' v2 (referred to by step 0)" in message
+    assert "'global' v3 (referred to by step 1)" in message
+    assert "steps 0, 1 are marked done" in message
+    assert "rubrics.json does not exist" in message
+    # Nothing was written: a second start refuses the same way (no version 1 appeared).
+    with pytest.raises(RubricStoreDamagedError), TestClient(create_app(settings)):
+        pass
+    assert not settings.memory.rubrics_export_path.exists()
+
+
+def test_a_store_reset_by_an_earlier_start_is_refused(tmp_path: Path) -> None:
+    """What an amaris without the check left: version 1 re-created from the configuration
+    and rubrics.json overwritten with it, while steps 0-1 still name versions 2 and 3."""
+    settings = make_settings(tmp_path)
+    run_two_steps(settings)
+    damage(settings, "deleted")
+    settings.memory.rubrics_export_path.write_text(
+        json.dumps({"current": {}, "versions": []}), encoding="utf-8"
+    )
+    refused = pytest.raises(RubricStoreDamagedError, match=r"'global' v2 \(referred to by step 0\)")
+    with refused, TestClient(create_app(settings)):
+        pass
+
+
+def test_an_intact_store_with_a_lagging_record_starts_as_it_is(tmp_path: Path) -> None:
+    """rubrics.json may lag the store (a step exports once at its end): not damage."""
+    settings = make_settings(tmp_path)
+    run_two_steps(settings)
+    record = json.loads(settings.memory.rubrics_export_path.read_text())
+    record["versions"] = record["versions"][:1]
+    record["current"] = {"global": 1}
+    settings.memory.rubrics_export_path.write_text(json.dumps(record), encoding="utf-8")
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/healthz").json()["rubric_version"] == 3
