@@ -1,26 +1,38 @@
-"""A rubric store that lost versions (issue 22, point 4): restored from ``rubrics.json`` or
-refused at start-up, never restarted silently at version 1 with steps still marked done.
+"""State survives damage loudly (issue 22, point 4).
 
-Real components: the app's own start-up (``create_app`` in a ``TestClient``) over embedded
-Qdrant in a folder, damaged the way the issue reports (the collection folder deleted, its
-``storage.sqlite`` truncated) between two starts.
+- A rubric store that lost versions is restored from ``rubrics.json`` or refused at
+  start-up, never restarted silently at version 1 with steps still marked done. The app's
+  own start-up (``create_app`` in a ``TestClient``) over embedded Qdrant in a folder,
+  damaged as the issue reports (the collection folder deleted, its ``storage.sqlite``
+  truncated) between two starts.
+- A locked database (another process holding SQLite's write lock on the real file: the
+  rollout log, the step registry's Qdrant collection) gives ``/score`` and ``/complete`` a
+  503 with the cause, ``/healthz`` says ``degraded`` with it, nothing changes, and the same
+  request succeeds once the lock is gone. (A full disk, ``ENOSPC``, is injected at the
+  same seams in tests/test_storage_failures_unit.py.)
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
+from amaris.memory.rollout_backend import sqlite_path
 from amaris.rubric.integrity import RubricStoreDamagedError
 from amaris.rubric.model import Criterion
 from amaris.services import Services
 from amaris.settings import Settings
 from tests.conftest import make_settings
+from tests.pipeline_helpers import metadata, rollout
 
 EXTRA = Criterion(id="R1", text="The response shows its steps.", weight=0.5, is_anchor=False)
 
@@ -123,3 +135,80 @@ def test_an_intact_store_with_a_lagging_record_starts_as_it_is(tmp_path: Path) -
     settings.memory.rubrics_export_path.write_text(json.dumps(record), encoding="utf-8")
     with TestClient(create_app(settings)) as client:
         assert client.get("/healthz").json()["rubric_version"] == 3
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Another connection's write lock on the SQLite database at ``path``: every write of
+    amaris's own connection waits SQLite's busy timeout, then fails "database is locked"."""
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN EXCLUSIVE")
+        yield
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+
+
+def score_body(step: int, index: int) -> dict[str, Any]:
+    return {"rollout": rollout(step, index, "correct"), "metadata": metadata(step)}
+
+
+def test_a_locked_rollout_log_gives_score_a_503_with_its_cause_and_healthz_degraded(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/score", json=score_body(0, 0)).status_code == 200
+        assert client.get("/healthz").json()["status"] == "ok"
+        with locked(sqlite_path(settings)):
+            refused = client.post("/score", json=score_body(0, 1))
+            health = client.get("/healthz").json()
+            steps_view = client.get("/steps/0/rollouts").json()
+        again = client.post("/score", json=score_body(0, 1))
+        healed = client.get("/healthz").json()
+        stored = client.get("/steps/0/rollouts").json()
+
+    assert refused.status_code == 503
+    assert refused.headers["Retry-After"]
+    body = refused.json()
+    assert body["error"] == "storage_unavailable"
+    assert body["detail"][0]["field"] == "storage"
+    assert "rollout log: database is locked" in body["detail"][0]["message"]
+    assert health["status"] == "degraded"
+    assert "database is locked" in health["degraded_causes"]["rollout log"]
+    assert [r["rollout"]["id"] for r in steps_view["records"]] == ["s0-r0-correct"]
+    # The same rollout again, once the lock is gone: scored, logged once, healthy.
+    assert again.status_code == 200
+    assert again.json()["status"] == "scored"
+    assert (healed["status"], healed["degraded_causes"]) == ("ok", {})
+    assert [r["rollout"]["id"] for r in stored["records"]] == ["s0-r0-correct", "s0-r1-correct"]
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_locked_step_registry_leaves_the_step_open_and_complete_retryable(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path)
+    registry = Path(settings.memory.path) / "qdrant" / "collection" / "amaris_steps"
+    with TestClient(create_app(settings)) as client:
+        for index in range(3):
+            assert client.post("/score", json=score_body(0, index)).status_code == 200
+        with locked(registry / "storage.sqlite"):
+            refused = client.post("/complete", json={"step": 0})
+            health = client.get("/healthz").json()
+        listed = client.get("/steps").json()
+        retried = client.post("/complete", json={"step": 0})
+        done = client.get("/rubric_status/wait", params={"step": 0, "timeout": 120}).json()
+        healed = client.get("/healthz").json()
+
+    assert refused.status_code == 503
+    assert refused.json()["error"] == "storage_unavailable"
+    assert "step registry: database is locked" in refused.json()["detail"][0]["message"]
+    assert health["status"] == "degraded"
+    assert set(health["degraded_causes"]) == {"step registry"}
+    # Not left ``completing`` with no run until a restart: still open, and /complete works.
+    assert listed == [{"step": 0, "status": "open"}]
+    assert retried.json() == {"status": "complete"}
+    assert done["status"] == "updated"
+    assert healed["status"] == "ok"
