@@ -20,7 +20,7 @@ from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.llm.ledger import TokenLedger
 from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
-from amaris.memory.embedder import Embedder, build_embedder
+from amaris.memory.embedder import Embedder, build_embedder, preload
 from amaris.memory.qdrant import open_qdrant
 from amaris.memory.rollout_backend import open_rollout_log
 from amaris.memory.rollout_log import StepRegistry
@@ -124,9 +124,11 @@ def build_services(
         # restored from rubrics.json or refused, never restarted at version 1.
         check_rubric_store(store, settings.memory.rubrics_export_path, steps)
         store.ensure_initialized(settings)
-        memory = MemoryStore(
-            qdrant, prefix, embedder or build_embedder(settings.memory, settings.client)
-        )
+        embedder = embedder or build_embedder(settings.memory, settings.client)
+        # MiniLM loads now, in a thread, while the service starts and scores: the first
+        # step's memory retrieval waits for it only if it comes within seconds.
+        preload(embedder)
+        memory = MemoryStore(qdrant, prefix, embedder)
         shared = settings.pipeline.executor == "deployment"
         replica = settings.server.replica if shared else ""
         # SQLite in the data folder for the embedded store, the Qdrant collection for a
