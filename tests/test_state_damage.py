@@ -26,6 +26,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
+from amaris.cli.main import main as cli_main
 from amaris.memory.rollout_backend import sqlite_path
 from amaris.rubric.integrity import RubricStoreDamagedError
 from amaris.rubric.model import Criterion
@@ -212,3 +213,24 @@ def test_a_locked_step_registry_leaves_the_step_open_and_complete_retryable(
     assert retried.json() == {"status": "complete"}
     assert done["status"] == "updated"
     assert healed["status"] == "ok"
+
+
+def test_rubrics_init_on_a_damaged_store_refuses_and_keeps_the_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`amaris rubrics init` would publish version 1 and export it over rubrics.json: on a
+    store that lost versions rubrics.json lacks it refuses like the start-up."""
+    settings = make_settings(tmp_path)
+    run_two_steps(settings)
+    damage(settings, "deleted")
+    settings.memory.rubrics_export_path.unlink()
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps(
+            {"memory": {"path": settings.memory.path.as_posix(), "embedding_model": "hashing"}}
+        ),
+        encoding="utf-8",
+    )
+    assert cli_main(["rubrics", "init", "--config", str(config)]) == 2
+    assert "'global' v3 (referred to by step 1)" in capsys.readouterr().err
+    assert not settings.memory.rubrics_export_path.exists()
