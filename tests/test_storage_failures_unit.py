@@ -34,9 +34,24 @@ DEADLINE_S = 30.0
 
 
 class Disk:
-    """Whether the simulated disk is full."""
+    """Whether a simulated disk is full."""
 
     full = False
+
+
+class Disks:
+    """The rollout log's and the registry's disks; ``full`` sets both."""
+
+    def __init__(self) -> None:
+        self.log, self.registry = Disk(), Disk()
+
+    @property
+    def full(self) -> bool:
+        return self.log.full and self.registry.full
+
+    @full.setter
+    def full(self, value: bool) -> None:
+        self.log.full = self.registry.full = value
 
 
 class FullableRegistry(StepRegistry):
@@ -67,10 +82,10 @@ class FullableLog(SqliteRolloutLog):
 
 class World:
     def __init__(self) -> None:
-        self.disk = Disk()
+        self.disk = Disks()
         self.qdrant = QdrantClient(":memory:")
-        self.registry = FullableRegistry(self.qdrant, "t", self.disk)
-        self.log = FullableLog(self.disk)
+        self.registry = FullableRegistry(self.qdrant, "t", self.disk.registry)
+        self.log = FullableLog(self.disk.log)
         self.starts: list[tuple[int, bool]] = []
         self.runs: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
         self.done: list[int] = []
@@ -183,3 +198,19 @@ async def test_an_outcome_the_disk_refuses_leaves_the_step_failed_and_retryable(
     async with asyncio.timeout(DEADLINE_S):
         assert (await c.wait(0))["status"] == "updated"
     assert (world.stored_status(0), world.done) == ("done", [0])
+
+
+async def test_a_new_step_the_registry_refuses_is_registered_by_its_next_rollout(
+    world: World,
+) -> None:
+    """The rollout log takes the rollout, the registry refuses the new step: the answer is a
+    503 (the client retries the same rollout: logged again, the pipeline keeps the last
+    record of an id) and the step is registered by the next rollout that gets through."""
+    c = world.coordinator
+    world.disk.registry.full = True
+    with pytest.raises(StorageUnavailableError, match="step registry"):
+        await c.record(0, scored("a"))
+    assert (c.status(0), world.stored_status(0), world.log.count(0)) == (None, None, 1)
+    world.disk.registry.full = False
+    await c.record(0, scored("a"))
+    assert (c.status(0), world.stored_status(0)) == ("open", "open")

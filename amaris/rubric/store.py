@@ -247,8 +247,12 @@ class RubricStore:
         found: dict[str, int] = {}
         offset: Any = None
         while True:
+            # Only the pointer fields: the versions' payloads are not read.
             points, offset = self._qdrant.scroll(
-                self._collection, limit=256, offset=offset, with_payload=True
+                self._collection,
+                limit=256,
+                offset=offset,
+                with_payload=["kind", "scope", "current"],
             )
             for point in points:
                 payload = point.payload or {}

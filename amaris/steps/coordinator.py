@@ -234,10 +234,16 @@ class StepCoordinator:
             raise self.storage.failed("rollout log", exc) from exc
         self.storage.ok("rollout log")
         if status is None:
+            self._status[step] = "open"
             # Never turn another replica's ``completing`` back into ``open``.
             if await self._store.get(step) is None:
-                await self._register(step, status="open")
-            self._status.setdefault(step, "open")
+                try:
+                    await self._register(step, status="open")
+                except StorageUnavailableError:
+                    # Unknown again, so the step's next rollout registers it.
+                    if self._status.get(step) == "open":
+                        del self._status[step]
+                    raise
         if record["late"]:
             log.warning(
                 "rollout %s arrived after step %s was completed; logged, not analysed",
