@@ -306,7 +306,16 @@ class StructuredOutputStatus(BaseModel):
 class HealthResponse(BaseModel):
     """Answer of ``GET /healthz``."""
 
-    status: Literal["ok"]
+    status: Literal["ok", "degraded"] = Field(
+        description="degraded: a durable write failed and has not succeeded since "
+        "(see `degraded_causes`); /score and /complete answer 503 meanwhile."
+    )
+    degraded_causes: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per store whose last durable write failed (rollout log, step "
+        "registry): the cause (full disk, locked database...) and since when. Cleared by "
+        "the next write there that succeeds.",
+    )
     version: str
     judge_backend: str = Field(description="'offline (rule-based, NOT an LLM)' or the endpoint.")
     offline_judge: bool

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from amaris.logs import loggable
+from amaris.memory.storage_health import StorageUnavailableError
 from amaris.models import ErrorDetail, ErrorResponse
 from amaris.scoring.rollout_ids import RolloutConflictError
 from amaris.scoring.rules import RuleInputError
@@ -66,6 +67,15 @@ _STEP_REFUSALS = {
     "not_next": (409, "nothing_to_complete"),
 }
 
+
+STORAGE_ERRORS: dict[int | str, dict[str, Any]] = {
+    503: {
+        "model": ErrorResponse,
+        "description": "A durable write failed (full disk, locked or read-only database): "
+        "nothing was stored or changed; retry after Retry-After. `/healthz` says why.",
+    },
+}
+"""OpenAPI responses of routes that write the rollout log or the step registry."""
 
 CONFLICT_ERRORS: dict[int | str, dict[str, Any]] = {
     409: {
@@ -161,6 +171,22 @@ def install(app: FastAPI) -> None:
             429,
             "overloaded",
             [ErrorDetail(field="scoring.max_pending", message=f"{exc}; retry later")],
+            headers={"Retry-After": str(retry_after)},
+        )
+
+    @app.exception_handler(StorageUnavailableError)
+    async def _storage(request: Request, exc: StorageUnavailableError) -> JSONResponse:
+        # Logged (once per outage) where it was recorded: amaris.memory.storage_health.
+        retry_after = request.app.state.services.settings.scoring.retry_after_seconds
+        return error_response(
+            503,
+            "storage_unavailable",
+            [
+                ErrorDetail(
+                    field="storage",
+                    message=f"{exc}; nothing was stored or changed, retry later",
+                )
+            ],
             headers={"Retry-After": str(retry_after)},
         )
 

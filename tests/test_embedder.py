@@ -10,13 +10,16 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
+from fastapi.testclient import TestClient
 
+from amaris.app.wiring import create_app
 from amaris.memory.embedder import (
     EmbedderConfigError,
     HashingEmbedder,
     MiniLMEmbedder,
     OpenAIEmbedder,
     build_embedder,
+    preload,
 )
 from tests.conftest import make_settings
 from tests.fake_llm import serve_in_thread
@@ -50,6 +53,31 @@ def test_minilm_is_deterministic_and_handles_empty_input() -> None:
     assert first == second
     assert embedder.embed([]) == []
     assert MiniLMEmbedder().embed([]) == []  # nothing to embed: no load needed
+
+
+LOAD_WAIT_S = 300.0
+"""Generous bound of a wait for MiniLM to load (never part of an assertion)."""
+
+
+def test_the_service_loads_minilm_in_the_background_from_its_start(tmp_path: Path) -> None:
+    """Issue 22, point 6: the first step's memory retrieval must not pay for the load."""
+    embedder = MiniLMEmbedder()
+    settings = make_settings(tmp_path, **{"memory.embedding_model": None})
+    with TestClient(create_app(settings, qdrant_location=":memory:", embedder=embedder)) as c:
+        assert c.get("/healthz").status_code == 200
+        # Nothing was embedded, yet the model is (being) loaded: the start began it.
+        assert embedder.wait_loaded(LOAD_WAIT_S)
+
+
+def test_a_use_during_the_background_load_waits_for_it() -> None:
+    embedder = MiniLMEmbedder()
+    preload(embedder)
+    preload(embedder)  # once
+    (vector,) = embedder.embed(["reward hacking by hedging"])  # waits, loads nothing itself
+    assert len(vector) == 384
+    assert embedder.wait_loaded(LOAD_WAIT_S)
+    assert vector == minilm().embed(["reward hacking by hedging"])[0]
+    preload(HashingEmbedder())  # nothing to load: a no-op
 
 
 def test_hashing_embedder_is_deterministic_normalised_and_lexical() -> None:

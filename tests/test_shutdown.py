@@ -95,16 +95,24 @@ def step_run_lines(api: str, auth: httpx.Auth, run: str, message: str) -> list[d
         time.sleep(0.5)
 
 
-@pytest.mark.parametrize("moment", ["prefect server spawned", "api answering"])
+@pytest.mark.parametrize(
+    ("moment", "embedder"),
+    [
+        ("prefect server spawned", "hashing"),
+        ("api answering", "hashing"),
+        # MiniLM loads in a thread from the start (seconds): a stop must not wait for it.
+        ("api answering", None),
+    ],
+)
 def test_sigterm_during_start_up_exits_0_and_stops_the_children(
-    tmp_path: Path, moment: str
+    tmp_path: Path, moment: str, embedder: str | None
 ) -> None:
     port, prefect_port = free_port(), free_port()
     config = tmp_path / "config.yaml"
     config.write_text(
         yaml.safe_dump(
             {
-                "memory": {"path": str(tmp_path / "data"), "embedding_model": "hashing"},
+                "memory": {"path": str(tmp_path / "data"), "embedding_model": embedder},
                 "server": {"port": port},
                 "prefect": {"port": prefect_port, "repair_interval_seconds": 60},
             }

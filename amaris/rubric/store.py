@@ -34,6 +34,24 @@ class RubricStoreError(RuntimeError):
     """The store cannot do what was asked (conflicting anchors, unknown version...)."""
 
 
+def write_durably(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically and durably: written and fsynced under a
+    temporary name, renamed over ``path``, then the folder fsynced (so the rename itself
+    survives a power loss)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
 def _version_id(scope: str, version: int) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"version/{scope}/{version}"))
 
@@ -211,19 +229,77 @@ class RubricStore:
         )
 
     def export(self) -> None:
-        """Write every version and the current pointers to ``rubrics.json`` atomically."""
+        """Write every version and the current pointers to ``rubrics.json`` atomically and
+        durably: the record :mod:`amaris.rubric.integrity` restores a damaged store from."""
         if self._export_path is None:
             return
         versions = self.history(scope=None)
-        current = {scope: v.version for scope, v in self._current.items()}
+        # Every scope's stored pointer, not only the scopes this process has read.
+        current = self.pointers()
         document = {
             "current": current,
             "versions": [v.model_dump(mode="json") for v in versions],
         }
-        self._export_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._export_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(document, indent=2, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, self._export_path)
+        write_durably(self._export_path, json.dumps(document, indent=2, ensure_ascii=False))
+
+    def pointers(self) -> dict[str, int]:
+        """The version in force per scope, as stored (every scope, none cached)."""
+        found: dict[str, int] = {}
+        offset: Any = None
+        while True:
+            # Only the pointer fields: the versions' payloads are not read.
+            points, offset = self._qdrant.scroll(
+                self._collection,
+                limit=256,
+                offset=offset,
+                with_payload=["kind", "scope", "current"],
+            )
+            for point in points:
+                payload = point.payload or {}
+                if payload.get("kind") == "pointer":
+                    found[str(payload["scope"])] = int(payload["current"])
+            if offset is None:
+                return found
+
+    def restore(self, versions: Sequence[RubricVersion], current: dict[str, int]) -> None:
+        """Write back versions lost from the store, as they were (same numbers, same
+        content), and point each scope of ``current`` at its version.
+
+        For :mod:`amaris.rubric.integrity` at start-up, before anything reads the store.
+        """
+        with self._lock:
+            self._qdrant.upsert(
+                self._collection,
+                points=[
+                    models.PointStruct(
+                        id=_version_id(v.scope, v.version),
+                        vector={},
+                        payload={"kind": "version", "rubric": v.model_dump(mode="json")},
+                    )
+                    for v in versions
+                ],
+            )
+            latest: dict[str, int] = {}
+            for v in [*versions, *self.history(scope=None)]:
+                latest[v.scope] = max(latest.get(v.scope, 0), v.version)
+            self._qdrant.upsert(
+                self._collection,
+                points=[
+                    models.PointStruct(
+                        id=_pointer_id(scope),
+                        vector={},
+                        payload={
+                            "kind": "pointer",
+                            "scope": scope,
+                            "current": number,
+                            "latest": max(number, latest.get(scope, number)),
+                        },
+                    )
+                    for scope, number in current.items()
+                ],
+            )
+            for scope in current:
+                self._current.pop(scope, None)
 
     # -- helpers ---------------------------------------------------------------
     def _current_or_none(self, scope: str) -> RubricVersion | None:

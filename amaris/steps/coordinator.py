@@ -3,10 +3,14 @@
 A step is ``open`` while rollouts arrive, ``completing`` while its flow runs, then
 ``done`` or ``failed``. Status lives in Qdrant (``StepRegistry``) so a restart
 resumes steps that were completing; the asyncio events here only wake waiters of
-this process. What other processes did to steps comes from a :class:`StepStore`
-(``amaris/steps/store.py``): nothing with one replica, the shared store with several
-(``pipeline.executor: deployment``), so counts and statuses are never this process's
-memory alone.
+this process. A status changes here only once its registry write succeeded: a write the
+machine refuses (full disk, locked database) raises
+:class:`~amaris.memory.storage_health.StorageUnavailableError` and leaves the step as it
+was (``open`` stays ``open``: ``/complete`` may be retried), recorded in
+:attr:`StepCoordinator.storage`. What other processes did to steps comes from a
+:class:`StepStore` (``amaris/steps/store.py``): nothing with one replica, the shared store
+with several (``pipeline.executor: deployment``), so counts and statuses are never this
+process's memory alone.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from typing import Any, Literal
 from amaris.logs import loggable
 from amaris.memory.batched_append import BatchedAppender
 from amaris.memory.rollout_log import RolloutLog, StepRegistry, step_records
+from amaris.memory.storage_health import (
+    STORAGE_ERRORS,
+    StorageHealth,
+    StorageUnavailableError,
+)
 from amaris.settings import Settings
 from amaris.steps.store import InProcess, StepStore
 
@@ -81,13 +90,16 @@ class StepCoordinator:
         store: StepStore | None = None,
         replica: str = "",
         after_wake: Callable[[], None] | None = None,
+        storage: StorageHealth | None = None,
     ) -> None:
         """``on_finished`` (metrics) gets ``done`` or ``failed`` and the pipeline's seconds.
 
         ``after_wake``: called (on the loop) once a step's waiters are woken.
         ``store``: what other processes did to steps (default: none do, :class:`InProcess`).
         ``replica``: this process's name in the registry's ``executor`` field.
+        ``storage``: where failed durable writes are recorded (default: a new one).
         """
+        self.storage = storage or StorageHealth()
         self._store: StepStore = store or InProcess()
         self._after_wake = after_wake
         self._replica = replica
@@ -216,12 +228,22 @@ class StepCoordinator:
         """Append a scored rollout to the log (durably, before the response is sent)."""
         status = await self._open_status(step)
         record = {**record, "step": step, "time": time.time(), "late": status not in (None, "open")}
-        await self._appender.append(step, record)
+        try:
+            await self._appender.append(step, record)
+        except STORAGE_ERRORS as exc:
+            raise self.storage.failed("rollout log", exc) from exc
+        self.storage.ok("rollout log")
         if status is None:
             self._status[step] = "open"
             # Never turn another replica's ``completing`` back into ``open``.
             if await self._store.get(step) is None:
-                await asyncio.to_thread(self._steps.set, step, status="open")
+                try:
+                    await self._register(step, status="open")
+                except StorageUnavailableError:
+                    # Unknown again, so the step's next rollout registers it.
+                    if self._status.get(step) == "open":
+                        del self._status[step]
+                    raise
         if record["late"]:
             log.warning(
                 "rollout %s arrived after step %s was completed; logged, not analysed",
@@ -429,18 +451,18 @@ class StepCoordinator:
                     # Another replica completed it: watch it, do not start it again.
                     self._status[step] = str(record["status"])
                     return
-            self._status[step] = "completing"
-            self._event(step).clear()
-            self._last_started = max(step, self._last_started or step)
             counted = self._counts.get(step)
             if counted is None and resume:
                 # A step resumed after a restart: this process counted none of its
                 # rollouts, the log holds them.
                 counted = await asyncio.to_thread(self._rollouts.count, step)
             count = await self._store.count(step, counted or 0)
-            await asyncio.to_thread(
-                self._steps.set, step, status="completing", rollout_count=count, error=None
-            )
+            # The registry first: if the machine refuses the write, the step stays as it
+            # was here too (retryable), not ``completing`` with no run until a restart.
+            await self._register(step, status="completing", rollout_count=count, error=None)
+            self._status[step] = "completing"
+            self._event(step).clear()
+            self._last_started = max(step, self._last_started or step)
             self._supervised.add(step)
         task = asyncio.create_task(self._supervise(step, new_attempt), name=f"step-{step}")
         self._tasks.add(task)
@@ -457,25 +479,20 @@ class StepCoordinator:
                 str(exc) if isinstance(exc, StepRunFailedError) else f"{type(exc).__name__}: {exc}"
             )
             log.error("step %s failed: %s", step, error)
-            self._status[step] = "failed"
-            self._outcomes[step] = {"error": error}
-            self._finished("failed", started)
             # Every replica that supervised the run records the same outcome.
-            await asyncio.to_thread(self._steps.set, step, status="failed", error=error)
+            await self._outcome(step, "failed", {"error": error}, started, error=error)
         else:
-            self._status[step] = "done"
-            self._outcomes[step] = outcome
-            self._finished("done", started)
             log.info("step %s done in %.1f s", step, time.monotonic() - started)
-            await asyncio.to_thread(
-                self._steps.set,
+            recorded = await self._outcome(
                 step,
-                status="done",
+                "done",
+                outcome,
+                started,
                 error=None,
                 duration_s=round(time.monotonic() - started, 3),
                 scopes=outcome.get("scopes"),
             )
-            if self._on_done is not None:
+            if recorded and self._on_done is not None:
                 await self._on_done(step)
         finally:
             self._counts.pop(step, None)
@@ -484,6 +501,39 @@ class StepCoordinator:
             if self._after_wake is not None:
                 # After waiters are woken: not on the step's critical path.
                 asyncio.get_running_loop().call_soon(self._after_wake)
+
+    async def _register(self, step: int, **fields: Any) -> None:
+        """Write ``fields`` to the step's registry record; a write the machine refuses
+        raises :class:`~amaris.memory.storage_health.StorageUnavailableError`."""
+        try:
+            await asyncio.to_thread(self._steps.set, step, **fields)
+        except STORAGE_ERRORS as exc:
+            raise self.storage.failed("step registry", exc) from exc
+        self.storage.ok("step registry")
+
+    async def _outcome(
+        self, step: int, status: str, outcome: dict[str, Any], started: float, **fields: Any
+    ) -> bool:
+        """Record the end of the step's run, in the registry first. If the registry refuses
+        the write, the step is ``failed`` here with that cause (a new attempt is one
+        ``/complete`` away; the registry still says ``completing``, so a restart resumes it).
+
+        Returns:
+            Whether the outcome was recorded as ``status``.
+        """
+        try:
+            await self._register(step, status=status, **fields)
+        except StorageUnavailableError as exc:
+            error = f"the step's {status} outcome could not be recorded: {exc}"
+            log.error("step %s: %s", step, error)
+            status, outcome = "failed", {"error": error}
+            recorded = False
+        else:
+            recorded = True
+        self._status[step] = status
+        self._outcomes[step] = outcome
+        self._finished(status, started)
+        return recorded
 
     def _finished(self, outcome: str, started: float) -> None:
         if self._on_finished is not None:

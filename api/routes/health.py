@@ -1,4 +1,5 @@
-"""``GET /healthz``: liveness, judge backend (offline shown unmistakably), rubric version."""
+"""``GET /healthz``: liveness, judge backend (offline shown unmistakably), rubric version,
+and ``degraded`` with its cause while durable writes fail (full disk, locked database)."""
 
 from fastapi import APIRouter
 
@@ -14,8 +15,10 @@ router = APIRouter(tags=["health"])
 async def healthz(services: ServicesDep) -> HealthResponse:
     """Service status. Needs no key."""
     provider = services.gateway.provider("scorer")
+    problems = services.coordinator.storage.problems()
     return HealthResponse(
-        status="ok",
+        status="degraded" if problems else "ok",
+        degraded_causes=problems,
         version=__version__,
         judge_backend=provider.description,
         offline_judge=provider.offline,

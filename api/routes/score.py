@@ -110,7 +110,12 @@ score_router = APIRouter(tags=["scoring"], route_class=ScoreRoute)
         **_ERRORS,
         **STEP_ERRORS,
         **CONFLICT_ERRORS,
-        503: {"model": ScoreResponse, "description": "Unscored with `scoring.on_failure: error`."},
+        503: {
+            "model": ScoreResponse,
+            "description": "Unscored with `scoring.on_failure: error`; or (an error body, "
+            "`storage_unavailable`) the rollout log refused the write: full disk, locked "
+            "database. Nothing was stored; retry after Retry-After.",
+        },
     },
 )
 async def score(body: ScoreRequest, services: ServicesDep) -> Response:

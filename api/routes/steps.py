@@ -17,7 +17,7 @@ from amaris.models import ErrorDetail, ErrorResponse
 from amaris.services import Services
 from amaris.steps.coordinator import UnknownStepError
 from api.deps import ServicesDep
-from api.errors import AUTH_ERRORS, INPUT_ERRORS, STEP_ERRORS, error_response
+from api.errors import AUTH_ERRORS, INPUT_ERRORS, STEP_ERRORS, STORAGE_ERRORS, error_response
 
 router = APIRouter(tags=["steps"])
 log = logging.getLogger("amaris.api")
@@ -66,7 +66,9 @@ class WaitResponse(BaseModel):
 
 
 @router.post(
-    "/complete", response_model=CompleteResponse, responses={**INPUT_ERRORS, **STEP_ERRORS}
+    "/complete",
+    response_model=CompleteResponse,
+    responses={**INPUT_ERRORS, **STEP_ERRORS, **STORAGE_ERRORS},
 )
 async def complete(
     services: ServicesDep, body: Annotated[CompleteRequest | None, Body()] = None
