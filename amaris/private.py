@@ -23,9 +23,9 @@ PRIVATE_UMASK = 0o077
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class UnsafeFolderError(RuntimeError):
-    """A folder amaris writes into belongs to another user or others may write to it;
-    the message names the path and the fix."""
+class UnsafeFolderError(PermissionError):
+    """A folder amaris writes into belongs to another user or others may write to it, or
+    a file there is a symlink or another user's; the message names the path and the fix."""
 
 
 def restrict_umask() -> None:

@@ -38,6 +38,10 @@ _PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 3.0
 """How long the server has to stop on SIGTERM before it is killed."""
 
+READY_TIMEOUT_S = 300.0
+"""How long the server child has to answer before ``amaris serve`` gives up: a first start
+creates its database (migrations), seen to take over 90 s on a loaded two-core machine."""
+
 AUTH_FILE = "auth-string"
 """The file under the Prefect home holding the server's auth string."""
 
@@ -220,7 +224,7 @@ class PrefectServer:
             out.write(json.dumps({"pid": self._proc.pid, "url": self.url, "api_url": self.api_url}))
         log.info("Prefect server starting on %s (pid %s)", self.url, self._proc.pid)
 
-    def wait_ready(self, timeout: float = 90.0) -> None:
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Block until the child answers ``/api/health``; return at once when :meth:`stop`
         is called.
 
