@@ -216,6 +216,9 @@ class PrefectServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 pass_fds=(fd,),
+                # Out of the terminal's process group: Ctrl-C reaches amaris, which stops
+                # the child itself (a child that stops on its own means a failure).
+                start_new_session=True,
                 preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
             )
         record = self.home / "amaris-server.json"
