@@ -15,6 +15,10 @@ import httpx
 
 AMARIS = [sys.executable, "-m", "amaris.cli.main"]
 
+NOBODY = ["/usr/bin/setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+"""Prefix of a command run as another local user (uid/gid 65534): CI runs as root, and the
+attacks of issue 23 come from another user of the machine."""
+
 current_test_is_slow = False
 """Whether the running test is marked ``slow`` (set for each test by tests/conftest.py)."""
 
@@ -30,11 +34,11 @@ def require_slow(what: str) -> None:
         raise RuntimeError(f"{what} starts a real process: mark the test @pytest.mark.slow")
 
 
-def _env() -> dict[str, str]:
+def _env(unset: tuple[str, ...] = ()) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in {"OPENAI_API_KEY", "AMARIS_API_KEY", "OPENAI_BASE_URL"}
+        if k not in {"OPENAI_API_KEY", "AMARIS_API_KEY", "OPENAI_BASE_URL", *unset}
     }
     env["PYTHONUNBUFFERED"] = "1"
     return env

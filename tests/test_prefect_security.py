@@ -13,7 +13,10 @@ import base64
 import http.server
 import json
 import os
+import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +33,8 @@ from websockets.typing import Subprotocol
 
 from amaris.app.prefect_server import AUTH_FILE
 from tests.fake_llm import free_port
-from tests.procs import amaris_process, run_amaris
+from tests.pipeline_helpers import metadata, rollout
+from tests.procs import AMARIS, NOBODY, _env, amaris_process, require_slow, run_amaris, wait_http
 
 pytestmark = pytest.mark.slow
 
@@ -256,3 +260,189 @@ def test_prefect_server_needs_credentials_and_repair_runs_cannot_leak_the_key(
         assert KEY not in text, path
         assert secret not in text, path
         assert secret.partition(":")[2] not in text, path
+
+
+# -- issue 23: another user of the machine ------------------------------------------------------
+
+SQUATTER = """
+import http.server, socket, sys, time
+
+class Answer(http.server.BaseHTTPRequestHandler):
+    def _answer(self):
+        print(f"{self.command} {self.path} auth={self.headers.get('Authorization')!r}", flush=True)
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "4")
+        self.end_headers()
+        self.wfile.write(b"true")
+
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _answer
+
+    def log_message(self, *args):
+        pass
+
+class Squat(http.server.ThreadingHTTPServer):
+    allow_reuse_address = True
+    allow_reuse_port = True
+
+deadline = time.monotonic() + float(sys.argv[2])
+while True:
+    try:
+        server = Squat(("127.0.0.1", int(sys.argv[1])), Answer)
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            print("never bound", flush=True)
+            sys.exit(0)
+        time.sleep(0.01)
+print("bound", flush=True)
+server.serve_forever()
+"""
+"""Run as uid 65534: takes the Prefect port as soon as it can (SO_REUSEADDR and
+SO_REUSEPORT, as an attacker would), answers 200 to everything and prints each request
+with its Authorization header."""
+
+
+def serve_config(tmp_path: Path, prefect_port: int) -> tuple[Path, str, Path]:
+    port = free_port()
+    data = tmp_path / "data"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "memory": {"path": str(data), "embedding_model": "hashing"},
+                "server": {"port": port},
+                "prefect": {"port": prefect_port, "repair_interval_seconds": 3600},
+            }
+        )
+    )
+    return config, f"http://127.0.0.1:{port}", data
+
+
+def start_serve(config: Path, cwd: Path) -> subprocess.Popen[str]:
+    """``amaris serve`` with its Prefect home in the data folder, output on a pipe."""
+    require_slow("amaris serve")
+    return subprocess.Popen(
+        [*AMARIS, "serve", "--config", str(config)],
+        cwd=cwd,
+        env=_env(unset=("PREFECT_HOME",)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def drain(proc: subprocess.Popen[str], lines: list[str]) -> threading.Thread:
+    assert proc.stdout is not None
+    thread = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    thread.start()
+    return thread
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_a_user_squatting_the_prefect_port_gets_no_credentials_and_the_data_is_private(
+    tmp_path: Path,
+) -> None:
+    """uid 65534 tries to take the Prefect port from the moment amaris names it (in its
+    log, as in the child's command line): it gets nothing, step 0 runs on amaris's own
+    Prefect server, a dead Prefect server stops amaris, and nothing in the data folder is
+    open to other users."""
+    config, url, data = serve_config(tmp_path, free_port())
+    serve = start_serve(config, tmp_path)
+    output: list[str] = []
+    squatter: subprocess.Popen[str] | None = None
+    try:
+        assert serve.stdout is not None
+        for line in serve.stdout:
+            output.append(line)
+            if "Prefect UI:" in line:
+                break
+        assert "Prefect UI:" in output[-1], "".join(output)
+        prefect_port = int(output[-1].rsplit(":", 1)[1].split()[0])
+        squatter = subprocess.Popen(
+            [*NOBODY, sys.executable, "-c", SQUATTER, str(prefect_port), "300"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        reader = drain(serve, output)
+        try:
+            wait_http(f"{url}/healthz", serve)
+        except RuntimeError:
+            reader.join(10)
+            raise AssertionError("".join(output)) from None
+        for index in range(3):
+            body = {"rollout": rollout(0, index, "correct"), "metadata": metadata(0)}
+            assert httpx.post(f"{url}/score", json=body, timeout=60).status_code == 200
+        httpx.post(f"{url}/complete", timeout=30).raise_for_status()
+        waited = httpx.get(
+            f"{url}/rubric_status/wait", params={"step": 0, "timeout": 180}, timeout=200
+        )
+        steps = httpx.get(f"{url}/steps", timeout=30).json()
+        squatter.terminate()
+        heard = squatter.communicate(timeout=30)[0].splitlines()
+        # Not one request, with or without the auth string, reached the other user.
+        assert heard == [], heard
+        assert steps == [{"step": 0, "status": "done"}], (waited.text, "".join(output))
+
+        # The Prefect server dies: amaris stops, with the reason, exit code 1.
+        recorded = json.loads((data / "prefect" / "amaris-server.json").read_text())
+        os.kill(int(recorded["pid"]), signal.SIGKILL)
+        assert serve.wait(60) == 1
+    finally:
+        if squatter is not None:
+            stop(squatter)
+        stop(serve)
+    assert any("Prefect server exited with -9" in line for line in output), "".join(output)
+
+    # Everything amaris, its Prefect server, SQLite and Qdrant wrote is the user's alone.
+    opened = [
+        f"{path} {stat.S_IMODE(path.lstat().st_mode):o}"
+        for path in [data, *data.rglob("*")]
+        if path.lstat().st_mode & 0o077
+    ]
+    assert opened == []
+    assert {p.name for p in data.iterdir()} >= {"prefect", "qdrant", "logs", "rubrics.json"}
+    assert (data / "prefect" / "prefect.db").is_file()
+
+
+def test_a_prefect_server_that_cannot_start_stops_serve_before_healthz_says_ok(
+    tmp_path: Path,
+) -> None:
+    config, url, _ = serve_config(tmp_path, free_port())
+    require_slow("amaris serve")
+    env = _env(unset=("PREFECT_HOME",))
+    # The server child cannot open its database: its start-up fails.
+    env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{tmp_path}/none/x.db"
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        serve = subprocess.Popen(
+            [*AMARIS, "serve", "--config", str(config)],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    answered: list[int] = []
+    try:
+        while serve.poll() is None and not answered:
+            try:
+                health = httpx.get(f"{url}/healthz", timeout=1)
+                answered.append(health.status_code)
+            except httpx.HTTPError:
+                time.sleep(0.2)  # polling, as tests.procs.wait_http does
+    finally:
+        stop(serve)
+    text = log.read_text(errors="replace")
+    assert answered == [], f"/healthz answered {answered} with no Prefect server:\n{text}"
+    assert serve.returncode == 1
+    assert "Prefect server exited with" in text, text

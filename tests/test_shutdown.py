@@ -48,19 +48,19 @@ def alive(pid: int) -> bool:
 
 def processes_of(prefect_port: int) -> list[int]:
     """Live processes of an ``amaris serve`` whose Prefect server is on ``prefect_port``:
-    that server (``--port`` on its command line) and the repair worker (its client)."""
-    server = f"--port\0{prefect_port}\0".encode()
+    that server (its port in its environment: amaris hands it the socket) and the repair
+    worker (its client)."""
+    server = f"PREFECT_SERVER_API_PORT={prefect_port}".encode()
     client = f"PREFECT_API_URL=http://127.0.0.1:{prefect_port}/api".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes()
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if (server in cmdline or client in environ) and alive(int(entry.name)):
+        if (server in environ or client in environ) and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from amaris.app.prefect_env import configure_prefect
-from amaris.app.prefect_server import PrefectServer, die_with_parent, free_port
+from amaris.app.prefect_server import PrefectServer, die_with_parent
 from amaris.logs import configure_logging
+from amaris.private import check_tree, open_private, private_folder, restrict_umask
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
 
@@ -45,20 +45,29 @@ def launched(settings: Settings) -> Iterator[Launch]:
     """Install the signal handling, start the Prefect server child (unless
     ``PREFECT_API_URL`` names one) with its environment set, and the repair worker; on
     exit, stop the children. A signal during start-up stops them there, exit code 0
-    (:class:`_Signals`).
+    (:class:`_Signals`); a Prefect server child that does not answer, or dies, stops
+    ``amaris serve`` with exit code 1.
+
+    Everything the process tree creates is private (:func:`amaris.private.restrict_umask`),
+    and the folders it writes into are checked first (:func:`private_folders`).
+
+    Raises:
+        UnsafeFolderError: a folder amaris writes into is another user's, or open to them.
     """
     signals = _Signals()
     signals.install()
     server: PrefectServer | None = None
     worker: RepairWorker | None = None
     try:
+        restrict_umask()
         configure_logging(settings.logging.level, settings.logging.format)
+        private_folders(settings)
         configure_prefect(settings)
         if not os.environ.get("PREFECT_API_URL"):
-            wanted = settings.prefect.port
-            port = wanted if wanted is not None and _port_free(wanted) else free_port()
-            server = signals.server = PrefectServer(Path(os.environ["PREFECT_HOME"]), port)
+            server = PrefectServer(Path(os.environ["PREFECT_HOME"]), settings.prefect.port)
+            signals.server = server
             server.start()
+            server.watch(signals.fail)
             # The children (repair worker, its runs) inherit the address and the auth
             # string, and so does Prefect when this process imports it.
             os.environ.update(server.client_env())
@@ -73,13 +82,23 @@ def launched(settings: Settings) -> Iterator[Launch]:
         _stop_children(worker, server)
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+def private_folders(settings: Settings) -> None:
+    """Create the folders ``amaris serve`` writes into (0700), and refuse any that another
+    user owns or may write to: the data folder and everything in it, the Prefect home, the
+    log folder, the rubric export's folder.
+
+    Raises:
+        UnsafeFolderError: the first such folder (or planted entry), naming the fix.
+    """
+    data = Path(settings.memory.path)
+    private_folder(data, narrow=True)
+    check_tree(data)
+    home = os.environ.get("PREFECT_HOME")
+    prefect_home = private_folder(Path(home) if home else data / "prefect")
+    if not prefect_home.resolve().is_relative_to(data.resolve()):
+        check_tree(prefect_home)  # its results are unpickled, its logging.yml run
+    for folder in (settings.log_dir, settings.memory.rubrics_export_path.parent):
+        private_folder(folder)
 
 
 def _stop_children(worker: RepairWorker | None, server: Any) -> None:
@@ -112,8 +131,16 @@ class _Signals:
     def __init__(self) -> None:
         self.server: Any = None
         self.worker: RepairWorker | None = None
+        self.exit_code = 0
         self._serving = False
         self._stopping = False
+
+    def fail(self, reason: str) -> None:
+        """Stop ``amaris serve`` (exit code 1): the Prefect server child did not start or
+        died, so no step can run. Called from a thread: the stop goes through SIGTERM."""
+        log.error("%s; stopping amaris serve (no step can run without it)", reason)
+        self.exit_code = 1
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def install(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -134,7 +161,7 @@ class _Signals:
         self._stopping = True
         log.warning("signal %s: stopping", signum)
         if self._serving:
-            raise SystemExit(0)
+            raise SystemExit(self.exit_code)
         # One after the other: starting a thread here could wait forever on a lock the
         # interrupted main thread holds.
         if self.worker is not None:
@@ -143,7 +170,7 @@ class _Signals:
             self.server.stop()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(self.exit_code)
 
 
 class RepairWorker:
@@ -180,7 +207,7 @@ class RepairWorker:
         if key:
             env["AMARIS_API_KEY"] = key
         home = Path(os.environ["PREFECT_HOME"])
-        with (home / "repair-worker.log").open("ab") as out:
+        with os.fdopen(open_private(home / "repair-worker.log"), "ab") as out:
             self._proc = subprocess.Popen(
                 [
                     sys.executable,

@@ -40,6 +40,10 @@ def serve(settings: Settings, launch: Launch) -> int:
             manifest=manifest,
         )
         app = create_app(settings, services=services)
+        if server is not None:
+            # /healthz answers "ok" only once the step path can run: on a Prefect server
+            # that answered (and is amaris's own child: it holds the port).
+            server.wait_ready()
         config = uvicorn.Config(
             app,
             host=settings.server.host,

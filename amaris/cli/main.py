@@ -16,7 +16,12 @@ import uvicorn
 from amaris.agents.prompts import PromptError
 from amaris.app.check_judge import check_judges, render
 from amaris.app.launch import launched
-from amaris.app.prefect_server import AUTH_FILE, read_auth_string, recorded_server
+from amaris.app.prefect_server import (
+    AUTH_FILE,
+    PrefectServerError,
+    read_auth_string,
+    recorded_server,
+)
 from amaris.cli import bootstrap as cli_bootstrap
 from amaris.cli import inspect as cli_inspect
 from amaris.cli import manifest as cli_manifest
@@ -28,6 +33,7 @@ from amaris.memory.models import DOC_TYPES
 from amaris.memory.qdrant import CollectionMismatchError, StoreLockedError, open_qdrant
 from amaris.memory.rollout_log import StepRegistry
 from amaris.memory.store import MemoryStoreError
+from amaris.private import UnsafeFolderError
 from amaris.redact import redact_url
 from amaris.rubric.integrity import check_rubric_store
 from amaris.rubric.store import RubricStore, RubricStoreError
@@ -482,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     except cli_inspect.CommandError as exc:
         print(f"amaris: {exc}", file=sys.stderr)
         return exc.code
+    except PrefectServerError as exc:
+        print(f"amaris: {exc}", file=sys.stderr)
+        return 1
     except (
         ConfigError,
         PromptError,
@@ -490,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         MemoryStoreError,
         EmbedderConfigError,
         CollectionMismatchError,
+        UnsafeFolderError,
     ) as exc:
         print(f"amaris: {exc}", file=sys.stderr)
         return 2

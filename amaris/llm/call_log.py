@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from amaris.private import open_private
 
 
 class CallLog:
-    """Appends one JSON line per LLM request to ``<folder>/llm_calls.jsonl``."""
+    """Appends one JSON line per LLM request to ``<folder>/llm_calls.jsonl``.
+
+    The file is opened once, here: created 0600 in a folder created 0700, never through a
+    symlink (:func:`amaris.private.open_private` raises on one).
+    """
 
     def __init__(self, folder: Path | None) -> None:
         self.path = folder / "llm_calls.jsonl" if folder is not None else None
         self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._handle: IO[str] | None = None
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._handle = os.fdopen(open_private(self.path), "a", encoding="utf-8")
             self._thread = threading.Thread(target=self._run, name="amaris-call-log", daemon=True)
             self._thread.start()
 
@@ -34,8 +43,8 @@ class CallLog:
             self._thread = None
 
     def _run(self) -> None:
-        assert self.path is not None
-        with self.path.open("a", encoding="utf-8") as handle:
+        assert self._handle is not None
+        with self._handle as handle:
             while True:
                 # Block for one record, then take whatever else is queued: one write and one
                 # flush per burst, so the writer holds the GIL as little as possible.
