@@ -51,6 +51,11 @@ def test_repair_completes_a_failed_step_reusing_work(
             assert httpx.get(f"{url}/steps", params={"status": "failed"}).json() == [
                 {"step": 3, "status": "failed"}
             ]
+            # A web page's form (an empty body, a form type) re-runs nothing: 415.
+            form = {"Content-Type": "application/x-www-form-urlencoded", "Origin": "null"}
+            refused = httpx.post(f"{url}/steps/3/rerun", content=b"", headers=form)
+            assert refused.status_code == 415
+            assert httpx.get(f"{url}/steps").json() == [{"step": 3, "status": "failed"}]
             # the judge comes back; nothing else to repair is found twice
             fake_llm.default = offline_reply
             fake_llm.requests.clear()
