@@ -151,7 +151,7 @@ class RequestGuard:
 
         token = request_id_var.set(request_id)
         try:
-            if hosts != 1 or host is None or host_name(host) not in self.hosts:
+            if host is None or hosts > 1 or host_name(host) not in self.hosts:
                 got = "none" if host is None else repr(host.decode("latin-1")[:100])
                 await self._refuse(
                     scope,
