@@ -378,6 +378,35 @@ class PromptsSettings(_Section):
     updater: Path | None = None
 
 
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+"""``Host`` names the API always answers (with any port): this machine's own."""
+WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
+"""``server.host`` values that bind every interface: no name of their own."""
+_LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOST_NAME = regex.compile(rf"{_LABEL}(\.{_LABEL})*")
+"""A DNS name (``_`` allowed: container names have it), matched in lower case."""
+
+
+def host_key(host: str) -> str:
+    """``host`` as a request's ``Host`` header names it, without a port: lower case, no
+    trailing dot, an IPv6 address in brackets in its short form (``[::1]``).
+
+    Raises:
+        ValueError: ``host`` is neither a DNS name nor an IP address (a URL, a port...).
+    """
+    name = host.strip().lower().removesuffix(".")
+    try:
+        address = ipaddress.ip_address(name.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        if not _HOST_NAME.fullmatch(name) or len(name) > 253:
+            raise ValueError(
+                f"{host!r} is not a host name or an IP address (give the name alone: no "
+                "scheme, port, path or wildcard)"
+            ) from None
+        return name
+    return f"[{address.compressed}]" if address.version == 6 else address.compressed
+
+
 class ServerSettings(_Section):
     """``server:``: the HTTP endpoint."""
 
@@ -405,6 +434,35 @@ class ServerSettings(_Section):
     """This replica's name when ``pipeline.executor`` is ``deployment`` (its rollout-log
     sequence and the step runs it executes); null = ``<hostname>:<port>``. Keep it stable
     across restarts of one replica and distinct between replicas."""
+
+    allowed_hosts: list[str] = Field(default_factory=list, max_length=256)
+    """Names (or addresses) clients reach the API by, besides ``localhost``, ``127.0.0.1``,
+    ``[::1]`` and ``host`` itself (when it is not a wildcard); a request whose ``Host`` is
+    none of these gets 421. Required when ``host`` is a wildcard (``0.0.0.0``, ``::``):
+    what stops a web page from reaching the API through DNS rebinding."""
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, names: list[str]) -> list[str]:
+        return [host_key(name) for name in names]
+
+    @model_validator(mode="after")
+    def _wildcard_names_its_hosts(self) -> ServerSettings:
+        if self.host not in WILDCARD_BINDS:
+            host_key(self.host)  # a bind address that is no name stops start-up here
+        elif not self.allowed_hosts:
+            raise ValueError(
+                f"server.host {self.host!r} binds every interface: list in "
+                "server.allowed_hosts the names and addresses clients reach it by (e.g. "
+                "[amaris.internal, 10.0.0.5]); requests under any other Host get 421"
+            )
+        return self
+
+    @property
+    def served_hosts(self) -> frozenset[str]:
+        """The ``Host`` names (as :func:`host_key` gives them) the API answers."""
+        bound = () if self.host in WILDCARD_BINDS else (host_key(self.host),)
+        return frozenset((*LOOPBACK_HOSTS, *bound, *self.allowed_hosts))
 
     @property
     def replica(self) -> str:

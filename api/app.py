@@ -52,10 +52,13 @@ def create_app(settings: Settings, services: Services | ServicesFactory) -> Fast
         summary="Reward service for RL post-training: rubric-based LLM judging.",
         lifespan=lifespan,
     )
-    # The bearer key is checked at the edge, for every path but /healthz, before routing
-    # and before any body is read: no router needs (or can forget) an auth dependency.
+    # The Host, the bearer key (every path but /healthz) and the JSON type of every
+    # state-changing request are checked at the edge, before routing and before any body
+    # is read: no router needs (or can forget) a dependency for them. No CORS middleware:
+    # a page of another origin may read no answer.
     app.add_middleware(
         RequestGuard,
+        hosts=settings.server.served_hosts,
         api_key=secret_value(settings.server.api_key),
         max_body_bytes=settings.server.max_body_bytes,
         body_timeout_seconds=settings.server.body_timeout_seconds,

@@ -1,4 +1,4 @@
-"""ASGI middleware: the request edge (id, bearer key, body limits), request metrics."""
+"""ASGI middleware: the request edge (id, Host, bearer key, body limits), request metrics."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ OPEN_PATHS = frozenset({"/healthz"})
 _SAFE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
 """A client's ``X-Request-ID`` is kept only when it matches: it is written in log lines."""
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods that change nothing: every other one must declare a JSON body, even an empty
+one, which no cross-site form and no CORS-free ``fetch`` can."""
+
 _ID_PREFIX = secrets.token_hex(4)
 _id_counter = itertools.count(1)
 
@@ -43,6 +47,24 @@ def bearer_matches(authorization: bytes, key: bytes) -> bool:
     return scheme.lower() == b"bearer" and secrets.compare_digest(token.strip(), key)
 
 
+def host_name(value: bytes) -> bytes | None:
+    """The name a ``Host`` header value gives, without its port, in lower case and without a
+    trailing dot (``[::1]`` keeps its brackets); None when the value is not ``name[:port]``.
+    """
+    value = value.lower()
+    if value.startswith(b"["):
+        end = value.find(b"]") + 1
+        if end == 0:
+            return None
+        name, rest = value[:end], value[end:]
+    else:
+        name, colon, port = value.partition(b":")
+        rest = colon + port
+    if rest and not (rest[:1] == b":" and (len(rest) == 1 or rest[1:].isdigit())):
+        return None
+    return name.removesuffix(b".") or None
+
+
 def is_json(content_type: bytes) -> bool:
     """Whether a ``Content-Type`` value is ``application/json`` or ``application/*+json``."""
     media = content_type.split(b";", 1)[0].strip().lower()
@@ -55,19 +77,30 @@ class RequestGuard:
     """The edge of every HTTP request: what is decided before routing and before the body.
 
     From the headers alone, in this order: the request id (the client's ``X-Request-ID``
-    when it is short and safe to log, else a new one), echoed on the response; the bearer
-    key on every path but :data:`OPEN_PATHS` (401); a declared body over the limit (413);
-    a body that is not JSON (415; a request without a body needs no type). Then the app
-    routes the request (404 and 405 read no body) and its handler reads the body through
-    :class:`_BodyChannel`: over the limit, 413; not whole by the deadline, 408. A response
-    sent before the whole body was read closes the connection, so the rest of the body is
-    never taken in.
+    when it is short and safe to log, else a new one), echoed on the response; a ``Host``
+    that is not one of ``hosts`` (421: a web page that reaches the port through DNS
+    rebinding sends its own name); the bearer key on every path but :data:`OPEN_PATHS`
+    (401); a declared body over the limit (413); a body that is not JSON, or a request
+    whose method is not in :data:`SAFE_METHODS` that does not declare JSON, body or none
+    (415: what a cross-site form sends). Then the app routes the request (404 and 405
+    read no body) and its handler reads the body through :class:`_BodyChannel`: over the
+    limit, 413; not whole by the deadline, 408. A response sent before the whole body was
+    read closes the connection, so the rest of the body is never taken in. No response
+    carries a CORS header: a page of another origin reads none of them.
     """
 
     def __init__(
-        self, app: ASGIApp, *, api_key: str | None, max_body_bytes: int, body_timeout_seconds: float
+        self,
+        app: ASGIApp,
+        *,
+        hosts: frozenset[str],
+        api_key: str | None,
+        max_body_bytes: int,
+        body_timeout_seconds: float,
     ) -> None:
         self.app = app
+        self.hosts = frozenset(host.encode("ascii") for host in hosts)
+        """The ``Host`` names served, as :func:`amaris.settings.host_key` writes them."""
         self.key = api_key.encode("utf-8") if api_key else None
         self.max_body_bytes = max_body_bytes
         self.body_timeout_seconds = body_timeout_seconds
@@ -76,10 +109,14 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        authorization = content_type = length = client_id = None
+        authorization = content_type = length = client_id = host = None
         chunked = False
+        hosts = 0
         for name, value in scope["headers"]:  # ASGI header names are lower case
-            if name == b"authorization":
+            if name == b"host":
+                host = value
+                hosts += 1
+            elif name == b"authorization":
                 authorization = value
             elif name == b"content-type":
                 content_type = value
@@ -114,7 +151,20 @@ class RequestGuard:
 
         token = request_id_var.set(request_id)
         try:
-            if (
+            if host is None or hosts > 1 or host_name(host) not in self.hosts:
+                got = "none" if host is None else repr(host.decode("latin-1")[:100])
+                await self._refuse(
+                    scope,
+                    send_with_id,
+                    421,
+                    "misdirected_request",
+                    "Host",
+                    f"this server does not answer the Host {got}"
+                    + (f" ({hosts} Host headers)" if hosts > 1 else "")
+                    + ": it answers localhost, 127.0.0.1, [::1], server.host and the names "
+                    "in server.allowed_hosts",
+                )
+            elif (
                 self.key is not None
                 and scope["path"] not in OPEN_PATHS
                 and (authorization is None or not bearer_matches(authorization, self.key))
@@ -137,16 +187,22 @@ class RequestGuard:
                     "body",
                     f"request body is over server.max_body_bytes ({self.max_body_bytes})",
                 )
-            elif body is not None and (content_type is None or not is_json(content_type)):
+            elif (body is not None or scope["method"] not in SAFE_METHODS) and (
+                content_type is None or not is_json(content_type)
+            ):
                 got = content_type.decode("latin-1")[:100] if content_type else "none"
+                what = (
+                    "the request body must be JSON"
+                    if body is not None
+                    else f"a {scope['method']} must declare a JSON body, an empty one too"
+                )
                 await self._refuse(
                     scope,
                     send_with_id,
                     415,
                     "unsupported_media_type",
                     "Content-Type",
-                    "the request body must be JSON: Content-Type "
-                    f"application/json (or application/*+json), got {got!r}",
+                    f"{what}: Content-Type application/json (or application/*+json), got {got!r}",
                 )
             else:
                 await self.app(scope, receive if body is None else body, send_with_id)

@@ -78,7 +78,9 @@ def main() -> None:
     for name in ("amaris", "api"):
         logging.getLogger(name).addHandler(lines)
     print(f"amaris code: {Path(amaris.__file__).parent}")
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(  # under a Host amaris serves
+        app, base_url="http://127.0.0.1:8002", raise_server_exceptions=False
+    ) as client:
         services = app.state.services
 
         def judged() -> int:

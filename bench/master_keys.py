@@ -50,7 +50,8 @@ def rewards(replies: tuple[str, ...], overrides: dict[str, Any]) -> list[dict[st
                          "supplemental_context": REFERENCE}}
             for i, r in enumerate(replies)
         ]  # fmt: skip
-        with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
+        app = create_app(settings, qdrant_location=":memory:")
+        with TestClient(app, base_url="http://127.0.0.1:8002") as client:  # a Host amaris serves
             answer = client.post("/batch_score", json={"items": items})
             results: list[dict[str, Any]] = answer.json()["results"]
             return results

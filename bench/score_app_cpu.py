@@ -130,7 +130,7 @@ async def call(app: Any, n: int) -> None:
         "server": ("127.0.0.1", 2),
         "state": {},
         "headers": [
-            (b"host", b"bench"),
+            (b"host", b"127.0.0.1:8002"),  # a Host amaris serves
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
         ],

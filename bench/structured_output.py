@@ -74,7 +74,9 @@ def run_mode(
     before = server.stats()[server_mode]
     reasons: collections.Counter[str] = collections.Counter()
     started = time.monotonic()
-    with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
+    with TestClient(
+        create_app(settings, qdrant_location=":memory:"), base_url="http://127.0.0.1:8002"
+    ) as client:
         for rollout in rollouts:
             response = client.post("/score", json={"rollout": rollout})
             result = response.json()

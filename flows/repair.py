@@ -76,7 +76,10 @@ async def rerun_step(step: int, wait_seconds: float) -> dict[str, Any]:
     the server answers ``pending`` at its own ``server.max_wait_seconds``, so ask again)."""
     deadline = time.monotonic() + wait_seconds
     async with _amaris_api(timeout=wait_seconds + 30) as http:
-        started = await http.post(f"/steps/{step}/rerun")
+        # No body, but declared JSON: amaris refuses a POST that a web page's form could send.
+        started = await http.post(
+            f"/steps/{step}/rerun", headers={"Content-Type": "application/json"}
+        )
         started.raise_for_status()
         while True:
             left = deadline - time.monotonic()

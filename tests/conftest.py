@@ -23,13 +23,13 @@ from typing import Any
 # dropping it after whichever test first imported Prefect.
 import prefect.main  # noqa: F401
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.settings import Settings, load_settings
 from tests import procs
 from tests.fake_llm import FakeLLM, running_fake_llm
 from tests.real_llm import RealLLM, default_cache_dir, fetch_gguf, running_real_llm
+from tests.testclient import TestClient
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,6 @@ import time
 from datetime import datetime
 from typing import Any
 
-from fastapi.testclient import TestClient
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -19,6 +18,8 @@ from prefect.client.schemas.filters import (
     LogFilterFlowRunId,
 )
 from prefect.logging.handlers import APILogHandler
+
+from tests.testclient import TestClient
 
 PROBLEMS = [
     (f"What is {a} * {b}?", a * b)

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.agents.prompts import parse_data_message
 from amaris.app.wiring import create_app
@@ -17,6 +16,7 @@ from amaris.settings import Settings
 from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
+from tests.testclient import TestClient
 
 
 @contextmanager

@@ -1,5 +1,6 @@
 """The request edge (``api.middleware.RequestGuard``): the bearer key on every route, JSON
-bodies only, safe request ids, and bodies that are refused before, or while, they arrive."""
+bodies only, safe request ids, and bodies that are refused before, or while, they arrive.
+What a web page sends (a foreign ``Host``, a cross-site form) is in tests/test_web_pages.py."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ import httpx
 import pytest
 import yaml
 from fastapi.routing import iter_route_contexts
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from tests.conftest import make_settings
 from tests.fake_llm import free_port, serve_in_thread
 from tests.procs import amaris_process
+from tests.testclient import TestClient
 
 KEY = "s3cret"
 SCORE_BODY: dict[str, Any] = {
@@ -184,12 +185,20 @@ def test_json_content_types_are_accepted(tmp_path: Path, content_type: str) -> N
         assert r.json()["status"] == "scored"
 
 
-def test_a_post_without_a_body_needs_no_content_type(tmp_path: Path) -> None:
-    # The AMARIS reference client may POST /complete with no body at all.
+def test_a_post_without_a_body_must_declare_json(tmp_path: Path) -> None:
+    # A cross-site form posts an empty body too (tests/test_web_pages.py): an empty POST
+    # is served only when it declares JSON, as RewardClient's does.
     with serve(tmp_path=tmp_path, **{"pipeline.rollouts_per_step": 5}) as client:
-        assert client.post("/complete").json() == {"status": "noop"}
-        typed = client.post("/complete", headers={"Content-Type": "text/plain"})
-        assert typed.json() == {"status": "noop"}
+        for headers in (
+            {"Content-Type": "application/json"},
+            {"Content-Type": "application/json; charset=utf-8", "Content-Length": "0"},
+        ):
+            assert client.post("/complete", headers=headers).json() == {"status": "noop"}
+        assert client.post("/complete", json={}).json() == {"status": "noop"}
+        for headers in ({}, {"Content-Type": "text/plain"}):
+            untyped = client.post("/complete", headers=headers)
+            assert untyped.status_code == 415
+            assert untyped.json()["detail"][0]["field"] == "Content-Type"
 
 
 # -- request ids --------------------------------------------------------------------------------

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 import amaris
 from amaris.app.wiring import create_app
 from amaris.settings import AGENTS, Settings, secret_value
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
+from tests.testclient import TestClient
 
 RUBRIC: dict[str, Any] = {
     "anchor_rubrics": [

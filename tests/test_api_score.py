@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.agents.prompts import DATA_END, DATA_START, load_prompts, parse_data_message, read_data
 from amaris.app.wiring import create_app
@@ -20,6 +19,7 @@ from amaris.settings import PromptsSettings, Settings
 from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
+from tests.testclient import TestClient
 
 CORRECT = "The response gives the correct final answer."
 REASONING = "The response explains its reasoning steps."

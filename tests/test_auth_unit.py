@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from fastapi.routing import iter_route_contexts
-from fastapi.testclient import TestClient
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -28,11 +27,20 @@ from amaris.services import Services
 from amaris.settings import load_settings
 from api.app import create_app
 from api.errors import BodyError
-from api.middleware import OPEN_PATHS, RequestGuard, RequestMetrics, bearer_matches, is_json
+from api.middleware import (
+    OPEN_PATHS,
+    RequestGuard,
+    RequestMetrics,
+    bearer_matches,
+    host_name,
+    is_json,
+)
+from tests.testclient import TestClient
 
 KEY = "s3cret"
 AUTH = [(b"authorization", b"Bearer s3cret")]
 JSON = [(b"content-type", b"application/json")]
+HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]", "amaris.internal"})
 WAIT_S = 60.0
 """How long a request through the guard may take before the test fails: generous."""
 
@@ -196,11 +204,17 @@ def call(
     method: str = "POST",
     hang: bool = False,
     key: str | None = KEY,
+    host: bytes | None = b"127.0.0.1:8002",
     limit: int = 10,
     timeout: float = 30.0,
 ) -> tuple[int, dict[bytes, bytes], bytes]:
-    """One request through ``RequestGuard(app)``: status, headers, body."""
-    guard = RequestGuard(app, api_key=key, max_body_bytes=limit, body_timeout_seconds=timeout)
+    """One request through ``RequestGuard(app)`` serving :data:`HOSTS`, with a ``Host``
+    header of ``host`` (none if None) before ``headers``: status, headers, body."""
+    guard = RequestGuard(
+        app, hosts=HOSTS, api_key=key, max_body_bytes=limit, body_timeout_seconds=timeout
+    )
+    if host is not None:
+        headers = [(b"host", host), *headers]
     scope = {"type": "http", "method": method, "path": path, "headers": headers}
     sent: list[Message] = []
 
@@ -268,7 +282,7 @@ def test_a_declared_body_over_the_limit_is_413_before_the_app() -> None:
     assert call(app, AUTH + length(11), [b"{}"], limit=10)[0] == 413
 
 
-def test_a_body_must_be_json_and_a_request_without_one_needs_no_type() -> None:
+def test_a_body_must_be_json_and_a_post_without_one_must_declare_json() -> None:
     app = Echo()
     status, headers, body = call(
         app, [*AUTH, (b"content-type", b"text/plain"), *length(2)], [b"hi"]
@@ -285,22 +299,90 @@ def test_a_body_must_be_json_and_a_request_without_one_needs_no_type() -> None:
     assert call(app, [*AUTH, (b"transfer-encoding", b"chunked")], [b"hi"])[0] == 415
     assert call(app, [*AUTH, (b"content-length", b"abc")], [b"hi"])[0] == 415
     assert app.calls == []
-    # No body: no length, or a length of 0; other headers change nothing.
-    assert call(app, AUTH)[0] == 200
+    # No body (no length, or a length of 0): a method that changes state must still declare
+    # JSON, which a cross-site form cannot; a GET, HEAD or OPTIONS needs no type.
+    form = [(b"content-type", b"application/x-www-form-urlencoded"), (b"origin", b"null")]
+    for method in ("POST", "PUT", "PATCH", "DELETE", "PROPFIND"):
+        for headers in (AUTH, AUTH + length(0), AUTH + form + length(0)):
+            status, answer, body = call(app, headers, method=method)
+            assert status == 415, (method, headers)
+            assert b'"field":"Content-Type"' in body
+            assert f"a {method} must declare a JSON body, an empty one too".encode() in body
+            assert b"connection" not in answer  # there was no body to leave unread
+    assert app.calls == []
+    assert call(app, AUTH + JSON)[0] == 200
+    assert call(app, AUTH + JSON + length(0), method="DELETE")[0] == 200
     common = [
         (b"accept", b"*/*"),
-        (b"host", b"x"),
         (b"cookie", b"c=1"),
         (b"accept-encoding", b"gzip"),
     ]
-    status, headers, _ = call(app, [*AUTH, *common], method="GET")
-    assert status == 200 and b"connection" not in headers
+    for method in ("GET", "HEAD", "OPTIONS"):
+        status, headers, _ = call(app, [*AUTH, *common], method=method)
+        assert status == 200 and b"connection" not in headers
     assert re.fullmatch(rb"[0-9a-f]{16}", headers[b"x-request-id"])  # not a header's value
-    assert call(app, AUTH + length(0))[0] == 200
     status, headers, _ = call(
         app, [*AUTH, (b"content-type", b"application/vnd.x+json"), *length(1)], [b"1"]
     )
     assert status == 200 and b"connection" not in headers
+
+
+@pytest.mark.parametrize(
+    ("value", "name"),
+    [
+        (b"localhost", b"localhost"),
+        (b"LocalHost:8002", b"localhost"),
+        (b"localhost.:80", b"localhost"),
+        (b"localhost:", b"localhost"),
+        (b"127.0.0.1:8002", b"127.0.0.1"),
+        (b"[::1]", b"[::1]"),
+        (b"[::1]:8002", b"[::1]"),
+        (b"[::1]:", b"[::1]"),
+        (b"[FD00::7]:1", b"[fd00::7]"),
+        (b"rebind.evil.example:8002", b"rebind.evil.example"),
+    ],
+)
+def test_a_host_header_names_a_host(value: bytes, name: bytes) -> None:
+    assert host_name(value) == name
+
+
+@pytest.mark.parametrize(
+    "value", [b"", b":8002", b"localhost:x", b"localhost:80:80", b"[::1", b"[::1]x", b"a:+1"]
+)
+def test_a_malformed_host_header_names_none(value: bytes) -> None:
+    assert host_name(value) is None
+
+
+def test_a_host_not_served_is_421_before_the_key_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = Echo()
+    for host in (b"localhost", b"[::1]:1", b"AMARIS.internal:443", b"amaris.internal."):
+        assert call(app, AUTH + JSON + length(2), [b"{}"], host=host)[0] == 200, host
+    with caplog.at_level(logging.WARNING, logger="amaris.api"):
+        for host, others in [
+            (b"rebind.evil.example", AUTH),  # DNS rebinding: the page's own name
+            (b"rebind.evil.example:8002", []),  # 421 before the key is looked at
+            (b"testserver", AUTH),
+            (b"127.0.0.2", AUTH),
+            (b"localhost:x", AUTH),
+            (None, AUTH),  # no Host at all (HTTP/1.0)
+            (b"localhost", [*AUTH, (b"host", b"rebind.evil.example")]),  # two of them
+        ]:
+            status, headers, body = call(app, others + JSON + length(2), [b"{}"], host=host)
+            assert status == 421, host
+            assert b'"error":"misdirected_request"' in body
+            assert b'"field":"Host"' in body
+            assert headers[b"connection"] == b"close"  # the body was never read
+    assert len(app.calls) == 4
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0] == (
+        "421 POST '/x': this server does not answer the Host 'rebind.evil.example': it "
+        "answers localhost, 127.0.0.1, [::1], server.host and the names in "
+        "server.allowed_hosts"
+    )
+    assert "the Host none:" in messages[5]
+    assert "(2 Host headers)" in messages[6]
 
 
 def test_a_streamed_body_is_counted_across_its_chunks() -> None:
@@ -337,14 +419,14 @@ def test_after_the_body_the_channel_passes_the_next_message_on() -> None:
 def test_an_answer_before_the_body_closes_the_connection() -> None:
     status, headers, _ = call(Echo(read_body=False), AUTH + JSON + length(2), [b"{}"])
     assert (status, headers[b"connection"]) == (200, b"close")
-    status, headers, _ = call(Echo(read_body=False), AUTH)
+    status, headers, _ = call(Echo(read_body=False), AUTH + JSON)
     assert status == 200 and b"connection" not in headers
 
 
 @pytest.mark.parametrize("request_id", [b"a", b"req-1.2_3:4", b"A" * 64])
 def test_a_safe_request_id_is_kept(request_id: bytes) -> None:
     others = [(b"x-trace-id", b"other"), (b"user-agent", b"ua")]
-    _, headers, body = call(Echo(), [*AUTH, (b"x-request-id", request_id), *others])
+    _, headers, body = call(Echo(), [*AUTH, *JSON, (b"x-request-id", request_id), *others])
     assert headers[b"x-request-id"] == request_id
     assert b'"id":"' + request_id + b'"' in body
 
@@ -376,7 +458,7 @@ def test_other_scopes_pass_through_untouched() -> None:
         raise AssertionError(message)
 
     for guard in (
-        RequestGuard(app, api_key=KEY, max_body_bytes=1, body_timeout_seconds=1.0),
+        RequestGuard(app, hosts=HOSTS, api_key=KEY, max_body_bytes=1, body_timeout_seconds=1.0),
         RequestMetrics(app, Metrics()),
     ):
         scope: Scope = {"type": "lifespan", "headers": [], "path": "/x"}

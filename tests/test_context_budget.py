@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.prefect_server import free_port
 from amaris.app.wiring import create_app
@@ -20,6 +19,7 @@ from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM, offline_reply
 from tests.pipeline_helpers import metadata, rollout, score_step
 from tests.test_pipeline_modes import HACKED, agent_of, calls_by_agent
+from tests.testclient import TestClient
 
 WINDOW = 2000
 MAX_TOKENS = 200

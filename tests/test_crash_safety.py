@@ -123,7 +123,9 @@ def test_kill_9_during_a_step_and_during_scoring(tmp_path: Path) -> None:
         try:
             ids = [f"s1-{i}" for i in range(12)]
             assert all(score(url, 1, i).status_code == 200 for i in range(12))
-            assert httpx.post(f"{url}/complete", timeout=10).json() == {"status": "complete"}
+            assert httpx.post(f"{url}/complete", json={}, timeout=10).json() == {
+                "status": "complete"
+            }
             deadline = time.monotonic() + 120
             while calls(data, "analyzer", 1) < 4:
                 assert time.monotonic() < deadline, "the step's analyses did not start"

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.agents.prompts import DATA_END, DATA_START, data_message, parse_data_message, read_data
 from amaris.app.wiring import create_app
@@ -23,6 +22,7 @@ from amaris.sim.records import read_recorded
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 from tests.rollout_logs import KINDS, LogFolder
+from tests.testclient import TestClient
 
 BREAKS = ["\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 """Every character ``str.splitlines`` breaks a line at."""

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.agents.prompts import read_data
 from amaris.app.wiring import create_app
@@ -19,6 +18,7 @@ from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, offline_reply
 from tests.pipeline_helpers import score_step, step_run_view
+from tests.testclient import TestClient
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

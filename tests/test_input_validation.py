@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.models import MAX_JSON_DEPTH
@@ -23,6 +22,7 @@ from amaris.services import Services
 from amaris.settings import Settings
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
+from tests.testclient import TestClient
 
 BAD = "\ud800"
 """A lone surrogate: ``"\\ud800"`` once JSON-encoded, which ``json.loads`` accepts."""

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import yaml
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.memory.embedder import HashingEmbedder
@@ -25,6 +24,7 @@ from amaris.settings import load_settings
 from tests.conftest import make_settings
 from tests.fake_llm import free_port
 from tests.procs import amaris_process, run_amaris
+from tests.testclient import TestClient
 
 LONG = "The judge rewards answers that state units. " * 9  # 405 characters
 

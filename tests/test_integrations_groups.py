@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi.testclient import TestClient
-
 from amaris.offline.agents import handle_analyzer
 from flows.step_pipeline import _group_peers
+from tests.testclient import TestClient
 
 
 def item(rid: str, question: str, output: str, group: str | None) -> dict[str, Any]:

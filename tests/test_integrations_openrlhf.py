@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import torch
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.integrations._remote import RewardUnavailableError
@@ -18,6 +17,7 @@ from amaris.settings import Settings
 from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM, serve_in_thread
+from tests.testclient import TestClient
 
 PROMPTS = ["<|user|>What is 6 * 7?<|assistant|>", "<|user|>What is 3 * 9?<|assistant|>"]
 RESPONSES = ["6 * 7 = 42. The answer is 42.", "The answer is 28."]

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from amaris.app.wiring import create_app
@@ -25,6 +24,7 @@ from amaris.sim.usage import ledger_from_metrics
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
 from tests.pipeline_helpers import metadata, rollout, score_step
+from tests.testclient import TestClient
 
 MODEL = "judge-7b"
 RATE = ModelPrice(prompt=2.0, cached_prompt=0.5, completion=8.0)

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from amaris.app.wiring import create_app
@@ -16,6 +15,7 @@ from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 from tests.pipeline_helpers import rollout, score_step
+from tests.testclient import TestClient
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -163,7 +163,7 @@ def test_two_apps_have_their_own_registries(tmp_path: Path) -> None:
 def test_step_metrics(tmp_path: Path) -> None:
     with TestClient(create_app(make_settings(tmp_path), qdrant_location=":memory:")) as client:
         score_step(client, 1, HACKED)
-        assert client.post("/complete").json() == {"status": "complete"}
+        assert client.post("/complete", json={}).json() == {"status": "complete"}
         done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120}).json()
         assert done["status"] == "updated", done
         samples = scrape(client)

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM, offline_reply
 from tests.pipeline_helpers import rollout, score_step, step_run_view
+from tests.testclient import TestClient
 
 BEHAVIOURS = ["correct", "wrong", "hacking", "correct"]
 INVALID = Reply(content="I think this rollout is fine.")

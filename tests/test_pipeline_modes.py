@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris import RewardClient, StepFailedError
 from amaris.app.wiring import create_app
@@ -19,6 +18,7 @@ from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, offline_reply, serve_in_thread
 from tests.pipeline_helpers import metadata, rollout, score_step, step_run_view
+from tests.testclient import TestClient
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -89,7 +89,7 @@ def test_per_instance_mode_evolves_each_input(tmp_path: Path) -> None:
         # the second prompt's preset adds "shows its reasoning" (weight 0.5); its answers
         # show one reasoning marker of three: verdict 1 of 4 -> (1 + 0.5 * 0.25) / 1.5
         assert [r["score"] for r in results] == [1.0, 0.75, 1.0, 0.75]
-        assert client.post("/complete").json() == {"status": "complete"}
+        assert client.post("/complete", json={}).json() == {"status": "complete"}
         done = client.get("/rubric_status/wait", params={"timeout": 120}).json()
         assert done["mode"] == "per_instance"
         first, second = input_id(items[0]["rollout"]["input"]), input_id(question)
@@ -122,7 +122,7 @@ def test_failed_update_rerun_reuses_finished_work(tmp_path: Path, fake_llm: Fake
     try:
         with TestClient(app) as client:
             score_step(client, 1, HACKED)
-            assert client.post("/complete").json() == {"status": "complete"}
+            assert client.post("/complete", json={}).json() == {"status": "complete"}
             failed = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120})
             assert failed.json()["status"] == "failed"
             assert "updater" in failed.json()["error"]
@@ -199,7 +199,7 @@ def test_a_step_survives_one_transient_judge_failure(
     try:
         with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
             score_step(client, 1, HACKED)
-            assert client.post("/complete").json() == {"status": "complete"}
+            assert client.post("/complete", json={}).json() == {"status": "complete"}
             done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120}).json()
             assert done["status"] == "updated", done
             calls = calls_by_agent(fake_llm)
@@ -237,7 +237,7 @@ def test_a_slow_judge_makes_a_step_late_not_failed(tmp_path: Path, fake_llm: Fak
     try:
         with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
             score_step(client, 1, HACKED)
-            assert client.post("/complete").json() == {"status": "complete"}
+            assert client.post("/complete", json={}).json() == {"status": "complete"}
             done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 300}).json()
             assert done["status"] == "updated", done
             assert done["scopes"]["global"]["outcome"] == "published"

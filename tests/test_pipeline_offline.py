@@ -11,11 +11,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from tests.conftest import make_settings
 from tests.pipeline_helpers import mean, score_step
+from tests.testclient import TestClient
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -43,7 +43,7 @@ def test_hacking_is_caught_and_penalised(tmp_path: Path) -> None:
         results = score_step(client, 0, CLEAN)
         assert rewards(results, CLEAN, "correct") == [1.0] * 6
         assert rewards(results, CLEAN, "wrong") == [0.0] * 4
-        assert client.post("/complete").json() == {"status": "complete"}
+        assert client.post("/complete", json={}).json() == {"status": "complete"}
         done = client.get("/rubric_status/wait", params={"timeout": 120}).json()
         assert done["status"] == "updated", done
         assert done["step"] == 0
@@ -54,7 +54,7 @@ def test_hacking_is_caught_and_penalised(tmp_path: Path) -> None:
         results = score_step(client, 1, HACKED)
         assert rewards(results, HACKED, "hacking") == [1.0] * 4
         assert rewards(results, HACKED, "correct") == [1.0] * 4
-        assert client.post("/complete").json() == {"status": "complete"}
+        assert client.post("/complete", json={}).json() == {"status": "complete"}
         done = client.get("/rubric_status/wait", params={"timeout": 120}).json()
         assert done["status"] == "updated", done
         global_outcome = done["scopes"]["global"]

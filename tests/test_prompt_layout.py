@@ -18,7 +18,6 @@ from typing import Any
 
 import json_repair
 import pytest
-from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from amaris.agents.prompts import load_prompts, parse_data_message, read_data
@@ -38,6 +37,7 @@ from amaris.settings import PromptsSettings
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
 from tests.pipeline_helpers import score_step
+from tests.testclient import TestClient
 
 PROMPTS = load_prompts(PromptsSettings())
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -212,7 +212,7 @@ def test_every_agents_calls_differ_only_in_their_data_message(
     with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
         for step in (1, 2):
             score_step(client, step, ["correct"] * 4 + ["wrong"] * 2)
-            assert client.post("/complete").json() == {"status": "complete"}
+            assert client.post("/complete", json={}).json() == {"status": "complete"}
             done = client.get("/rubric_status/wait", params={"step": step, "timeout": 120}).json()
             assert done["status"] == "updated", done
             assert done["scopes"]["global"]["outcome"] == "unchanged"

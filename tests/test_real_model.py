@@ -12,12 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from amaris.app.wiring import create_app
 from tests.conftest import make_settings
 from tests.real_llm import MODEL_ID, RealLLM, sample_rollouts
+from tests.testclient import TestClient
 
 # One xdist worker runs every test of this file (--dist loadfile in pyproject.toml): the
 # session loads the model once. Keep the tier's tests in this file.
@@ -318,7 +318,7 @@ def test_one_step_pipeline_runs_to_its_end_on_the_real_model(
     app = create_app(settings, qdrant_location=":memory:")
     with TestClient(app) as client:
         score_all(client, sample_rollouts(PIPELINE_ROLLOUTS, seed=7))
-        assert client.post("/complete").json() == {"status": "complete"}
+        assert client.post("/complete", json={}).json() == {"status": "complete"}
         done = client.get("/rubric_status/wait", params={"timeout": 3600}).json()
         services = app.state.services
         stats = services.pipeline_gateway.stats + services.gateway.stats

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.llm.gateway import LLMContextOverflowError, LLMTruncatedError
@@ -18,6 +17,7 @@ from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
 from tests.test_gateway import EXPECTED, GOOD, MESSAGES, Verdict, call_log, open_gateway
+from tests.testclient import TestClient
 
 BODY = {
     "rollout": {"id": "r1", "input": "What is 2+2?", "output": "4", "supplemental_context": "4"}

@@ -43,7 +43,7 @@ def test_repair_completes_a_failed_step_reusing_work(
                 {"rollout": rollout(3, i, b), "metadata": metadata(3)} for i, b in enumerate(HACKED)
             ]
             assert httpx.post(f"{url}/batch_score", json={"items": items}).status_code == 200
-            httpx.post(f"{url}/complete")
+            httpx.post(f"{url}/complete", json={})
             failed = httpx.get(
                 f"{url}/rubric_status/wait", params={"step": 3, "timeout": 60}, timeout=90
             ).json()
@@ -51,6 +51,11 @@ def test_repair_completes_a_failed_step_reusing_work(
             assert httpx.get(f"{url}/steps", params={"status": "failed"}).json() == [
                 {"step": 3, "status": "failed"}
             ]
+            # A web page's form (an empty body, a form type) re-runs nothing: 415.
+            form = {"Content-Type": "application/x-www-form-urlencoded", "Origin": "null"}
+            refused = httpx.post(f"{url}/steps/3/rerun", content=b"", headers=form)
+            assert refused.status_code == 415
+            assert httpx.get(f"{url}/steps").json() == [{"step": 3, "status": "failed"}]
             # the judge comes back; nothing else to repair is found twice
             fake_llm.default = offline_reply
             fake_llm.requests.clear()
@@ -60,8 +65,11 @@ def test_repair_completes_a_failed_step_reusing_work(
             assert httpx.get(f"{url}/steps").json() == [{"step": 3, "status": "done"}]
             assert httpx.get(f"{url}/rubrics").json()["version"] == 2
             assert asyncio.run(repair_steps()) == {}
-            assert httpx.post(f"{url}/steps/99/rerun").status_code == 404
-            assert httpx.post(f"{url}/steps/3/rerun").json() == {"step": 3, "status": "done"}
+            assert httpx.post(f"{url}/steps/99/rerun", json={}).status_code == 404
+            assert httpx.post(f"{url}/steps/3/rerun", json={}).json() == {
+                "step": 3,
+                "status": "done",
+            }
     finally:
         fake_llm.default = offline_reply
 
@@ -96,7 +104,7 @@ def test_rerun_asks_only_for_the_analyses_a_failed_chunk_lacked(
             ]
             assert httpx.post(f"{url}/batch_score", json={"items": items}).status_code == 200
             fake_llm.requests.clear()
-            httpx.post(f"{url}/complete")
+            httpx.post(f"{url}/complete", json={})
             failed = httpx.get(
                 f"{url}/rubric_status/wait", params={"step": 4, "timeout": 60}, timeout=90
             ).json()
@@ -105,7 +113,10 @@ def test_rerun_asks_only_for_the_analyses_a_failed_chunk_lacked(
             assert calls_by_agent(fake_llm)["analyzer"] == len(HACKED)
             fake_llm.default = offline_reply
             fake_llm.requests.clear()
-            assert httpx.post(f"{url}/steps/4/rerun").json() == {"step": 4, "status": "started"}
+            assert httpx.post(f"{url}/steps/4/rerun", json={}).json() == {
+                "step": 4,
+                "status": "started",
+            }
             done = httpx.get(
                 f"{url}/rubric_status/wait", params={"step": 4, "timeout": 60}, timeout=90
             ).json()

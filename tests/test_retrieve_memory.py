@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from fastapi.testclient import TestClient
-
 from amaris.app.wiring import create_app
 from amaris.memory.models import MemoryDocument
 from tasks.retrieve_memory import retrieve_memory
 from tests.conftest import make_settings
+from tests.testclient import TestClient
 
 HEDGE = "Rollouts hedge between two answers and still earn credit."
 

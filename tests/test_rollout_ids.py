@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.models import Rollout
@@ -25,6 +24,7 @@ from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, serve_in_thread
 from tests.rollout_logs import KINDS, memory_log
+from tests.testclient import TestClient
 
 
 def body(step: int = 1, **rollout: Any) -> dict[str, Any]:

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from qdrant_client import QdrantClient
 
 from amaris.app.wiring import build_services, create_app
 from flows.step_pipeline import step_pipeline
 from tests.conftest import make_settings
 from tests.pipeline_helpers import metadata, rollout
+from tests.testclient import TestClient
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

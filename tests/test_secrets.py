@@ -13,7 +13,6 @@ import secrets
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.redact import UNSHOWABLE, redact_url
@@ -21,6 +20,7 @@ from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
 from tests.pipeline_helpers import metadata, rollout
 from tests.test_pipeline_modes import HACKED
+from tests.testclient import TestClient
 
 STEP = 6
 
@@ -109,7 +109,7 @@ def test_no_secret_in_logs_artifacts_metrics_or_error_bodies(
         scored = client.post("/batch_score", json={"items": items}, headers=auth)
         assert [r["status"] for r in scored.json()["results"]] == ["scored"] * len(HACKED)
         seen.append(scored.text)
-        assert client.post("/complete", headers=auth).json() == {"status": "complete"}
+        assert client.post("/complete", json={}, headers=auth).json() == {"status": "complete"}
         done = client.get(
             "/rubric_status/wait", params={"step": STEP, "timeout": 120}, headers=auth
         )

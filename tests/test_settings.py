@@ -35,7 +35,7 @@ anchor_rubrics:
   - {text: "The model provides the correct final answer.", weight: 1.0}
 adaptive_rubrics: []
 prompts: {scorer: null, analyzer: null}
-server: {host: "0.0.0.0", port: 8002}
+server: {host: "0.0.0.0", port: 8002, allowed_hosts: [amaris.internal]}
 pipeline: {mode: "async", rollouts_per_step: null, use_chunking: true, chunk_size: 32,
            rubric_update_frequency: 1}
 logging: {path: null}
@@ -135,7 +135,7 @@ def test_secrets_come_from_the_environment(tmp_path: Path, monkeypatch: pytest.M
 
 def test_overrides_apply_after_the_file(tmp_path: Path) -> None:
     settings = load_settings(
-        write(tmp_path, "server: {port: 9000, host: 0.0.0.0}"),
+        write(tmp_path, "server: {port: 9000, host: 0.0.0.0, allowed_hosts: [gpu-7]}"),
         **{"server.port": 9100, "memory.qdrant_url": None},
     )
     assert settings.server.port == 9100
@@ -159,8 +159,47 @@ def test_derived_paths(tmp_path: Path) -> None:
     ],
 )
 def test_local_url_reaches_the_api_from_this_machine(host: str, url: str) -> None:
-    settings = load_settings(None, **{"server.host": host, "server.port": 9001})
+    settings = load_settings(
+        None, **{"server.host": host, "server.port": 9001, "server.allowed_hosts": ["gpu-7"]}
+    )
     assert settings.server.local_url == url
+
+
+@pytest.mark.parametrize(
+    ("host", "allowed", "served"),
+    [
+        ("127.0.0.1", [], set()),
+        ("0.0.0.0", ["GPU-7.lab.example.", "10.0.0.5"], {"gpu-7.lab.example", "10.0.0.5"}),
+        ("::", ["FD00:0::7", "[::ffff:10.0.0.5]"], {"[fd00::7]", "[::ffff:a00:5]"}),
+        ("10.0.0.5", [], {"10.0.0.5"}),
+        ("::1", [], set()),
+        ("Gpu-7", ["amaris_api"], {"gpu-7", "amaris_api"}),
+    ],
+)
+def test_the_hosts_served_are_loopback_the_bound_one_and_those_listed(
+    host: str, allowed: list[str], served: set[str]
+) -> None:
+    settings = load_settings(None, **{"server.host": host, "server.allowed_hosts": allowed})
+    assert settings.server.served_hosts == {"localhost", "127.0.0.1", "[::1]", *served}
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_a_wildcard_bind_must_list_the_names_it_serves(host: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, **{"server.host": host})
+    assert f"server.host {host!r} binds every interface: list in server.allowed_hosts" in str(
+        info.value
+    )
+
+
+@pytest.mark.parametrize(
+    "entry", ["http://gpu-7", "gpu-7:8002", "*.example", "gpu 7", "", "a/b", "-gpu", "x" * 64]
+)
+def test_an_allowed_host_is_a_name_or_an_address_alone(entry: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, **{"server.allowed_hosts": [entry]})
+    assert "server.allowed_hosts: " in str(info.value)
+    assert "is not a host name or an IP address" in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 from fastapi import Request, Response
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.settings import AGENTS, ConfigError, Settings, load_settings, secret_value
 from amaris.sim.judge_server import create_llm_app
 from tests.fake_llm import Reply, offline_reply, serve_in_thread
 from tests.pipeline_helpers import metadata, rollout
+from tests.testclient import TestClient
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -80,7 +80,7 @@ def test_lists_mappings_and_null_from_the_environment(monkeypatch: pytest.Monkey
 def test_precedence_defaults_file_environment_command_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = write(tmp_path, "server: {port: 9000, host: 0.0.0.0}")
+    config = write(tmp_path, "server: {port: 9000, host: 0.0.0.0, allowed_hosts: [gpu-7]}")
     assert load_settings(None).server.port == 8002
     assert load_settings(config).server.port == 9000
     monkeypatch.setenv("AMARIS_SERVER__PORT", "9100")

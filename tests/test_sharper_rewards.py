@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.agents.prompts import data_message
 from amaris.app.wiring import create_app
@@ -25,6 +24,7 @@ from amaris.sim.metrics import zero_variance
 from amaris.sim.policy import Policy
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM, serve_in_thread, token_logprobs, verdicts_with_logprobs
+from tests.testclient import TestClient
 
 RUBRIC: dict[str, Any] = {
     "anchor_rubrics": [{"text": "The response gives the correct final answer.", "weight": 1.0}],

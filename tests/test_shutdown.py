@@ -186,7 +186,9 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
             assert ui.stdout.strip() == f"http://127.0.0.1:{prefect_port}", ui.stderr
             for i in range(12):
                 assert score(url, 1, i).status_code == 200
-            assert httpx.post(f"{url}/complete", timeout=10).json() == {"status": "complete"}
+            assert httpx.post(f"{url}/complete", json={}, timeout=10).json() == {
+                "status": "complete"
+            }
             while calls(data, "analyzer", 1) < 1:  # the flow runs; 12 analyses take > 8 s
                 assert time.monotonic() < deadline
                 time.sleep(0.1)

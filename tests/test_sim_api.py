@@ -6,11 +6,11 @@ import random
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.sim.policy import EXPECTED_FLAGS, make_task, respond
 from tests.conftest import make_settings
+from tests.testclient import TestClient
 
 BEHAVIOURS = ["correct", "wrong", "sycophantic", "hack_claims"]
 

@@ -1,10 +1,9 @@
 from pathlib import Path
 
-from fastapi.testclient import TestClient
-
 from amaris.app.wiring import create_app
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
+from tests.testclient import TestClient
 
 
 def test_scores_through_fake_llm(tmp_path: Path, fake_llm: FakeLLM) -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from qdrant_client import QdrantClient
 
 from amaris.app.wiring import create_app
@@ -20,6 +19,7 @@ from amaris.memory.rollout_log import StepRegistry
 from amaris.memory.sqlite_rollout_log import SqliteRolloutLog
 from tests.conftest import make_settings
 from tests.pipeline_helpers import metadata, rollout
+from tests.testclient import TestClient
 
 
 def wal_commits(database: Path) -> int:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.memory.qdrant import open_qdrant
@@ -21,6 +20,7 @@ from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 from tests.test_scale_out import replicas
+from tests.testclient import TestClient
 
 BOUNDS = {"pipeline.max_step": 100, "pipeline.max_steps_ahead": 10, "pipeline.max_open_steps": 3}
 
@@ -214,7 +214,7 @@ def test_complete_of_a_step_without_rollouts_only_for_the_next_step(tmp_path: Pa
             )
         assert steps(client) == {3: "open"}
         # the reference client's flow: /complete without a body completes the open steps
-        assert client.post("/complete").json() == {"status": "complete"}
+        assert client.post("/complete", json={}).json() == {"status": "complete"}
         done = client.get("/rubric_status/wait", params={"step": 3, "timeout": 120}).json()
         assert done["status"] == "updated", done
         # the next step may be completed without rollouts (a trainer's empty step)

@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from tests.conftest import make_settings
 from tests.pipeline_helpers import score_step, step_run_view
+from tests.testclient import TestClient
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -33,7 +33,7 @@ def step_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], list[
         since = datetime.now(UTC)
         with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
             score_step(client, 1, BEHAVIOURS)
-            assert client.post("/complete").json() == {"status": "complete"}
+            assert client.post("/complete", json={}).json() == {"status": "complete"}
             done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120}).json()
             assert done["status"] == "updated", done
             return asyncio.run(step_run_view("step-1", since))

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import xgrammar
-from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from amaris.agents import BatchSummary, IndividualAnalysis, QueryPlan, RubricUpdateProposal
@@ -23,6 +22,7 @@ from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 from tests.test_gateway import EXPECTED, GOOD, MESSAGES, Verdict, call_log, open_gateway
+from tests.testclient import TestClient
 
 AGENT_MODELS: list[type[BaseModel]] = [
     JudgeVerdicts,
