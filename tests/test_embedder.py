@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.memory.embedder import (
@@ -24,6 +23,7 @@ from amaris.memory.embedder import (
 from tests.conftest import make_settings
 from tests.fake_llm import serve_in_thread
 from tests.memory_helpers import minilm
+from tests.testclient import TestClient
 
 
 def _dot(a: list[float], b: list[float]) -> float:

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.cli.main import main as cli_main
@@ -34,6 +33,7 @@ from amaris.services import Services
 from amaris.settings import Settings
 from tests.conftest import make_settings
 from tests.pipeline_helpers import metadata, rollout
+from tests.testclient import TestClient
 
 EXTRA = Criterion(id="R1", text="The response shows its steps.", weight=0.5, is_anchor=False)
 
