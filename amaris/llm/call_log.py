@@ -35,7 +35,9 @@ class CallLog:
 
     def _run(self) -> None:
         assert self.path is not None
-        with self.path.open("a", encoding="utf-8") as handle:
+        # errors="replace": an error quoting an endpoint's body may hold a lone surrogate,
+        # which would otherwise stop this writer and every later line with it.
+        with self.path.open("a", encoding="utf-8", errors="replace") as handle:
             while True:
                 # Block for one record, then take whatever else is queued: one write and one
                 # flush per burst, so the writer holds the GIL as little as possible.
