@@ -177,7 +177,9 @@ def test_short_broken_json_is_still_repaired(tmp_path: Path, fake_llm: FakeLLM) 
 
 
 @pytest.mark.parametrize(
-    "content", ["[" * 100_000, '{"verdicts": ' + "[" * 100_000, '{"a": 1' + "0" * 5000 + "}"]
+    "content",
+    ["[" * 100_000, '{"verdicts": ' + "[" * 100_000, '{"a": 1' + "0" * 5000 + "}"],
+    ids=["brackets", "nested-verdicts", "long-integer"],
 )
 def test_answer_that_cannot_be_read_is_unscored_not_a_500(
     tmp_path: Path, fake_llm: FakeLLM, content: str
