@@ -5,6 +5,7 @@ results (through real HTTP, the fake LLM)."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,24 @@ def test_score_reads_the_answer_after_the_think_block(tmp_path: Path, fake_llm: 
     assert 'amaris_llm_tokens_total{agent="scorer",kind="reasoning",model="gpt-4o-mini"} 9.0' in (
         metrics
     )
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("<think>" * 40_000, ("", "<think>" * 39_999)),
+        ("</think>" * 40_000, ("", "</think>" * 39_999)),
+        ("<THINK>" * 20_000 + "</think>{}", ("{}", "<THINK>" * 19_999)),
+    ],
+    ids=["opening-tags", "closing-tags", "one-long-block"],
+)
+def test_think_tags_by_the_hundred_thousand_are_split_in_linear_time(
+    content: str, expected: tuple[str, str]
+) -> None:
+    # A backtracking pattern took over a minute on 100 KB of "<think>", on the event loop.
+    found: list[tuple[str, str | None]] = []
+    worker = threading.Thread(target=lambda: found.append(split_reasoning(content)), daemon=True)
+    worker.start()
+    worker.join(60.0)  # watchdog only
+    assert not worker.is_alive(), "split_reasoning did not end"
+    assert found[0] == expected

@@ -63,8 +63,11 @@ class ResponseTooLargeError(ValueError):
     """A response body (declared or read so far) is longer than the endpoint's limit."""
 
     def __init__(self, size: int, limit: int, declared: bool) -> None:
-        how = "declares" if declared else "ran past"
-        super().__init__(f"the response {how} {size} bytes; the limit is {limit}")
+        if declared:
+            message = f"the response declares {size} bytes; the limit is {limit}"
+        else:
+            message = f"the response ran past the limit of {limit} bytes (abandoned unread)"
+        super().__init__(message)
         self.limit = limit
 
 
