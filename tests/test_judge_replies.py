@@ -101,7 +101,10 @@ def test_reply_past_max_response_bytes_is_unscored_and_not_asked_again(
     with serve(settings_for(tmp_path, fake_llm, **{"gateway.max_attempts": 3})) as client:
         result = score(client)
         counters = client.get("/healthz").json()["counters"]
+        exported = client.get("/metrics").text
     assert unscored_kind(result) == "judge_oversize"
+    assert 'amaris_unscored_total{reason="judge_oversize"} 1.0' in exported
+    assert 'amaris_llm_oversize_total{agent="scorer",path="score"} 1.0' in exported
     assert "max_response_bytes" in result["reason"]
     assert counters["unscored.judge_oversize"] == 1
     assert len(fake_llm.requests) == 1
