@@ -184,6 +184,10 @@ def parse_json_object(text: str) -> tuple[dict[str, Any], bool]:
         repaired = json_repair.loads(stripped)
     except RecursionError:
         raise ValueError("output is not a JSON object, and nests too deep to repair") from None
+    except Exception as exc:
+        # A heuristic parser of text the model wrote: its failure is one more answer that
+        # does not parse (an invalid output), never an error of the request.
+        raise ValueError(f"output is not a JSON object ({type(exc).__name__} in repair)") from exc
     if isinstance(repaired, dict) and repaired:
         return _storable(repaired), True
     raise ValueError("output is not a JSON object")
