@@ -42,6 +42,8 @@ TRUNCATION_CAUSES = ("max_field_chars", "context_window")
 UNSCORED_REASONS = (
     "judge_unavailable",
     "judge_invalid",
+    "judge_invalid_logprobs",
+    "judge_oversize",
     "judge_truncated",
     "judge_context_overflow",
     "judge_timeout",
@@ -141,6 +143,10 @@ _LLM_COUNTERS = {
     "repaired_json": (
         "amaris_llm_repaired_json",
         "LLM answers whose JSON had to be repaired, by agent and path.",
+    ),
+    "oversize": (
+        "amaris_llm_oversize",
+        "LLM answers abandoned past agents.<agent>.max_response_bytes, by agent and path.",
     ),
 }
 

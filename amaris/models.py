@@ -36,6 +36,19 @@ def valid_text(value: str) -> str:
     return value
 
 
+def storable(value: str) -> str:
+    """``value`` with every lone surrogate replaced by U+FFFD: text amaris did not write
+    (a judge's reply, an error quoting it) made safe to store, log and send back."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # Through UTF-16, surrogate pairs are joined again and lone ones replaced.
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return value
+
+
 def valid_json(value: Any) -> Any:
     """``value``, if it is a JSON value amaris can store: strings (keys too) valid text,
     numbers finite, nesting at most :data:`MAX_JSON_DEPTH` levels.

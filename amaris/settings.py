@@ -47,6 +47,13 @@ StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 MAX_SAMPLES = 16
 """Most verdicts per criterion ``agents.scorer.samples`` may ask for (each is a judge call)."""
 SCORER_ONLY = ("samples", "logprobs")
+MAX_RESPONSE_BYTES = 262_144
+"""``agents.<agent>.max_response_bytes`` by default: a judge reply's JSON (verdicts with
+clipped reasons, an updater's proposal, a reasoning model's separate reasoning) is tens
+of KB; a body past this is abandoned while it is read."""
+MAX_RESPONSE_BYTES_LOGPROBS = 4_194_304
+"""The same with ``agents.scorer.logprobs``: ``top_logprobs`` lists ~10 alternatives of
+every token, some 400 bytes a token."""
 """Agent options only the scorer reads: accepted under ``agents.scorer`` alone."""
 
 
@@ -210,6 +217,10 @@ class AgentOptions(_Section):
     logprobs: bool | None = None
     """Scorer only: ask for ``logprobs`` / ``top_logprobs`` and take each verdict as the
     expected value over the score tokens 0-4 (the plain verdict where none come back)."""
+    max_response_bytes: int | None = Field(default=None, ge=1024)
+    """Largest response body read from the agent's endpoint, in bytes: a longer one is
+    abandoned while it is read (``judge_oversize``); null = 256 KiB, or 4 MiB for a scorer
+    with ``logprobs``."""
 
 
 class ResolvedAgentOptions(_Section):
@@ -226,6 +237,7 @@ class ResolvedAgentOptions(_Section):
     context_window: int | None
     samples: int
     logprobs: bool
+    max_response_bytes: int
 
 
 _BUILTIN_AGENT_OPTIONS: dict[str, Any] = {
@@ -285,6 +297,10 @@ class AgentsSettings(_Section):
         override: AgentOptions | None = getattr(self, agent)
         if override is not None:
             merged.update(override.model_dump(exclude_none=True))
+        merged.setdefault(
+            "max_response_bytes",
+            MAX_RESPONSE_BYTES_LOGPROBS if merged["logprobs"] else MAX_RESPONSE_BYTES,
+        )
         return ResolvedAgentOptions(**merged)
 
 

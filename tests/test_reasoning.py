@@ -5,6 +5,8 @@ results (through real HTTP, the fake LLM)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,35 @@ def test_score_reads_the_answer_after_the_think_block(tmp_path: Path, fake_llm: 
     assert 'amaris_llm_tokens_total{agent="scorer",kind="reasoning",model="gpt-4o-mini"} 9.0' in (
         metrics
     )
+
+
+SPLIT_IN_CHILD = (
+    "import json, sys; from amaris.llm.reasoning import split_reasoning; "
+    "print(json.dumps(split_reasoning(json.load(sys.stdin))))"
+)
+"""``split_reasoning`` of the JSON string on stdin, printed as JSON."""
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("<think>" * 40_000, ("", "<think>" * 39_999)),
+        ("</think>" * 40_000, ("", "</think>" * 39_999)),
+        ("<THINK>" * 20_000 + "</think>{}", ("{}", "<THINK>" * 19_999)),
+    ],
+    ids=["opening-tags", "closing-tags", "one-long-block"],
+)
+def test_think_tags_by_the_hundred_thousand_are_split_in_linear_time(
+    content: str, expected: tuple[str, str]
+) -> None:
+    # A backtracking pattern took minutes on 100 KB of "<think>", holding the interpreter
+    # lock throughout: only a watchdog in another process can stop it.
+    child = subprocess.run(
+        [sys.executable, "-c", SPLIT_IN_CHILD],
+        input=json.dumps(content),
+        capture_output=True,
+        text=True,
+        timeout=120.0,  # watchdog only (the child imports amaris first)
+        check=True,
+    )
+    assert tuple(json.loads(child.stdout)) == expected

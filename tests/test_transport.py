@@ -15,6 +15,7 @@ import datetime
 import gzip
 import ipaddress
 import json
+import math
 import ssl
 import threading
 import time
@@ -29,6 +30,7 @@ import pytest
 from amaris.app.prefect_server import free_port
 from amaris.llm.gateway import is_transient
 from amaris.llm.providers import Completion, OpenAIProvider, parse_completion
+from amaris.llm.transport import ResponseTooLargeError
 from amaris.settings import Settings
 from amaris.sim.judge_server import Reply
 from tests.fake_llm import FakeLLM
@@ -230,24 +232,133 @@ async def test_silent_server_is_a_timeout() -> None:
         server.close()
 
 
-async def test_read_timeout_is_between_bytes_not_for_the_whole_answer() -> None:
-    answer = ok()
+async def test_trickling_answer_is_abandoned_at_the_attempts_deadline() -> None:
+    # Every gap is far under the timeout: only a deadline for the whole attempt ends it.
+    answer = ok(json.dumps({**ANSWER, "pad": " " * 4000}).encode())
+    sent: list[int] = []
 
     async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
-        for start in range(0, len(answer), len(answer) // 5 + 1):
-            writer.write(answer[start : start + len(answer) // 5 + 1])
-            await writer.drain()
-            await asyncio.sleep(0.15)  # 5 pieces: ~0.75 s in all, each gap under 0.4 s
-        await reader.read(65536)
+        try:
+            for start in range(0, len(answer), 100):
+                writer.write(answer[start : start + 100])
+                await writer.drain()
+                sent.append(start)
+                await asyncio.sleep(0.05)
+        except ConnectionError:
+            pass  # the client gave up
         writer.close()
 
     server = await asyncio.start_server(trickle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
-        assert await complete(f"http://127.0.0.1:{port}/v1", timeout=0.4) == '{"ok": true}'
+        async with asyncio.timeout(DEADLINE_S):  # watchdog only
+            with pytest.raises(openai.APITimeoutError):
+                await complete(f"http://127.0.0.1:{port}/v1", timeout=0.4)
     finally:
         server.close()
+    assert len(sent) < len(answer) // 100
+
+
+def huge_answer(size: int) -> bytes:
+    """A chat completion whose answer is ``size`` bytes of text."""
+    return json.dumps(
+        {"choices": [{"message": {"role": "assistant", "content": "x" * size}}]}
+    ).encode()
+
+
+async def complete_capped(url: str, max_bytes: int) -> Completion:
+    provider = OpenAIProvider("k", url)
+    options = (
+        Settings()
+        .agents.for_agent("scorer")
+        .model_copy(update={"timeout": 5.0, "max_response_bytes": max_bytes})
+    )
+    try:
+        return await provider.complete("scorer", MESSAGES, options)
+    finally:
+        await provider.close()
+
+
+async def test_body_past_max_response_bytes_is_abandoned_while_read() -> None:
+    # Chunked: no length to refuse up front; the client stops reading past the limit.
+    body = huge_answer(8_000_000)
+    chunked = b"".join(
+        b"%x\r\n%s\r\n" % (len(body[i : i + 65536]), body[i : i + 65536])
+        for i in range(0, len(body), 65536)
+    )
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    async with raw_server(lambda request, _: head + chunked + b"0\r\n\r\n") as server:
+        async with asyncio.timeout(DEADLINE_S):
+            with pytest.raises(ResponseTooLargeError, match="ran past") as caught:
+                await complete_capped(server.url, 262_144)
+    assert caught.value.limit == 262_144
+
+
+async def test_declared_length_past_max_response_bytes_is_refused_unread() -> None:
+    declared = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 150000000\r\n\r\n{"
+    )
+    async with raw_server(lambda request, _: declared) as server:
+        async with asyncio.timeout(DEADLINE_S):
+            with pytest.raises(ResponseTooLargeError, match="declares 150000000 bytes"):
+                await complete_capped(server.url, 262_144)
+
+
+async def test_answer_within_max_response_bytes_is_read_whole() -> None:
+    async with raw_server(lambda request, _: ok(huge_answer(200_000))) as server:
+        completion = await complete_capped(server.url, 262_144)
+    assert completion.content == "x" * 200_000
+
+
+async def test_connection_after_an_oversized_answer_is_not_reused() -> None:
+    answers = iter([ok(huge_answer(300_000)), ok()])
+    async with raw_server(lambda request, _: next(answers)) as server:
+        provider = OpenAIProvider("k", server.url)
+        options = Settings().agents.for_agent("scorer")
+        with pytest.raises(ResponseTooLargeError):
+            await provider.complete("scorer", MESSAGES, options)
+        assert (await provider.complete("scorer", MESSAGES, options)).content == '{"ok": true}'
+        await provider.close()
+    assert server.connections == 2
+
+
+async def test_long_error_body_is_cut_not_read_whole() -> None:
+    body = json.dumps({"error": {"message": "overloaded " + "y" * 5_000_000}}).encode()
+    answer = b"HTTP/1.1 503 Busy\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    async with raw_server(lambda request, _: answer) as server:
+        with pytest.raises(openai.InternalServerError) as caught:
+            await complete(server.url)
+    assert caught.value.status_code == 503
+    assert len(str(caught.value)) < 70_000
+
+
+async def test_answer_nested_too_deep_is_a_value_error() -> None:
+    async with raw_server(lambda request, _: ok(b"[" * 100_000)) as server:
+        with pytest.raises(ValueError, match="nests too deep"):
+            await complete(server.url)
+
+
+def test_logprobs_past_the_float_range_are_kept_as_infinity() -> None:
+    raw = (
+        b'{"choices": [{"message": {"content": "4"}, "logprobs": {"content": [{"token": "4",'
+        b' "logprob": -1' + b"0" * 400 + b', "top_logprobs": [{"token": "4", "logprob": NaN}]}]}}]}'
+    )
+    completion = parse_completion(raw)
+    assert completion.logprobs is not None
+    token = completion.logprobs[0]
+    assert token.logprob == float("-inf")
+    assert math.isnan(token.top[0][1])
+
+
+def test_lone_surrogates_of_an_answer_are_replaced() -> None:
+    raw = b'{"choices": [{"message": {"content": "ok \\ud800", "reasoning_content": "\\udfff"}}]}'
+    completion = parse_completion(raw)
+    assert completion.content == "ok \ufffd"
+    assert completion.reasoning == "\ufffd"
+    completion.content.encode("utf-8")
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,11 @@ class CallLog:
         self._handle: IO[str] | None = None
         if self.path is not None:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._handle = os.fdopen(open_private(self.path), "a", encoding="utf-8")
+            # errors="replace": an error quoting an endpoint's body may hold a lone surrogate,
+            # which would otherwise stop this writer and every later line with it.
+            self._handle = os.fdopen(
+                open_private(self.path), "a", encoding="utf-8", errors="replace"
+            )
             self._thread = threading.Thread(target=self._run, name="amaris-call-log", daemon=True)
             self._thread.start()
 

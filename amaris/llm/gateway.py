@@ -7,7 +7,13 @@ output does not validate, one corrective re-ask with its own ``max_attempts``.
 At most ``2 * max_attempts`` requests, plus at most two at once when an endpoint refuses
 a structured-output mode (``json_schema``, then ``json_object``; see
 :mod:`amaris.llm.output_mode`): a refused mode is never asked again. Nothing else retries:
-the SDK's own retries are off and callers do not retry.
+the SDK's own retries are off and callers do not retry. A reply longer than the agent's
+``max_response_bytes`` is not retried (:class:`LLMResponseTooLargeError`).
+
+A reply is untrusted text: its body is bounded while it is read (:mod:`amaris.llm.transport`),
+its JSON is parsed on the event loop only when it is short (:data:`INLINE_PARSE_CHARS`),
+repaired only up to :data:`REPAIR_MAX_CHARS` and always off the loop, and any failure to
+read it (nesting too deep, a number too long) is an invalid output, never another error.
 """
 
 from __future__ import annotations
@@ -49,11 +55,19 @@ from amaris.llm.output_mode import (
 from amaris.llm.providers import ChatProvider, Completion, OfflineProvider, OpenAIProvider
 from amaris.llm.reasoning import split_reasoning
 from amaris.llm.schema import strict_schema
+from amaris.llm.transport import ResponseTooLargeError
+from amaris.models import storable
 from amaris.settings import AGENTS, ResolvedAgentOptions, Settings, has_endpoint, secret_value
 
 T = TypeVar("T", bound=BaseModel)
 log = logging.getLogger("amaris.llm")
 
+INLINE_PARSE_CHARS = 16_384
+"""Longest answer parsed and validated on the event loop; a longer one is read in a
+worker thread (``json.loads`` and validation of 256 KB take milliseconds)."""
+REPAIR_MAX_CHARS = 65_536
+"""Longest answer ``json_repair`` is run on (in a worker thread; ~5 us a character): a
+longer answer that is not JSON is an invalid output."""
 _TRANSIENT_STATUS = {408, 409, 425, 429}
 _LOGGED_REASONING_CHARS = 4000
 _FITTED_SCHEMAS = 256
@@ -78,6 +92,11 @@ class LLMContextOverflowError(LLMUnavailableError):
 
 class LLMOutputError(RuntimeError):
     """The model's output did not validate, even after the corrective re-ask."""
+
+
+class LLMResponseTooLargeError(LLMOutputError):
+    """The response body was longer than the agent's ``max_response_bytes``: abandoned
+    while it was read, and not asked again (a model that wrote it would write it again)."""
 
 
 class LLMTruncatedError(LLMOutputError):
@@ -122,23 +141,77 @@ def _retry_after(exc: BaseException) -> float | None:
     return None
 
 
+def strict_json_object(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON object, if it is exactly one, its strings made storable; None
+    when it is not JSON or not an object.
+
+    Raises:
+        ValueError: it nests too deep, or holds an integer too long, to be read.
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    except RecursionError:
+        raise ValueError("output nests too deep to parse") from None
+    if not isinstance(value, dict):
+        return None
+    # A lone surrogate can only come from a \\u escape: text without one is storable.
+    return _storable(value) if "\\u" in text else value
+
+
 def parse_json_object(text: str) -> tuple[dict[str, Any], bool]:
     """Parse a JSON object from model output; returns (object, repaired).
+
+    Strings in it are made storable (:func:`~amaris.models.storable`: a ``"\\ud800"``
+    escape decodes to a lone surrogate). ``json_repair`` is tried on an answer that is not
+    a JSON object when it is at most :data:`REPAIR_MAX_CHARS` long: call this off the event
+    loop unless the answer is short.
 
     Raises:
         ValueError: no JSON object can be recovered.
     """
     stripped = text.strip()
+    value = strict_json_object(stripped)
+    if value is not None:
+        return value, False
+    if len(stripped) > REPAIR_MAX_CHARS:
+        raise ValueError(
+            f"output is not a JSON object, and too long to repair ({len(stripped)} "
+            f"characters; the limit is {REPAIR_MAX_CHARS})"
+        )
     try:
-        value = json.loads(stripped)
-        if isinstance(value, dict):
-            return value, False
-    except json.JSONDecodeError:
-        pass
-    repaired = json_repair.loads(stripped)
+        repaired = json_repair.loads(stripped)
+    except RecursionError:
+        raise ValueError("output is not a JSON object, and nests too deep to repair") from None
+    except Exception as exc:
+        # A heuristic parser of text the model wrote: its failure is one more answer that
+        # does not parse (an invalid output), never an error of the request.
+        raise ValueError(f"output is not a JSON object ({type(exc).__name__} in repair)") from exc
     if isinstance(repaired, dict) and repaired:
-        return repaired, True
+        return _storable(repaired), True
     raise ValueError("output is not a JSON object")
+
+
+def _storable(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` with every string in it (keys too) storable; iterative (no recursion)."""
+    root: dict[str, Any] = {}
+    stack: list[tuple[Any, dict[str, Any] | list[Any]]] = [(value, root)]
+    while stack:
+        source, target = stack.pop()
+        items = source.items() if isinstance(source, dict) else ((None, v) for v in source)
+        for key, child in items:
+            if isinstance(child, dict | list):
+                copy: dict[str, Any] | list[Any] = {} if isinstance(child, dict) else []
+                stack.append((child, copy))
+                child = copy
+            elif isinstance(child, str):
+                child = storable(child)
+            if isinstance(target, dict):
+                target[storable(str(key))] = child
+            else:
+                target.append(child)
+    return root
 
 
 class LLMGateway:
@@ -342,7 +415,7 @@ class LLMGateway:
         completion = await self._waited(agent, messages, step, output)
         answer = self._answer(agent, completion, step)
         try:
-            return self._validate(agent, answer, schema, check, step), completion
+            return await self._validated(agent, answer, schema, check, step), completion
         except (ValueError, ValidationError) as first:
             if not self._settings.gateway.reask_on_invalid:
                 raise LLMOutputError(f"{agent}: invalid output: {_short(first)}") from first
@@ -360,7 +433,7 @@ class LLMGateway:
             completion = await self._waited(agent, retry_messages, step, output, reask=True)
             second = self._answer(agent, completion, step)
             try:
-                return self._validate(agent, second, schema, check, step), completion
+                return await self._validated(agent, second, schema, check, step), completion
             except (ValueError, ValidationError) as exc:
                 raise LLMOutputError(
                     f"{agent}: invalid output after re-ask: {_short(exc)}"
@@ -387,7 +460,7 @@ class LLMGateway:
             )
         return answer
 
-    def _validate(
+    async def _validated(
         self,
         agent: str,
         answer: str,
@@ -395,8 +468,30 @@ class LLMGateway:
         check: Callable[[T], None] | None,
         step: int | None,
     ) -> T:
+        """:meth:`_validate`, on the event loop for a short answer that is JSON, else in a
+        worker thread (a long answer's parse, any repair)."""
+        if len(answer) <= INLINE_PARSE_CHARS:
+            try:
+                inline = strict_json_object(answer.strip())
+            except ValueError:
+                inline = None
+            if inline is not None:
+                return self._validate(agent, answer, schema, check, step, inline)
+        return await asyncio.to_thread(self._validate, agent, answer, schema, check, step)
+
+    def _validate(
+        self,
+        agent: str,
+        answer: str,
+        schema: type[T],
+        check: Callable[[T], None] | None,
+        step: int | None,
+        parsed: dict[str, Any] | None = None,
+    ) -> T:
+        """``answer`` (or ``parsed``, its JSON object when already read) validated by
+        ``schema`` and ``check``."""
         try:
-            data, repaired = parse_json_object(answer)
+            data, repaired = (parsed, False) if parsed is not None else parse_json_object(answer)
             result = schema.model_validate(data)
             if check is not None:
                 check(result)
@@ -490,6 +585,19 @@ class LLMGateway:
                 self.ledger.record(
                     agent, model, usage_of(None, time.perf_counter() - started, exc), step
                 )
+                if isinstance(exc, ResponseTooLargeError):
+                    # Not retried: the body is the model's answer, and it would write it again.
+                    record.update(
+                        latency_ms=round((time.perf_counter() - started) * 1000, 2),
+                        outcome="oversize",
+                        error=_short(exc),
+                    )
+                    self._log.write(record)
+                    self.stats[f"{agent}.oversize"] += 1
+                    log.warning("%s: %s (step %s)", agent, exc, step)
+                    raise LLMResponseTooLargeError(
+                        f"{agent}: {exc} (agents.{agent}.max_response_bytes)"
+                    ) from exc
                 if (
                     options.structured_output == "auto"
                     and mode != "configured"

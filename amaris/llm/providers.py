@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import openai
 
 from amaris.llm.transport import JsonEndpoint
+from amaris.models import storable
 from amaris.offline.judge import respond
 from amaris.offline.sampling import VerdictSampler
 from amaris.redact import redact_url
@@ -126,9 +128,10 @@ class OpenAIProvider:
         response_format: dict[str, Any] | None = None,
     ) -> Completion:
         body = chat_body(messages, options, response_format)
-        return parse_completion(
-            await self._endpoint.post("chat/completions", body, options.timeout)
+        raw = await self._endpoint.post(
+            "chat/completions", body, options.timeout, options.max_response_bytes
         )
+        return parse_completion(raw)
 
     async def models(self, timeout: float) -> dict[str, int | None]:
         listed: dict[str, int | None] = {}
@@ -147,10 +150,16 @@ def parse_completion(raw: bytes) -> Completion:
     """The first choice's text, reasoning and finish reason, and the token usage of a
     chat-completion response body.
 
+    Text is made storable (:func:`~amaris.models.storable`): the body is the endpoint's.
+
     Raises:
-        ValueError: the body is not a chat-completion JSON object.
+        ValueError: the body is not a chat-completion JSON object (or nests too deep to
+            parse).
     """
-    data = json.loads(raw)
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise ValueError("the chat-completion response nests too deep to parse") from None
     if not isinstance(data, dict):
         raise ValueError("the chat-completion response is not a JSON object")
     choices = data.get("choices")
@@ -164,10 +173,10 @@ def parse_completion(raw: bytes) -> Completion:
     usage = data.get("usage")
     usage = usage if isinstance(usage, dict) else {}
     return Completion(
-        content=content if isinstance(content, str) else "",
+        content=storable(content) if isinstance(content, str) else "",
         prompt_tokens=_count(usage, "prompt_tokens"),
         completion_tokens=_count(usage, "completion_tokens"),
-        reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+        reasoning=storable(reasoning) if isinstance(reasoning, str) and reasoning else None,
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
         reasoning_tokens=_count(usage.get("completion_tokens_details"), "reasoning_tokens"),
         cached_tokens=_count(usage.get("prompt_tokens_details"), "cached_tokens"),
@@ -186,28 +195,40 @@ def _count(section: Any, name: str) -> int | None:
 
 def parse_logprobs(logprobs: Any) -> tuple[TokenLogprob, ...] | None:
     """The tokens of a choice's ``logprobs`` object (``{"content": [{"token", "logprob",
-    "top_logprobs": [...]}, ...]}``); None when it is absent or not of that shape."""
+    "top_logprobs": [...]}, ...]}``); None when it is absent or not of that shape.
+
+    Values are kept as sent (an integer too large for a float becomes infinity): whether
+    they are log probabilities is for their reader to check (:mod:`amaris.scoring.verdicts`).
+    """
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if not isinstance(content, list) or not content:
         return None
     tokens: list[TokenLogprob] = []
     for item in content:
-        if (
-            not isinstance(item, dict)
-            or not isinstance(item.get("token"), str)
-            or not isinstance(item.get("logprob"), int | float)
-        ):
+        logprob = _number(item.get("logprob")) if isinstance(item, dict) else None
+        if logprob is None or not isinstance(item.get("token"), str):
             return None
         top = item.get("top_logprobs")
         alternatives = tuple(
-            (alt["token"], float(alt["logprob"]))
+            (storable(alt["token"]), value)
             for alt in (top if isinstance(top, list) else ())
             if isinstance(alt, dict)
             and isinstance(alt.get("token"), str)
-            and isinstance(alt.get("logprob"), int | float)
+            and (value := _number(alt.get("logprob"))) is not None
         )
-        tokens.append(TokenLogprob(item["token"], float(item["logprob"]), alternatives))
+        tokens.append(TokenLogprob(storable(item["token"]), logprob, alternatives))
     return tuple(tokens)
+
+
+def _number(value: Any) -> float | None:
+    """A JSON number as a float (an integer past the float range: infinity of its sign);
+    None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 class OfflineProvider:

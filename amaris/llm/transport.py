@@ -15,6 +15,11 @@ gateway reads ``retry-after``), a timeout ``openai.APITimeoutError``, a refused,
 malformed connection ``openai.APIConnectionError``. No retries here: the gateway's retry
 layer owns every attempt.
 
+A response body is untrusted: it is read in chunks and abandoned past ``max_bytes``
+(:class:`ResponseTooLargeError`), never held whole first, and an attempt has one deadline
+for the connect, the wait and the body together, so a server dripping bytes cannot hold
+it open (the timeout also bounds each wait for bytes).
+
 Proxies from the environment (``HTTP(S)_PROXY``, ``ALL_PROXY``, ``NO_PROXY``) apply, read
 once per endpoint (aiohttp's ``trust_env`` would read them, and ``.netrc``, in a thread on
 every request); certificates are verified against the same bundle as the SDK's (``SSL_CERT_FILE``,
@@ -34,6 +39,11 @@ import httpx2
 import openai
 import yarl
 
+READ_CHUNK_BYTES = 65_536
+"""Bytes asked of the socket buffer at a time while a body is read."""
+ERROR_BODY_BYTES = 65_536
+"""Bytes of a non-2xx body kept for its error (the rest is not read)."""
+
 KEEPALIVE_EXPIRY_S = 4.0
 """Idle connections older than this are not reused: uvicorn (vLLM) closes its idle ones
 after 5 s, and a request sent as the server closes would fail."""
@@ -47,6 +57,39 @@ _STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
     422: openai.UnprocessableEntityError,
     429: openai.RateLimitError,
 }
+
+
+class ResponseTooLargeError(ValueError):
+    """A response body (declared or read so far) is longer than the endpoint's limit."""
+
+    def __init__(self, size: int, limit: int, declared: bool) -> None:
+        if declared:
+            message = f"the response declares {size} bytes; the limit is {limit}"
+        else:
+            message = f"the response ran past the limit of {limit} bytes (abandoned unread)"
+        super().__init__(message)
+        self.limit = limit
+
+
+async def read_bounded(response: aiohttp.ClientResponse, limit: int, *, cut: bool = False) -> bytes:
+    """The body of ``response``, read chunk by chunk; at most ``limit`` bytes are held.
+
+    ``cut``: past ``limit``, the first ``limit`` bytes (the rest unread) instead of an error.
+
+    Raises:
+        ResponseTooLargeError: ``Content-Length`` or the bytes read pass ``limit``.
+    """
+    declared = response.content_length
+    if not cut and declared is not None and declared > limit:
+        raise ResponseTooLargeError(declared, limit, declared=True)
+    body = bytearray()
+    while chunk := await response.content.read(min(READ_CHUNK_BYTES, limit + 1 - len(body))):
+        body += chunk
+        if len(body) > limit:
+            if cut:
+                return bytes(body[:limit])
+            raise ResponseTooLargeError(len(body), limit, declared=False)
+    return bytes(body)
 
 
 def environment_proxy(url: str) -> str | None:
@@ -123,10 +166,18 @@ class JsonEndpoint:
             self._sessions[loop] = session
         return session
 
-    async def post(self, path: str, body: dict[str, Any], timeout: float | None) -> bytes:
+    async def post(
+        self, path: str, body: dict[str, Any], timeout: float | None, max_bytes: int
+    ) -> bytes:
         """POST ``body`` as JSON to ``<base_url>/<path>``; the response body of a 2xx.
 
-        ``timeout`` bounds the connect and each wait for response bytes.
+        ``timeout`` bounds the whole attempt (connect, wait, body), and each wait for
+        response bytes; at most ``max_bytes`` of the body are read (an error body's first
+        :data:`ERROR_BODY_BYTES`).
+
+        Raises:
+            ResponseTooLargeError: a 2xx body longer than ``max_bytes``: the connection is
+                dropped, the rest unread.
         """
         # A query in the base URL (``?tenant=...``, ``?api-version=...``) stays a query.
         base = self._base_url
@@ -134,12 +185,15 @@ class JsonEndpoint:
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         limits = self._timeouts.get(timeout)
         if limits is None:
-            limits = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
+            limits = aiohttp.ClientTimeout(total=timeout, sock_connect=timeout, sock_read=timeout)
             self._timeouts[timeout] = limits
         try:
             async with self._session().post(url, data=payload, timeout=limits) as response:
-                content = await response.read()
                 status, headers = response.status, list(response.raw_headers)
+                if 200 <= status < 300:
+                    content = await read_bounded(response, max_bytes)
+                else:
+                    content = await read_bounded(response, ERROR_BODY_BYTES, cut=True)
         except TimeoutError as exc:  # aiohttp's timeouts subclass it
             raise openai.APITimeoutError(request=httpx2.Request("POST", url)) from exc
         except aiohttp.ClientError as exc:

@@ -13,9 +13,9 @@ import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from amaris.agents.prompts import agent_messages
 from amaris.llm.budget import (
@@ -27,20 +27,23 @@ from amaris.llm.budget import (
     json_chars,
 )
 from amaris.llm.gateway import (
+    INLINE_PARSE_CHARS,
     LLMContextOverflowError,
     LLMGateway,
     LLMOutputError,
+    LLMResponseTooLargeError,
     LLMTruncatedError,
     LLMUnavailableError,
 )
+from amaris.llm.providers import TokenLogprob
 from amaris.llm.schema import strict_schema
 from amaris.logs import loggable
-from amaris.models import CriterionResult, ScoreRequest
+from amaris.models import CriterionResult, ScoreRequest, storable
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.rubric.store import RubricStore
 from amaris.scoring.rules import RuleTimeoutError, check_references, rule_results
-from amaris.scoring.verdicts import combine, expected_scores
+from amaris.scoring.verdicts import LogprobsError, combine, expected_scores
 from amaris.settings import ScoringSettings
 
 log = logging.getLogger("amaris.scoring.scorer")
@@ -49,6 +52,16 @@ _FIELDS = ("input", "output", "supplemental_context")
 _JUDGED = frozenset(f"rollout.{name}" for name in _FIELDS)
 _SCHEMA_CACHE = 1024
 """Per-rubric scorer schemas kept."""
+MAX_REASON_CHARS = 2_000
+"""Longest reason kept of a verdict: a longer one is clipped (not refused), so a judge
+cannot fill the rollout log, the cache and responses with one reply."""
+_SHOWN_IDS = 5
+"""Criterion ids named per kind in an invalid reply's error."""
+
+
+def _clip_reason(reason: str) -> str:
+    clipped = reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS] + "..."
+    return storable(clipped)
 
 
 class Verdict(BaseModel):
@@ -60,7 +73,8 @@ class Verdict(BaseModel):
     """
 
     id: str
-    reason: str = ""
+    reason: Annotated[str, AfterValidator(_clip_reason)] = ""
+    """Clipped to :data:`MAX_REASON_CHARS`, lone surrogates replaced."""
     score: int = Field(ge=SCALE_MIN, le=SCALE_MAX)
 
 
@@ -104,19 +118,32 @@ class Judgement:
 
 def _check_ids(rubric: RubricVersion) -> Callable[[JudgeVerdicts], None]:
     expected = [c.id for c in rubric.judged]
+    known = frozenset(expected)
 
     def check(result: JudgeVerdicts) -> None:
-        got = [v.id for v in result.verdicts]
-        missing = [i for i in expected if i not in got]
-        extra = [i for i in got if i not in expected]
-        duplicated = sorted({i for i in got if got.count(i) > 1})
-        if missing or extra or duplicated:
-            raise ValueError(
-                f"verdicts must cover each criterion id exactly once; missing {missing}, "
-                f"unknown {extra}, duplicated {duplicated}"
-            )
+        # Sets and a counter: linear in the reply, however many verdicts it holds.
+        if len(result.verdicts) == len(expected):
+            got = {v.id for v in result.verdicts}
+            if got == known:
+                return
+        counts = Counter(v.id for v in result.verdicts)
+        missing = [i for i in expected if i not in counts]
+        extra = [i for i in counts if i not in known]
+        duplicated = sorted(i for i, n in counts.items() if n > 1)
+        raise ValueError(
+            f"verdicts must cover each criterion id exactly once ({len(expected)}; the "
+            f"reply has {len(result.verdicts)}); missing {_some(missing)}, unknown "
+            f"{_some(extra)}, duplicated {_some(duplicated)}"
+        )
 
     return check
+
+
+def _some(ids: list[str]) -> str:
+    """Up to :data:`_SHOWN_IDS` ids (each clipped), and how many more."""
+    shown = [i if len(i) <= 40 else i[:40] + "..." for i in ids[:_SHOWN_IDS]]
+    more = f" and {len(ids) - _SHOWN_IDS} more" if len(ids) > _SHOWN_IDS else ""
+    return f"{shown}{more}"
 
 
 def verdicts_schema(criterion_ids: tuple[str, ...]) -> dict[str, Any]:
@@ -320,7 +347,7 @@ class Scorer:
                     judged = await self._judge_once(
                         key, rubric, fields, request.metadata.current_step
                     )
-        except (LLMUnavailableError, LLMOutputError, TimeoutError) as exc:
+        except (LLMUnavailableError, LLMOutputError, LogprobsError, TimeoutError) as exc:
             if isinstance(exc, TimeoutError):
                 kind, exc = (
                     "judge_timeout",
@@ -331,6 +358,10 @@ class Scorer:
                 )
             elif isinstance(exc, LLMContextOverflowError):
                 kind = "judge_context_overflow"
+            elif isinstance(exc, LogprobsError):
+                kind = "judge_invalid_logprobs"
+            elif isinstance(exc, LLMResponseTooLargeError):
+                kind = "judge_oversize"
             elif isinstance(exc, LLMUnavailableError):
                 kind = "judge_unavailable"
             elif isinstance(exc, LLMTruncatedError):
@@ -339,8 +370,10 @@ class Scorer:
                 kind = "judge_invalid"
             self.counters["unscored"] += 1
             self.counters[f"unscored.{kind}"] += 1
-            log.warning("unscored rollout %s: %s", loggable(request.rollout.id), exc)
-            return Judgement(rubric.version, _merged(truncated, cut), failure=f"{kind}: {exc}")
+            # The error may quote the judge's reply (or an endpoint's error body).
+            failure = storable(f"{kind}: {exc}")
+            log.warning("unscored rollout %s: %s", loggable(request.rollout.id), failure)
+            return Judgement(rubric.version, _merged(truncated, cut), failure=failure)
         self.counters["scored"] += 1
         return Judgement(
             rubric.version, _merged(truncated, cut), _merge(rubric, rules, judged.breakdown)
@@ -440,7 +473,7 @@ class Scorer:
             values: list[float] = [v.score for v in result.verdicts]
             if self._logprobs:
                 expected = (
-                    expected_scores(completion.logprobs, completion.content, values)
+                    await _expected(completion.logprobs, completion.content, values)
                     if completion.logprobs
                     else None
                 )
@@ -486,3 +519,17 @@ class Scorer:
             encoded = fields[name].encode("utf-8", "surrogatepass")
             digest.update(len(encoded).to_bytes(8, "big") + encoded)
         return digest.hexdigest()
+
+
+async def _expected(
+    tokens: tuple[TokenLogprob, ...], answer: str, values: list[float]
+) -> list[float] | None:
+    """:func:`expected_scores` of a reply, on the event loop when the reply is short, else
+    in a worker thread (its scan is a Python loop over every character).
+
+    Raises:
+        LogprobsError: a logprob at a score position is no log probability.
+    """
+    if len(answer) <= INLINE_PARSE_CHARS:
+        return expected_scores(tokens, answer, values)
+    return await asyncio.to_thread(expected_scores, tokens, answer, values)

@@ -10,7 +10,6 @@ verdicts both separate responses the argmax lumps together.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,9 +18,42 @@ from amaris.llm.providers import TokenLogprob
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 
 _SCORE_KEY = "score"
-_SCORE_TOKEN = re.compile(r"\s*(\d+)(?!\d)")
-"""A score token: optional leading space, the integer, then nothing or non-digits (``4``,
-`` 4``, ``4}`` in tokenizers that merge the digit with what follows)."""
+_MAX_SCORE_DIGITS = len(str(SCALE_MAX))
+_MAX_LOGPROB = 1e-3
+"""Largest logprob taken as a log probability: 0 (a sure token) and float rounding above
+it; a larger value is no probability (``judge_invalid_logprobs``)."""
+
+
+class LogprobsError(ValueError):
+    """A logprob the expected score would read is not a log probability (NaN, +Infinity,
+    above 0): the reply's numbers cannot be trusted, so neither can its verdicts."""
+
+
+def _score_token(text: str, start: int) -> int | None:
+    """The score a token spells from ``start``: optional whitespace, then an integer of
+    at most the scale's digits, then nothing or a non-digit (``4``, `` 4``, ``4}`` in
+    tokenizers that merge the digit with what follows); None otherwise. One pass over at
+    most the token's leading whitespace and a few digits."""
+    index, end = start, len(text)
+    while index < end and text[index].isspace():
+        index += 1
+    first = index
+    while index < end and "0" <= text[index] <= "9":
+        index += 1
+        if index - first > _MAX_SCORE_DIGITS:
+            return None
+    return int(text[first:index]) if index > first else None
+
+
+def _probability(logprob: float) -> float:
+    """``exp(logprob)``.
+
+    Raises:
+        LogprobsError: ``logprob`` is NaN or above :data:`_MAX_LOGPROB` (+Infinity too).
+    """
+    if math.isnan(logprob) or logprob > _MAX_LOGPROB:
+        raise LogprobsError(f"logprob {logprob!r} is not a log probability (at most 0)")
+    return math.exp(min(logprob, 0.0))
 
 
 def _score_offsets(text: str, start: int) -> list[int]:
@@ -67,12 +99,9 @@ def _distribution(token: TokenLogprob, prefix: str) -> dict[int, float] | None:
     for text, logprob in candidates.items():
         if not text.startswith(prefix):
             continue
-        match = _SCORE_TOKEN.match(text, len(prefix))
-        if match is None:
-            continue
-        score = int(match.group(1))
-        if SCALE_MIN <= score <= SCALE_MAX:
-            mass[score] = mass.get(score, 0.0) + math.exp(logprob)
+        score = _score_token(text, len(prefix))
+        if score is not None and SCALE_MIN <= score <= SCALE_MAX:
+            mass[score] = mass.get(score, 0.0) + _probability(logprob)
     total = sum(mass.values())
     if total <= 0.0:
         return None
@@ -93,6 +122,10 @@ def expected_scores(
         One expected score per verdict, or None when the logprobs cannot be matched to
         the answer (not found in the tokens, another count of scores, a chosen token that
         is not the verdict's score, or no score among a position's alternatives).
+
+
+    Raises:
+        LogprobsError: a logprob read at a score position is NaN, +Infinity or above 0.
     """
     text = "".join(t.token for t in tokens)
     body = answer.strip()
@@ -115,8 +148,8 @@ def expected_scores(
         token = tokens[index]
         prefix = token.token[: offset - (ends[index] - len(token.token))]
         distribution = _distribution(token, prefix)
-        chosen = _SCORE_TOKEN.match(token.token, len(prefix))
-        if distribution is None or chosen is None or int(chosen.group(1)) != verdict:
+        chosen = _score_token(token.token, len(prefix))
+        if distribution is None or chosen is None or chosen != verdict:
             return None
         expected.append(sum(score * p for score, p in distribution.items()))
     return expected

@@ -11,12 +11,12 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from amaris.offline.judge import OfflineJudgeError, respond
 from amaris.offline.sampling import VerdictSampler
@@ -46,6 +46,10 @@ class Reply:
     """False: the response has no ``usage`` (as some servers answer)."""
     logprobs: list[dict[str, Any]] | None = None
     """Sent as ``choices[0].logprobs.content`` (tokens with ``top_logprobs``)."""
+    body: bytes | Iterator[bytes] | None = None
+    """Sent as the whole response body, as is, with ``status`` (a fault: a huge, malformed
+    or non-standard body, such as NaN logprobs or a lone surrogate escape); pieces from an
+    iterator are streamed without a length (chunked)."""
 
 
 Responder = Callable[[dict[str, Any]], Awaitable[Reply]]
@@ -126,7 +130,7 @@ def create_llm_app(
     app = FastAPI(title="amaris offline LLM")
 
     @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> JSONResponse:
+    async def chat(request: Request) -> Response:
         body = await request.json()
         reply = await responder(body)
         if reply.hang:
@@ -134,6 +138,12 @@ def create_llm_app(
             await asyncio.sleep(3600)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        if isinstance(reply.body, bytes):
+            return Response(reply.body, status_code=reply.status, media_type="application/json")
+        if reply.body is not None:
+            return StreamingResponse(
+                reply.body, status_code=reply.status, media_type="application/json"
+            )
         if reply.status != 200:
             return JSONResponse(
                 {"error": {"message": reply.content or "error", "type": "server_error"}},

@@ -11,6 +11,7 @@ the batch (422) with nothing judged or logged.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -119,25 +120,88 @@ def _response_of(query: str, prompt: str) -> str | None:
     tokens and then decodes prompt tail + response as the query: then the query starts
     with a tail of the prompt (of at least ``MIN_PROMPT_TAIL`` characters; a character
     split by the cut decodes as U+FFFD and is skipped) and the response is what follows it.
+    Linear in the lengths (:func:`_longest_tail`).
     """
     if query.startswith(prompt):
         return query[len(prompt) :]
+    # str.find is linear in the worst case (CPython's two-way search).
     at = query.find(prompt) if prompt else -1
     if at >= 0:
         return query[at + len(prompt) :]
     start = len(query) - len(query.lstrip("\ufffd"))
+    tail = _longest_tail(prompt, query, start)
+    return None if tail is None else query[start + tail :]
+
+
+def _longest_tail(prompt: str, query: str, start: int) -> int | None:
+    """The length of the longest tail of ``prompt`` (at least ``MIN_PROMPT_TAIL``) that
+    ``query`` continues with from ``start``; None without one.
+
+    The places the prompt's tail can start are where the query's first characters occur
+    in it, each checked by one comparison in C; when they would cost more than a few
+    passes over the texts (a repetitive prompt holds them everywhere), the overlap is
+    computed by Knuth-Morris-Pratt instead: linear either way.
+    """
     head = query[start : start + MIN_PROMPT_TAIL]
     if len(head) < MIN_PROMPT_TAIL:
         return None
-    # The first place the prompt's tail starts that the query continues to the end of the
-    # prompt: the longest tail the query begins with.
+    budget = 4 * (len(prompt) + len(query))
     at = prompt.find(head)
     while at >= 0:
         tail = len(prompt) - at
+        budget -= tail + MIN_PROMPT_TAIL
+        if budget < 0:
+            return _overlap(prompt, query[start : start + len(prompt)])
         if query.startswith(prompt[at:], start):
-            return query[start + tail :]
+            return tail
         at = prompt.find(head, at + 1)
     return None
+
+
+def _overlap(text: str, pattern: str) -> int | None:
+    """The length of the longest prefix of ``pattern`` that ``text`` ends with (at least
+    ``MIN_PROMPT_TAIL``), by Knuth-Morris-Pratt: O(len(text) + len(pattern))."""
+    failure = [0] * len(pattern)
+    k = 0
+    for i in range(1, len(pattern)):
+        while k and pattern[i] != pattern[k]:
+            k = failure[k - 1]
+        if pattern[i] == pattern[k]:
+            k += 1
+        failure[i] = k
+    k = 0
+    for char in text[len(text) - len(pattern) :] if len(pattern) < len(text) else text:
+        while k and (k == len(pattern) or char != pattern[k]):
+            k = failure[k - 1]
+        if k < len(pattern) and char == pattern[k]:
+            k += 1
+    return k if k >= MIN_PROMPT_TAIL else None
+
+
+def _size_errors(body: GetRewardRequest, limit: int, reject: bool) -> list[ErrorDetail]:
+    """Prompts and queries over the size limit, found before anything else reads them.
+
+    A prompt becomes ``rollout.input`` and the rest of its query ``rollout.output``: with
+    ``scoring.oversize: reject`` a prompt may have ``limit`` characters and a query twice
+    that. (With ``truncate`` they are cut after the search, which the body's own size
+    limit bounds.)
+    """
+    if not reject:
+        return []
+    errors = [
+        ErrorDetail(field=f"prompts[{i}]", message=f"has {len(p)} characters; the limit is {limit}")
+        for i, p in enumerate(body.prompts)
+        if len(p) > limit
+    ]
+    errors += [
+        ErrorDetail(
+            field=f"query[{i}]",
+            message=f"has {len(q)} characters; the limit is {2 * limit} (prompt and response)",
+        )
+        for i, q in enumerate(body.query)
+        if len(q) > 2 * limit
+    ]
+    return errors
 
 
 def _length_errors(body: GetRewardRequest) -> list[ErrorDetail]:
@@ -264,7 +328,10 @@ async def get_reward(
     (OpenRLHF retries it), unless ``scoring.on_failure`` is ``neutral``, whose
     ``neutral_score`` is then the reward, flagged in ``extra_logs.amaris_unscored``.
     """
-    errors = _length_errors(body)
+    scoring = services.settings.scoring
+    errors = _length_errors(body) or _size_errors(
+        body, scoring.max_field_chars, scoring.oversize == "reject"
+    )
     if errors:
         return error_response(422, "invalid_request", errors)
     step = step_header if step_header is not None else step_query
@@ -278,7 +345,8 @@ async def get_reward(
         log.warning("%s POST /get_reward: %s: %s", refused.status_code, field, exc)
         return refused
     admit_batch("query", len(body.query), services)
-    requests, errors = _checked(_items(body, step), services)
+    # Off the event loop: finding each prompt in its query reads every character.
+    requests, errors = _checked(await asyncio.to_thread(_items, body, step), services)
     if errors:
         return error_response(422, "invalid_request", errors)
     results = await score_items(requests, services)
