@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.settings import Settings
 from api.routes.openrlhf import MIN_PROMPT_TAIL, _response_of
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
+from tests.testclient import TestClient
 
 DEADLINE_S = 60.0
 """Watchdog of a search that must not stall (never part of an assertion)."""

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.agents.prompts import parse_data_message
 from amaris.app.wiring import create_app
@@ -26,6 +25,7 @@ from amaris.settings import Settings
 from amaris.sim.judge_server import Reply
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM, verdicts_with_logprobs
+from tests.testclient import TestClient
 
 RUBRIC: dict[str, Any] = {
     "anchor_rubrics": [{"text": "The response gives the correct final answer.", "weight": 1.0}],
