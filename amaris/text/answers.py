@@ -1,0 +1,335 @@
+r"""The final answer of a reply or a reference, canonical, found in linear time.
+
+Answers are reduced to a *canonical* string so they can be compared with ``==``:
+
+* a number becomes its exact value written plainly: ``"4.0"``, ``"4"`` and ``"8/2"`` all give
+  ``"4"``; ``"1,000"`` gives ``"1000"``; ``"12.50"`` gives ``"12.5"``; ``"1/3"`` stays ``"1/3"``;
+* any other answer becomes lowercase words without punctuation: ``"Paris."`` gives ``"paris"``.
+
+Bounds: :func:`extract_final_answer`, :func:`find_candidate_answers`, :func:`boxed_contents`
+and :func:`answer_segments` read only the last :data:`ANSWER_WINDOW` characters of the text
+(a reply ends with its answer; a ``\boxed{`` opened before the window is not seen). The
+patterns run on RE2 (linear in the text), and the brace matching is one pass, so each call
+costs time linear in the window, whatever the reply repeats.
+
+Against the former ``re`` patterns, only malformed numbers read differently: a comma followed
+by four or more digits ends a number (``"1,2345"`` reads ``1``, as before) and the digits
+after it are not read as a number of their own; a list of alternatives written right after
+another one's closing punctuation with no space (``"3 or 4,5 or 6."``) yields the first only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from decimal import Decimal
+from fractions import Fraction
+
+from amaris.text.chars import (
+    DIGIT,
+    PUNCTUATION_TO_SPACE,
+    SPACE,
+    WORD,
+    Pattern,
+    compile_pattern,
+)
+
+ANSWER_WINDOW = 4_000
+"""Characters at the end of a text that answer extraction reads (about 1,000 tokens)."""
+
+_D = DIGIT
+_S = SPACE
+_NUM = rf"-?(?:{_D}{{1,3}}(?:,{_D}{{3}})+|{_D}+)(?:\.{_D}+)?(?:/{_D}+(?:\.{_D}+)?)?"
+"""A number: optional minus, optional thousands commas, optional decimals, optional ``/d``."""
+_NOT_AFTER = rf"(?:^|[^{WORD}.])"
+"""Where a number may start: not inside a word or right after a dot (``re``'s lookbehind)."""
+_NUMBER = compile_pattern(rf"{_NOT_AFTER}(?P<n>{_NUM})")
+_WHOLE_NUMBER = compile_pattern(_NUM)
+_HEDGE_WORD = rf"(?:(?:maybe|possibly|perhaps|probably){_S}+)?"
+_LIST_SEP = rf"(?:{_S}*,{_S}*(?:and{_S}+|or{_S}+)?|{_S}+or{_S}+|{_S}+and/or{_S}+){_HEDGE_WORD}"
+# A list of numbers offered as alternatives: "3, 4 or 5", "4, or maybe 5", "3, 4, and 5".
+_NUMBER_LIST = compile_pattern(rf"{_NUM}(?:{_LIST_SEP}{_NUM})*")
+# Only a list that ends its clause counts, so "2 or 3 ways" in an explanation does not.
+_OR_LIST = compile_pattern(
+    rf"{_NOT_AFTER}(?P<list>{_NUM}(?:{_S}*,{_S}*{_NUM})*{_S}*,?{_S}+(?:and/)?or{_S}+"
+    rf"{_HEDGE_WORD}{_NUM}){_S}*(?:[.!?,;:)]|$)"
+)
+# "The answer is X", "Answer: X", "possible answers: X" -- X runs to the end of the sentence.
+# A decimal point is not a sentence end because it is not followed by whitespace. "The answer
+# is not X" matches the ``neg`` branch (no segment) and ends there, so a later "answer is Y"
+# in the same sentence is still found.
+_ANSWER = compile_pattern(
+    rf"\banswers?\b\**{_S}*(?:(?:is|are|was|would be|could be|might be|should be|includes?)\b"
+    rf"|=|:)(?:(?P<neg>{_S}*\**{_S}*(?:not|never)\b)"
+    rf"|{_S}*:?\**{_S}*(?P<segment>.*?)(?:[.!?;](?:{_S}|$)|\n|$))",
+    ignore_case=True,
+)
+_SENTENCE_END = compile_pattern(rf"[.!?]{_S}+|\n")
+_LATEX_FRAC = compile_pattern(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}")
+_LATEX_WRAPPER = compile_pattern(r"\\(?:boxed|textbf|text|mathrm|mbox)\{")
+_BOXED = compile_pattern(rf"\\boxed{_S}*\{{")
+_LATEX_NOISE = compile_pattern(r"\$|\\[()\[\],;!]|\\left|\\right")
+_OR_WORD = compile_pattern(r"\bor\b", ignore_case=True)
+_TEXT_ALTERNATIVES = compile_pattern(r",|\bor\b|\beither\b", ignore_case=True)
+
+
+def canonical_number(token: str) -> str | None:
+    """Returns the exact value of a number token as a plain string, or None if it is not one.
+
+    Args:
+        token: Text such as ``"4.0"``, ``"1,000"``, ``"-3"`` or ``"3/4"``.
+    """
+    numerator, _, denominator = token.replace(",", "").partition("/")
+    try:
+        value = Fraction(numerator) / Fraction(denominator or "1")
+    except (ValueError, ZeroDivisionError):
+        return None
+    if value.denominator == 1:
+        return str(value.numerator)
+    rest = value.denominator
+    for prime in (2, 5):
+        while rest % prime == 0:
+            rest //= prime
+    if rest != 1:  # no finite decimal form (e.g. 1/3): keep it as a fraction
+        return f"{value.numerator}/{value.denominator}"
+    decimal = Decimal(value.numerator) / Decimal(value.denominator)
+    return format(decimal.normalize(), "f")
+
+
+def numbers(text: str) -> list[str]:
+    """Returns the number tokens of ``text``, in order (``"1,000"``, ``"-3"``, ``"3/4"``...).
+
+    A number does not start inside a word or right after a dot; thousands commas group
+    exactly three digits, and a comma followed by more digits ends the number before it.
+    """
+    found: list[str] = []
+    for match in _NUMBER.finditer(text):
+        token = match.group(1) or ""
+        end = match.end(1)
+        if end < len(text) and text[end].isdecimal():
+            # Only a thousands group can be followed by a digit ("1,2345"): the former
+            # pattern's lookahead gave the last group back (from "1,234" down to "1").
+            token = token.rpartition(",")[0]
+        found.append(token)
+    return found
+
+
+def is_numeric(answer: str) -> bool:
+    """Returns True when a canonical answer is a number rather than words."""
+    return _WHOLE_NUMBER.fullmatch(answer) is not None
+
+
+def normalise_text(text: str) -> str:
+    """Returns text lowercased, without punctuation, with single spaces."""
+    return " ".join(text.lower().translate(PUNCTUATION_TO_SPACE).split())
+
+
+def _unwrap(text: str) -> str:
+    r"""``text`` with every ``\boxed{x}``, ``\text{x}`` (``\textbf``, ``\mathrm``, ``\mbox``)
+    replaced by ``x`` when ``x``, its own wrappers unwrapped, holds no brace: one pass with a
+    stack of open braces (repeating a substitution to a fixpoint was quadratic on nesting)."""
+    wrappers = {m.end() - 1: m.start() for m in _LATEX_WRAPPER.finditer(text)}
+    if not wrappers:
+        return text
+    drop: list[tuple[int, int]] = []  # (start, end) spans removed from the text
+    stack: list[tuple[int, bool]] = []  # (index of "{", content clean so far)
+    for index, char in enumerate(text):
+        if char == "{":
+            stack.append((index, True))
+        elif char == "}" and stack:
+            opened, clean = stack.pop()
+            start = wrappers.get(opened)
+            if start is not None and clean:
+                drop.append((start, opened + 1))
+                drop.append((index, index + 1))
+            elif stack:
+                stack[-1] = (stack[-1][0], False)  # a brace stays inside the parent
+    if not drop:
+        return text
+    drop.sort()
+    pieces, last = [], 0
+    for start, end in drop:
+        pieces.append(text[last:start])
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+def strip_latex(text: str) -> str:
+    """Returns text with common LaTeX answer markup replaced by plain text.
+
+    ``\\frac{3}{4}`` becomes ``3/4``; ``\\boxed{x}`` and ``\\text{x}`` become ``x``; ``$`` goes.
+    """
+    text = text.replace("\u2019", "'").replace("\u2212", "-")
+    text = _unwrap(_LATEX_FRAC.sub(r"\1/\2", text))
+    return _LATEX_NOISE.sub(" ", text)
+
+
+def canonical_answer(segment: str) -> str | None:
+    """Returns the canonical form of one answer: its first number, else its normalised words.
+
+    Args:
+        segment: The text given as an answer, e.g. ``"x = 3"``, ``"12.5 metres"``, ``"Paris."``.
+    """
+    candidates = segment_candidates(segment)
+    return candidates[0] if candidates else None
+
+
+def segment_candidates(segment: str) -> list[str]:
+    """Returns the alternatives offered in one answer segment, canonical and in order.
+
+    ``"4 or 5"`` gives ``["4", "5"]``; ``"12 because 3 x 4 = 12"`` gives ``["12"]`` (only the
+    list of numbers at the first number counts); ``"Paris or London"`` gives
+    ``["paris", "london"]``; ``"Paris"`` gives ``["paris"]``.
+    """
+    clean = strip_latex(segment)
+    first = _NUMBER.search(clean)
+    if first is not None:
+        number_list = _NUMBER_LIST.match(clean, first.start(1))
+        listed = number_list.group() if number_list else first.group(1)
+        return _distinct(canonical_number(token) for token in numbers(listed or ""))
+    if _OR_WORD.search(clean):
+        return _distinct(normalise_text(part) for part in _split(_TEXT_ALTERNATIVES, clean))
+    return _distinct([normalise_text(clean)])
+
+
+def boxed_contents(text: str) -> list[str]:
+    r"""Returns the contents of every ``\boxed{...}`` in the text's last :data:`ANSWER_WINDOW`
+    characters, in order, nested braces included; an unclosed one is skipped."""
+    text = text[-ANSWER_WINDOW:]
+    opens = {m.end() - 1 for m in _BOXED.finditer(text)}
+    if not opens:
+        return []
+    found: list[tuple[int, str]] = []
+    stack: list[int] = []
+    for index, char in enumerate(text):
+        if char == "{":
+            stack.append(index)
+        elif char == "}" and stack:
+            opened = stack.pop()
+            if opened in opens:
+                found.append((opened, text[opened + 1 : index]))
+    return [content for _, content in sorted(found)]
+
+
+def answer_segments(text: str) -> list[str]:
+    """Returns what follows every "answer is" / "answer:" / "answers are" in the text's last
+    :data:`ANSWER_WINDOW` characters, in order ("the answer is not X" gives none)."""
+    segments = (m.group("segment") for m in _ANSWER.finditer(text[-ANSWER_WINDOW:]))
+    return [segment.strip() for segment in segments if segment and segment.strip()]
+
+
+def _trailing_equation(line: str) -> str | None:
+    """What follows the last ``=`` of ``line``, without its final dot and whitespace."""
+    if "=" not in line:
+        return None
+    value = line.rpartition("=")[2].strip()
+    return value.removesuffix(".").rstrip() if value else None
+
+
+def extract_final_answer(text: str) -> str | None:
+    r"""Returns the canonical final answer of a response or reference, or None if text is empty.
+
+    Reads the last :data:`ANSWER_WINDOW` characters. Tried in order, the first that finds
+    something wins:
+
+    1. the last ``\boxed{...}``;
+    2. the last "answer is X" / "answer: X" (its first alternative);
+    3. "= X" at the end of the last non-empty line;
+    4. the last number anywhere in the text;
+    5. the last non-empty line, normalised (lowercase, no punctuation).
+    """
+    text = text[-ANSWER_WINDOW:]
+    boxed = boxed_contents(text)
+    if boxed:
+        return canonical_answer(boxed[-1])
+    segments = answer_segments(text)
+    if segments:
+        return canonical_answer(segments[-1])
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    equation = _trailing_equation(lines[-1])
+    if equation and canonical_answer(equation):
+        return canonical_answer(equation)
+    found = numbers(strip_latex(text))
+    if found:
+        return canonical_number(found[-1])
+    return normalise_text(lines[-1]) or None
+
+
+def _split(pattern: Pattern, text: str) -> list[str]:
+    """``text`` cut at every match of ``pattern``, the matches dropped."""
+    pieces, last = [], 0
+    for match in pattern.finditer(text):
+        pieces.append(text[last : match.start()])
+        last = match.end()
+    pieces.append(text[last:])
+    return pieces
+
+
+def _sentences(text: str) -> list[str]:
+    """``text`` cut after every ``.``/``!``/``?`` followed by whitespace, and at newlines."""
+    pieces, last = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        end = match.start() + (0 if text[match.start()] == "\n" else 1)
+        pieces.append(text[last:end])
+        last = match.end()
+    pieces.append(text[last:])
+    return pieces
+
+
+def find_candidate_answers(text: str) -> list[str]:
+    r"""Returns every distinct final answer the text offers, canonical, without repeats.
+
+    Reads the last :data:`ANSWER_WINDOW` characters. Candidates come from every
+    ``\boxed{...}`` (one each), every "answer is X" / "answers: X, Y" segment (each
+    alternative in it), and every number list joined by "or" that ends its clause ("either
+    3, 4 or 5.") in a sentence that is not a question (so "Is it 4 or 5?" asked while
+    reasoning does not count). Known limit: a tuple answer such as "(2, 3)" in an answer
+    segment reads as two candidates.
+    """
+    text = text[-ANSWER_WINDOW:]
+    found = _distinct(canonical_answer(box) for box in boxed_contents(text))
+    for segment in answer_segments(text):
+        found.extend(segment_candidates(segment))
+    clean = strip_latex(text)
+    if "or" in clean:  # no list of alternatives without "or": skip the sentence pass
+        for sentence in _sentences(clean):
+            if sentence.strip().endswith("?"):
+                continue
+            for match in _OR_LIST.finditer(sentence):
+                listed = numbers(match.group(1) or "")
+                found.extend(_distinct(canonical_number(token) for token in listed))
+    return _distinct(found)
+
+
+def answers_match(answer: str, reference: str) -> bool:
+    """Returns True when a canonical answer agrees with the canonical reference answer.
+
+    Numbers must be equal. A worded reference also matches when its words appear whole in the
+    answer, so "the capital of france is paris" matches the reference "paris".
+    """
+    if answer == reference:
+        return True
+    if is_numeric(reference) or not reference:
+        return False
+    start = 0
+    while (found := answer.find(reference, start)) >= 0:
+        end = found + len(reference)
+        before = answer[found - 1] if found else " "
+        after = answer[end] if end < len(answer) else " "
+        # ``\\b`` on both sides: a word character on exactly one side of each edge.
+        if _word(before) != _word(reference[0]) and _word(after) != _word(reference[-1]):
+            return True
+        start = found + 1
+    return False
+
+
+def _word(char: str) -> bool:
+    """Whether ``char`` is a word character (Python's ``\\w``)."""
+    return char.isalnum() or char == "_"
+
+
+def _distinct(items: Iterable[str | None]) -> list[str]:
+    """Returns the non-empty items without repeats, first occurrence first."""
+    return list(dict.fromkeys(item for item in items if item))
