@@ -23,12 +23,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from decimal import Decimal
 from fractions import Fraction
+from itertools import islice
 
 from amaris.text.chars import (
     DIGIT,
     PUNCTUATION_TO_SPACE,
     SPACE,
     WORD,
+    Match,
     Pattern,
     compile_pattern,
 )
@@ -42,17 +44,23 @@ _NUM = rf"-?(?:{_D}{{1,3}}(?:,{_D}{{3}})+|{_D}+)(?:\.{_D}+)?(?:/{_D}+(?:\.{_D}+)
 """A number: optional minus, optional thousands commas, optional decimals, optional ``/d``."""
 _NOT_AFTER = rf"(?:^|[^{WORD}.])"
 """Where a number may start: not inside a word or right after a dot (``re``'s lookbehind)."""
-_NUMBER = compile_pattern(rf"{_NOT_AFTER}(?P<n>{_NUM})")
+_NUMBER = compile_pattern(rf"{_NOT_AFTER}({_NUM})")
 _WHOLE_NUMBER = compile_pattern(_NUM)
 _HEDGE_WORD = rf"(?:(?:maybe|possibly|perhaps|probably){_S}+)?"
 _LIST_SEP = rf"(?:{_S}*,{_S}*(?:and{_S}+|or{_S}+)?|{_S}+or{_S}+|{_S}+and/or{_S}+){_HEDGE_WORD}"
 # A list of numbers offered as alternatives: "3, 4 or 5", "4, or maybe 5", "3, 4, and 5".
 _NUMBER_LIST = compile_pattern(rf"{_NUM}(?:{_LIST_SEP}{_NUM})*")
-# Only a list that ends its clause counts, so "2 or 3 ways" in an explanation does not.
+# Only a list that ends its clause counts, so "2 or 3 ways" in an explanation does not. It
+# never crosses a line (its spaces exclude the newline), so it stays inside one sentence.
+_L = r"[\t\x{0b}-\r\x{1c}-\x{1f} \x{85}\pZ]"
+_LINE_HEDGE = rf"(?:(?:maybe|possibly|perhaps|probably){_L}+)?"
 _OR_LIST = compile_pattern(
-    rf"{_NOT_AFTER}(?P<list>{_NUM}(?:{_S}*,{_S}*{_NUM})*{_S}*,?{_S}+(?:and/)?or{_S}+"
-    rf"{_HEDGE_WORD}{_NUM}){_S}*(?:[.!?,;:)]|$)"
+    rf"{_NOT_AFTER}(?P<list>{_NUM}(?:{_L}*,{_L}*{_NUM})*{_L}*,?{_L}+(?:and/)?or{_L}+"
+    rf"{_LINE_HEDGE}{_NUM}){_L}*(?:[.!?,;:)]|\n|$)"
 )
+MAX_LISTS = 32
+"""Lists of alternatives, boxes and answer segments read per text for candidate answers
+(the first lists, the last boxes and segments); more add no candidate that matters."""
 # "The answer is X", "Answer: X", "possible answers: X" -- X runs to the end of the sentence.
 # A decimal point is not a sentence end because it is not followed by whitespace. "The answer
 # is not X" matches the ``neg`` branch (no segment) and ends there, so a later "answer is Y"
@@ -65,8 +73,7 @@ _ANSWER = compile_pattern(
 )
 _SENTENCE_END = compile_pattern(rf"[.!?]{_S}+|\n")
 _LATEX_FRAC = compile_pattern(r"\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}")
-_LATEX_WRAPPER = compile_pattern(r"\\(?:boxed|textbf|text|mathrm|mbox)\{")
-_BOXED = compile_pattern(rf"\\boxed{_S}*\{{")
+_WRAPPERS = ("boxed{", "text{", "textbf{", "mathrm{", "mbox{")
 _LATEX_NOISE = compile_pattern(r"\$|\\[()\[\],;!]|\\left|\\right")
 _OR_WORD = compile_pattern(r"\bor\b", ignore_case=True)
 _TEXT_ALTERNATIVES = compile_pattern(r",|\bor\b|\beither\b", ignore_case=True)
@@ -95,22 +102,59 @@ def canonical_number(token: str) -> str | None:
     return format(decimal.normalize(), "f")
 
 
-def numbers(text: str) -> list[str]:
-    """Returns the number tokens of ``text``, in order (``"1,000"``, ``"-3"``, ``"3/4"``...).
+MAX_LISTED = 32
+"""Numbers read from one list of alternatives ("1, 2, 3 or 4"); more are not candidates."""
+
+
+def numbers(text: str, limit: int = MAX_LISTED) -> list[str]:
+    """Returns the first ``limit`` number tokens of ``text``, in order (``"1,000"``, ``"-3"``,
+    ``"3/4"``...).
 
     A number does not start inside a word or right after a dot; thousands commas group
     exactly three digits, and a comma followed by more digits ends the number before it.
     """
-    found: list[str] = []
-    for match in _NUMBER.finditer(text):
-        token = match.group(1) or ""
-        end = match.end(1)
-        if end < len(text) and text[end].isdecimal():
-            # Only a thousands group can be followed by a digit ("1,2345"): the former
-            # pattern's lookahead gave the last group back (from "1,234" down to "1").
-            token = token.rpartition(",")[0]
-        found.append(token)
+    return [_token(m, text) for m in islice(_NUMBER.finditer(text), limit)]
+
+
+NUMBER_WINDOW = 1_000
+"""Characters at the end of a text searched for its last number."""
+_NUMBER_CHARS = frozenset("-,./")
+
+
+def _in_number(char: str) -> bool:
+    return char.isdecimal() or char in _NUMBER_CHARS
+
+
+def last_number(text: str) -> str | None:
+    """Returns the last number token of the last :data:`NUMBER_WINDOW` characters of
+    ``text`` (a number the window cuts is not read), or None."""
+    # The last 200 characters first: a reply of numbers costs a few matches, not hundreds.
+    return _last_number(text, 200) or _last_number(text, NUMBER_WINDOW)
+
+
+def _last_number(text: str, window: int) -> str | None:
+    base = max(0, len(text) - window - 1)
+    tail = text[base:]  # with one character before the window: a number's left context
+    first = 0
+    if base:
+        first = 1
+        while first < len(tail) and _in_number(tail[first - 1]) and _in_number(tail[first]):
+            first += 1  # the window starts inside a run of number characters: skip it
+    found = None
+    for match in _NUMBER.finditer(tail):
+        if match.start(1) >= first:
+            found = _token(match, tail)
     return found
+
+
+def _token(match: Match, text: str) -> str:
+    token = match.group(1) or ""
+    end = match.end(1)
+    if end < len(text) and text[end].isdecimal():
+        # Only a thousands group can be followed by a digit ("1,2345"): the former
+        # pattern's lookahead gave the last group back (from "1,234" down to "1").
+        token = token.rpartition(",")[0]
+    return token
 
 
 def is_numeric(answer: str) -> bool:
@@ -127,7 +171,13 @@ def _unwrap(text: str) -> str:
     r"""``text`` with every ``\boxed{x}``, ``\text{x}`` (``\textbf``, ``\mathrm``, ``\mbox``)
     replaced by ``x`` when ``x``, its own wrappers unwrapped, holds no brace: one pass with a
     stack of open braces (repeating a substitution to a fixpoint was quadratic on nesting)."""
-    wrappers = {m.end() - 1: m.start() for m in _LATEX_WRAPPER.finditer(text)}
+    wrappers: dict[int, int] = {}  # index of a wrapper's "{" -> where its backslash is
+    at = text.find("\\")
+    while at >= 0:
+        name = next((w for w in _WRAPPERS if text.startswith(w, at + 1)), None)
+        if name is not None:
+            wrappers[at + len(name)] = at
+        at = text.find("\\", at + 1)
     if not wrappers:
         return text
     drop: list[tuple[int, int]] = []  # (start, end) spans removed from the text
@@ -196,7 +246,15 @@ def boxed_contents(text: str) -> list[str]:
     r"""Returns the contents of every ``\boxed{...}`` in the text's last :data:`ANSWER_WINDOW`
     characters, in order, nested braces included; an unclosed one is skipped."""
     text = text[-ANSWER_WINDOW:]
-    opens = {m.end() - 1 for m in _BOXED.finditer(text)}
+    opens = set()  # index of each box's "{"
+    at = text.find("\\boxed")
+    while at >= 0:
+        brace = at + 6
+        while brace < len(text) and text[brace].isspace():
+            brace += 1
+        if brace < len(text) and text[brace] == "{":
+            opens.add(brace)
+        at = text.find("\\boxed", at + 6)
     if not opens:
         return []
     found: list[tuple[int, str]] = []
@@ -235,7 +293,7 @@ def extract_final_answer(text: str) -> str | None:
     1. the last ``\boxed{...}``;
     2. the last "answer is X" / "answer: X" (its first alternative);
     3. "= X" at the end of the last non-empty line;
-    4. the last number anywhere in the text;
+    4. the last number in the last :data:`NUMBER_WINDOW` characters;
     5. the last non-empty line, normalised (lowercase, no punctuation).
     """
     text = text[-ANSWER_WINDOW:]
@@ -251,9 +309,9 @@ def extract_final_answer(text: str) -> str | None:
     equation = _trailing_equation(lines[-1])
     if equation and canonical_answer(equation):
         return canonical_answer(equation)
-    found = numbers(strip_latex(text))
+    found = last_number(strip_latex(text))
     if found:
-        return canonical_number(found[-1])
+        return canonical_number(found)
     return normalise_text(lines[-1]) or None
 
 
@@ -267,15 +325,12 @@ def _split(pattern: Pattern, text: str) -> list[str]:
     return pieces
 
 
-def _sentences(text: str) -> list[str]:
-    """``text`` cut after every ``.``/``!``/``?`` followed by whitespace, and at newlines."""
-    pieces, last = [], 0
-    for match in _SENTENCE_END.finditer(text):
-        end = match.start() + (0 if text[match.start()] == "\n" else 1)
-        pieces.append(text[last:end])
-        last = match.end()
-    pieces.append(text[last:])
-    return pieces
+def _in_question(text: str, start: int) -> bool:
+    """Whether the sentence holding ``start`` ends with ``?`` (a sentence ends after a
+    ``.``/``!``/``?`` followed by whitespace, or at a newline)."""
+    end = _SENTENCE_END.search(text, start)
+    stop = len(text) if end is None else end.start() + (text[end.start()] != "\n")
+    return text[start:stop].rstrip().endswith("?")
 
 
 def find_candidate_answers(text: str) -> list[str]:
@@ -289,17 +344,14 @@ def find_candidate_answers(text: str) -> list[str]:
     segment reads as two candidates.
     """
     text = text[-ANSWER_WINDOW:]
-    found = _distinct(canonical_answer(box) for box in boxed_contents(text))
-    for segment in answer_segments(text):
+    found = _distinct(canonical_answer(box) for box in boxed_contents(text)[-MAX_LISTS:])
+    for segment in answer_segments(text)[-MAX_LISTS:]:
         found.extend(segment_candidates(segment))
     clean = strip_latex(text)
-    if "or" in clean:  # no list of alternatives without "or": skip the sentence pass
-        for sentence in _sentences(clean):
-            if sentence.strip().endswith("?"):
-                continue
-            for match in _OR_LIST.finditer(sentence):
-                listed = numbers(match.group(1) or "")
-                found.extend(_distinct(canonical_number(token) for token in listed))
+    for match in islice(_OR_LIST.finditer(clean), MAX_LISTS):
+        if not _in_question(clean, match.start(1)):
+            listed = numbers(match.group(1) or "")
+            found.extend(_distinct(canonical_number(token) for token in listed))
     return _distinct(found)
 
 
