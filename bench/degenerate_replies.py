@@ -36,7 +36,6 @@ import argparse
 import asyncio
 import importlib.util
 import json
-import os
 import queue
 import signal
 import statistics
@@ -129,6 +128,7 @@ def worker(cases: list[list[Any]], repeat: int) -> None:
             assert client.portal is not None
             client.portal.start_task_soon(probe)
             client.post("/score", json={"rollout": deg.rollout("warm", "output", "42")})
+            print(json.dumps({"ready": True}), flush=True)
             for n, (family, size, field) in enumerate(cases):
                 text = deg.FAMILIES[family](size)
                 cpu: list[float] = []
@@ -178,7 +178,14 @@ def run_cases(code: Path, cases: list[list[Any]], repeat: int, cap: float) -> li
         assert proc.stdout is not None
         lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=pump, args=(proc.stdout, lines), daemon=True).start()
-        wait_s = 120.0  # the first case: imports and the app's lifespan too
+        try:  # imports and the app's lifespan first
+            started = bool(lines.get(timeout=120.0))
+        except queue.Empty:
+            started = False
+        if not started:
+            proc.kill()
+            raise RuntimeError("the worker did not start within 120 s")
+        wait_s = cap * repeat
         while todo:
             try:
                 line = lines.get(timeout=wait_s)
@@ -384,7 +391,7 @@ def main() -> int:
         return 0
     signal.signal(signal.SIGTERM, raise_interrupt)
     args.code = args.code.resolve()
-    args.code_label = os.path.relpath(args.code, ROOT) if args.code != ROOT else "this checkout"
+    args.code_label = "this checkout" if args.code == ROOT else str(args.code)
     deg = families()
     sizes = [int(s) for s in args.sizes.split(",")]
     cases = [[f, s, field] for f in deg.FAMILIES for s in sizes for field in deg.FIELDS]
