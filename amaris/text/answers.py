@@ -16,10 +16,9 @@ at most :data:`MAX_LISTS` boxes, answer segments and lists of alternatives, and 
 most :data:`MAX_LISTED` numbers. A call costs a few milliseconds at most, whatever the
 reply repeats (bench/degenerate_replies.py).
 
-Against the former ``re`` patterns, only malformed numbers read differently: a comma followed
-by four or more digits ends a number (``"1,2345"`` reads ``1``, as before) and the digits
-after it are not read as a number of their own; a list of alternatives written right after
-another one's closing punctuation with no space (``"3 or 4,5 or 6."``) yields the first only.
+Against the former ``re`` patterns: a list of alternatives written right after another
+one's closing punctuation with no space (``"3 or 4,5 or 6."``) yields the first only, and
+the caps above.
 """
 
 from __future__ import annotations
@@ -50,8 +49,13 @@ _NOT_AFTER = rf"(?:^|[^{WORD}.])"
 """Where a number may start: not inside a word or right after a dot (``re``'s lookbehind)."""
 _NUMBER = compile_pattern(rf"{_NOT_AFTER}({_NUM})")
 _WHOLE_NUMBER = compile_pattern(_NUM)
+_BAD_COMMA = compile_pattern(rf",({_D}{{4}})")
 _HEDGE_WORD = rf"(?:(?:maybe|possibly|perhaps|probably){_S}+)?"
-_LIST_SEP = rf"(?:{_S}*,{_S}*(?:and{_S}+|or{_S}+)?|{_S}+or{_S}+|{_S}+and/or{_S}+){_HEDGE_WORD}"
+_COMMA = r"[,\x{e000}]"
+"""A comma in a list: a comma, or one that ends a number (:func:`_no_bad_commas`)."""
+_LIST_SEP = (
+    rf"(?:{_S}*{_COMMA}{_S}*(?:and{_S}+|or{_S}+)?|{_S}+or{_S}+|{_S}+and/or{_S}+){_HEDGE_WORD}"
+)
 # A list of numbers offered as alternatives: "3, 4 or 5", "4, or maybe 5", "3, 4, and 5".
 _NUMBER_LIST = compile_pattern(rf"{_NUM}(?:{_LIST_SEP}{_NUM})*")
 # Only a list that ends its clause counts, so "2 or 3 ways" in an explanation does not. It
@@ -59,8 +63,8 @@ _NUMBER_LIST = compile_pattern(rf"{_NUM}(?:{_LIST_SEP}{_NUM})*")
 _L = r"[\t\x{0b}-\r\x{1c}-\x{1f} \x{85}\pZ]"
 _LINE_HEDGE = rf"(?:(?:maybe|possibly|perhaps|probably){_L}+)?"
 _OR_LIST = compile_pattern(
-    rf"{_NOT_AFTER}(?P<list>{_NUM}(?:{_L}*,{_L}*{_NUM})*{_L}*,?{_L}+(?:and/)?or{_L}+"
-    rf"{_LINE_HEDGE}{_NUM}){_L}*(?:[.!?,;:)]|\n|$)"
+    rf"{_NOT_AFTER}(?P<list>{_NUM}(?:{_L}*{_COMMA}{_L}*{_NUM})*{_L}*{_COMMA}?{_L}+(?:and/)?or{_L}+"
+    rf"{_LINE_HEDGE}{_NUM}){_L}*(?:[.!?,;:)\x{{e000}}]|\n|$)"
 )
 MAX_LISTS = 32
 """Lists of alternatives, boxes and answer segments read per text for candidate answers
@@ -70,7 +74,7 @@ MAX_LISTS = 32
 # is not X" matches the ``neg`` branch (no segment) and ends there, so a later "answer is Y"
 # in the same sentence is still found.
 _ANSWER = compile_pattern(
-    rf"\banswers?\b\**{_S}*(?:(?:is|are|was|would be|could be|might be|should be|includes?)\b"
+    rf"\b(answers?)\b\**{_S}*(?:(is|are|was|would be|could be|might be|should be|includes?)\b"
     rf"|=|:)(?:(?P<neg>{_S}*\**{_S}*(?:not|never)\b)"
     rf"|{_S}*:?\**{_S}*(?P<segment>.*?)(?:[.!?;](?:{_S}|$)|\n|$))",
     ignore_case=True,
@@ -117,7 +121,8 @@ def numbers(text: str, limit: int = MAX_LISTED) -> list[str]:
     A number does not start inside a word or right after a dot; thousands commas group
     exactly three digits, and a comma followed by more digits ends the number before it.
     """
-    return [_token(m, text) for m in islice(_NUMBER.finditer(text), limit)]
+    text = _no_bad_commas(text)
+    return [m.group(1) or "" for m in islice(_NUMBER.finditer(text), limit)]
 
 
 NUMBER_WINDOW = 1_000
@@ -138,7 +143,9 @@ def last_number(text: str) -> str | None:
 
 def _last_number(text: str, window: int) -> str | None:
     base = max(0, len(text) - window - 1)
-    tail = text[base:]  # with one character before the window: a number's left context
+    tail = _no_bad_commas(
+        text[base:]
+    )  # with one character before the window: a number's left context
     first = 0
     if base:
         first = 1
@@ -147,18 +154,20 @@ def _last_number(text: str, window: int) -> str | None:
     found = None
     for match in _NUMBER.finditer(tail):
         if match.start(1) >= first:
-            found = _token(match, tail)
+            found = match.group(1) or ""
     return found
 
 
-def _token(match: Match, text: str) -> str:
-    token = match.group(1) or ""
-    end = match.end(1)
-    if end < len(text) and text[end].isdecimal():
-        # Only a thousands group can be followed by a digit ("1,2345"): the former
-        # pattern's lookahead gave the last group back (from "1,234" down to "1").
-        token = token.rpartition(",")[0]
-    return token
+def _no_bad_commas(text: str) -> str:
+    """``text`` with every comma followed by four digits made U+E000 (same length): such a
+    comma ends a number, as the former pattern's lookahead ``(?!\\d)`` had it, and still
+    separates a list of alternatives."""
+    # A function, not a template: the binding's templates mangle non-ASCII characters.
+    return _BAD_COMMA.sub(_mark, text) if "," in text else text
+
+
+def _mark(match: Match) -> str:
+    return f"\ue000{match.group(1)}"
 
 
 def is_numeric(answer: str) -> bool:
@@ -236,9 +245,9 @@ def segment_candidates(segment: str) -> list[str]:
     ``["paris", "london"]``; ``"Paris"`` gives ``["paris"]``.
     """
     clean = strip_latex(segment)
-    first = _NUMBER.search(clean)
+    first = _NUMBER.search(marked := _no_bad_commas(clean))
     if first is not None:
-        number_list = _NUMBER_LIST.match(clean, first.start(1))
+        number_list = _NUMBER_LIST.match(marked, first.start(1))
         listed = number_list.group() if number_list else first.group(1)
         return _distinct(canonical_number(token) for token in numbers(listed or ""))
     if _OR_WORD.search(clean):
@@ -276,8 +285,27 @@ def boxed_contents(text: str) -> list[str]:
 def answer_segments(text: str) -> list[str]:
     """Returns what follows every "answer is" / "answer:" / "answers are" in the text's last
     :data:`ANSWER_WINDOW` characters, in order ("the answer is not X" gives none)."""
-    segments = (m.group("segment") for m in _ANSWER.finditer(text[-ANSWER_WINDOW:]))
-    return [segment.strip() for segment in segments if segment and segment.strip()]
+    text = text[-ANSWER_WINDOW:]
+    segments: list[str] = []
+    matches = _ANSWER.finditer(text)
+    while (match := next(matches, None)) is not None:
+        # RE2's \b is ASCII: "éanswer" or "answeré" holds no word boundary for Python's.
+        # Such a match is no answer; search again just after its start (rare: a restart).
+        edges = [(match.start(1) - 1, match.start(1)), (match.end(1) - 1, match.end(1))]
+        if match.start(2) >= 0:
+            edges.append((match.end(2) - 1, match.end(2)))
+        if any(_word_edge(text, a, b) for a, b in edges):
+            matches = _ANSWER.finditer(text, match.start(1) + 1)
+            continue
+        segment = (match.group("segment") or "").strip()
+        if segment:
+            segments.append(segment)
+    return segments
+
+
+def _word_edge(text: str, before: int, after: int) -> bool:
+    """Whether both characters around an RE2 ``\\b`` are word characters (for Python)."""
+    return before >= 0 and after < len(text) and _word(text[before]) and _word(text[after])
 
 
 def _trailing_equation(line: str) -> str | None:
@@ -351,7 +379,7 @@ def find_candidate_answers(text: str) -> list[str]:
     found = _distinct(canonical_answer(box) for box in boxed_contents(text)[-MAX_LISTS:])
     for segment in answer_segments(text)[-MAX_LISTS:]:
         found.extend(segment_candidates(segment))
-    clean = strip_latex(text)
+    clean = _no_bad_commas(strip_latex(text))
     for match in islice(_OR_LIST.finditer(clean), MAX_LISTS):
         if not _in_question(clean, match.start(1)):
             listed = numbers(match.group(1) or "")
