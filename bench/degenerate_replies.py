@@ -44,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import suppress
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -218,6 +219,7 @@ async def load(url: str, seconds: float, amaris: Child, cap: float) -> dict[str,
     texts = [(family, field, deg.FAMILIES[family](LOAD_SIZE)) for family in deg.FAMILIES
              for field in deg.FIELDS]  # fmt: skip
     healthz: list[float] = []
+    in_flight: list[float] = []  # when the /healthz being waited for was sent
     scored: list[float] = []
     statuses: dict[str, int] = {}
     stop = asyncio.Event()
@@ -242,11 +244,11 @@ async def load(url: str, seconds: float, amaris: Child, cap: float) -> dict[str,
     async def poll(http: httpx2.AsyncClient) -> None:
         while not stop.is_set():
             started = time.monotonic()
-            try:
+            in_flight[:] = [started]
+            with suppress(httpx2.HTTPError):
                 await http.get("/healthz")
-                healthz.append(time.monotonic() - started)
-            except httpx2.HTTPError:
-                healthz.append(time.monotonic() - started)
+            in_flight.clear()
+            healthz.append(time.monotonic() - started)
             await asyncio.sleep(HEALTHZ_EVERY_S)
 
     limits = httpx2.Limits(max_connections=LOAD_CLIENTS + 1)
@@ -258,10 +260,10 @@ async def load(url: str, seconds: float, amaris: Child, cap: float) -> dict[str,
         tasks = [asyncio.create_task(client(http, i)) for i in range(LOAD_CLIENTS)]
         poller = asyncio.create_task(poll(probe))
         await asyncio.sleep(seconds)
-        healthz_done = list(healthz)
+        # A /healthz still unanswered counts with the time it has waited so far.
+        healthz_done = list(healthz) + [time.monotonic() - t for t in in_flight]
         statuses_done = dict(statuses)  # after SIGTERM, refused connections are expected
         scored_done = list(scored)
-        pending_probe = time.monotonic()  # a /healthz still waiting counts as that slow
         sent = time.monotonic()
         amaris.popen.send_signal(signal.SIGTERM)
         exit_s: float | None = None
@@ -274,8 +276,6 @@ async def load(url: str, seconds: float, amaris: Child, cap: float) -> dict[str,
         for task in [*tasks, poller]:
             task.cancel()
         await asyncio.gather(*tasks, poller, return_exceptions=True)
-    if not healthz_done:
-        healthz_done = [pending_probe - (sent - seconds)]
     return {
         "healthz_n": len(healthz_done),
         "healthz_p99_ms": percentile(healthz_done, 99) * 1000,
@@ -335,13 +335,16 @@ def report(
         "```",
         command_line(),
         "```",
-        "",
-        "CPU ms per `/score` (median of "
-        f"{args.repeat}, the whole process) / longest event-loop stall ms, by field:",
-        "",
-        "| family | size | " + " | ".join(f"{f}: CPU / stall" for f in fields) + " |",
-        "|---|---|" + "---|" * len(fields),
     ]
+    if rows:
+        lines += [
+            "",
+            "CPU ms per `/score` (median of "
+            f"{args.repeat}, the whole process) / longest event-loop stall ms, by field:",
+            "",
+            "| family | size | " + " | ".join(f"{f}: CPU / stall" for f in fields) + " |",
+            "|---|---|" + "---|" * len(fields),
+        ]
     keys = list(dict.fromkeys((r["family"], r["size"]) for r in rows))
     for family, size in keys:
         cells = []
@@ -382,6 +385,7 @@ def main() -> int:
     parser.add_argument("--load-seconds", type=float, default=10.0)
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--no-load", action="store_true", help="skip the real-server part")
+    parser.add_argument("--no-cases", action="store_true", help="only the real-server part")
     parser.add_argument("--label", default=None)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -397,7 +401,7 @@ def main() -> int:
     cases = [[f, s, field] for f in deg.FAMILIES for s in sizes for field in deg.FIELDS]
     load0 = loadavg()
     args.gil = gil_check()
-    rows = run_cases(args.code, cases, args.repeat, args.cap)
+    rows = [] if args.no_cases else run_cases(args.code, cases, args.repeat, args.cap)
     served = {} if args.no_load else serve_under_load(args.code, args.load_seconds, args.cap)
     text = report(rows, served, args, load0)
     print(text)
