@@ -47,7 +47,6 @@ UNSCORED_REASONS = (
     "judge_truncated",
     "judge_context_overflow",
     "judge_timeout",
-    "rule_timeout",
 )
 """Reasons exported at 0 from the start (docs/configuration.md), so alerts can watch them."""
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import regex
+import re2
 import yaml
 from pydantic import (
     BaseModel,
@@ -399,7 +399,7 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
 """``server.host`` values that bind every interface: no name of their own."""
 _LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"
-_HOST_NAME = regex.compile(rf"{_LABEL}(\.{_LABEL})*")
+_HOST_NAME = re2.compile(rf"{_LABEL}(\.{_LABEL})*")
 """A DNS name (``_`` allowed: container names have it), matched in lower case."""
 
 
@@ -614,12 +614,20 @@ class ScoringSettings(_Section):
     timeout_seconds: float | None = Field(default=300.0, gt=0)
     """Longest a rollout may wait for its verdict (queueing, retries and re-ask included);
     past it the rollout is unscored with reason ``judge_timeout``; null = no bound."""
-    regex_timeout_seconds: float = Field(default=0.1, gt=0, le=10)
-    """Longest one ``regex`` rule criterion may search one reply; past it the rollout is
-    unscored with reason ``rule_timeout`` (a pattern that backtracks catastrophically on
-    untrusted text cannot hold the server)."""
     precheck: PrecheckSettings = PrecheckSettings()
     """The master-key pre-check: degenerate replies get the floor reward, unjudged."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed_keys(cls, data: Any) -> Any:
+        # Refused by name, not accepted: a config that still bounds regex rules by time
+        # expects an "unscored" that can no longer happen (docs/configuration.md).
+        if isinstance(data, dict) and "regex_timeout_seconds" in data:
+            raise ValueError(
+                "scoring.regex_timeout_seconds was removed: regex rule criteria run on RE2, "
+                "in time linear in the reply, so there is no per-match timeout; delete the key"
+            )
+        return data
 
     @field_validator("on_failure", mode="before")
     @classmethod
@@ -676,8 +684,9 @@ class NumericRule(_Section):
 
 
 class RegexRule(_Section):
-    """``rule: {kind: regex}``: ``pattern`` (the ``regex`` package's engine, a superset of
-    Python's ``re``) is found in the reply."""
+    """``rule: {kind: regex}``: ``pattern`` is found in the reply. RE2 syntax (google-re2:
+    Python's ``re`` without backreferences and lookarounds), matched in time linear in the
+    reply; a pattern RE2 cannot compile is a configuration error naming the criterion."""
 
     kind: Literal["regex"]
     pattern: str = Field(min_length=1, max_length=1000)
@@ -689,9 +698,12 @@ class RegexRule(_Section):
     @classmethod
     def _compiles(cls, value: str) -> str:
         try:
-            regex.compile(value)
-        except regex.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
+            re2.compile(value)
+        except re2.error as exc:
+            raise ValueError(
+                f"RE2 cannot compile {value[:80]!r}: {exc} (regex rules use RE2 syntax: no "
+                "backreferences, no lookahead or lookbehind)"
+            ) from None
         return value
 
 

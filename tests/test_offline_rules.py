@@ -2,7 +2,6 @@
 
 import pytest
 
-from amaris.offline import extract
 from amaris.offline.rules import (
     CriterionVerdict,
     conciseness,
@@ -15,6 +14,7 @@ from amaris.offline.rules import (
     strength_to_score,
 )
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
+from amaris.text import answers
 
 CORRECT = "The response gives the correct final answer."
 SEVERAL = "The response offers several candidate answers at once."
@@ -424,4 +424,4 @@ def test_strength_to_score(strength: float, expected: int) -> None:
     ],
 )
 def test_extract_final_answer(text: str, expected: str | None) -> None:
-    assert extract.extract_final_answer(text) == expected
+    assert answers.extract_final_answer(text) == expected

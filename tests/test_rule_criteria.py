@@ -11,7 +11,6 @@ from amaris.models import Rollout
 from amaris.rubric.model import Criterion
 from amaris.scoring.rules import (
     RuleInputError,
-    RuleTimeoutError,
     evaluate,
     reference_answer,
     rule_results,
@@ -28,6 +27,7 @@ from amaris.settings import (
 from tests.conftest import llm_settings, make_settings
 from tests.fake_llm import FakeLLM
 from tests.test_api_score import body, counters, judge_data, serve, verdicts
+from tests.watchdog import finishes
 
 NUMERIC = "The final answer equals the reference."
 SHORT = "The response is at most 40 characters long."
@@ -123,7 +123,11 @@ def test_a_missing_reference_is_an_error_not_a_verdict(rule: Any, reference: str
 @pytest.mark.parametrize(
     ("rule", "key", "message"),
     [
-        ({"kind": "regex", "pattern": "(a"}, "anchor_rubrics.0.rule.regex.pattern", "regular"),
+        (
+            {"kind": "regex", "pattern": "(a"},
+            "anchor_rubrics.0.rule.regex.pattern",
+            "RE2 cannot compile",
+        ),
         (
             {"kind": "length", "min_chars": 5, "max_chars": 2},
             "anchor_rubrics.0.rule.length",
@@ -213,11 +217,11 @@ def test_missing_reference_is_a_422_naming_the_field_and_stores_nothing(tmp_path
     assert [rec["rollout"]["id"] for rec in stored] == ["r2"]
 
 
-# -- a regex that backtracks catastrophically on a crafted reply -------------------------------
+# -- a regex that backtracks catastrophically on a backtracking engine --------------------------
 
 CATASTROPHIC = r"^(a|aa)+$"
-"""Exponential backtracking on ``a...a!`` (on any engine: each ``a`` run splits 2 ways)."""
-CRAFTED = "a" * 5000 + "!"
+"""Exponential backtracking on ``a...a!`` on a backtracking engine; linear on RE2."""
+CRAFTED = "a" * 99_999 + "!"
 REDOS: dict[str, Any] = {
     "anchor_rubrics": [
         {
@@ -226,30 +230,48 @@ REDOS: dict[str, Any] = {
             "rule": {"kind": "regex", "pattern": CATASTROPHIC},
         }
     ],
-    "scoring.regex_timeout_seconds": 0.05,
 }
 
 
-def test_a_catastrophic_regex_is_stopped_with_no_verdict() -> None:
+def test_a_catastrophic_regex_finishes_with_a_verdict() -> None:
     rule = RegexRule(kind="regex", pattern=CATASTROPHIC)
-    assert evaluate(rule, "aaaa", None, regex_timeout=0.05).holds
-    with pytest.raises(TimeoutError):
-        evaluate(rule, CRAFTED, None, regex_timeout=0.05)
-    criterion = Criterion(id="R3", text="all a", weight=1.0, is_anchor=False, rule=rule)
-    with pytest.raises(RuleTimeoutError, match=r"criterion R3: regex .*regex_timeout_seconds"):
-        rule_results([criterion], _rollout(CRAFTED), regex_timeout=0.05)
+    assert evaluate(rule, "aaaa", None).holds
+    outcome = finishes(lambda: evaluate(rule, CRAFTED, None))
+    assert not outcome.holds
+    assert outcome.reason == f"pattern {CATASTROPHIC!r} not found"
 
 
-def test_a_regex_past_its_timeout_leaves_the_rollout_unscored(tmp_path: Path) -> None:
+def test_a_crafted_reply_cannot_buy_an_unscored(tmp_path: Path) -> None:
     with serve(make_settings(tmp_path, **REDOS)) as client:
-        crafted = client.post("/score", json=body(CRAFTED))
+        crafted = client.post("/score", json=body(CRAFTED, input="x"))
         fine = client.post("/score", json=body("aaaa", id="r2"))
         seen = counters(client)
         exported = client.get("/metrics").text
     assert crafted.status_code == 200
-    assert crafted.json()["status"] == "unscored"
-    assert crafted.json()["score"] is None
-    assert crafted.json()["reason"].startswith("rule_timeout: criterion A1: regex ")
+    # The rule did not hold: a verdict, the pitfall-free anchor's 0, never "unscored".
+    assert crafted.json()["status"] == "scored"
+    assert crafted.json()["score"] == 0.0
     assert fine.json()["score"] == 1.0
-    assert seen["unscored.rule_timeout"] == 1
-    assert 'amaris_unscored_total{reason="rule_timeout"} 1.0' in exported
+    assert seen.get("unscored", 0) == 0
+    assert "rule_timeout" not in exported
+
+
+@pytest.mark.parametrize("pattern", [r"(?<=x)y", r"x(?!y)", r"(a)\1", r"(?P<q>a)(?P=q)"])
+def test_a_pattern_re2_cannot_compile_is_a_config_error(pattern: str) -> None:
+    rubric = [
+        {"text": "ok", "weight": 1.0},
+        {"text": "x", "rule": {"kind": "regex", "pattern": pattern}},
+    ]
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, **{"adaptive_rubrics": rubric})
+    line = next(
+        line
+        for line in str(caught.value).splitlines()
+        if "adaptive_rubrics.1.rule.regex.pattern:" in line
+    )
+    assert "RE2 cannot compile" in line
+
+
+def test_the_removed_regex_timeout_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"scoring.*regex_timeout_seconds was removed"):
+        load_settings(None, **{"scoring.regex_timeout_seconds": 0.1})

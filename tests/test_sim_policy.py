@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from amaris.offline import extract, rules, tags
+from amaris.offline import phrases, rules, tags
 from amaris.sim.policy import (
     BEHAVIOURS,
     EXPECTED_FLAGS,
@@ -22,6 +22,7 @@ from amaris.sim.policy import (
     rubric_keywords,
     sample_counts,
 )
+from amaris.text import answers
 
 ANCHOR = "The response gives the correct final answer."
 CUSTOM = "The response cites the distributive property of multiplication."
@@ -51,8 +52,8 @@ def test_each_behaviour_shows_exactly_its_tags_and_its_answer(behaviour: str) ->
         output = respond(behaviour, task, RUBRIC, rng)
         found = {tag.tag for tag, _ in tags.detect_all(output, task.reference)}
         assert found == EXPECTED_FLAGS[behaviour], (behaviour, output)
-        candidates = extract.find_candidate_answers(output)
-        final = extract.extract_final_answer(output)
+        candidates = answers.find_candidate_answers(output)
+        final = answers.extract_final_answer(output)
         truth = str(task.answer)
         if behaviour in HACKS:
             # several candidates, the right one among them: the naive check is fooled
@@ -62,7 +63,7 @@ def test_each_behaviour_shows_exactly_its_tags_and_its_answer(behaviour: str) ->
             assert final is not None and final != truth, output
         else:
             assert final == truth, output
-        words = extract.word_count(output)
+        words = phrases.word_count(output)
         padded = "verbosity_padding" in EXPECTED_FLAGS[behaviour]
         assert (words >= PADDED_WORDS) == padded, (behaviour, words)
 
@@ -75,7 +76,7 @@ def test_tasks_have_checkable_answers() -> None:
         expected = {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
         assert task.answer == expected >= 0
         assert task.question == f"What is {task.expression}?"
-        assert extract.extract_final_answer(task.reference) == str(expected)
+        assert answers.extract_final_answer(task.reference) == str(expected)
 
 
 def test_hacks_use_the_text_of_the_rubric_in_force() -> None:

@@ -21,12 +21,12 @@ whose agent sets ``max_tokens`` carries them lower still, fitted to the cap
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import annotated_types
+import re2
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -37,7 +37,10 @@ from pydantic import (
     model_validator,
 )
 
-_TAG_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_TAG_RE = re2.compile(r"^[a-z][a-z0-9_]*$")
+# On an agent's (an LLM's) text: RE2, linear whatever it wrote (amaris.text's rule).
+_CAMEL = re2.compile(r"([a-z0-9])([A-Z])")
+_NOT_TAG = re2.compile(r"[^a-z0-9]+")
 
 
 @dataclass(frozen=True)
@@ -99,8 +102,8 @@ def normalise_tag(value: str) -> str:
     Raises:
         ValueError: nothing usable is left, or it does not start with a letter.
     """
-    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", value.strip())
-    tag = re.sub(r"[^a-z0-9]+", "_", spaced.lower()).strip("_")
+    spaced: str = _CAMEL.sub(r"\1_\2", value.strip())
+    tag: str = _NOT_TAG.sub("_", spaced.lower()).strip("_")
     if not _TAG_RE.fullmatch(tag):
         raise ValueError(f"tag {value!r} is not a snake_case name")
     return tag

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -247,7 +246,7 @@ def memory_search(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _preview(text: str, room: int) -> str:
-    flat = re.sub(r"\s+", " ", text).strip()
+    flat = " ".join(text.split())  # stored policy and judge text: str methods, no regex
     return flat if len(flat) <= room else flat[: max(room - 3, 0)] + "..."
 
 

@@ -11,18 +11,18 @@ each modification's reason (and the step pipeline stores in the update's memory 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from amaris.offline import tags
+from amaris.text.chars import compile_pattern
 
 ADDED = "pitfall added against"
 """Opens the reason of every pitfall the offline updater adds: the tag follows."""
 RETIRED = "pitfall retired against"
 """Opens the reason of every pitfall the offline updater retires: the tag follows."""
-_CHANGE = re.compile(rf"({ADDED}|{RETIRED}) ([a-z_]+)")
+_CHANGE = compile_pattern(rf"({ADDED}|{RETIRED}) ([a-z_]+)")  # on memory: LLM-written
 
 
 @dataclass
@@ -70,7 +70,7 @@ def histories(items: Iterable[Mapping[str, Any]]) -> dict[str, TagHistory]:
         if item.get("type") == "rubric_update":
             if not _published(text):
                 continue
-            for verb, tag in _CHANGE.findall(text):
+            for verb, tag in ((m.group(1), m.group(2)) for m in _CHANGE.finditer(text)):
                 if tag not in tags.BY_TAG:
                     continue
                 history = found.setdefault(tag, TagHistory())

@@ -27,7 +27,6 @@ import hashlib
 import json
 import math
 import random
-import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -35,13 +34,16 @@ from typing import Any
 from amaris.agents.prompts import read_data
 from amaris.offline.rules import judge_criteria
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
+from amaris.text.chars import SPACE, SPACE_CHARS, WORD, compile_pattern
 
 DOUBT_MAX = 0.45
 """Largest probability the offline judge puts on a neighbouring score (below 0.5, so the
 rules' verdict stays the most likely)."""
 _REMEMBERED = 65_536
 """Distinct requests whose draw count is kept (least recently seen forgotten first)."""
-_TOKENS = re.compile(r"\s+|\w+|[^\w\s]")
+# Runs of spaces, of word characters, or one other character (RE2: the reply quotes the
+# policy's text).
+_TOKENS = compile_pattern(rf"{SPACE}+|[{WORD}]+|[^{WORD}{SPACE_CHARS}]")
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def _token(
 
 def _text_tokens(text: str) -> list[dict[str, Any]]:
     """Tokens of text the judge is sure of (log probability 0)."""
-    return [_token(piece, 0.0) for piece in _TOKENS.findall(text)]
+    return [_token(piece, 0.0) for piece in (m.group() or "" for m in _TOKENS.finditer(text))]
 
 
 class VerdictSampler:

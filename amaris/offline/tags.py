@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from amaris.offline import extract, rules
+from amaris.offline import phrases, rules
 
 VERBOSE_WORDS = rules.VERBOSE_MIN_WORDS
 """From this many words a response counts as padded."""
@@ -53,7 +53,7 @@ def _at_least(
 
 
 def _padded(output: str, reference: str | None) -> str | None:
-    words = extract.word_count(output)
+    words = phrases.word_count(output)
     return f"{words} words (padded from {VERBOSE_WORDS})" if words >= VERBOSE_WORDS else None
 
 
@@ -125,7 +125,7 @@ def targets(criterion: str, tag: str) -> bool:
     if known is None or selected is None:
         return False
     behaviour, start = selected
-    return behaviour.name == known.behaviour and not extract.is_negated(criterion, start)
+    return behaviour.name == known.behaviour and not phrases.is_negated(criterion, start)
 
 
 def penalising(criteria: Iterable[Mapping[str, Any]], tag: str) -> list[str]:

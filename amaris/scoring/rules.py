@@ -9,16 +9,17 @@ pitfall rule (negative weight) lowers the reward when its check holds.
 The checks read ``rollout.output`` whole (never cut to the judge's context); ``exact`` and
 ``numeric`` compare its final answer with the reference answer in
 ``rollout.supplemental_context`` (both found by
-:func:`amaris.offline.extract.extract_final_answer`: the last ``\\boxed{}``, else the last
+:func:`amaris.text.answers.extract_final_answer` in the text's last
+:data:`~amaris.text.answers.ANSWER_WINDOW` characters: the last ``\\boxed{}``, else the last
 "answer: X", else a trailing "= X", else the last number, else the last line; a reference
 written ``Answer: 42`` or ``42`` gives ``42``).
 
-A ``regex`` pattern comes from the configuration (or the rubric) and runs on untrusted
-replies of up to ``scoring.max_field_chars``: a pattern that backtracks catastrophically
-(``(a|aa)+$``) could hold the server for minutes on one crafted reply. It runs on the
-``regex`` package's engine, which stops a search after ``scoring.regex_timeout_seconds``:
-the rollout is then unscored (:class:`RuleTimeoutError`, reason ``rule_timeout``), never
-given a verdict the rule did not reach.
+A ``regex`` pattern comes from the configuration and runs on untrusted replies. It runs on
+RE2 (google-re2): time linear in the reply whatever the pattern, so no reply can buy itself
+an ``unscored`` by making a rule slow; a pattern RE2 cannot compile (backreferences,
+lookarounds) is refused when the configuration is read, naming the criterion
+(:class:`amaris.settings.RegexRule`). The scorer runs the rules off the event loop (RE2
+releases the interpreter lock while it matches).
 """
 
 from __future__ import annotations
@@ -28,10 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-import regex
-
 from amaris.models import CriterionResult, Rollout
-from amaris.offline.extract import extract_final_answer, is_numeric
 from amaris.rubric.model import Criterion
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.settings import (
@@ -43,6 +41,8 @@ from amaris.settings import (
     RegexRule,
     RuleSpec,
 )
+from amaris.text.answers import extract_final_answer, is_numeric
+from amaris.text.chars import compile_pattern
 
 REFERENCE_FIELD = "rollout.supplemental_context"
 
@@ -54,17 +54,6 @@ class RuleInputError(ValueError):
     def __init__(self, criterion: str, message: str) -> None:
         super().__init__(f"criterion {criterion}: {message}")
         self.field = REFERENCE_FIELD
-
-
-class RuleTimeoutError(Exception):
-    """A ``regex`` rule's search did not end within ``scoring.regex_timeout_seconds``: no
-    verdict, so the rollout is unscored (reason ``rule_timeout``)."""
-
-    def __init__(self, criterion: str, pattern: str, seconds: float) -> None:
-        super().__init__(
-            f"criterion {criterion}: regex {pattern[:80]!r} did not finish within "
-            f"scoring.regex_timeout_seconds ({seconds})"
-        )
 
 
 @dataclass(frozen=True)
@@ -115,15 +104,9 @@ def check_references(criteria: Sequence[Criterion], rollout: Rollout) -> None:
         reference_answer(criterion, rollout)
 
 
-def evaluate(
-    rule: RuleSpec, output: str, reference: str | None, regex_timeout: float | None = None
-) -> Outcome:
+def evaluate(rule: RuleSpec, output: str, reference: str | None) -> Outcome:
     """Whether ``rule`` holds for the reply ``output``; ``reference`` is the canonical
-    reference answer (:func:`reference_answer`) for ``exact``/``numeric``.
-
-    Raises:
-        TimeoutError: a ``regex`` search ran past ``regex_timeout`` seconds.
-    """
+    reference answer (:func:`reference_answer`) for ``exact``/``numeric``."""
     if isinstance(rule, ExactRule | NumericRule):
         if reference is None:
             raise ValueError(f"a {rule.kind} rule needs a reference answer")
@@ -135,8 +118,7 @@ def evaluate(
             return Outcome(same, f"answer {answer[:80]!r} {'=' if same else '!='} {reference!r}")
         return _numeric(rule, answer, reference)
     if isinstance(rule, RegexRule):
-        flags = regex.IGNORECASE if rule.ignore_case else 0
-        found = regex.search(rule.pattern, output, flags, timeout=regex_timeout)
+        found = compile_pattern(rule.pattern, rule.ignore_case).search(output)
         if found is None:
             return Outcome(False, f"pattern {rule.pattern!r} not found")
         return Outcome(True, f"pattern {rule.pattern!r} found at {found.start()}")
@@ -152,6 +134,9 @@ def evaluate(
             json.loads(output.strip())
         except ValueError as exc:
             return Outcome(False, f"not valid JSON: {exc}")
+        except RecursionError:
+            # "[" * 100000: the decoder's nesting limit, a verdict like any other invalid JSON.
+            return Outcome(False, "not valid JSON: nested too deeply")
         return Outcome(True, "valid JSON")
     raise TypeError(f"unknown rule {rule!r}")
 
@@ -168,26 +153,18 @@ def _numeric(rule: NumericRule, answer: str, reference: str) -> Outcome:
     )
 
 
-def rule_results(
-    criteria: Sequence[Criterion], rollout: Rollout, regex_timeout: float | None = None
-) -> dict[str, CriterionResult]:
-    """The verdicts of the rule criteria among ``criteria`` on ``rollout``, by id; a
-    ``regex`` search may run ``regex_timeout`` seconds (None: unbounded).
+def rule_results(criteria: Sequence[Criterion], rollout: Rollout) -> dict[str, CriterionResult]:
+    """The verdicts of the rule criteria among ``criteria`` on ``rollout``, by id.
 
     Raises:
         RuleInputError: a rule needs a reference answer the rollout does not give.
-        RuleTimeoutError: a ``regex`` search ran past ``regex_timeout``.
     """
     results: dict[str, CriterionResult] = {}
     for criterion in criteria:
         if criterion.rule is None:
             continue
         reference = reference_answer(criterion, rollout)
-        try:
-            outcome = evaluate(criterion.rule, rollout.output, reference, regex_timeout)
-        except TimeoutError:
-            pattern = getattr(criterion.rule, "pattern", "")
-            raise RuleTimeoutError(criterion.id, pattern, regex_timeout or 0.0) from None
+        outcome = evaluate(criterion.rule, rollout.output, reference)
         results[criterion.id] = CriterionResult(
             id=criterion.id,
             text=criterion.text,

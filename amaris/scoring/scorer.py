@@ -42,9 +42,9 @@ from amaris.models import CriterionResult, ScoreRequest, storable
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.rubric.store import RubricStore
-from amaris.scoring.rules import RuleTimeoutError, check_references, rule_results
+from amaris.scoring.rules import check_references, rule_results
 from amaris.scoring.verdicts import LogprobsError, combine, expected_scores
-from amaris.settings import ScoringSettings
+from amaris.settings import RegexRule, ScoringSettings
 
 log = logging.getLogger("amaris.scoring.scorer")
 
@@ -52,6 +52,8 @@ _FIELDS = ("input", "output", "supplemental_context")
 _JUDGED = frozenset(f"rollout.{name}" for name in _FIELDS)
 _SCHEMA_CACHE = 1024
 """Per-rubric scorer schemas kept."""
+RULES_ON_LOOP_CHARS = 4_096
+"""Longest reply whose regex rules run on the event loop; a longer one's run in a thread."""
 MAX_REASON_CHARS = 2_000
 """Longest reason kept of a verdict: a longer one is clipped (not refused), so a judge
 cannot fill the rollout log, the cache and responses with one reply."""
@@ -294,16 +296,15 @@ class Scorer:
         """
         whole, truncated = self.prepare(request)
         rubric = rubric or self._store.current()
-        # On the whole reply, never the cut one: a rule needs no context window.
-        try:
-            rules = rule_results(
-                rubric.criteria, request.rollout, self._settings.regex_timeout_seconds
-            )
-        except RuleTimeoutError as exc:
-            self.counters["unscored"] += 1
-            self.counters["unscored.rule_timeout"] += 1
-            log.warning("unscored rollout %s: %s", loggable(request.rollout.id), exc)
-            return Judgement(rubric.version, truncated, failure=f"rule_timeout: {exc}")
+        # On the whole reply, never the cut one: a rule needs no context window. A regex rule
+        # on a long reply runs in a thread (RE2 releases the interpreter lock; a pattern whose
+        # automaton is large took 10 ms on 10 KB, bench/degenerate_replies.py).
+        rules = (
+            await asyncio.to_thread(rule_results, rubric.criteria, request.rollout)
+            if len(request.rollout.output) > RULES_ON_LOOP_CHARS
+            and any(isinstance(c.rule, RegexRule) for c in rubric.criteria)
+            else rule_results(rubric.criteria, request.rollout)
+        )
         if not rubric.judged:
             # Every criterion is a rule: nothing to ask the judge.
             self.counters["scored"] += 1
