@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -170,6 +171,8 @@ def build_services(
     )
     scopes = ScopeResolver(settings, store)
     namespace = store_namespace(settings)
+    canary: Counter[str] = Counter()
+    """The rubric canary's verdicts in this process (step flows run here): /metrics."""
 
     async def warm_up() -> None:
         set_context(
@@ -183,6 +186,7 @@ def build_services(
                 prompts=prompts,
                 namespace=namespace,
                 manifest=manifest,
+                canary=canary,
             )
         )
         if prefect_ready is not None:
@@ -237,6 +241,7 @@ def build_services(
         coordinator,
         ledger,
         settings.pricing,
+        canary,
     )
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
