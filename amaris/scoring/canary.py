@@ -221,44 +221,47 @@ def _plan(
     budget: int,
     step: int,
 ) -> list[_Probe]:
-    """The probes to judge: per prompt (in a seeded order), the closest pair of rollouts
-    the current rubric ranks correctly, else a rollout and a synthetic partner, within
-    ``budget`` calls. Without new criteria every rollout probe is free."""
+    """The probes to judge within ``budget`` scorer calls, prompt by prompt in a seeded
+    order: per prompt the closest pair of rollouts the current rubric ranks correctly
+    (else a rollout and a synthetic partner: a master key against an anchor-passing
+    rollout, the reference answer against an anchor-failing one), then a claim probe
+    against its passing rollout. Without new criteria every rollout is free."""
+    chosen: list[_Probe] = []
     if not new:
         chosen = [p for members in groups.values() for p in members]
-        spare = budget
-    else:
-        chosen, spare = [], budget
+    spare = budget
     by_group = {r.group: r for r in rollouts}
     order = sorted(groups)
     random.Random(step).shuffle(order)
+    units: list[list[_Probe]] = []
     for index, group in enumerate(order):
-        members = groups[group]
+        members, source = groups[group], by_group[group]
         passing = sorted((p for p in members if p.side == "pass"), key=lambda p: p.current or 0)
         failing = sorted((p for p in members if p.side == "fail"), key=lambda p: -(p.current or 0))
-        rollout_cost = 1 if new else 0
-        picks: list[_Probe] = []
         if passing and failing:
-            picks = [passing[0], failing[0]]
-        source = by_group[group]
-        if requirements and failing:
-            # A failing answer that claims the candidate's new requirements.
-            output = claim_probe(failing[0].rollout.output, requirements)
-            picks.append(_synthetic(f"claim-{index}", "claim", group, output, source))
-        if passing and not failing:
+            units.append([passing[0], failing[0]])
+        elif passing:
             key = MASTER_KEYS[index % len(MASTER_KEYS)]
             master_key = _synthetic(f"master-key-{index}", "master_key", group, key, source)
-            picks += [passing[0], master_key]
-        if failing and not passing and source.supplemental_context:
+            units.append([passing[0], master_key])
+        elif source.supplemental_context:
             text = source.supplemental_context
             reference = _synthetic(f"reference-{index}", "reference", group, text, source)
-            picks += [failing[0], reference]
-        cost = sum(rollout_cost if p.kind == "rollout" else 1 + int(new) for p in picks)
-        cost -= sum(rollout_cost for p in picks if p.kind == "rollout" and p in chosen)
-        if not picks or cost > spare:
-            continue
-        chosen.extend(p for p in picks if p not in chosen)
-        spare -= cost
+            units.append([failing[0], reference])
+        if requirements and failing and passing:
+            # A failing answer that claims the candidate's new requirements.
+            output = claim_probe(failing[0].rollout.output, requirements)
+            claim = _synthetic(f"claim-{index}", "claim", group, output, source)
+            units.append([passing[0], claim])
+    for unit in units:
+        cost = sum(
+            (1 if new else 0) if p.kind == "rollout" else 1 + int(new)
+            for p in unit
+            if p not in chosen
+        )
+        if cost <= spare:
+            chosen.extend(p for p in unit if p not in chosen)
+            spare -= cost
     return chosen
 
 
