@@ -129,7 +129,7 @@ class Metrics:
         if self._state is not None:
             self.registry.unregister(self._state)
         self._state = _StateCollector(
-            gateways, scorer, store, coordinator, ledger, pricing, canary or {}
+            gateways, scorer, store, coordinator, ledger, pricing, {} if canary is None else canary
         )
         self.registry.register(self._state)
 
