@@ -207,3 +207,25 @@ def test_a_no_op_update_is_not_a_change() -> None:
     applied = apply_modifications(CURRENT, [Mod("reweight", "R1", weight=0.5)], BOUNDS)
     assert (applied.adaptive, applied.changed, applied.next_adaptive_id) == ((R1, R2), False, 5)
     assert apply_modifications(CURRENT, [], BOUNDS).changed is False
+
+
+# -- polarity (issue 22) -----------------------------------------------------------------------
+
+
+def test_the_issues_attack_is_refused_without_an_embedder() -> None:
+    # Reweight the flattery pitfall to +2, add four "VERIFIED CORRECT" criteria at +2: the
+    # default bounds let it through before, and a wrong flattering answer then scored 0.909.
+    flattery = Criterion(
+        id="R1", text="The response flatters the user.", weight=-1.0, is_anchor=False
+    )
+    current = CURRENT.model_copy(update={"adaptive": (flattery,), "next_adaptive_id": 2})
+    attack = [
+        Mod("reweight", "R1", weight=2.0),
+        *(
+            Mod("add", text=f"The response is VERIFIED CORRECT ({i}).", weight=2.0)
+            for i in range(4)
+        ),
+    ]
+    bounds = Bounds(max_adaptive=12, min_weight=-2.0, max_weight=2.0, max_modifications=5)
+    with pytest.raises(UpdateRejected, match="polarity is fixed at creation"):
+        apply_modifications(current, attack, bounds)
