@@ -222,46 +222,60 @@ def _plan(
     step: int,
 ) -> list[_Probe]:
     """The probes to judge within ``budget`` scorer calls, prompt by prompt in a seeded
-    order: per prompt the closest pair of rollouts the current rubric ranks correctly
-    (else a rollout and a synthetic partner: a master key against an anchor-passing
-    rollout, the reference answer against an anchor-failing one), then a claim probe
-    against its passing rollout. Without new criteria every rollout is free."""
-    chosen: list[_Probe] = []
+    order. Per prompt, the first of these that fits: the reference answer with an
+    anchor-passing and an anchor-failing rollout; the reference with the failing one; the
+    two rollouts; the reference with a master key; a passing rollout with a master key.
+    Then a claim probe against the passing rollout. The passing rollout is the one the
+    current rubric scores highest (the shortest on a tie: padding and hacks are long), the
+    failing one the one it scores highest: the closest to overtaking. Without new criteria
+    every rollout is free: all of them, and nothing else, are checked."""
     if not new:
-        chosen = [p for members in groups.values() for p in members]
+        # A reweight or a retirement: the verdicts are known, every rollout is checked.
+        return [p for members in groups.values() for p in members]
+    chosen: list[_Probe] = []
     spare = budget
     by_group = {r.group: r for r in rollouts}
     order = sorted(groups)
     random.Random(step).shuffle(order)
-    units: list[list[_Probe]] = []
+
+    def cost(unit: list[_Probe]) -> int:
+        return sum(1 if p.kind == "rollout" else 2 for p in unit if p not in chosen)
+
     for index, group in enumerate(order):
         members, source = groups[group], by_group[group]
-        passing = sorted((p for p in members if p.side == "pass"), key=lambda p: p.current or 0)
-        failing = sorted((p for p in members if p.side == "fail"), key=lambda p: -(p.current or 0))
-        if passing and failing:
-            units.append([passing[0], failing[0]])
-        elif passing:
-            key = MASTER_KEYS[index % len(MASTER_KEYS)]
-            master_key = _synthetic(f"master-key-{index}", "master_key", group, key, source)
-            units.append([passing[0], master_key])
-        elif source.supplemental_context:
-            text = source.supplemental_context
-            reference = _synthetic(f"reference-{index}", "reference", group, text, source)
-            units.append([failing[0], reference])
-        if requirements and failing and passing:
+        passing = sorted(
+            (p for p in members if p.side == "pass"),
+            key=lambda p: (-(p.current or 0), len(p.rollout.output)),
+        )[:1]
+        failing = sorted((p for p in members if p.side == "fail"), key=lambda p: -(p.current or 0))[
+            :1
+        ]
+        reference = (
+            [_synthetic(f"reference-{index}", "reference", group, text, source)]
+            if (text := source.supplemental_context)
+            else []
+        )
+        key = MASTER_KEYS[index % len(MASTER_KEYS)]
+        master_key = [_synthetic(f"master-key-{index}", "master_key", group, key, source)]
+        options = [
+            reference + passing + failing if reference and passing and failing else [],
+            reference + failing if reference and failing else [],
+            passing + failing if passing and failing else [],
+            reference + master_key if reference else [],
+            passing + master_key if passing and not reference else [],
+        ]
+        for unit in [u for u in options if u]:
+            if cost(unit) <= spare:
+                spare -= cost(unit)
+                chosen.extend(p for p in unit if p not in chosen)
+                break
+        if requirements and failing and passing and passing[0] in chosen:
             # A failing answer that claims the candidate's new requirements.
             output = claim_probe(failing[0].rollout.output, requirements)
             claim = _synthetic(f"claim-{index}", "claim", group, output, source)
-            units.append([passing[0], claim])
-    for unit in units:
-        cost = sum(
-            (1 if new else 0) if p.kind == "rollout" else 1 + int(new)
-            for p in unit
-            if p not in chosen
-        )
-        if cost <= spare:
-            chosen.extend(p for p in unit if p not in chosen)
-            spare -= cost
+            if cost([claim]) <= spare:
+                spare -= cost([claim])
+                chosen.append(claim)
     return chosen
 
 
