@@ -218,3 +218,22 @@ async def test_nothing_scored_under_the_current_rubric_is_skipped(
         "skipped",
         "no rollout scored under the current rubric",
     )
+
+
+async def test_a_judge_that_gives_no_verdict_refuses_the_candidate() -> None:
+    settings = load_settings(None)
+    qdrant = QdrantClient(":memory:")
+    llm = gateway(settings, ScriptedProvider(default=RuntimeError("endpoint down")))
+    scorer = Scorer(
+        settings.scoring, llm, RubricStore(qdrant, "rubrics", None), scorer_prompt(settings)
+    )
+    verified = Criterion(id="R2", text=VERIFIED, weight=2.0, is_anchor=False)
+    try:
+        report = await canary(scorer, candidate(verified))
+    finally:
+        await llm.close()
+        qdrant.close()
+    assert (report.outcome, report.reason) == (
+        "refused",
+        "the judge gave no verdict on 2 probe(s): the candidate could not be checked",
+    )

@@ -176,7 +176,7 @@ async def run_canary(
     if not groups:
         return CanaryReport(outcome="skipped", reason="no rollout scored under the current rubric")
     chosen = _plan(groups, rollouts, bool(new), requirements, budget, step)
-    calls = 0
+    calls, failed = 0, 0
     unjudged = [p for p in chosen if p.current is None]
     calls += len(unjudged)
     for probe, judged in zip(
@@ -184,6 +184,7 @@ async def run_canary(
         await asyncio.gather(*(_judge(scorer, p, current, step) for p in unjudged)),
         strict=True,
     ):
+        failed += not judged
         probe.verdicts.update(judged)
         probe.current = score_under(current.criteria, probe.verdicts)
         if probe.kind == "reference":
@@ -197,6 +198,7 @@ async def run_canary(
             await asyncio.gather(*(_judge(scorer, p, only_new, step) for p in ask)),
             strict=True,
         ):
+            failed += not judged
             probe.verdicts.update(judged)
     evaluated = []
     for probe in chosen:
@@ -204,6 +206,15 @@ async def run_canary(
         if probe.side is not None and probe.current is not None and probe.candidate is not None:
             evaluated.append(probe)
     report = _decide(evaluated, max_gap_shrink)
+    if failed and report.outcome == "skipped":
+        # The judge failed where it was asked: nothing checked is not a pass.
+        report = report.model_copy(
+            update={
+                "outcome": "refused",
+                "reason": f"the judge gave no verdict on {failed} probe(s): the candidate "
+                "could not be checked",
+            }
+        )
     return report.model_copy(update={"judge_calls": calls, "budget": budget})
 
 
