@@ -146,12 +146,14 @@ async def canary_rows() -> list[tuple[str, str, str, str]]:
 
 
 def simulate() -> dict[str, Any]:
+    """The default ``amaris simulate``'s metrics (its report in a temporary folder)."""
     with tempfile.TemporaryDirectory(prefix="amaris-bench-canary-") as tmp:
         out = Path(tmp) / "report"
         amaris = Path(sys.executable).parent / "amaris"
         subprocess.run([str(amaris), "simulate", "--out", str(out)], check=True, cwd=tmp)
-        metrics: dict[str, Any] = json.loads((out / "metrics.json").read_text())
-    return metrics
+        data = json.loads((out / "metrics.json").read_text())
+    [metrics] = data["runs"].values()
+    return dict(metrics)
 
 
 def simulate_section(metrics: dict[str, Any]) -> str:

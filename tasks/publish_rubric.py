@@ -59,7 +59,7 @@ async def publish_update(
         }
     parsed = RubricUpdateProposal.model_validate(proposal)
     outcome: dict[str, Any] = {"base_version": base_version, "strategy": parsed.update_strategy}
-    if canary is not None and canary.outcome != "skipped":
+    if canary is not None:
         outcome["canary"] = canary.model_dump(mode="json", exclude={"probes"})
     try:
         if current.version != base_version:

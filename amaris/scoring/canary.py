@@ -239,21 +239,28 @@ def _plan(
     Then a claim probe against the passing rollout. The passing rollout is the one the
     current rubric scores highest (the shortest on a tie: padding and hacks are long), the
     failing one the one it scores highest: the closest to overtaking. Without new criteria
-    every rollout is free: all of them, and nothing else, are checked."""
+    every rollout is checked, for free, and a prompt without both sides gets one of the
+    sets above (a synthetic probe then costs its call under the current rubric only)."""
+    chosen: list[_Probe] = []
     if not new:
         # A reweight or a retirement: the verdicts are known, every rollout is checked.
-        return [p for members in groups.values() for p in members]
-    chosen: list[_Probe] = []
+        chosen = [p for members in groups.values() for p in members]
     spare = budget
     by_group = {r.group: r for r in rollouts}
     order = sorted(groups)
     random.Random(step).shuffle(order)
 
     def cost(unit: list[_Probe]) -> int:
-        return sum(1 if p.kind == "rollout" else 2 for p in unit if p not in chosen)
+        return sum(
+            (1 if p.kind == "rollout" else 2) if new else (0 if p.kind == "rollout" else 1)
+            for p in unit
+            if p not in chosen
+        )
 
     for index, group in enumerate(order):
         members, source = groups[group], by_group[group]
+        if not new and {p.side for p in members} == {"pass", "fail"}:
+            continue  # its rollouts, checked for free, have both sides
         passing = sorted(
             (p for p in members if p.side == "pass"),
             key=lambda p: (-(p.current or 0), len(p.rollout.output)),
