@@ -165,7 +165,7 @@ def simulate_section(metrics: dict[str, Any]) -> str:
         f"the canary made **{canary}** scorer calls against the rollouts' **{scorer}** "
         f"(**{canary / scorer:.1%}**; cap 10%).",
         "",
-        "| step | rollouts | update | canary | canary probes | reason |",
+        "| step | rollouts | update | canary | canary scorer calls / allowed | reason |",
         "|---|---|---|---|---|---|",
     ]
     for s in metrics["steps"]:
@@ -173,8 +173,8 @@ def simulate_section(metrics: dict[str, Any]) -> str:
         c = u.get("canary") or {}
         lines.append(
             f"| {s['step']} | {s['rollouts']} | {u.get('outcome')} | {c.get('outcome', '-')} "
-            f"| {c.get('judge_calls', '-')} calls / {c.get('budget', '-')} | "
-            f"{(u.get('reason') or '').replace('|', '/')} |"
+            f"| {c.get('judge_calls', '-')} / {c.get('budget', '-')} | "
+            f"{(u.get('reason') or c.get('reason') or '').replace('|', '/')} |"
         )
     refused = [s for s in metrics["steps"] if (s.get("update") or {}).get("outcome") == "rejected"]
     lines += ["", f"Updates refused: {len(refused)}" + (
