@@ -49,6 +49,8 @@ UNSCORED_REASONS = (
     "judge_timeout",
 )
 """Reasons exported at 0 from the start (docs/configuration.md), so alerts can watch them."""
+CANARY_OUTCOMES = ("passed", "refused", "skipped")
+"""Rubric canary outcomes, exported at 0 from the start."""
 
 
 class Metrics:
@@ -120,11 +122,16 @@ class Metrics:
         coordinator: StepCoordinator,
         ledger: TokenLedger,
         pricing: Mapping[str, ModelPrice],
+        canary: Mapping[str, int] | None = None,
     ) -> None:
-        """Export these objects' counters at scrape time (replacing earlier ones)."""
+        """Export these objects' counters at scrape time (replacing earlier ones).
+
+        ``canary``: the rubric canary's counts of the step flows this process runs."""
         if self._state is not None:
             self.registry.unregister(self._state)
-        self._state = _StateCollector(gateways, scorer, store, coordinator, ledger, pricing)
+        self._state = _StateCollector(
+            gateways, scorer, store, coordinator, ledger, pricing, {} if canary is None else canary
+        )
         self.registry.register(self._state)
 
     def exposition(self) -> bytes:
@@ -161,7 +168,9 @@ class _StateCollector(Collector):
         coordinator: StepCoordinator,
         ledger: TokenLedger,
         pricing: Mapping[str, ModelPrice],
+        canary: Mapping[str, int],
     ) -> None:
+        self._canary = canary
         self._gateways = dict(gateways)
         self._ledger = ledger
         self._pricing = dict(pricing)
@@ -211,6 +220,21 @@ class _StateCollector(Collector):
         for status in sorted({*STEP_STATUSES, *known}):
             steps.add_metric([status], known.count(status))
         yield steps
+        canary = dict(self._canary)
+        checks = CounterMetricFamily(
+            "amaris_rubric_canary",
+            "Candidate rubrics the rubric canary checked, by outcome (refused: the update was "
+            "rejected), in the step flows this process ran.",
+            labels=["outcome"],
+        )
+        for outcome in CANARY_OUTCOMES:
+            checks.add_metric([outcome], canary.get(outcome, 0))
+        yield checks
+        yield CounterMetricFamily(
+            "amaris_rubric_canary_probes",
+            "Probes the rubric canary scored under candidate rubrics.",
+            value=canary.get("probes", 0),
+        )
         yield GaugeMetricFamily(
             "amaris_step_waiters",
             "Requests waiting for a step's pipeline (/rubric_status/wait, sync-mode /score).",

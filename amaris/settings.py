@@ -495,6 +495,20 @@ class ServerSettings(_Section):
         return f"http://{host}:{self.port}"
 
 
+class CanarySettings(_Section):
+    """``pipeline.canary``: a candidate rubric re-scores probes before it is published
+    (docs/pipeline.md, "Rubric canary")."""
+
+    enabled: bool = True
+    """Run the canary on every candidate rubric that changes something."""
+    max_share: float = Field(default=0.1, gt=0, le=1)
+    """Most scorer calls of the canary, as a share of the step's rollouts (each call
+    ``agents.scorer.samples`` requests, as a rollout's)."""
+    max_gap_shrink: float = Field(default=0.5, ge=0, le=1)
+    """Refuse a candidate under which the mean reward gap between anchor-passing and
+    anchor-failing probes shrinks by more than this share of the current gap."""
+
+
 class PipelineSettings(_Section):
     """``pipeline:``: when and how a step's rubric evolution runs."""
 
@@ -531,6 +545,14 @@ class PipelineSettings(_Section):
     """Guardrail: highest adaptive weight."""
     max_modifications: int = Field(default=5, ge=0, le=50)
     """Guardrail: most changes one update may make."""
+    duplicate_similarity: float = Field(default=0.85, gt=0, le=1)
+    """Guardrail: cosine similarity (the memory embedder's) from which an added or edited
+    criterion duplicates another (anchors included). Calibrated on all-MiniLM-L6-v2."""
+    edit_similarity: float = Field(default=0.5, ge=0, le=1)
+    """Guardrail: an edit whose old and new text are less similar than this (or whose
+    negations flip) changes the criterion's meaning: a retire plus an add, checked as such."""
+    canary: CanarySettings = CanarySettings()
+    """The rubric canary."""
     findings_per_step: int = Field(default=8, ge=0, le=256)
     """Flagged analyses per step kept in the searchable memory (besides summaries)."""
     task_retries: int = Field(default=3, ge=0, le=10)

@@ -20,6 +20,7 @@ from amaris.rubric.informativeness import (
     updater_view,
 )
 from amaris.rubric.model import RubricVersion
+from amaris.scoring.canary import canary_rollouts
 from amaris.steps.context import get_context
 from flows.artifacts import (
     criteria_table,
@@ -31,6 +32,7 @@ from flows.artifacts import (
 )
 from tasks._common import DROPPED, criteria_payload, dropped, split_for
 from tasks.analyze import analysis_key, analyze_chunk, forget_analyses
+from tasks.canary import CanaryRequest, check_canary
 from tasks.generate_queries import generate_queries
 from tasks.load_rollouts import load_step_rollouts
 from tasks.measure_criteria import measure_criteria
@@ -217,6 +219,7 @@ async def _process_scope(
             lost,
             informativeness,
             due,
+            records,
         )
     # Remembering waits until memory is retrieved, then runs beside the updater's call:
     # its CPU work (parameters, embeddings) would otherwise slow the query generation's
@@ -419,8 +422,10 @@ async def _update(
     lost: list[dict[str, str]],
     informativeness: dict[str, Any],
     due: list[DueCriterion],
+    records: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """Queries -> retrieval -> proposal -> guardrails and publication, plus the diff.
+    """Queries -> retrieval -> proposal -> rubric canary -> guardrails and publication,
+    plus the diff.
 
     ``queried`` is set once memory is retrieved (or that failed): the updater's call
     follows at once. A query plan the query generator failed permanently to give is
@@ -459,8 +464,18 @@ async def _update(
         log.info("step %s (%r): rubric update rejected: %s", step, scope, outcome["reason"])
         strategy = None
     else:
+        canary = await check_canary(
+            CanaryRequest(
+                step=step,
+                scope=scope,
+                base_version=rubric.version,
+                proposal=proposal,
+                due=due,
+                rollouts=canary_rollouts(records),
+            )
+        )
         outcome = await publish_update(
-            step, scope, rubric.version, proposal, [d.model_dump(mode="json") for d in due]
+            step, scope, rubric.version, proposal, [d.model_dump(mode="json") for d in due], canary
         )
         strategy = proposal["update_strategy"]
     after = await asyncio.to_thread(ctx.rubrics.current, scope)

@@ -11,9 +11,12 @@ from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
 from amaris.agents.prompts import agent_messages
+from amaris.agents.schemas import RubricUpdateProposal
 from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
 from amaris.llm.gateway import LLMContextOverflowError, LLMOutputError
 from amaris.llm.schema import strict_schema
+from amaris.rubric.guardrails import AppliedUpdate, apply_modifications
+from amaris.rubric.informativeness import DueCriterion, retirements
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest
@@ -29,6 +32,28 @@ goes on with the evidence it has. ``LLMOutputError`` includes ``LLMTruncatedErro
 def dropped(agent: str, part: str, error: BaseException) -> dict[str, str]:
     """The record of a dropped output: which agent, which piece of the step, and why."""
     return {"agent": agent, "part": part, "reason": f"{type(error).__name__}: {error}"[:500]}
+
+
+def apply_proposal(
+    current: RubricVersion, proposal: RubricUpdateProposal, due: Sequence[DueCriterion]
+) -> tuple[RubricUpdateProposal, list[str], AppliedUpdate]:
+    """``proposal`` with the retirements of the ``due`` criteria it leaves alone, their
+    ids, and the adaptive set the guardrails make of it (the memory embedder judging
+    near-duplicates and changes of meaning). Blocking (embeddings): run it in a thread.
+
+    Raises:
+        UpdateRejected: the guardrails refuse it.
+    """
+    ctx = get_context()
+    extra = retirements(current, proposal.rubric_modifications, due, ctx.bounds.max_modifications)
+    if extra:
+        proposal = proposal.model_copy(
+            update={"rubric_modifications": [*proposal.rubric_modifications, *extra]}
+        )
+    applied = apply_modifications(
+        current, proposal.rubric_modifications, ctx.bounds, ctx.memory.embed
+    )
+    return proposal, [str(m.criterion_id) for m in extra], applied
 
 
 def criteria_payload(rubric: RubricVersion) -> list[dict[str, Any]]:

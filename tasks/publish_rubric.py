@@ -11,9 +11,11 @@ from prefect.cache_policies import NO_CACHE
 
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.memory.models import MemoryDocument
-from amaris.rubric.guardrails import UpdateRejected, apply_modifications
-from amaris.rubric.informativeness import DueCriterion, retirements
+from amaris.rubric.guardrails import UpdateRejected
+from amaris.rubric.informativeness import DueCriterion
+from amaris.scoring.canary import CanaryReport
 from amaris.steps.context import get_context
+from tasks._common import apply_proposal
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -25,8 +27,12 @@ async def publish_update(
     base_version: int,
     proposal: dict[str, Any],
     due: list[dict[str, Any]] | None = None,
+    canary: CanaryReport | None = None,
 ) -> dict[str, Any]:
     """Apply, validate and publish; at most one version per step and scope.
+
+    ``canary``: the rubric canary's report on the candidate; ``refused`` refuses the
+    update (outcome ``rejected``, the reason prefixed ``rubric canary:``).
 
     ``due``: adaptive criteria uninformative for ``rubric.retire_uninformative_after``
     steps (:class:`DueCriterion`); those the proposal neither rewords nor retires are
@@ -52,25 +58,22 @@ async def publish_update(
             "base_version": base_version,
         }
     parsed = RubricUpdateProposal.model_validate(proposal)
-    extra = retirements(
-        current,
-        parsed.rubric_modifications,
-        [DueCriterion.model_validate(d) for d in due or []],
-        ctx.bounds.max_modifications,
-    )
     outcome: dict[str, Any] = {"base_version": base_version, "strategy": parsed.update_strategy}
-    if extra:
-        parsed = parsed.model_copy(
-            update={"rubric_modifications": [*parsed.rubric_modifications, *extra]}
-        )
-        proposal = parsed.model_dump(mode="json")
-        outcome["retired_uninformative"] = [m.criterion_id for m in extra]
+    if canary is not None:
+        outcome["canary"] = canary.model_dump(mode="json", exclude={"probes"})
     try:
         if current.version != base_version:
             raise UpdateRejected(
                 f"rubric moved from version {base_version} to {current.version} during the step"
             )
-        applied = apply_modifications(current, parsed.rubric_modifications, ctx.bounds)
+        parsed, extra, applied = await asyncio.to_thread(
+            apply_proposal, current, parsed, [DueCriterion.model_validate(d) for d in due or []]
+        )
+        if extra:
+            proposal = parsed.model_dump(mode="json")
+            outcome["retired_uninformative"] = extra
+        if canary is not None and canary.outcome == "refused" and applied.changed:
+            raise UpdateRejected(f"rubric canary: {canary.reason}")
     except UpdateRejected as exc:
         outcome.update(outcome="rejected", reason=str(exc), version=current.version)
     else:

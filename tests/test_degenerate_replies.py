@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
 from amaris.app.wiring import create_app
 from amaris.scoring.precheck import degenerate
 from amaris.text.answers import extract_final_answer, find_candidate_answers
 from tests.conftest import make_settings
 from tests.degenerate import ANSWER, FAMILIES, FIELDS, QUESTION, REFERENCE, opener, rollout
+from tests.testclient import TestClient
 from tests.watchdog import finishes
 
 SIZE = 100_000

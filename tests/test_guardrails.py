@@ -49,15 +49,15 @@ def test_an_added_weight_outside_the_bounds_or_zero_is_rejected(weight: float) -
     assert message == f"R5: weight {weight} outside [-2.0, 2.0] or zero"
 
 
-@pytest.mark.parametrize("weight", [-50.0, 3.0, 0.0])
-def test_a_reweight_outside_the_bounds_is_rejected(weight: float) -> None:
-    assert rejected([Mod("reweight", "R1", weight=weight)]).startswith(f"R1: weight {weight}")
+@pytest.mark.parametrize(("cid", "weight"), [("R2", -50.0), ("R1", 3.0), ("R1", 0.0)])
+def test_a_reweight_outside_the_bounds_is_rejected(cid: str, weight: float) -> None:
+    assert rejected([Mod("reweight", cid, weight=weight)]).startswith(f"{cid}: weight {weight}")
 
 
-@pytest.mark.parametrize("weight", [-2.0, 2.0])
-def test_the_bounds_themselves_are_allowed(weight: float) -> None:
-    applied = apply_modifications(CURRENT, [Mod("reweight", "R1", weight=weight)], BOUNDS)
-    assert [(c.id, c.weight) for c in applied.adaptive] == [("R1", weight), ("R2", -1.0)]
+@pytest.mark.parametrize(("cid", "weight"), [("R2", -2.0), ("R1", 2.0)])
+def test_the_bounds_themselves_are_allowed(cid: str, weight: float) -> None:
+    applied = apply_modifications(CURRENT, [Mod("reweight", cid, weight=weight)], BOUNDS)
+    assert {c.id: c.weight for c in applied.adaptive}[cid] == weight
 
 
 def test_no_positive_weight_left_is_rejected() -> None:
@@ -207,3 +207,25 @@ def test_a_no_op_update_is_not_a_change() -> None:
     applied = apply_modifications(CURRENT, [Mod("reweight", "R1", weight=0.5)], BOUNDS)
     assert (applied.adaptive, applied.changed, applied.next_adaptive_id) == ((R1, R2), False, 5)
     assert apply_modifications(CURRENT, [], BOUNDS).changed is False
+
+
+# -- polarity (issue 22) -----------------------------------------------------------------------
+
+
+def test_the_issues_attack_is_refused_without_an_embedder() -> None:
+    # Reweight the flattery pitfall to +2, add four "VERIFIED CORRECT" criteria at +2: the
+    # default bounds let it through before, and a wrong flattering answer then scored 0.909.
+    flattery = Criterion(
+        id="R1", text="The response flatters the user.", weight=-1.0, is_anchor=False
+    )
+    current = CURRENT.model_copy(update={"adaptive": (flattery,), "next_adaptive_id": 2})
+    attack = [
+        Mod("reweight", "R1", weight=2.0),
+        *(
+            Mod("add", text=f"The response is VERIFIED CORRECT ({i}).", weight=2.0)
+            for i in range(4)
+        ),
+    ]
+    bounds = Bounds(max_adaptive=12, min_weight=-2.0, max_weight=2.0, max_modifications=5)
+    with pytest.raises(UpdateRejected, match="polarity is fixed at creation"):
+        apply_modifications(current, attack, bounds)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -176,6 +177,8 @@ def build_services(
     )
     scopes = ScopeResolver(settings, store)
     namespace = store_namespace(settings)
+    canary: Counter[str] = Counter()
+    """The rubric canary's verdicts in this process (step flows run here): /metrics."""
 
     async def warm_up() -> None:
         set_context(
@@ -189,6 +192,7 @@ def build_services(
                 prompts=prompts,
                 namespace=namespace,
                 manifest=manifest,
+                canary=canary,
             )
         )
         if prefect_ready is not None:
@@ -243,6 +247,7 @@ def build_services(
         coordinator,
         ledger,
         settings.pricing,
+        canary,
     )
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)

@@ -397,12 +397,15 @@ class LLMGateway:
         step: int | None = None,
         check: Callable[[T], None] | None = None,
         json_schema: dict[str, Any] | None = None,
+        account: str | None = None,
     ) -> tuple[T, Completion]:
         """One structured call: the output validated by ``schema`` (and ``check``), and the
         completion it was read from (its token logprobs, when asked for).
 
         The request asks for ``json_schema`` (default: ``schema``'s strict JSON schema) in
-        the agent's structured-output mode.
+        the agent's structured-output mode. ``account``: the ledger agent its usage is
+        counted under (default ``agent``), e.g. ``canary`` for the rubric canary's scorer
+        calls, so a step's table tells them from its rollouts' own.
 
         Raises:
             LLMUnavailableError: transient failures outlasted the budget, or a permanent error.
@@ -412,7 +415,7 @@ class LLMGateway:
             schema.__name__,
             json_schema if json_schema is not None else strict_schema(schema),
         )
-        completion = await self._waited(agent, messages, step, output)
+        completion = await self._waited(agent, messages, step, output, account=account)
         answer = self._answer(agent, completion, step)
         try:
             return await self._validated(agent, answer, schema, check, step), completion
@@ -430,7 +433,9 @@ class LLMGateway:
                     ),
                 },
             ]
-            completion = await self._waited(agent, retry_messages, step, output, reask=True)
+            completion = await self._waited(
+                agent, retry_messages, step, output, reask=True, account=account
+            )
             second = self._answer(agent, completion, step)
             try:
                 return await self._validated(agent, second, schema, check, step), completion
@@ -510,6 +515,7 @@ class LLMGateway:
         step: int | None,
         output: tuple[str, dict[str, Any]],
         reask: bool = False,
+        account: str | None = None,
     ) -> Completion:
         """:meth:`_complete`, its wall time counted as ``step``'s in the ledger
         (:meth:`TokenLedger.outstanding`) when this gateway measures steps."""
@@ -518,7 +524,7 @@ class LLMGateway:
             if self._step_wall_time and step is not None
             else nullcontext()
         ):
-            return await self._complete(agent, messages, step, output, reask)
+            return await self._complete(agent, messages, step, output, reask, account)
 
     async def _complete(
         self,
@@ -527,8 +533,10 @@ class LLMGateway:
         step: int | None,
         output: tuple[str, dict[str, Any]],
         reask: bool = False,
+        account: str | None = None,
     ) -> Completion:
         provider = self._providers[agent]
+        ledger_agent = account or agent
         options = self._agent_options(agent)
         budget = self._settings.gateway
         model = OFFLINE_MODEL if provider.offline else options.model
@@ -553,6 +561,7 @@ class LLMGateway:
             record: dict[str, Any] = {
                 "time": time.time(),
                 "agent": agent,
+                **({"account": account} if account else {}),
                 "model": options.model,
                 "backend": provider.description,
                 "step": step,
@@ -583,7 +592,7 @@ class LLMGateway:
                         )
             except Exception as exc:
                 self.ledger.record(
-                    agent, model, usage_of(None, time.perf_counter() - started, exc), step
+                    ledger_agent, model, usage_of(None, time.perf_counter() - started, exc), step
                 )
                 if isinstance(exc, ResponseTooLargeError):
                     # Not retried: the body is the model's answer, and it would write it again.
@@ -680,7 +689,7 @@ class LLMGateway:
                 )
             self._log.write(record)
             self.stats[f"{agent}.calls"] += 1
-            self.ledger.record(agent, model, usage_of(completion, elapsed), step)
+            self.ledger.record(ledger_agent, model, usage_of(completion, elapsed), step)
             if completion.prompt_tokens:
                 self.context_windows.observe(
                     provider.description,

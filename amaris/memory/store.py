@@ -90,6 +90,11 @@ class MemoryStore:
             self._memory, points=[models.PointStruct(id=_MARKER_ID, vector=basis, payload=payload)]
         )
 
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Unit vectors of ``texts`` in the memory's space (its embedder; blocking): the
+        rubric guardrails' similarity of criteria."""
+        return self._embedder.embed(texts)
+
     # -- digest ----------------------------------------------------------------
     def add_documents(self, docs: Sequence[MemoryDocument]) -> list[str]:
         """Embed and store documents; a document of the same identity is replaced.

@@ -206,8 +206,11 @@ class Scorer:
         *,
         samples: int = 1,
         logprobs: bool = False,
+        account: str | None = None,
     ) -> None:
         self._settings = settings
+        self._account = account
+        """The ledger agent its judge calls are counted under (default ``scorer``)."""
         self._samples = samples
         """``agents.scorer.samples``: judge calls per rollout."""
         self._logprobs = logprobs
@@ -464,6 +467,7 @@ class Scorer:
                     step=step,
                     check=_check_ids(rubric),
                     json_schema=self._schema(rubric),
+                    account=self._account,
                 )
                 for _ in range(self._samples)
             )

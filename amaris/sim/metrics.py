@@ -191,6 +191,12 @@ def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None)
             b: _group([r for r in step.rollouts if r.behaviour == b], tags) for b in behaviours
         }
         entry["usage"] = usage_summary(step.usage, len(step.rollouts), prices)
+        update = (step.outcome.get("scopes") or {}).get("global") or {}
+        entry["update"] = {
+            "outcome": update.get("outcome"),
+            "reason": update.get("reason"),
+            "canary": update.get("canary"),
+        }
         steps.append(entry)
     everything = [r for s in run.steps for r in s.rollouts]
     by_model = usage_of_run(run)

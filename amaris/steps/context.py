@@ -7,7 +7,8 @@ keys and show them in the UI); the clients they need come from here.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,9 @@ class PipelineContext:
     """Identifies this data folder + collection in cache keys, so two runs never share work."""
     manifest: dict[str, Any] | None = None
     """The run manifest (:mod:`amaris.manifest`) each step run shows as an artifact."""
+    canary: Counter[str] = field(default_factory=Counter)
+    """Rubric canary verdicts (``passed``, ``refused``, ``skipped``) and ``probes`` judged,
+    in this process (``/metrics``: ``amaris_rubric_canary``)."""
 
     @property
     def bounds(self) -> Bounds:
@@ -50,6 +54,8 @@ class PipelineContext:
             min_weight=p.adaptive_weight_min,
             max_weight=p.adaptive_weight_max,
             max_modifications=p.max_modifications,
+            duplicate_similarity=p.duplicate_similarity,
+            edit_similarity=p.edit_similarity,
         )
 
     def prompt_fingerprint(self, agent: str) -> str:
