@@ -15,10 +15,16 @@ from amaris.offline.judge import respond
 from amaris.offline.sampling import VerdictSampler
 from amaris.redact import redact_url
 from amaris.settings import ResolvedAgentOptions
+from amaris.text.offload import off_loop_above
 
 TOP_LOGPROBS = 10
 """``top_logprobs`` asked for with ``agents.scorer.logprobs``: room for the five score
 tokens beside spellings of them (`` 4``) and other tokens (OpenAI allows up to 20)."""
+OFFLINE_ON_LOOP_CHARS = 384
+"""Longest request (its non-system messages) the offline judge answers on the event loop; a
+longer one is answered in a worker thread. Its rules read the candidate answers of a reply:
+<= 0.7 ms on a 321-character message (128 characters of reply), 0.9-2 ms on 451 characters,
+9-19 ms on 100 KB, every degenerate family (bench/off_loop_work.py, docs/benchmarks.md)."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +257,10 @@ class OfflineProvider:
         options: ResolvedAgentOptions,
         response_format: dict[str, Any] | None = None,
     ) -> Completion:
+        chars = sum(len(m.get("content") or "") for m in messages if m.get("role") != "system")
+        return await off_loop_above(chars, OFFLINE_ON_LOOP_CHARS, self._answer, messages, options)
+
+    def _answer(self, messages: list[dict[str, str]], options: ResolvedAgentOptions) -> Completion:
         sampled = self._sampler.reply(
             messages, options.temperature or 0.0, options.logprobs, TOP_LOGPROBS
         )
