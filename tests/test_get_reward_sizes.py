@@ -15,6 +15,7 @@ import pytest
 from amaris.app.wiring import create_app
 from amaris.settings import Settings
 from api.routes.openrlhf import MIN_PROMPT_TAIL, _response_of
+from flows.step_pipeline import _group_peers
 from tests.conftest import llm_settings
 from tests.fake_llm import FakeLLM
 from tests.testclient import TestClient
@@ -118,8 +119,32 @@ def test_oversized_prompt_is_refused_naming_it(tmp_path: Path, fake_llm: FakeLLM
 def test_a_truncated_prompt_within_the_limits_is_scored(tmp_path: Path, fake_llm: FakeLLM) -> None:
     prompt = "Compute 2+2. " * 500 + "What is 2+2?"
     with serve(llm_settings(tmp_path, fake_llm)) as client:
-        # (group_ids: the default group id, the prompt, is limited to 512 characters)
-        request = {**body(prompt, prompt[-40:] + " 4"), "group_ids": ["g1"]}
+        request = body(prompt, prompt[-40:] + " 4")
         r = client.post("/get_reward", json=request)
     assert r.status_code == 200, r.text
     assert r.json()["statuses"] == ["scored"]
+
+
+def test_a_long_prompt_without_group_ids_is_scored_and_grouped_by_prompt(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    # OpenRLHF sends no group_ids: the default group was the prompt, a 422 on group_ids[i]
+    # past 512 characters.
+    first = ("Compute 2+2. " * 200)[:1988] + "What is 2+2?"
+    second = ("Compute 3+3. " * 200)[:1988] + "What is 3+3?"
+    assert len(first) == len(second) == 2000
+    queries = [first + " 4", first + " 5", second + " 6"]
+    with serve(llm_settings(tmp_path, fake_llm)) as client:
+        r = client.post("/get_reward", json={"query": queries, "prompts": [first, first, second]})
+        services = client.app.state.services  # type: ignore[attr-defined]
+        records = services.rollouts.load_step(0)
+    assert r.status_code == 200, r.text
+    assert r.json()["statuses"] == ["scored"] * 3
+    # The step pipeline's groups: the two rollouts of the first prompt are peers, the third
+    # is alone in its group.
+    peers = _group_peers(records)
+    by_output = {rec["rollout"]["output"].strip(): rec for rec in records}
+    ids = {out: rec["rollout"]["id"] for out, rec in by_output.items()}
+    assert [p["id"] for p in peers[by_output["4"]["seq"]]] == [ids["5"]]
+    assert [p["id"] for p in peers[by_output["5"]["seq"]]] == [ids["4"]]
+    assert peers[by_output["6"]["seq"]] == []

@@ -61,7 +61,8 @@ def test_get_reward_answers_openrlhf_fields(offline_client: TestClient) -> None:
     assert [rec["rollout"]["output"] for rec in records] == RESPONSES
     assert [rec["rollout"]["input"] for rec in records] == PROMPTS
     assert [rec["rollout"]["supplemental_context"] for rec in records] == LABELS
-    assert [rec["rollout"]["group_id"] for rec in records] == PROMPTS
+    # no group id by default: the group of a rollout is then its input, the prompt
+    assert [rec["rollout"]["group_id"] for rec in records] == [None, None]
     assert [rec["score"] for rec in records] == [1.0, 0.0]
     # same judge cache as /batch_score
     again = offline_client.post("/get_reward", json=body(), params={"step": 4}).json()

@@ -60,7 +60,10 @@ class GetRewardRequest(BaseModel):
     )
     group_ids: list[Text] | None = Field(
         default=None,
-        description="amaris: the group (prompt id) of each sample; default: its prompt.",
+        description=(
+            "amaris: the group (prompt id) of each sample, at most 512 characters; default: "
+            "none, the samples of one prompt are one group."
+        ),
     )
     amaris_metadata: RunMetadata | None = Field(
         default=None, description="amaris: the run's goal, model size, total steps."
@@ -241,7 +244,10 @@ def _items(body: GetRewardRequest, step: int) -> list[dict[str, Any] | ErrorDeta
             "input": prompt,
             "output": response,
             "supplemental_context": _label(body.labels[i]) if body.labels else None,
-            "group_id": body.group_ids[i] if body.group_ids else prompt,
+            # No group id by default: the rollout's group is then its input, the prompt (the
+            # rule of /score, the step pipeline and the canary), whatever its length; the
+            # prompt itself would exceed rollout.group_id's 512 characters.
+            "group_id": body.group_ids[i] if body.group_ids else None,
         }
         items.append({"rollout": rollout, "metadata": metadata})
     return items
