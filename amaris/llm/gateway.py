@@ -22,7 +22,6 @@ import asyncio
 import json
 import logging
 import random
-import re
 import threading
 import time
 from collections import Counter
@@ -104,20 +103,24 @@ class LLMTruncatedError(LLMOutputError):
     and no answer: no verdict to parse, and not the model's mistake to re-ask about."""
 
 
-_CONTEXT_OVERFLOW = re.compile(
-    r"context[ _]length|context window|maximum context|too many tokens|prompt is too long",
-    re.IGNORECASE,
+_CONTEXT_OVERFLOW = (
+    "context length",
+    "context_length",
+    "context window",
+    "maximum context",
+    "too many tokens",
+    "prompt is too long",
 )
+"""What an overflow error says (any case); looked for with ``in``, one pass each."""
 
 
 def is_context_overflow(exc: BaseException) -> bool:
     """A 400 (or 413) saying the request does not fit the model's context window (OpenAI's
     ``context_length_exceeded``, vLLM's "maximum context length is N tokens")."""
-    return (
-        isinstance(exc, openai.APIStatusError)
-        and exc.status_code in (400, 413)
-        and _CONTEXT_OVERFLOW.search(str(exc)) is not None
-    )
+    if not (isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 413)):
+        return False
+    text = str(exc).casefold()
+    return any(phrase in text for phrase in _CONTEXT_OVERFLOW)
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -10,7 +10,6 @@ share this registry), logs it once and reports it in ``/healthz``.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,7 +20,8 @@ OutputMode = Literal["json_schema", "json_object", "none"]
 
 _NEXT: dict[str, OutputMode] = {"json_schema": "json_object", "json_object": "none"}
 _RANK = {"json_schema": 0, "json_object": 1, "none": 2}
-_REFUSAL = re.compile(r"response_format|json_schema", re.IGNORECASE)
+_REFUSAL = ("response_format", "json_schema")
+"""What a refusal of the output format names (any case)."""
 
 log = logging.getLogger("amaris.llm")
 
@@ -40,11 +40,10 @@ DEFAULT = ModeState("json_schema", "default (structured_output: auto)")
 
 def refuses_format(exc: BaseException) -> bool:
     """A ``400`` whose message names ``response_format`` or ``json_schema``."""
-    return (
-        isinstance(exc, openai.APIStatusError)
-        and exc.status_code == 400
-        and _REFUSAL.search(str(exc)) is not None
-    )
+    if not (isinstance(exc, openai.APIStatusError) and exc.status_code == 400):
+        return False
+    text = str(exc).casefold()
+    return any(word in text for word in _REFUSAL)
 
 
 def response_format(mode: OutputMode, name: str, schema: dict[str, Any]) -> dict[str, Any] | None:
