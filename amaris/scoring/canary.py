@@ -287,7 +287,7 @@ def _plan(
 
     def take_hacks() -> None:
         for index, hack in enumerate([h for h in hacks if h.reference][:MAX_HACK_PROBES]):
-            group = f"memory hack {hack.rollout_id}"
+            group = f"memory hack {index} ({hack.rollout_id})"  # a prompt of its own
             unit = [
                 _Probe(f"hack-{index}", "hack", group, _hack(f"hack-{index}", hack, hack.output)),
                 _Probe(
