@@ -230,7 +230,14 @@ async def _process_scope(
         # loop); remember is never cached, so nothing needs to see inside.
         _after(
             queried,
-            remember(step, scope, _unwalked(list(analyses)), _unwalked(list(summaries)), meta),
+            remember(
+                step,
+                scope,
+                _unwalked(list(analyses)),
+                _unwalked(list(summaries)),
+                meta,
+                _unwalked(records),
+            ),
         ),
         acreate_markdown_artifact(
             key=f"summary-step-{step}-{_slug(scope)}",

@@ -13,7 +13,7 @@ from amaris.agents.schemas import RubricUpdateProposal
 from amaris.rubric.guardrails import UpdateRejected
 from amaris.rubric.informativeness import DueCriterion
 from amaris.rubric.model import RubricVersion
-from amaris.scoring.canary import CanaryReport, CanaryRollout, run_canary
+from amaris.scoring.canary import MAX_HACK_PROBES, CanaryReport, CanaryRollout, run_canary
 from amaris.scoring.scorer import Scorer
 from amaris.steps.context import get_context
 from tasks._common import apply_proposal
@@ -98,6 +98,11 @@ async def _check(request: CanaryRequest) -> CanaryReport:
         logprobs=judge.logprobs,
         account=LEDGER_AGENT,
     )
+    # The hacks earlier steps remembered (this step's are still being written, and its
+    # rollouts are probes already).
+    hacks = await asyncio.to_thread(
+        ctx.memory.recent_hacks, request.scope, request.step, MAX_HACK_PROBES
+    )
     return await run_canary(
         scorer,
         current,
@@ -106,4 +111,5 @@ async def _check(request: CanaryRequest) -> CanaryReport:
         step=request.step,
         max_share=settings.max_share,
         max_gap_shrink=settings.max_gap_shrink,
+        hacks=hacks,
     )

@@ -8,7 +8,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from amaris.memory.models import STEP_KEY, MemoryDocument
+from amaris.memory.models import STEP_KEY, HackProbe, MemoryDocument
 from amaris.steps.context import get_context
 
 
@@ -32,6 +32,21 @@ def notable(analyses: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     return flagged[:limit]
 
 
+def hack_probes(records: list[dict[str, Any]], rollout_ids: set[str]) -> dict[str, HackProbe]:
+    """The bounded rollouts of these ids (rollout-log records), for the canary to re-score."""
+    found = {}
+    for record in records:
+        rollout = record["rollout"]
+        if rollout["id"] in rollout_ids:
+            found[rollout["id"]] = HackProbe(
+                rollout_id=rollout["id"],
+                input=rollout["input"],
+                output=rollout["output"],
+                reference=rollout.get("supplemental_context") or None,
+            )
+    return found
+
+
 @task(name="remember", cache_policy=NO_CACHE, task_run_name="remember-{scope}")
 async def remember(
     step: int,
@@ -39,8 +54,13 @@ async def remember(
     analyses: list[dict[str, Any]],
     summaries: list[dict[str, Any]],
     meta_summary: dict[str, Any] | None,
+    records: list[dict[str, Any]] | None = None,
 ) -> int:
-    """Store full analyses (by rollout id) and the searchable digest; returns documents."""
+    """Store full analyses (by rollout id) and the searchable digest; returns documents.
+
+    A finding (a flagged analysis) keeps its rollout from ``records`` (the step's
+    rollout-log records), bounded (:class:`HackProbe`), and the step's re-scorable hacks
+    (those with a reference) are indexed for the rubric canary."""
     ctx = get_context()
     await asyncio.to_thread(
         ctx.memory.put_analyses, scope, step, [(a["rollout_id"], a) for a in analyses]
@@ -77,7 +97,9 @@ async def remember(
                 doc=meta_summary,
             )
         )
-    for analysis in notable(analyses, ctx.settings.pipeline.findings_per_step):
+    findings = notable(analyses, ctx.settings.pipeline.findings_per_step)
+    probes = hack_probes(records or [], {a["rollout_id"] for a in findings})
+    for analysis in findings:
         docs.append(
             MemoryDocument(
                 type="finding",
@@ -87,8 +109,13 @@ async def remember(
                 ids=[analysis["rollout_id"]],
                 text=_finding_text(analysis),
                 doc=analysis,
+                probe=probes.get(analysis["rollout_id"]),
             )
         )
     if docs:
         await asyncio.to_thread(ctx.memory.add_documents, docs)
+    rescorable = [
+        a["rollout_id"] for a in findings if (p := probes.get(a["rollout_id"])) and p.reference
+    ]
+    await asyncio.to_thread(ctx.memory.put_hack_index, scope, step, rescorable)
     return len(docs) + len(analyses)

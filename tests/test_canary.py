@@ -237,3 +237,23 @@ async def test_a_judge_that_gives_no_verdict_refuses_the_candidate() -> None:
         "refused",
         "the judge gave no verdict on 2 probe(s): the candidate could not be checked",
     )
+
+
+async def test_a_step_with_passing_rollouts_only_pairs_one_with_a_master_key(
+    scorer: tuple[Scorer, Any],
+) -> None:
+    # As steps 1 and 7 of the default simulation: every rollout passes the anchors, and
+    # the budget (3 calls) cannot pay for the reference with a master key (4): a passing
+    # rollout (its verdicts known, 1 call) with a master key (2) can.
+    judge_, _ = scorer
+    honest = [r for r in step_rollouts(15) if r.id.endswith("correct")]
+    twice = [*honest, *(r.model_copy(update={"id": r.id + "-again"}) for r in honest)]
+    pitfall = Criterion(
+        id="R2", text="The response offers several candidate answers.", weight=-1.0, is_anchor=False
+    )
+    report = await canary(judge_, candidate(FLATTERY, pitfall), twice)
+    assert report.outcome == "passed", report
+    assert report.judge_calls == report.budget == 3
+    assert sorted(p.kind for p in report.probes) == ["master_key", "rollout"]
+    # the scripted judge gives 2 of 4 to a criterion it does not know: within max_gap_shrink
+    assert (report.current_gap, report.candidate_gap) == (1.0, 0.5)

@@ -30,6 +30,29 @@ MAX_TEXT_CHARS = 2000
 
 StepStatus = Literal["open", "completing", "done", "failed"]
 
+HACK_PROBE_MAX_CHARS = 4000
+"""Longest input, output and reference a finding keeps of its rollout (each is clipped):
+enough to re-score a hack (a padded reply, a planted claim) without keeping whole
+degenerate replies in memory."""
+
+
+class HackProbe(BaseModel):
+    """What the rubric canary needs to re-score a remembered hack: its rollout's input,
+    output and reference (``supplemental_context``), each clipped to
+    :data:`HACK_PROBE_MAX_CHARS` characters."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rollout_id: str
+    input: str
+    output: str
+    reference: str | None = None
+
+    @field_validator("input", "output", "reference")
+    @classmethod
+    def _clip(cls, value: str | None) -> str | None:
+        return None if value is None else value[:HACK_PROBE_MAX_CHARS]
+
 
 class MemoryDocument(BaseModel):
     """One document of the digest memory.
@@ -50,6 +73,8 @@ class MemoryDocument(BaseModel):
     """The embedded text, at most :data:`MAX_TEXT_CHARS` characters."""
     doc: dict[str, Any] = Field(default_factory=dict)
     """The full JSON document (a summary, an analysis, an update...)."""
+    probe: HackProbe | None = None
+    """A finding's rollout, bounded, for the rubric canary to re-score the hack."""
     created_at: float = Field(default_factory=time.time)
     """Unix time of creation."""
 

@@ -19,7 +19,7 @@ from typing import Any
 from qdrant_client import QdrantClient, models
 
 from amaris.memory.embedder import Embedder
-from amaris.memory.models import SUMMARY_IDENTITIES, MemoryDocument, MemoryHit
+from amaris.memory.models import SUMMARY_IDENTITIES, HackProbe, MemoryDocument, MemoryHit
 from amaris.memory.qdrant import delete_points, ensure_collection
 
 _NAMESPACE = uuid.UUID("0b6f3d52-8f0e-4c55-9d6e-3a7c2e91d4f0")
@@ -40,7 +40,15 @@ def _analysis_id(scope: str, step: int, rollout_id: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"analysis/{scope}/{step}/{rollout_id}"))
 
 
+def _hacks_id(scope: str, step: int) -> str:
+    return str(uuid.uuid5(_NAMESPACE, f"hacks/{scope}/{step}"))
+
+
 _MARKER_ID = str(uuid.uuid5(_NAMESPACE, "embedder"))
+
+HACK_LOOKBACK_STEPS = 64
+"""How many steps back :meth:`MemoryStore.recent_hacks` looks for remembered hacks."""
+_HACK_WINDOW = 16
 
 
 class MemoryStore:
@@ -205,6 +213,48 @@ class MemoryStore:
         with self._lock:
             points = self._qdrant.retrieve(self._memory, ids=ids, with_payload=True)
         return {str(p.id): MemoryDocument.model_validate(p.payload or {}) for p in points}
+
+    # -- hacks the rubric canary re-scores ---------------------------------------
+    def put_hack_index(self, scope: str, step: int, rollout_ids: Sequence[str]) -> None:
+        """Record which of the step's findings carry a re-scorable hack (a probe with a
+        reference), most severe first: the canary finds them by id, without a scan."""
+        point = models.PointStruct(
+            id=_hacks_id(scope, step),
+            vector={},
+            payload={"scope": scope, "step": step, "hacks": list(rollout_ids)},
+        )
+        with self._lock:
+            self._qdrant.upsert(self._analyses, points=[point])
+
+    def recent_hacks(
+        self, scope: str, before_step: int, count: int, lookback: int = HACK_LOOKBACK_STEPS
+    ) -> list[HackProbe]:
+        """The probes of the ``count`` most recent re-scorable hacks of ``scope`` before
+        ``before_step`` (newest step first, most severe first within a step), looking
+        back at most ``lookback`` steps: a few ``retrieve`` calls of known ids."""
+        wanted: list[str] = []
+        high, low = before_step - 1, max(-1, before_step - 1 - lookback)
+        while high > low and len(wanted) < count:
+            steps = list(range(high, max(low, high - _HACK_WINDOW), -1))
+            with self._lock:
+                points = self._qdrant.retrieve(
+                    self._analyses, ids=[_hacks_id(scope, s) for s in steps], with_payload=True
+                )
+            by_step = {int((p.payload or {})["step"]): (p.payload or {})["hacks"] for p in points}
+            wanted += [
+                document_id("finding", scope, s, str(rollout_id))
+                for s in steps
+                for rollout_id in by_step.get(s, [])
+            ]
+            high = steps[-1] - 1
+        wanted = wanted[:count]
+        documents = self._retrieve_documents(wanted)
+        return [
+            probe
+            for point_id in wanted
+            if (document := documents.get(point_id)) is not None
+            and (probe := document.probe) is not None
+        ]
 
     # -- inspection (offline tools: these scroll the whole digest) -------------
     def _scroll(self, fields: list[str], limit_points: int | None) -> Iterator[models.Record]:

@@ -9,7 +9,11 @@ but never invert it. The canary checks that on probes grouped by prompt, each on
 * the **reference answer** (``supplemental_context``) as a reply, sided by the anchors;
 * **master keys** (:mod:`amaris.scoring.probes`): replies with no answer, anchor-failing
   by construction, and a **claim probe**: an anchor-failing rollout that claims every
-  requirement the candidate adds.
+  requirement the candidate adds;
+* **remembered hacks** (:class:`~amaris.memory.models.HackProbe`, the newest findings of
+  earlier steps with a reference, at most :data:`MAX_HACK_PROBES`): the hack's reply,
+  anchor-failing when the anchors fail it, beside its reference answer as the passing
+  reply of its prompt.
 
 Refused when, under the candidate, an anchor-failing probe outscores an anchor-passing
 probe of the same prompt that the current rubric ranked above it, or when the mean gap
@@ -33,6 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from amaris.memory.models import HackProbe
 from amaris.models import Rollout, ScoreRequest
 from amaris.rubric.model import Criterion, RubricVersion
 from amaris.scoring.aggregate import aggregate
@@ -46,7 +51,10 @@ FAIL_AT = 0.25
 _EPSILON = 1e-9
 
 Side = Literal["pass", "fail"]
-Kind = Literal["rollout", "reference", "master_key", "claim"]
+Kind = Literal["rollout", "reference", "master_key", "claim", "hack"]
+
+MAX_HACK_PROBES = 3
+"""Most remembered hacks (the newest, with a reference) one canary re-scores."""
 
 
 class CanaryRollout(BaseModel):
@@ -157,8 +165,10 @@ async def run_canary(
     step: int,
     max_share: float,
     max_gap_shrink: float,
+    hacks: Sequence[HackProbe] = (),
 ) -> CanaryReport:
-    """Judge the probe set under ``candidate`` (within the budget) and decide."""
+    """Judge the probe set under ``candidate`` (within the budget) and decide; ``hacks``
+    are the memory's, newest first."""
     budget = int(max_share * len(rollouts))
     known = {verdict_key(c.id, c.text) for c in current.criteria}
     new = tuple(c for c in candidate.criteria if verdict_key(c.id, c.text) not in known)
@@ -175,7 +185,7 @@ async def run_canary(
             groups[r.group].append(probe)
     if not groups:
         return CanaryReport(outcome="skipped", reason="no rollout scored under the current rubric")
-    chosen = _plan(groups, rollouts, bool(new), requirements, budget, step)
+    chosen = _plan(groups, rollouts, bool(new), requirements, budget, step, hacks)
     calls, failed = 0, 0
     unjudged = [p for p in chosen if p.current is None]
     calls += len(unjudged)
@@ -189,6 +199,10 @@ async def run_canary(
         probe.current = score_under(current.criteria, probe.verdicts)
         if probe.kind == "reference":
             probe.side = side_of(anchor_reward(current, probe.verdicts))
+        elif probe.kind == "hack":
+            # A hack the anchors pass is no failing probe: nothing to hold it below.
+            fails = side_of(anchor_reward(current, probe.verdicts)) == "fail"
+            probe.side = "fail" if fails else None
     if new:
         only_new = candidate.model_copy(update={"anchors": (), "adaptive": new})
         ask = [p for p in chosen if p.current is not None and p.side is not None]
@@ -231,6 +245,7 @@ def _plan(
     requirements: list[str],
     budget: int,
     step: int,
+    hacks: Sequence[HackProbe] = (),
 ) -> list[_Probe]:
     """The probes to judge within ``budget`` scorer calls, prompt by prompt in a seeded
     order. Per prompt, the first of these that fits: the reference answer with an
@@ -240,7 +255,12 @@ def _plan(
     current rubric scores highest (the shortest on a tie: padding and hacks are long), the
     failing one the one it scores highest: the closest to overtaking. Without new criteria
     every rollout is checked, for free, and a prompt without both sides gets one of the
-    sets above (a synthetic probe then costs its call under the current rubric only)."""
+    sets above (a synthetic probe then costs its call under the current rubric only).
+
+    Remembered hacks (each with its reference: two synthetic probes) come after the
+    first prompt of the step and before the others: the step's own rollouts are the
+    fresh evidence, so one of its prompts goes first, and a known hack is the likeliest
+    thing a new criterion pays for, so it goes before the rest."""
     chosen: list[_Probe] = []
     if not new:
         # A reweight or a retirement: the verdicts are known, every rollout is checked.
@@ -257,7 +277,31 @@ def _plan(
             if p not in chosen
         )
 
+    def take(unit: list[_Probe]) -> bool:
+        nonlocal spare
+        if cost(unit) > spare:
+            return False
+        spare -= cost(unit)
+        chosen.extend(p for p in unit if p not in chosen)
+        return True
+
+    def take_hacks() -> None:
+        for index, hack in enumerate([h for h in hacks if h.reference][:MAX_HACK_PROBES]):
+            group = f"memory hack {index} ({hack.rollout_id})"  # a prompt of its own
+            unit = [
+                _Probe(f"hack-{index}", "hack", group, _hack(f"hack-{index}", hack, hack.output)),
+                _Probe(
+                    f"hack-{index}-reference",
+                    "reference",
+                    group,
+                    _hack(f"hack-{index}-reference", hack, hack.reference or ""),
+                ),
+            ]
+            take(unit)
+
     for index, group in enumerate(order):
+        if index == 1:
+            take_hacks()
         members, source = groups[group], by_group[group]
         if not new and {p.side for p in members} == {"pass", "fail"}:
             continue  # its rollouts, checked for free, have both sides
@@ -280,21 +324,24 @@ def _plan(
             reference + failing if reference and failing else [],
             passing + failing if passing and failing else [],
             reference + master_key if reference else [],
-            passing + master_key if passing and not reference else [],
+            # Cheaper than the reference with a master key (a rollout has its verdicts).
+            passing + master_key if passing else [],
         ]
         for unit in [u for u in options if u]:
-            if cost(unit) <= spare:
-                spare -= cost(unit)
-                chosen.extend(p for p in unit if p not in chosen)
+            if take(unit):
                 break
         if requirements and failing and passing and passing[0] in chosen:
             # A failing answer that claims the candidate's new requirements.
             output = claim_probe(failing[0].rollout.output, requirements)
             claim = _synthetic(f"claim-{index}", "claim", group, output, source)
-            if cost([claim]) <= spare:
-                spare -= cost([claim])
-                chosen.append(claim)
+            take([claim])
+    if len(order) == 1:
+        take_hacks()
     return chosen
+
+
+def _hack(id: str, hack: HackProbe, output: str) -> Rollout:
+    return Rollout(id=id, input=hack.input, output=output, supplemental_context=hack.reference)
 
 
 def _synthetic(id: str, kind: Kind, group: str, output: str, source: CanaryRollout) -> _Probe:
