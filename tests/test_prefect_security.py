@@ -383,7 +383,7 @@ def test_a_user_squatting_the_prefect_port_gets_no_credentials_and_the_data_is_p
         for index in range(3):
             body = {"rollout": rollout(0, index, "correct"), "metadata": metadata(0)}
             assert httpx.post(f"{url}/score", json=body, timeout=60).status_code == 200
-        httpx.post(f"{url}/complete", timeout=30).raise_for_status()
+        httpx.post(f"{url}/complete", json={}, timeout=30).raise_for_status()
         waited = httpx.get(
             f"{url}/rubric_status/wait", params={"step": 0, "timeout": 180}, timeout=200
         )

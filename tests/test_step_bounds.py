@@ -176,6 +176,8 @@ def test_get_reward_names_the_header_or_query_parameter_of_a_refused_step(
 
 def test_get_reward_default_step_ignores_steps_past_max_step(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)):
+        pass  # a first start writes the rubric (a store with steps and no rubric is damaged)
     # A store written before the bound existed holds a junk open step.
     qdrant = open_qdrant(settings.memory)
     try:
