@@ -82,7 +82,9 @@ def test_plain_strings_group_by_prompt(offline_server: tuple[str, Any]) -> None:
     )
     assert rewards == [1.0, 0.0]
     records = services.rollouts.load_step(22)
-    assert {r["rollout"]["group_id"] for r in records} == {"What is 3 * 9? "}
+    # No group id sent: the group is the prompt (a rollout's input when it has no group id).
+    assert {r["rollout"]["group_id"] for r in records} == {None}
+    assert {r["rollout"]["input"] for r in records} == {"What is 3 * 9? "}
 
 
 def test_unscored_sample_is_none(tmp_path: Path, fake_llm: FakeLLM) -> None:
