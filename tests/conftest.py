@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
+import shutil
 import tempfile
 
 # Before anything imports prefect: a private Prefect home per test session, so cached
-# task results never leak between runs (or from a developer's ~/.prefect).
+# task results never leak between runs (or from a developer's ~/.prefect); removed when
+# the session's process exits.
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="amaris-test-prefect-")
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.pop("PREFECT_API_URL", None)
@@ -31,6 +35,8 @@ from tests.support.markers import pytest_collection_modifyitems  # noqa: F401 (a
 from tests.support.real_llm import RealLLM, default_cache_dir, fetch_gguf, running_real_llm
 from tests.support.settings import make_settings
 from tests.support.testclient import TestClient
+
+atexit.register(functools.partial(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True))
 
 
 @pytest.fixture(autouse=True)
