@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import ParamSpec, TypeVar
 
 from prefect import Task, task
 from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
-from amaris.agents.prompts import agent_messages
+from amaris.agents.prompts import DataBlock, agent_messages
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
 from amaris.llm.gateway import LLMContextOverflowError, LLMOutputError
-from amaris.llm.schema import strict_schema
+from amaris.llm.schema import JsonSchema, strict_schema
 from amaris.rubric.guardrails import AppliedUpdate, apply_modifications
 from amaris.rubric.informativeness import DueCriterion, retirements
 from amaris.rubric.model import RubricVersion
@@ -56,31 +56,27 @@ def apply_proposal(
     return proposal, [str(m.criterion_id) for m in extra], applied
 
 
-def criteria_payload(rubric: RubricVersion) -> list[dict[str, Any]]:
-    """The rubric as agents see it."""
-    return [
-        {
-            "id": c.id,
-            "text": c.text,
-            "weight": c.weight,
-            "kind": "pitfall" if c.weight < 0 else "requirement",
-            "is_anchor": c.is_anchor,
-        }
-        for c in rubric.criteria
-    ]
+def dumped(items: Sequence[BaseModel]) -> list[DataBlock]:
+    """``items`` as the JSON objects an agent's prompt carries."""
+    return [item.model_dump(mode="json") for item in items]
 
 
-RESULT_FORMAT = 2
+RESULT_FORMAT = 3
 """In every LLM task's cache key: raised when what a task returns changes shape (2: the
-updater's task returns its ``RubricUpdateProposal``, not its JSON), so a result cached by
-older code is not reused."""
+updater's task returns its ``RubricUpdateProposal``, not its JSON; 3: the analyzer's and
+summarizers' tasks return their agents' models), so a result cached by older code is not
+reused."""
 
 
-def cache_key(agent: AgentName) -> Callable[[TaskRunContext, dict[str, Any]], str]:
+CacheKeyFn = Callable[[TaskRunContext, Mapping[str, object]], str]
+"""A task's ``cache_key_fn``: its run's context and parameters (by name) to a key."""
+
+
+def cache_key(agent: AgentName) -> CacheKeyFn:
     """A task cache key: the data folder, every parameter, and the agent's prompt and model
     fingerprint, so a re-run reuses a result only when nothing it depends on changed."""
 
-    def key(context: TaskRunContext, params: dict[str, Any]) -> str:
+    def key(context: TaskRunContext, params: Mapping[str, object]) -> str:
         ctx = get_context()
         return f"{agent}-" + digest(
             ctx.namespace, params, ctx.prompt_fingerprint(agent), RESULT_FORMAT
@@ -105,11 +101,11 @@ def llm_task(agent: AgentName, name: str, run_name: str) -> Callable[[Callable[P
 
 async def ask(
     agent: str,
-    context: dict[str, Any],
-    data: dict[str, Any],
+    context: DataBlock,
+    data: DataBlock,
     schema: type[T],
     step: int,
-    json_schema: dict[str, Any] | None = None,
+    json_schema: JsonSchema | None = None,
 ) -> T:
     """One structured call of ``agent``: its template and ``context`` (amaris's state that
     many calls share: the rubric, bounds) first, the per-call ``data`` last, so a provider's
@@ -125,7 +121,7 @@ async def ask(
     )
 
 
-def at_most_items(schema: type[BaseModel], field: str, limit: int) -> dict[str, Any]:
+def at_most_items(schema: type[BaseModel], field: str, limit: int) -> JsonSchema:
     """``schema``'s strict JSON schema with its list ``field`` held to ``limit`` items: a
     per-call bound (the queries or modifications the configuration allows), so that a
     constrained decoder writes no more than the caller keeps."""
@@ -135,21 +131,24 @@ def at_most_items(schema: type[BaseModel], field: str, limit: int) -> dict[str, 
     return tightened
 
 
-def prompt_tokens(agent: str, context: dict[str, Any], data: dict[str, Any]) -> int:
+def prompt_tokens(agent: str, context: DataBlock, data: DataBlock) -> int:
     """Estimated prompt tokens of :func:`ask`'s request for ``agent`` with ``context`` and
     ``data``."""
     return estimate_messages(agent_messages(agent, get_context().prompts[agent], context, data))
 
 
-def item_tokens(item: Any) -> int:
-    """Estimated tokens an item adds to a data message's JSON list."""
+def item_tokens(item: object) -> int:
+    """Estimated tokens an item (JSON, or a model as its JSON) adds to a data message's
+    JSON list."""
+    if isinstance(item, BaseModel):
+        item = item.model_dump(mode="json")
     return estimate_tokens(json.dumps(item, ensure_ascii=False)) + 1
 
 
 async def split_for(
     agent: str,
-    context: dict[str, Any],
-    data: dict[str, Any],
+    context: DataBlock,
+    data: DataBlock,
     field: str,
     items: Sequence[Item],
     max_count: int | None = None,

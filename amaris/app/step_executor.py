@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
@@ -24,6 +23,7 @@ from prefect.runner import Runner
 from amaris.deployments.steps import add_steps, register_steps, submit_step
 from amaris.memory.rollout_log import StepRegistry
 from amaris.steps.coordinator import StepRunFailedError
+from amaris.steps.outcomes import StepRun
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -62,7 +62,7 @@ class DeploymentExecutor:
             self._serving = asyncio.create_task(runner.start(), name="amaris-step-runner")
         self._ready.set()
 
-    async def run(self, step: int, new_attempt: bool = False) -> dict[str, Any]:
+    async def run(self, step: int, new_attempt: bool = False) -> StepRun:
         """Have ``step`` run (once across replicas) and wait for its outcome.
 
         ``new_attempt``: the previous attempt failed or its executor died; start another.
@@ -88,7 +88,7 @@ class DeploymentExecutor:
         log.info("replica %s submitted step %s (flow run %s)", self.replica, step, run.id)
         return await self._follow(step, run.id)
 
-    async def _follow(self, step: int, flow_run_id: UUID) -> dict[str, Any]:
+    async def _follow(self, step: int, flow_run_id: UUID) -> StepRun:
         """The step's outcome once its run ends, or once the registry has one (another
         replica recorded it, or a later attempt ended)."""
         while True:
@@ -107,4 +107,4 @@ class DeploymentExecutor:
         # The flow stored its scopes in the registry: its result lives in the storage of
         # the process that ran it, which this replica may not reach.
         final = await asyncio.to_thread(self._steps.get, step) or {}
-        return {"step": step, "scopes": final.get("scopes")}
+        return StepRun(step=step, scopes=final.get("scopes"))

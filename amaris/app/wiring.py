@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from amaris.steps.context import (
     store_namespace,
 )
 from amaris.steps.coordinator import StepCoordinator
+from amaris.steps.outcomes import StepRun
 from amaris.steps.runner import PipelineRunner
 from amaris.steps.store import InProcess, SharedStore
 
@@ -225,10 +227,13 @@ def build_services(
 
     runner = PipelineRunner(on_start=start_pipeline)
 
-    def run_step(step: int, new_attempt: bool) -> Any:
+    async def run_here(step: int) -> StepRun:
+        return (await step_pipeline(step)).run()
+
+    def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
         if executor is not None:
             return runner.submit(executor.run(step, new_attempt))
-        return runner.submit(step_pipeline(step))
+        return runner.submit(run_here(step))
 
     coordinator = StepCoordinator(
         settings,

@@ -34,7 +34,7 @@ from amaris.steps.coordinator import (
     StepRunFailedError,
     UnknownStepError,
 )
-from amaris.steps.outcomes import WaitResult
+from amaris.steps.outcomes import StepRun, WaitResult
 from amaris.steps.store import SharedStore
 
 DEADLINE_S = 30.0
@@ -46,10 +46,10 @@ class Runs:
 
     def __init__(self) -> None:
         self.starts: list[tuple[int, bool]] = []
-        self.runs: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
+        self.runs: dict[int, concurrent.futures.Future[StepRun]] = {}
         self._started = asyncio.Event()
 
-    def __call__(self, step: int, new_attempt: bool) -> concurrent.futures.Future[dict[str, Any]]:
+    def __call__(self, step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
         self.starts.append((step, new_attempt))
         self.runs[step] = concurrent.futures.Future()
         self._started.set()
@@ -63,7 +63,7 @@ class Runs:
                 await self._started.wait()
 
     def finish(self, step: int, scopes: list[str] | None = None) -> None:
-        self.runs[step].set_result({"scopes": scopes or ["global"]})
+        self.runs[step].set_result(StepRun(step=step, scopes=scopes or ["global"]))
 
     def fail(self, step: int, error: Exception) -> None:
         self.runs[step].set_exception(error)

@@ -29,6 +29,7 @@ from amaris.memory.sqlite_rollout_log import SqliteRolloutLog
 from amaris.memory.storage_health import StorageUnavailableError
 from amaris.settings import load_settings
 from amaris.steps.coordinator import StepCoordinator
+from amaris.steps.outcomes import StepRun
 
 DEADLINE_S = 30.0
 """Generous bound of the waits below (never part of an assertion)."""
@@ -88,10 +89,10 @@ class World:
         self.registry = FullableRegistry(self.qdrant, "t", self.disk.registry)
         self.log = FullableLog(self.disk.log)
         self.starts: list[tuple[int, bool]] = []
-        self.runs: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
+        self.runs: dict[int, concurrent.futures.Future[StepRun]] = {}
         self.done: list[int] = []
 
-        def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[dict[str, Any]]:
+        def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
             self.starts.append((step, new_attempt))
             self.runs[step] = concurrent.futures.Future()
             return self.runs[step]
@@ -184,7 +185,7 @@ async def test_an_outcome_the_disk_refuses_leaves_the_step_failed_and_retryable(
     await c.complete(0)
     await settled()
     world.disk.full = True
-    world.runs[0].set_result({"scopes": {"global": {"outcome": "unchanged"}}})
+    world.runs[0].set_result(StepRun(step=0, scopes={"global": {"outcome": "unchanged"}}))
     async with asyncio.timeout(DEADLINE_S):
         answer = await c.wait(0)
     assert answer.status == "failed" and answer.error is not None
@@ -197,7 +198,7 @@ async def test_an_outcome_the_disk_refuses_leaves_the_step_failed_and_retryable(
     assert await c.complete(0) == "complete"
     await settled()
     assert world.starts == [(0, False), (0, True)]
-    world.runs[0].set_result({"scopes": {}})
+    world.runs[0].set_result(StepRun(step=0, scopes={}))
     async with asyncio.timeout(DEADLINE_S):
         assert (await c.wait(0)).status == "updated"
     assert (world.stored_status(0), world.done) == ("done", [0])
