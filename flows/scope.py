@@ -12,9 +12,8 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar, cast
+from typing import TypeVar, cast
 
-from prefect import Task
 from prefect.utilities.annotations import quote
 
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis, RubricUpdateProposal
@@ -52,8 +51,6 @@ from amaris.tasks.summarize import summarize_chunk, summary_payload
 from amaris.tasks.update_rubric import propose_update
 
 T = TypeVar("T")
-P = ParamSpec("P")
-R = TypeVar("R")
 log = logging.getLogger("amaris.pipeline")
 
 
@@ -82,19 +79,6 @@ def unwalked(value: T) -> T:
     return cast(T, quote(value))
 
 
-@dataclass(frozen=True)
-class Retries:
-    """The LLM tasks' retries of transient failures (``pipeline.task_retries``)."""
-
-    retries: int
-    delays: list[float]
-
-    def __call__(self, task: Task[P, R]) -> Task[P, R]:
-        return task.with_options(
-            retries=self.retries, retry_delay_seconds=self.delays, retry_jitter_factor=0.2
-        )
-
-
 @dataclass
 class ScopeRun:
     """One scope of one step: what its stages read, and the outputs dropped on the way."""
@@ -103,7 +87,6 @@ class ScopeRun:
     scope: str
     records: list[RolloutRecord]
     rubric: RubricVersion
-    retries: Retries
     criteria: list[AgentCriterion]
     metadata: JSONObject
     due: list[DueCriterion]
@@ -121,7 +104,6 @@ class ScopeRun:
         scope: str,
         records: list[RolloutRecord],
         history: list[ScopeStats | None],
-        retries: Retries,
     ) -> ScopeRun:
         """The scope's state at the start of its run: its current rubric and the criteria
         due for retirement after ``history`` (this step's statistics and earlier ones)."""
@@ -133,7 +115,6 @@ class ScopeRun:
             scope=scope,
             records=records,
             rubric=rubric,
-            retries=retries,
             criteria=AgentCriterion.of(rubric),
             metadata=dict(records[-1].metadata),
             due=due,
@@ -165,7 +146,7 @@ class ScopeRun:
     ) -> tuple[list[IndividualAnalysis], list[BatchSummary]]:
         ctx = get_context()
         groups = [self.peers[r.seq or 0] for r in part]
-        found = await self.retries(analyze_chunk)(index, part, self.criteria, groups)
+        found = await analyze_chunk(index, part, self.criteria, groups)
         self.dropped.extend(found.dropped)
         # Prefect holds the chunk's result now: its per-rollout files are redundant.
         await asyncio.to_thread(
@@ -191,13 +172,14 @@ class ScopeRun:
             analyses,
         ) or [analyses]
         labels = [label] if len(parts) == 1 else [f"{label}.{i}" for i in range(len(parts))]
-        summarize = self.retries(summarize_chunk)
         found = await asyncio.gather(
             *(
                 self.or_dropped(
                     "summarizer",
                     f"chunk {name}",
-                    summarize(self.step, self.scope, name, self.metadata, self.criteria, part),
+                    summarize_chunk(
+                        self.step, self.scope, name, self.metadata, self.criteria, part
+                    ),
                 )
                 for name, part in zip(labels, parts, strict=True)
             )
@@ -209,10 +191,9 @@ class ScopeRun:
         meta-summarizer's context budget together (groups that fit are consolidated, then
         their results). ``None`` when the meta-summarizer failed permanently (dropped):
         the step then has no summary of the whole."""
-        consolidate = self.retries(meta_summarize)
 
         def ask(part: str, group: list[BatchSummary]) -> Awaitable[BatchSummary | None]:
-            work = consolidate(self.step, self.scope, part, self.metadata, self.criteria, group)
+            work = meta_summarize(self.step, self.scope, part, self.metadata, self.criteria, group)
             return self.or_dropped("meta_summarizer", part, work)
 
         level = 0
@@ -258,9 +239,7 @@ class ScopeRun:
             queries = await self.or_dropped(
                 "query_generator",
                 "queries",
-                self.retries(generate_queries)(
-                    self.step, self.scope, self.metadata, self.criteria, summary
-                ),
+                generate_queries(self.step, self.scope, self.metadata, self.criteria, summary),
             )
             memory = await retrieve_memory(self.step, self.scope, queries or [])
         finally:
@@ -268,7 +247,7 @@ class ScopeRun:
         proposal = await self.or_dropped(
             "updater",
             "update",
-            self.retries(propose_update)(
+            propose_update(
                 self.step,
                 self.scope,
                 self.version,

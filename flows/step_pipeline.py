@@ -16,7 +16,7 @@ from amaris.flows.artifacts import (
     summary_artifact,
     usage_artifact,
 )
-from amaris.flows.scope import Retries, ScopeRun, unwalked
+from amaris.flows.scope import ScopeRun, unwalked
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import ScopeStats
 from amaris.steps.context import get_context
@@ -69,8 +69,6 @@ async def step_pipeline(step: int) -> StepResult:
 
 async def _run_step(step: int) -> StepResult:
     ctx = get_context()
-    pipeline = ctx.settings.pipeline
-    retries = Retries(pipeline.task_retries, list(pipeline.task_retry_delays_seconds))
     records = await load_step_rollouts(step)
     # The statistics of this step and, to count streaks, of the steps before it.
     window = ctx.settings.rubric.retire_uninformative_after or 1
@@ -80,7 +78,7 @@ async def _run_step(step: int) -> StepResult:
         by_scope[record.scope].append(record)
     results = await asyncio.gather(
         *(
-            _process_scope(step, scope, scope_records, measured.get(scope, []), retries)
+            _process_scope(step, scope, scope_records, measured.get(scope, []))
             for scope, scope_records in sorted(by_scope.items())
         )
     )
@@ -99,12 +97,11 @@ async def _process_scope(
     scope: str,
     records: list[RolloutRecord],
     history: list[ScopeStats | None],
-    retries: Retries,
 ) -> tuple[str, ScopeOutcome]:
     """One scope of the step: load → analyze (each chunk summarised as it is in) →
     consolidate → query → retrieve → update → canary/publish, and remember beside the
     update (after retrieval: it reads earlier steps only, so the update never waits)."""
-    run = await ScopeRun.load(step, scope, records, history, retries)
+    run = await ScopeRun.load(step, scope, records, history)
     analyses, summaries = await run.analyze()
     meta = await run.consolidate(summaries) if len(summaries) > 1 else None
     summary = meta if len(summaries) > 1 else (summaries[0] if summaries else None)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping, Sequence
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Generic, ParamSpec, TypeVar
 
 from prefect import Task, task
 from prefect.context import TaskRunContext
@@ -27,6 +27,9 @@ T = TypeVar("T", bound=BaseModel)
 Item = TypeVar("Item")
 P = ParamSpec("P")
 R = TypeVar("R")
+T_co = TypeVar("T_co", covariant=True)
+Policy = tuple[int, tuple[float, ...]]
+"""A retry policy: how many retries, after which delays."""
 
 DROPS = (LLMOutputError, LLMContextOverflowError)
 """A pipeline agent's permanent failures: its output is dropped (a
@@ -85,18 +88,54 @@ def cache_key(agent: AgentName) -> CacheKeyFn:
     return key
 
 
-def llm_task(agent: AgentName, name: str, run_name: str) -> Callable[[Callable[P, R]], Task[P, R]]:
-    """The task of one of ``agent``'s calls, named ``name`` (its runs ``run_name``): its
-    result persisted and reused under :func:`cache_key`, its transient failures retried
-    (:func:`~amaris.steps.retry.retry_on_transient`; the flow sets how many times and
-    after which delays, from ``pipeline.task_retries``)."""
-    return task(
-        name=name,
-        cache_key_fn=cache_key(agent),
-        persist_result=True,
-        retry_condition_fn=retry_on_transient,
-        task_run_name=run_name,
-    )
+class LLMTask(Generic[P, T_co]):
+    """One of an agent's tasks as :func:`llm_task` declares it: named, its result
+    persisted and reused under :func:`cache_key`, its transient failures retried
+    (:func:`~amaris.steps.retry.retry_on_transient`) ``pipeline.task_retries`` times after
+    ``pipeline.task_retry_delays_seconds`` (the last repeats), jittered by 20%.
+
+    The retry policy is configuration, which does not exist yet when the task modules are
+    imported: :attr:`task` is the declared task with it (``Task.with_options``), built the
+    first time the task runs under a policy and reused for every later call under it.
+    Callers call the LLM task as they would the task."""
+
+    def __init__(self, declared: Task[P, Coroutine[object, object, T_co]]) -> None:
+        self.declared = declared
+        self._by_policy: dict[Policy, Task[P, Coroutine[object, object, T_co]]] = {}
+
+    @property
+    def task(self) -> Task[P, Coroutine[object, object, T_co]]:
+        """The declared task with the retries of the pipeline in force."""
+        pipeline = get_context().settings.pipeline
+        policy = (pipeline.task_retries, tuple(pipeline.task_retry_delays_seconds))
+        configured = self._by_policy.get(policy)
+        if configured is None:
+            configured = self._by_policy[policy] = self.declared.with_options(
+                retries=policy[0], retry_delay_seconds=list(policy[1]), retry_jitter_factor=0.2
+            )
+        return configured
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T_co:
+        return await self.task(*args, **kwargs)
+
+
+def llm_task(
+    agent: AgentName, name: str, run_name: str
+) -> Callable[[Callable[P, Coroutine[object, object, R]]], LLMTask[P, R]]:
+    """Declares the task of one of ``agent``'s calls (an ``async`` function), named
+    ``name`` (its runs ``run_name``), as an :class:`LLMTask`."""
+
+    def declare(fn: Callable[P, Coroutine[object, object, R]]) -> LLMTask[P, R]:
+        declared = task(
+            name=name,
+            cache_key_fn=cache_key(agent),
+            persist_result=True,
+            retry_condition_fn=retry_on_transient,
+            task_run_name=run_name,
+        )
+        return LLMTask(declared(fn))
+
+    return declare
 
 
 async def ask(
