@@ -45,7 +45,7 @@ async def publish_update(
     """
     ctx = get_context()
     existing = await asyncio.to_thread(ctx.steps.get, step)
-    done = (existing or {}).get("rubric_versions", {}).get(scope)
+    done = existing.rubric_versions.get(scope) if existing is not None else None
     if done is not None:
         return UpdateOutcome(outcome="already_published", version=done, base_version=base_version)
     current = await asyncio.to_thread(ctx.rubrics.current, scope)
@@ -133,7 +133,6 @@ async def publish_update(
 
 def _record_version(step: int, scope: str, version: int) -> None:
     ctx = get_context()
-    existing = ctx.steps.get(step) or {}
-    versions = dict(existing.get("rubric_versions") or {})
-    versions[scope] = version
+    existing = ctx.steps.get(step)
+    versions = {**(existing.rubric_versions if existing is not None else {}), scope: version}
     ctx.steps.set(step, rubric_versions=versions)

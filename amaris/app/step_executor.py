@@ -72,12 +72,12 @@ class DeploymentExecutor:
                 recorded the step failed).
         """
         await self._ready.wait()
-        record = await asyncio.to_thread(self._steps.get, step) or {}
-        attempt = int(record.get("attempt", 0)) + (1 if new_attempt else 0)
+        record = await asyncio.to_thread(self._steps.get, step)
+        attempt = ((record.attempt or 0) if record else 0) + (1 if new_attempt else 0)
         run = await submit_step(step, attempt)
         # ``executor``: the replica that started this attempt; its restart starts the next
         # one if the step is still ``completing`` then.
-        mine = new_attempt or not record.get("executor")
+        mine = new_attempt or record is None or not record.executor
         await asyncio.to_thread(
             self._steps.set,
             step,
@@ -98,13 +98,13 @@ class DeploymentExecutor:
                 if not state.is_completed():
                     raise StepRunFailedError(f"step run ended {state.type.value}: {state.message}")
                 break
-            record = await asyncio.to_thread(self._steps.get, step) or {}
-            if record.get("status") == "done":
+            record = await asyncio.to_thread(self._steps.get, step)
+            if record is not None and record.status == "done":
                 break
-            if record.get("status") == "failed":
-                raise StepRunFailedError(str(record.get("error") or "step failed"))
+            if record is not None and record.status == "failed":
+                raise StepRunFailedError(record.error or "step failed")
             await asyncio.sleep(self._poll_seconds)
         # The flow stored its scopes in the registry: its result lives in the storage of
         # the process that ran it, which this replica may not reach.
-        final = await asyncio.to_thread(self._steps.get, step) or {}
-        return StepRun(step=step, scopes=final.get("scopes"))
+        final = await asyncio.to_thread(self._steps.get, step)
+        return StepRun(step=step, scopes=final.scopes if final is not None else None)

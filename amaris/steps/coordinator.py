@@ -110,7 +110,7 @@ class StepCoordinator:
         """
         entries = await asyncio.to_thread(self._steps.list, None, 10_000)
         resumed: list[StepRecord] = []
-        for entry in map(StepRecord.model_validate, entries):
+        for entry in entries:
             state = self._states.of(entry.step)
             state.status = entry.status
             if entry.status == "open":
@@ -123,7 +123,7 @@ class StepCoordinator:
         for entry in resumed:
             # A step another replica started is only watched; one this replica started (the
             # only replica: it started them all) gets a new attempt.
-            mine = (entry.model_extra or {}).get("executor", "") == self._replica
+            mine = (entry.executor or "") == self._replica
             log.warning("resuming step %s, interrupted while completing", entry.step)
             await self._start(entry.step, resume=True, new_attempt=mine)
         started = [s for s, st in self.snapshot().items() if st != "open"]

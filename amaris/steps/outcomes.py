@@ -55,8 +55,8 @@ class StepOutcome:
 
     @classmethod
     def of(cls, record: StepRecord) -> StepOutcome:
-        """The outcome a registry record keeps (``scopes`` is one of its extra fields)."""
-        return cls(error=record.error, scopes=(record.model_extra or {}).get("scopes"))
+        """The outcome a registry record keeps."""
+        return cls(error=record.error, scopes=record.scopes)
 
 
 class WaitResult(BaseModel):

@@ -62,5 +62,5 @@ async def test_rollouts_racing_past_the_threshold_start_the_step_once(
     assert result.status == "updated"
     record = steps.get(0)
     assert record is not None
-    assert record["status"] == "done"
-    assert record["rollout_count"] >= PER_STEP
+    assert record.status == "done"
+    assert record.rollout_count >= PER_STEP

@@ -18,11 +18,11 @@ import errno
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 import pytest
 from qdrant_client import QdrantClient
 
+from amaris.memory.models import StepRecord
 from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import StepRegistry
 from amaris.memory.sqlite_rollout_log import SqliteRolloutLog
@@ -63,7 +63,7 @@ class FullableRegistry(StepRegistry):
         super().__init__(client, prefix)
         self._disk = disk
 
-    def set(self, step: int, **fields: Any) -> dict[str, Any]:
+    def set(self, step: int, **fields: object) -> StepRecord:
         if self._disk.full:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "storage.sqlite")
         return super().set(step, **fields)
@@ -106,7 +106,7 @@ class World:
 
     def stored_status(self, step: int) -> str | None:
         record = self.registry.get(step)
-        return None if record is None else str(record["status"])
+        return None if record is None else str(record.status)
 
 
 @pytest.fixture
