@@ -7,7 +7,6 @@ import concurrent.futures
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from fastapi import FastAPI
 from prefect.client.orchestration import get_client
@@ -24,6 +23,7 @@ from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.llm.ledger import TokenLedger
 from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
+from amaris.manifest import ManifestJSON
 from amaris.memory.embedder import Embedder, build_embedder, preload
 from amaris.memory.qdrant import open_qdrant
 from amaris.memory.retention import enforce_retention
@@ -104,7 +104,7 @@ def build_services(
     prefect_ready: Callable[[], None] | None = None,
     metrics: Metrics | None = None,
     qdrant: QdrantClient | None = None,
-    manifest: dict[str, Any] | None = None,
+    manifest: ManifestJSON | None = None,
 ) -> Services:
     """Open storage, initialise the rubric and wire everything (blocking; no I/O to LLMs).
 
