@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
-from amaris.agents.schemas import RubricUpdateProposal
+from amaris.agents.schemas import BatchSummary, RubricUpdateProposal
 from amaris.llm.ledger import Key, Usage, cost, total, unpriced
 from amaris.manifest import markdown as manifest_markdown
 from amaris.rubric.informativeness import DueCriterion, ScopeStats
@@ -18,15 +17,19 @@ from amaris.rubric.model import RubricVersion
 from amaris.settings import ModelPrice
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped
+from amaris.tasks.models import ScopeOutcome, UpdateOutcome
 
 log = logging.getLogger("amaris.pipeline")
+
+TableRow = dict[str, str | int | float | bool | None]
+"""A row of a table artifact: its cells by column."""
 
 
 def rubric_diff_markdown(
     before: RubricVersion,
     after: RubricVersion,
     proposal: RubricUpdateProposal | None,
-    outcome: dict[str, Any],
+    outcome: UpdateOutcome,
     due: Sequence[DueCriterion] = (),
 ) -> str:
     """Human-readable diff of the adaptive rubric, with the strategy and rationale, and
@@ -36,8 +39,7 @@ def rubric_diff_markdown(
     lines = [
         f"# Rubric update: version {before.version} -> {after.version}",
         "",
-        f"**Outcome:** {outcome.get('outcome')}"
-        + (f" ({outcome['reason']})" if outcome.get("reason") else ""),
+        f"**Outcome:** {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""),
         f"**Strategy:** {proposal.update_strategy if proposal else None}",
         "",
         f"**Rationale:** {proposal.rationale.summary if proposal else ''}",
@@ -81,14 +83,14 @@ def rubric_diff_markdown(
     return "\n".join(lines)
 
 
-def criteria_table(scopes: Sequence[ScopeStats]) -> list[dict[str, Any]]:
+def criteria_table(scopes: Sequence[ScopeStats]) -> list[TableRow]:
     """Rows ``scope, id, anchor, verdicts, mean, variance, extremes, zero-spread groups,
     reward r, uninformative`` for every criterion of a step, per scope."""
 
     def share(value: float | None) -> str:
         return "-" if value is None else f"{value:.0%}"
 
-    rows = []
+    rows: list[TableRow] = []
     for scope_stats in scopes:
         for c in scope_stats.criteria:
             flags = [
@@ -120,7 +122,7 @@ def criteria_table(scopes: Sequence[ScopeStats]) -> list[dict[str, Any]]:
 def summary_markdown(
     step: int,
     scope: str,
-    summary: dict[str, Any] | None,
+    summary: BatchSummary | None,
     dropped: list[Dropped] | None = None,
 ) -> str:
     """The step summary as markdown, and the outputs the step went on without."""
@@ -128,18 +130,13 @@ def summary_markdown(
     if summary is None:
         lines += ["**No summary:** every summary of this step was dropped (below)."]
     else:
-        hacking = summary.get("aggregated_reward_hacking", {})
-        lines += [summary.get("executive_summary", {}).get("summary", ""), "", "## Reward hacking"]
-        behaviours = hacking.get("behaviours", [])
+        lines += [summary.executive_summary.summary, "", "## Reward hacking"]
         lines += [
-            f"- **{b.get('tag')}**: {b.get('count')} rollouts ({b.get('share', 0):.0%}) "
-            f"{b.get('description', '')}"
-            for b in behaviours
+            f"- **{b.tag}**: {b.count} rollouts ({b.share:.0%}) {b.description}"
+            for b in summary.aggregated_reward_hacking.behaviours
         ] or ["- none detected"]
         lines += ["", "## Recommendations"]
-        lines += [
-            f"- {r}" for r in summary.get("rubric_evolution_plan", {}).get("recommendations", [])
-        ] or ["- none"]
+        lines += [f"- {r}" for r in summary.rubric_evolution_plan.recommendations] or ["- none"]
     if dropped:
         lines += [
             "",
@@ -155,18 +152,18 @@ def summary_markdown(
     return "\n".join(lines)
 
 
-def hacking_table(outcome: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows ``scope, tag, count, share, examples`` for every scope of a step outcome."""
-    rows = []
-    for scope, result in outcome.get("scopes", {}).items():
-        for b in result.get("hacking", []):
+def hacking_table(scopes: Mapping[str, ScopeOutcome]) -> list[TableRow]:
+    """Rows ``scope, tag, count, share, examples`` for every scope of a step's outcome."""
+    rows: list[TableRow] = []
+    for scope, result in scopes.items():
+        for b in result.hacking:
             rows.append(
                 {
                     "scope": scope,
-                    "tag": b.get("tag"),
-                    "count": b.get("count"),
-                    "share": round(float(b.get("share", 0.0)), 3),
-                    "examples": ", ".join(b.get("rollout_ids", [])[:5]),
+                    "tag": b.tag,
+                    "count": b.count,
+                    "share": round(b.share, 3),
+                    "examples": ", ".join(b.rollout_ids[:5]),
                 }
             )
     return rows
@@ -275,9 +272,9 @@ async def manifest_artifact(step: int) -> None:
         )
 
 
-async def hacking_table_artifact(step: int, outcome: dict[str, Any]) -> None:
+async def hacking_table_artifact(step: int, scopes: Mapping[str, ScopeOutcome]) -> None:
     """A table of the step's reward-hacking findings, across scopes."""
-    rows = hacking_table(outcome)
+    rows = hacking_table(scopes)
     if rows:
         await acreate_table_artifact(
             key=f"hacking-step-{step}",
@@ -287,7 +284,7 @@ async def hacking_table_artifact(step: int, outcome: dict[str, Any]) -> None:
 
 
 async def summary_artifact(
-    step: int, scope: str, summary: dict[str, Any] | None, dropped: list[Dropped]
+    step: int, scope: str, summary: BatchSummary | None, dropped: list[Dropped]
 ) -> None:
     """The scope's summary of the step, and the outputs it went on without."""
     await acreate_markdown_artifact(
@@ -303,7 +300,7 @@ async def rubric_diff_artifact(
     before: RubricVersion,
     after: RubricVersion,
     proposal: RubricUpdateProposal | None,
-    outcome: dict[str, Any],
+    outcome: UpdateOutcome,
     due: Sequence[DueCriterion],
 ) -> None:
     """The scope's rubric update of the step (:func:`rubric_diff_markdown`)."""

@@ -16,7 +16,6 @@ import asyncio
 import os
 import re
 import time
-from typing import Any
 
 import httpx
 from prefect import flow, get_run_logger, task
@@ -25,8 +24,18 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.sorting import FlowRunSort
+from pydantic import BaseModel, ConfigDict
 
 _STEP_RUN = re.compile(r"^step-(\d+)$")
+
+
+class Waited(BaseModel):
+    """``GET /rubric_status/wait``'s answer, of which the repair reads the status."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    status: str
+    """``updated``, ``failed`` or ``pending``."""
 
 
 def _amaris_api(timeout: float) -> httpx.AsyncClient:
@@ -71,7 +80,7 @@ async def find_broken_steps() -> list[int]:
 
 
 @task(name="rerun-step", cache_policy=NO_CACHE, task_run_name="rerun-step-{step}")
-async def rerun_step(step: int, wait_seconds: float) -> dict[str, Any]:
+async def rerun_step(step: int, wait_seconds: float) -> Waited:
     """Ask amaris to re-run ``step`` and wait for its outcome (``wait_seconds`` at most:
     the server answers ``pending`` at its own ``server.max_wait_seconds``, so ask again)."""
     deadline = time.monotonic() + wait_seconds
@@ -87,8 +96,8 @@ async def rerun_step(step: int, wait_seconds: float) -> dict[str, Any]:
                 "/rubric_status/wait", params={"step": step, "timeout": max(left, 0.001)}
             )
             done.raise_for_status()
-            result: dict[str, Any] = done.json()
-            if result.get("status") != "pending" or left <= 0:
+            result = Waited.model_validate_json(done.content)
+            if result.status != "pending" or left <= 0:
                 return result
 
 
@@ -102,6 +111,6 @@ async def repair_steps(wait_seconds: float = 1800) -> dict[int, str]:
         logger.info("no failed steps")
         return {}
     results = await asyncio.gather(*(rerun_step(s, wait_seconds) for s in steps))
-    outcome = {step: str(r.get("status")) for step, r in zip(steps, results, strict=True)}
+    outcome = {step: r.status for step, r in zip(steps, results, strict=True)}
     logger.info("repair outcome: %s", outcome)
     return outcome

@@ -12,17 +12,18 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import TypeVar, cast
 
-from prefect import Task
 from prefect.utilities.annotations import quote
 
-from amaris.agents.schemas import RubricUpdateProposal
+from amaris.agents.schemas import BatchSummary, IndividualAnalysis, RubricUpdateProposal
 from amaris.flows.artifacts import rubric_diff_artifact
 from amaris.memory.records import RolloutRecord
+from amaris.models import JSONObject
 from amaris.rubric.informativeness import (
     DueCriterion,
     ScopeStats,
+    UpdaterView,
     due_for_retirement,
     updater_view,
 )
@@ -30,11 +31,19 @@ from amaris.rubric.model import RubricVersion
 from amaris.scoring.canary import canary_rollouts
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped
-from amaris.tasks._common import DROPS, criteria_payload, split_for
+from amaris.tasks._common import DROPS, dumped, split_for
 from amaris.tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from amaris.tasks.canary import CanaryRequest, check_canary
 from amaris.tasks.generate_queries import generate_queries
 from amaris.tasks.meta_summarize import meta_summarize
+from amaris.tasks.models import (
+    AgentCriterion,
+    Peer,
+    ScopeOutcome,
+    ScoredAnalysis,
+    UpdateKind,
+    UpdateOutcome,
+)
 from amaris.tasks.publish_rubric import publish_update
 from amaris.tasks.remember import remember
 from amaris.tasks.retrieve_memory import retrieve_memory
@@ -42,8 +51,6 @@ from amaris.tasks.summarize import summarize_chunk, summary_payload
 from amaris.tasks.update_rubric import propose_update
 
 T = TypeVar("T")
-P = ParamSpec("P")
-R = TypeVar("R")
 log = logging.getLogger("amaris.pipeline")
 
 
@@ -52,7 +59,7 @@ def is_update_step(step: int, frequency: int | None) -> bool:
     return not frequency or frequency <= 1 or step % frequency == 0
 
 
-def group_peers(records: list[RolloutRecord]) -> dict[int, list[dict[str, Any]]]:
+def group_peers(records: list[RolloutRecord]) -> dict[int, list[Peer]]:
     """For each record (by ``seq``), the other rollouts answering the same prompt (its
     group)."""
     by_group: dict[tuple[str, str], list[RolloutRecord]] = defaultdict(list)
@@ -60,37 +67,16 @@ def group_peers(records: list[RolloutRecord]) -> dict[int, list[dict[str, Any]]]
         rollout = record.rollout
         key = rollout.group_id or rollout.input
         by_group[(record.scope, key)].append(record)
-    peers: dict[int, list[dict[str, Any]]] = {}
+    peers: dict[int, list[Peer]] = {}
     for members in by_group.values():
         for record in members:
-            peers[record.seq or 0] = [
-                {
-                    "id": m.rollout.id,
-                    "output": m.rollout.output[:1000],
-                    "score": m.score,
-                }
-                for m in members
-                if m is not record
-            ][:16]
+            peers[record.seq or 0] = [Peer.of(m) for m in members if m is not record][:16]
     return peers
 
 
 def unwalked(value: T) -> T:
     """``value`` as a task parameter Prefect passes on without walking it (``quote``)."""
     return cast(T, quote(value))
-
-
-@dataclass(frozen=True)
-class Retries:
-    """The LLM tasks' retries of transient failures (``pipeline.task_retries``)."""
-
-    retries: int
-    delays: list[float]
-
-    def __call__(self, task: Task[P, R]) -> Task[P, R]:
-        return task.with_options(
-            retries=self.retries, retry_delay_seconds=self.delays, retry_jitter_factor=0.2
-        )
 
 
 @dataclass
@@ -101,12 +87,11 @@ class ScopeRun:
     scope: str
     records: list[RolloutRecord]
     rubric: RubricVersion
-    retries: Retries
-    criteria: list[dict[str, Any]]
-    metadata: dict[str, Any]
+    criteria: list[AgentCriterion]
+    metadata: JSONObject
     due: list[DueCriterion]
-    informativeness: dict[str, Any]
-    peers: dict[int, list[dict[str, Any]]]
+    informativeness: UpdaterView
+    peers: dict[int, list[Peer]]
     dropped: list[Dropped] = field(default_factory=list)
     """Outputs dropped on an agent's permanent failure (the step goes on without them)."""
     queried: asyncio.Event = field(default_factory=asyncio.Event)
@@ -119,7 +104,6 @@ class ScopeRun:
         scope: str,
         records: list[RolloutRecord],
         history: list[ScopeStats | None],
-        retries: Retries,
     ) -> ScopeRun:
         """The scope's state at the start of its run: its current rubric and the criteria
         due for retirement after ``history`` (this step's statistics and earlier ones)."""
@@ -131,8 +115,7 @@ class ScopeRun:
             scope=scope,
             records=records,
             rubric=rubric,
-            retries=retries,
-            criteria=criteria_payload(rubric),
+            criteria=AgentCriterion.of(rubric),
             metadata=dict(records[-1].metadata),
             due=due,
             informativeness=updater_view(rubric, history, due),
@@ -141,7 +124,7 @@ class ScopeRun:
 
     # analyze → summarize → consolidate
 
-    async def analyze(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    async def analyze(self) -> tuple[list[IndividualAnalysis], list[BatchSummary]]:
         """The analyses of the scope's rollouts, and the summaries of them.
 
         One analyze task per chunk, every chunk at once: the gateway's analyzer limit
@@ -160,10 +143,10 @@ class ScopeRun:
 
     async def _analyze_part(
         self, index: int, part: list[RolloutRecord]
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    ) -> tuple[list[IndividualAnalysis], list[BatchSummary]]:
         ctx = get_context()
         groups = [self.peers[r.seq or 0] for r in part]
-        found = await self.retries(analyze_chunk)(index, part, self.criteria, groups)
+        found = await analyze_chunk(index, part, self.criteria, groups)
         self.dropped.extend(found.dropped)
         # Prefect holds the chunk's result now: its per-rollout files are redundant.
         await asyncio.to_thread(
@@ -177,47 +160,47 @@ class ScopeRun:
             str(index), self._with_scores(found.analyses, part)
         )
 
-    async def summarize(self, label: str, analyses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def summarize(self, label: str, analyses: list[ScoredAnalysis]) -> list[BatchSummary]:
         """Summaries of ``analyses``: one, or one per part when they do not fit the
         summarizer's context budget together (parts labelled ``<label>.<part>``). A summary
         the summarizer failed permanently to give is dropped."""
         parts = await split_for(
             "summarizer",
-            {"criteria": self.criteria},
+            {"criteria": dumped(self.criteria)},
             summary_payload(self.step, self.metadata, []),
             "analyses",
             analyses,
         ) or [analyses]
         labels = [label] if len(parts) == 1 else [f"{label}.{i}" for i in range(len(parts))]
-        summarize = self.retries(summarize_chunk)
         found = await asyncio.gather(
             *(
                 self.or_dropped(
                     "summarizer",
                     f"chunk {name}",
-                    summarize(self.step, self.scope, name, self.metadata, self.criteria, part),
+                    summarize_chunk(
+                        self.step, self.scope, name, self.metadata, self.criteria, part
+                    ),
                 )
                 for name, part in zip(labels, parts, strict=True)
             )
         )
         return [summary for summary in found if summary is not None]
 
-    async def consolidate(self, summaries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    async def consolidate(self, summaries: list[BatchSummary]) -> BatchSummary | None:
         """One summary of ``summaries``; in rounds when they do not fit the
         meta-summarizer's context budget together (groups that fit are consolidated, then
         their results). ``None`` when the meta-summarizer failed permanently (dropped):
         the step then has no summary of the whole."""
-        consolidate = self.retries(meta_summarize)
 
-        def ask(part: str, group: list[dict[str, Any]]) -> Awaitable[dict[str, Any] | None]:
-            work = consolidate(self.step, self.scope, part, self.metadata, self.criteria, group)
+        def ask(part: str, group: list[BatchSummary]) -> Awaitable[BatchSummary | None]:
+            work = meta_summarize(self.step, self.scope, part, self.metadata, self.criteria, group)
             return self.or_dropped("meta_summarizer", part, work)
 
         level = 0
         while True:
             groups = await split_for(
                 "meta_summarizer",
-                {"criteria": self.criteria},
+                {"criteria": dumped(self.criteria)},
                 {"step": self.step, "metadata": self.metadata},
                 "summaries",
                 summaries,
@@ -240,7 +223,7 @@ class ScopeRun:
 
     # query → retrieve → update → canary/publish
 
-    async def update(self, summary: dict[str, Any] | None, summaries: int) -> dict[str, Any]:
+    async def update(self, summary: BatchSummary | None, summaries: int) -> UpdateOutcome:
         """The scope's rubric update: skipped off update steps, not asked without a
         summary; else queries → retrieval → proposal → rubric canary → guardrails and
         publication, plus the diff. A query plan the query generator failed permanently to
@@ -248,7 +231,7 @@ class ScopeRun:
         permanently is an update ``rejected``, as the guardrails reject one."""
         if not is_update_step(self.step, get_context().settings.pipeline.rubric_update_frequency):
             self.queried.set()
-            return {"outcome": "skipped", "reason": "not an update step", "version": self.version}
+            return self._ended("skipped", "not an update step")
         if summary is None:
             self.queried.set()
             return self._no_summary(summaries)
@@ -256,9 +239,7 @@ class ScopeRun:
             queries = await self.or_dropped(
                 "query_generator",
                 "queries",
-                self.retries(generate_queries)(
-                    self.step, self.scope, self.metadata, self.criteria, summary
-                ),
+                generate_queries(self.step, self.scope, self.metadata, self.criteria, summary),
             )
             memory = await retrieve_memory(self.step, self.scope, queries or [])
         finally:
@@ -266,7 +247,7 @@ class ScopeRun:
         proposal = await self.or_dropped(
             "updater",
             "update",
-            self.retries(propose_update)(
+            propose_update(
                 self.step,
                 self.scope,
                 self.version,
@@ -279,17 +260,16 @@ class ScopeRun:
         )
         if proposal is None:
             outcome = self._rejected()
-            strategy = None
         else:
-            outcome = await self.publish(proposal)
-            strategy = proposal.update_strategy
+            published = await self.publish(proposal)
+            outcome = published.model_copy(update={"strategy": proposal.update_strategy})
         after = await asyncio.to_thread(get_context().rubrics.current, self.scope)
         await rubric_diff_artifact(
             self.step, self.scope, self.rubric, after, proposal, outcome, self.due
         )
-        return {**outcome, "strategy": strategy}
+        return outcome
 
-    async def publish(self, proposal: RubricUpdateProposal) -> dict[str, Any]:
+    async def publish(self, proposal: RubricUpdateProposal) -> UpdateOutcome:
         """The rubric canary's report on ``proposal``, then the guardrails and publication."""
         canary = await check_canary(
             CanaryRequest(
@@ -309,9 +289,9 @@ class ScopeRun:
 
     async def remember(
         self,
-        analyses: list[dict[str, Any]],
-        summaries: list[dict[str, Any]],
-        meta: dict[str, Any] | None,
+        analyses: list[IndividualAnalysis],
+        summaries: list[BatchSummary],
+        meta: BatchSummary | None,
     ) -> int:
         """Remember the step's analyses and summaries (embeddings included) once memory is
         retrieved: its CPU work would otherwise slow the query generation's answer and the
@@ -330,14 +310,8 @@ class ScopeRun:
 
     # the scope's outcome
 
-    def outcome(self, summary: dict[str, Any] | None, update: dict[str, Any]) -> dict[str, Any]:
+    def outcome(self, summary: BatchSummary | None, update: UpdateOutcome) -> ScopeOutcome:
         """The scope's outcome as the step's result and the registry keep it."""
-        result: dict[str, Any] = {
-            "rollouts": len(self.records),
-            "base_version": self.version,
-            "hacking": (summary or {}).get("aggregated_reward_hacking", {}).get("behaviours", []),
-            "dropped": [d.model_dump() for d in self.dropped],
-        }
         if self.dropped:
             by_agent = Counter(d.agent for d in self.dropped)
             log.warning(
@@ -347,8 +321,12 @@ class ScopeRun:
                 len(self.dropped),
                 ", ".join(f"{a}: {n}" for a, n in sorted(by_agent.items())),
             )
-        result.update(update)
-        return result
+        return ScopeOutcome.of(
+            update,
+            rollouts=len(self.records),
+            hacking=summary.aggregated_reward_hacking.behaviours if summary else [],
+            dropped=list(self.dropped),
+        )
 
     @property
     def version(self) -> int:
@@ -374,7 +352,12 @@ class ScopeRun:
             )
             return None
 
-    def _no_summary(self, summaries: int) -> dict[str, Any]:
+    def _ended(self, kind: UpdateKind, reason: str) -> UpdateOutcome:
+        return UpdateOutcome(
+            outcome=kind, version=self.version, base_version=self.version, reason=reason
+        )
+
+    def _no_summary(self, summaries: int) -> UpdateOutcome:
         """The outcome of an update step left without a summary: the updater is not asked."""
         if summaries > 1:
             why = f"the meta-summary of the {summaries} chunk summaries was dropped"
@@ -384,25 +367,20 @@ class ScopeRun:
             why = "every analysis was dropped"
         reason = f"no summary to update from: {why}"
         log.warning("step %s (%r): no rubric update, %s", self.step, self.scope, reason)
-        return {"outcome": "no_update", "reason": reason, "version": self.version}
+        return self._ended("no_update", reason)
 
-    def _rejected(self) -> dict[str, Any]:
+    def _rejected(self) -> UpdateOutcome:
         reason = f"the updater's output was invalid ({self.dropped[-1].reason})"
         log.info("step %s (%r): rubric update rejected: %s", self.step, self.scope, reason)
-        return {
-            "outcome": "rejected",
-            "base_version": self.version,
-            "version": self.version,
-            "reason": reason,
-        }
+        return self._ended("rejected", reason)
 
     @staticmethod
     def _with_scores(
-        analyses: list[dict[str, Any]], records: list[RolloutRecord]
-    ) -> list[dict[str, Any]]:
+        analyses: list[IndividualAnalysis], records: list[RolloutRecord]
+    ) -> list[ScoredAnalysis]:
         """Analyses with the reward each rollout got, as the summarizer reads them."""
         scores = {r.rollout.id: r.score for r in records}
-        return [{**a, "score": scores.get(a["rollout_id"])} for a in analyses]
+        return [ScoredAnalysis.of(a, scores.get(a.rollout_id)) for a in analyses]
 
 
 async def _value(value: T) -> T:

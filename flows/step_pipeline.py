@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from typing import Any
 
 from prefect import flow
+from pydantic import BaseModel
 
 from amaris.flows.artifacts import (
     criteria_table_artifact,
@@ -16,14 +16,33 @@ from amaris.flows.artifacts import (
     summary_artifact,
     usage_artifact,
 )
-from amaris.flows.scope import Retries, ScopeRun, unwalked
+from amaris.flows.scope import ScopeRun, unwalked
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import ScopeStats
 from amaris.steps.context import get_context
+from amaris.steps.outcomes import StepRun
 from amaris.tasks.load_rollouts import load_step_rollouts
 from amaris.tasks.measure_criteria import measure_criteria
+from amaris.tasks.models import ScopeOutcome
 
 log = logging.getLogger("amaris.pipeline")
+
+
+class StepResult(BaseModel):
+    """What a step's run gives: its rollouts and each scope's outcome."""
+
+    step: int
+    rollouts: int
+    scopes: dict[str, ScopeOutcome]
+
+    def scopes_json(self) -> dict[str, object]:
+        """The outcome per scope as the step registry and ``GET /rubric_status/wait``
+        give it."""
+        return {scope: outcome.model_dump(mode="json") for scope, outcome in self.scopes.items()}
+
+    def run(self) -> StepRun:
+        """What the step's coordinator is told."""
+        return StepRun(step=self.step, scopes=self.scopes_json())
 
 
 # The flow's result is not persisted: its callers get it in memory, and the step registry
@@ -31,7 +50,7 @@ log = logging.getLogger("amaris.pipeline")
 # tasks without a cache would inherit the persistence (a write per run). The tasks whose
 # results a re-run reuses persist their own (their cache).
 @flow(name="amaris-step", flow_run_name="step-{step}")
-async def step_pipeline(step: int) -> dict[str, Any]:
+async def step_pipeline(step: int) -> StepResult:
     """Analyse, summarise, remember and (on update steps) evolve the rubric of ``step``.
 
     In ``per_instance`` mode every input seen in the step is processed as its own scope.
@@ -43,15 +62,13 @@ async def step_pipeline(step: int) -> dict[str, Any]:
     except Exception:
         await usage_artifact(step, None, failed=True)
         raise
-    await usage_artifact(step, outcome["rollouts"])
+    await usage_artifact(step, outcome.rollouts)
     await manifest_artifact(step)
     return outcome
 
 
-async def _run_step(step: int) -> dict[str, Any]:
+async def _run_step(step: int) -> StepResult:
     ctx = get_context()
-    pipeline = ctx.settings.pipeline
-    retries = Retries(pipeline.task_retries, list(pipeline.task_retry_delays_seconds))
     records = await load_step_rollouts(step)
     # The statistics of this step and, to count streaks, of the steps before it.
     window = ctx.settings.rubric.retire_uninformative_after or 1
@@ -61,16 +78,16 @@ async def _run_step(step: int) -> dict[str, Any]:
         by_scope[record.scope].append(record)
     results = await asyncio.gather(
         *(
-            _process_scope(step, scope, scope_records, measured.get(scope, []), retries)
+            _process_scope(step, scope, scope_records, measured.get(scope, []))
             for scope, scope_records in sorted(by_scope.items())
         )
     )
-    outcome = {"step": step, "rollouts": len(records), "scopes": dict(results)}
+    outcome = StepResult(step=step, rollouts=len(records), scopes=dict(results))
     # In the shared registry too: a replica that did not run this flow reads it there.
-    await asyncio.to_thread(ctx.steps.set, step, scopes=outcome["scopes"])
-    if any(r.get("outcome") == "published" for _, r in results):
+    await asyncio.to_thread(ctx.steps.set, step, scopes=outcome.scopes_json())
+    if any(r.outcome == "published" for _, r in results):
         await asyncio.to_thread(ctx.rubrics.export)
-    await hacking_table_artifact(step, outcome)
+    await hacking_table_artifact(step, outcome.scopes)
     await criteria_table_artifact(step, measured)
     return outcome
 
@@ -80,12 +97,11 @@ async def _process_scope(
     scope: str,
     records: list[RolloutRecord],
     history: list[ScopeStats | None],
-    retries: Retries,
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, ScopeOutcome]:
     """One scope of the step: load → analyze (each chunk summarised as it is in) →
     consolidate → query → retrieve → update → canary/publish, and remember beside the
     update (after retrieval: it reads earlier steps only, so the update never waits)."""
-    run = await ScopeRun.load(step, scope, records, history, retries)
+    run = await ScopeRun.load(step, scope, records, history)
     analyses, summaries = await run.analyze()
     meta = await run.consolidate(summaries) if len(summaries) > 1 else None
     summary = meta if len(summaries) > 1 else (summaries[0] if summaries else None)

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Sequence
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Generic, ParamSpec, TypeVar
 
 from prefect import Task, task
 from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
-from amaris.agents.prompts import agent_messages
+from amaris.agents.prompts import DataBlock, agent_messages
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
 from amaris.llm.gateway import LLMContextOverflowError, LLMOutputError
-from amaris.llm.schema import strict_schema
+from amaris.llm.schema import JsonSchema, strict_schema
 from amaris.rubric.guardrails import AppliedUpdate, apply_modifications
 from amaris.rubric.informativeness import DueCriterion, retirements
 from amaris.rubric.model import RubricVersion
@@ -27,6 +27,9 @@ T = TypeVar("T", bound=BaseModel)
 Item = TypeVar("Item")
 P = ParamSpec("P")
 R = TypeVar("R")
+T_co = TypeVar("T_co", covariant=True)
+Policy = tuple[int, tuple[float, ...]]
+"""A retry policy: how many retries, after which delays."""
 
 DROPS = (LLMOutputError, LLMContextOverflowError)
 """A pipeline agent's permanent failures: its output is dropped (a
@@ -56,31 +59,27 @@ def apply_proposal(
     return proposal, [str(m.criterion_id) for m in extra], applied
 
 
-def criteria_payload(rubric: RubricVersion) -> list[dict[str, Any]]:
-    """The rubric as agents see it."""
-    return [
-        {
-            "id": c.id,
-            "text": c.text,
-            "weight": c.weight,
-            "kind": "pitfall" if c.weight < 0 else "requirement",
-            "is_anchor": c.is_anchor,
-        }
-        for c in rubric.criteria
-    ]
+def dumped(items: Sequence[BaseModel]) -> list[DataBlock]:
+    """``items`` as the JSON objects an agent's prompt carries."""
+    return [item.model_dump(mode="json") for item in items]
 
 
-RESULT_FORMAT = 2
+RESULT_FORMAT = 3
 """In every LLM task's cache key: raised when what a task returns changes shape (2: the
-updater's task returns its ``RubricUpdateProposal``, not its JSON), so a result cached by
-older code is not reused."""
+updater's task returns its ``RubricUpdateProposal``, not its JSON; 3: the analyzer's and
+summarizers' tasks return their agents' models), so a result cached by older code is not
+reused."""
 
 
-def cache_key(agent: AgentName) -> Callable[[TaskRunContext, dict[str, Any]], str]:
+CacheKeyFn = Callable[[TaskRunContext, Mapping[str, object]], str]
+"""A task's ``cache_key_fn``: its run's context and parameters (by name) to a key."""
+
+
+def cache_key(agent: AgentName) -> CacheKeyFn:
     """A task cache key: the data folder, every parameter, and the agent's prompt and model
     fingerprint, so a re-run reuses a result only when nothing it depends on changed."""
 
-    def key(context: TaskRunContext, params: dict[str, Any]) -> str:
+    def key(context: TaskRunContext, params: Mapping[str, object]) -> str:
         ctx = get_context()
         return f"{agent}-" + digest(
             ctx.namespace, params, ctx.prompt_fingerprint(agent), RESULT_FORMAT
@@ -89,27 +88,63 @@ def cache_key(agent: AgentName) -> Callable[[TaskRunContext, dict[str, Any]], st
     return key
 
 
-def llm_task(agent: AgentName, name: str, run_name: str) -> Callable[[Callable[P, R]], Task[P, R]]:
-    """The task of one of ``agent``'s calls, named ``name`` (its runs ``run_name``): its
-    result persisted and reused under :func:`cache_key`, its transient failures retried
-    (:func:`~amaris.steps.retry.retry_on_transient`; the flow sets how many times and
-    after which delays, from ``pipeline.task_retries``)."""
-    return task(
-        name=name,
-        cache_key_fn=cache_key(agent),
-        persist_result=True,
-        retry_condition_fn=retry_on_transient,
-        task_run_name=run_name,
-    )
+class LLMTask(Generic[P, T_co]):
+    """One of an agent's tasks as :func:`llm_task` declares it: named, its result
+    persisted and reused under :func:`cache_key`, its transient failures retried
+    (:func:`~amaris.steps.retry.retry_on_transient`) ``pipeline.task_retries`` times after
+    ``pipeline.task_retry_delays_seconds`` (the last repeats), jittered by 20%.
+
+    The retry policy is configuration, which does not exist yet when the task modules are
+    imported: :attr:`task` is the declared task with it (``Task.with_options``), built the
+    first time the task runs under a policy and reused for every later call under it.
+    Callers call the LLM task as they would the task."""
+
+    def __init__(self, declared: Task[P, Coroutine[object, object, T_co]]) -> None:
+        self.declared = declared
+        self._by_policy: dict[Policy, Task[P, Coroutine[object, object, T_co]]] = {}
+
+    @property
+    def task(self) -> Task[P, Coroutine[object, object, T_co]]:
+        """The declared task with the retries of the pipeline in force."""
+        pipeline = get_context().settings.pipeline
+        policy = (pipeline.task_retries, tuple(pipeline.task_retry_delays_seconds))
+        configured = self._by_policy.get(policy)
+        if configured is None:
+            configured = self._by_policy[policy] = self.declared.with_options(
+                retries=policy[0], retry_delay_seconds=list(policy[1]), retry_jitter_factor=0.2
+            )
+        return configured
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T_co:
+        return await self.task(*args, **kwargs)
+
+
+def llm_task(
+    agent: AgentName, name: str, run_name: str
+) -> Callable[[Callable[P, Coroutine[object, object, R]]], LLMTask[P, R]]:
+    """Declares the task of one of ``agent``'s calls (an ``async`` function), named
+    ``name`` (its runs ``run_name``), as an :class:`LLMTask`."""
+
+    def declare(fn: Callable[P, Coroutine[object, object, R]]) -> LLMTask[P, R]:
+        declared = task(
+            name=name,
+            cache_key_fn=cache_key(agent),
+            persist_result=True,
+            retry_condition_fn=retry_on_transient,
+            task_run_name=run_name,
+        )
+        return LLMTask(declared(fn))
+
+    return declare
 
 
 async def ask(
     agent: str,
-    context: dict[str, Any],
-    data: dict[str, Any],
+    context: DataBlock,
+    data: DataBlock,
     schema: type[T],
     step: int,
-    json_schema: dict[str, Any] | None = None,
+    json_schema: JsonSchema | None = None,
 ) -> T:
     """One structured call of ``agent``: its template and ``context`` (amaris's state that
     many calls share: the rubric, bounds) first, the per-call ``data`` last, so a provider's
@@ -125,7 +160,7 @@ async def ask(
     )
 
 
-def at_most_items(schema: type[BaseModel], field: str, limit: int) -> dict[str, Any]:
+def at_most_items(schema: type[BaseModel], field: str, limit: int) -> JsonSchema:
     """``schema``'s strict JSON schema with its list ``field`` held to ``limit`` items: a
     per-call bound (the queries or modifications the configuration allows), so that a
     constrained decoder writes no more than the caller keeps."""
@@ -135,21 +170,24 @@ def at_most_items(schema: type[BaseModel], field: str, limit: int) -> dict[str, 
     return tightened
 
 
-def prompt_tokens(agent: str, context: dict[str, Any], data: dict[str, Any]) -> int:
+def prompt_tokens(agent: str, context: DataBlock, data: DataBlock) -> int:
     """Estimated prompt tokens of :func:`ask`'s request for ``agent`` with ``context`` and
     ``data``."""
     return estimate_messages(agent_messages(agent, get_context().prompts[agent], context, data))
 
 
-def item_tokens(item: Any) -> int:
-    """Estimated tokens an item adds to a data message's JSON list."""
+def item_tokens(item: object) -> int:
+    """Estimated tokens an item (JSON, or a model as its JSON) adds to a data message's
+    JSON list."""
+    if isinstance(item, BaseModel):
+        item = item.model_dump(mode="json")
     return estimate_tokens(json.dumps(item, ensure_ascii=False)) + 1
 
 
 async def split_for(
     agent: str,
-    context: dict[str, Any],
-    data: dict[str, Any],
+    context: DataBlock,
+    data: DataBlock,
     field: str,
     items: Sequence[Item],
     max_count: int | None = None,

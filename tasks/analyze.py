@@ -21,10 +21,10 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from amaris.agents.prompts import DataBlock
 from amaris.agents.schemas import IndividualAnalysis
 from amaris.llm.budget import CHARS_PER_TOKEN, MIN_FIELD_CHARS, fit_texts, json_chars
 from amaris.llm.gateway import LLMTransientError
@@ -33,7 +33,8 @@ from amaris.memory.records import RolloutRecord
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped
 from amaris.steps.retry import digest
-from amaris.tasks._common import DROPS, ask, llm_task, prompt_tokens
+from amaris.tasks._common import DROPS, ask, dumped, llm_task, prompt_tokens
+from amaris.tasks.models import AgentCriterion, Peer
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -41,14 +42,24 @@ log = logging.getLogger("amaris.pipeline")
 class ChunkAnalyses(BaseModel):
     """What :func:`analyze_chunk` gives (and Prefect persists as its cache)."""
 
-    analyses: list[dict[str, Any]]
-    """``IndividualAnalysis`` as JSON, with its ``rollout_id``."""
+    analyses: list[IndividualAnalysis]
+    """Each with its rollout's id (the log's, whatever the analyzer wrote)."""
     dropped: list[Dropped]
 
 
-def analysis_key(
-    record: RolloutRecord, criteria: list[dict[str, Any]], group: list[dict[str, Any]]
-) -> str:
+class DroppedAnalysis(BaseModel):
+    """A rollout's analysis dropped (its per-rollout file, so a retry does not ask again)."""
+
+    rollout_id: str
+    dropped: Dropped
+
+
+StoredAnalysis = IndividualAnalysis | DroppedAnalysis
+"""A rollout's file in ``<memory.path>/pipeline-cache/``: its analysis, or why it has none."""
+_STORED: TypeAdapter[StoredAnalysis] = TypeAdapter(StoredAnalysis)
+
+
+def analysis_key(record: RolloutRecord, criteria: list[AgentCriterion], group: list[Peer]) -> str:
     """The result-store key of one rollout's analysis: everything it depends on."""
     ctx = get_context()
     return "analyzer-item-" + digest(
@@ -57,14 +68,14 @@ def analysis_key(
 
 
 async def analyze_one(
-    record: RolloutRecord, criteria: list[dict[str, Any]], group: list[dict[str, Any]]
-) -> dict[str, Any]:
+    record: RolloutRecord, criteria: list[AgentCriterion], group: list[Peer]
+) -> IndividualAnalysis:
     """Analyse one logged rollout: reward hacking, progress, rubric fit."""
     rollout = record.rollout
     # Most shared first: the step's metadata, then what a GRPO group shares (its prompt and
     # reference), then this rollout's own data. The analyzer reads JSON: the verdicts as
     # logged.
-    data = {
+    data: DataBlock = {
         "metadata": record.metadata,
         "rollout": {
             "input": rollout.input,
@@ -74,21 +85,17 @@ async def analyze_one(
         },
         "score": record.score,
         "verdicts": [v.model_dump(mode="json", exclude_unset=True) for v in record.verdicts],
-        "group": group,
+        "group": dumped(group),
     }
-    context = {"criteria": criteria}
+    context: DataBlock = {"criteria": dumped(criteria)}
     budget = await get_context().gateway.prompt_budget("analyzer")
     if budget is not None:
         data = fit_analysis(context, data, budget, record.step)
     analysis = await ask("analyzer", context, data, IndividualAnalysis, record.step)
-    result = analysis.model_dump(mode="json")
-    result["rollout_id"] = rollout.id
-    return result
+    return analysis.model_copy(update={"rollout_id": rollout.id})
 
 
-def fit_analysis(
-    context: dict[str, Any], data: dict[str, Any], budget: int, step: int
-) -> dict[str, Any]:
+def fit_analysis(context: DataBlock, data: DataBlock, budget: int, step: int) -> DataBlock:
     """The analyzer's ``data`` within ``budget`` prompt tokens (estimated, with ``context``
     in the system message): without the group's other rollouts first, then with the
     rollout's texts cut (head and tail kept)."""
@@ -121,8 +128,8 @@ def fit_analysis(
 async def analyze_chunk(
     index: int,
     records: list[RolloutRecord],
-    criteria: list[dict[str, Any]],
-    groups: list[list[dict[str, Any]]],
+    criteria: list[AgentCriterion],
+    groups: list[list[Peer]],
 ) -> ChunkAnalyses:
     """Analyses of ``records`` (``groups[i]``: the other rollouts of record i's group).
 
@@ -144,23 +151,24 @@ async def analyze_chunk(
     step = records[0].step if records else None
 
     async def stored_or_asked(
-        record: RolloutRecord, group: list[dict[str, Any]], path: Path
-    ) -> dict[str, Any]:
+        record: RolloutRecord, group: list[Peer], path: Path
+    ) -> StoredAnalysis:
         if path in stored:
             return stored[path]
         rollout_id = record.rollout.id
+        result: StoredAnalysis
         try:
             result = await analyze_one(record, criteria, group)
         except DROPS as exc:
-            result = {
-                "rollout_id": rollout_id,
-                "dropped": Dropped.of("analyzer", f"rollout {rollout_id}", exc).model_dump(),
-            }
+            result = DroppedAnalysis(
+                rollout_id=rollout_id,
+                dropped=Dropped.of("analyzer", f"rollout {rollout_id}", exc),
+            )
             log.warning(
                 "step %s: analyzer output for rollout %s dropped: %s",
                 step,
                 loggable(rollout_id),
-                result["dropped"]["reason"],
+                result.dropped.reason,
             )
         await asyncio.to_thread(_write_atomically, path, result)
         return result
@@ -182,9 +190,9 @@ async def analyze_chunk(
         permanent = [e for e in errors if not isinstance(e, LLMTransientError)]
         raise (permanent or errors)[0]
     results = [o for o in outcomes if not isinstance(o, BaseException)]
-    analyses = [a for a in results if "dropped" not in a]
-    lost = [Dropped.model_validate(a["dropped"]) for a in results if "dropped" in a]
-    flagged = sum(1 for a in analyses if a.get("reward_hacking_analysis", {}).get("detected"))
+    analyses = [a for a in results if isinstance(a, IndividualAnalysis)]
+    lost = [a.dropped for a in results if isinstance(a, DroppedAnalysis)]
+    flagged = sum(1 for a in analyses if a.reward_hacking_analysis.detected)
     log.info(
         "step %s: chunk %d analysed, %d rollouts (%d from an earlier attempt, %d "
         "dropped), %d flagged for reward hacking",
@@ -204,18 +212,18 @@ def forget_analyses(memory_path: Path, keys: list[str]) -> None:
         (memory_path / "pipeline-cache" / f"{key}.json").unlink(missing_ok=True)
 
 
-def _read_existing(paths: list[Path]) -> dict[Path, dict[str, Any]]:
-    found: dict[Path, dict[str, Any]] = {}
+def _read_existing(paths: list[Path]) -> dict[Path, StoredAnalysis]:
+    found: dict[Path, StoredAnalysis] = {}
     for path in paths:
         try:
-            found[path] = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # absent, or torn by a crash: ask again
+            found[path] = _STORED.validate_python(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, ValidationError):  # absent, or torn by a crash: ask again
             continue
     return found
 
 
-def _write_atomically(path: Path, value: dict[str, Any]) -> None:
+def _write_atomically(path: Path, value: StoredAnalysis) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, ensure_ascii=False), encoding="utf-8")
+    tmp.write_text(json.dumps(value.model_dump(mode="json"), ensure_ascii=False), "utf-8")
     os.replace(tmp, path)

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from amaris.agents.schemas import QueryPlan
+from amaris.agents.schemas import BatchSummary, QueryPlan
+from amaris.models import JSONObject
 from amaris.steps.context import get_context
-from amaris.tasks._common import ask, at_most_items, llm_task
+from amaris.tasks._common import ask, at_most_items, dumped, llm_task
+from amaris.tasks.models import AgentCriterion
 
 
-def adaptive_query_budget(summary: dict[str, Any]) -> int:
+def adaptive_query_budget(summary: BatchSummary) -> int:
     """Without ``memory.max_queries``: one query per hacking behaviour and rubric gap,
     plus one for the trend, between 2 and 8."""
-    behaviours = len(summary.get("aggregated_reward_hacking", {}).get("behaviours", []))
-    gaps = len(summary.get("rubric_meta_evaluation", {}).get("gaps", []))
+    behaviours = len(summary.aggregated_reward_hacking.behaviours)
+    gaps = len(summary.rubric_meta_evaluation.gaps)
     return max(2, min(8, 1 + behaviours + gaps))
 
 
@@ -21,17 +21,22 @@ def adaptive_query_budget(summary: dict[str, Any]) -> int:
 async def generate_queries(
     step: int,
     scope: str,
-    metadata: dict[str, Any],
-    criteria: list[dict[str, Any]],
-    summary: dict[str, Any],
+    metadata: JSONObject,
+    criteria: list[AgentCriterion],
+    summary: BatchSummary,
 ) -> list[str]:
     """Queries to search past analyses and updates with."""
     ctx = get_context()
     limit = ctx.settings.memory.max_queries or adaptive_query_budget(summary)
-    data = {"step": step, "metadata": metadata, "max_queries": limit, "summary": summary}
+    data = {
+        "step": step,
+        "metadata": metadata,
+        "max_queries": limit,
+        "summary": summary.model_dump(mode="json"),
+    }
     plan = await ask(
         "query_generator",
-        {"criteria": criteria},
+        {"criteria": dumped(criteria)},
         data,
         QueryPlan,
         step,

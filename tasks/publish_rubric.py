@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -16,6 +15,7 @@ from amaris.rubric.informativeness import DueCriterion
 from amaris.scoring.canary import CanaryReport
 from amaris.steps.context import get_context
 from amaris.tasks._common import apply_proposal
+from amaris.tasks.models import UpdateKind, UpdateOutcome
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -28,7 +28,7 @@ async def publish_update(
     proposal: RubricUpdateProposal,
     due: list[DueCriterion] | None = None,
     canary: CanaryReport | None = None,
-) -> dict[str, Any]:
+) -> UpdateOutcome:
     """Apply, validate and publish; at most one version per step and scope.
 
     ``canary``: the rubric canary's report on the candidate; ``refused`` refuses the
@@ -45,37 +45,43 @@ async def publish_update(
     """
     ctx = get_context()
     existing = await asyncio.to_thread(ctx.steps.get, step)
-    done = (existing or {}).get("rubric_versions", {}).get(scope)
+    done = existing.rubric_versions.get(scope) if existing is not None else None
     if done is not None:
-        return {"outcome": "already_published", "version": done, "base_version": base_version}
+        return UpdateOutcome(outcome="already_published", version=done, base_version=base_version)
     current = await asyncio.to_thread(ctx.rubrics.current, scope)
     if current.step == step and current.origin == "updater":
         # Published by an earlier run of this step that crashed before recording it.
         await asyncio.to_thread(_record_version, step, scope, current.version)
-        return {
-            "outcome": "already_published",
-            "version": current.version,
-            "base_version": base_version,
-        }
+        return UpdateOutcome(
+            outcome="already_published", version=current.version, base_version=base_version
+        )
     parsed = proposal
-    outcome: dict[str, Any] = {"base_version": base_version, "strategy": parsed.update_strategy}
-    if canary is not None:
-        outcome["canary"] = canary.model_dump(mode="json", exclude={"probes"})
+    extra: list[str] = []
+
+    def ended(kind: UpdateKind, version: int, reason: str | None = None) -> UpdateOutcome:
+        return UpdateOutcome(
+            outcome=kind,
+            version=version,
+            base_version=base_version,
+            strategy=proposal.update_strategy,
+            reason=reason,
+            canary=canary,
+            retired_uninformative=extra or None,
+        )
+
     try:
         if current.version != base_version:
             raise UpdateRejected(
                 f"rubric moved from version {base_version} to {current.version} during the step"
             )
         parsed, extra, applied = await asyncio.to_thread(apply_proposal, current, parsed, due or [])
-        if extra:
-            outcome["retired_uninformative"] = extra
         if canary is not None and canary.outcome == "refused" and applied.changed:
             raise UpdateRejected(f"rubric canary: {canary.reason}")
     except UpdateRejected as exc:
-        outcome.update(outcome="rejected", reason=str(exc), version=current.version)
+        outcome = ended("rejected", current.version, str(exc))
     else:
         if not applied.changed:
-            outcome.update(outcome="unchanged", version=current.version)
+            outcome = ended("unchanged", current.version)
         else:
             version = await asyncio.to_thread(
                 ctx.rubrics.publish,
@@ -87,21 +93,21 @@ async def publish_update(
                 scope=scope,
                 export=False,
             )
-            outcome.update(outcome="published", version=version.version)
+            outcome = ended("published", version.version)
             await asyncio.to_thread(_record_version, step, scope, version.version)
     log.info(
         "step %s (%r): rubric update %s (%s), version %s -> %s%s",
         step,
         scope,
-        outcome["outcome"],
+        outcome.outcome,
         parsed.update_strategy,
         base_version,
-        outcome["version"],
-        f": {outcome['reason']!r}" if outcome.get("reason") else "",
+        outcome.version,
+        f": {outcome.reason!r}" if outcome.reason else "",
     )
-    record = {**parsed.model_dump(mode="json"), "outcome": outcome}
+    record = {**parsed.model_dump(mode="json"), "outcome": outcome.model_dump(mode="json")}
     text = (
-        f"Step {step} rubric update ({parsed.update_strategy}, {outcome['outcome']}): "
+        f"Step {step} rubric update ({parsed.update_strategy}, {outcome.outcome}): "
         f"{parsed.rationale.summary} "
         + "; ".join(
             f"{m.action} {m.criterion_id or ''} {m.text or ''} {m.weight or ''}"
@@ -127,7 +133,6 @@ async def publish_update(
 
 def _record_version(step: int, scope: str, version: int) -> None:
     ctx = get_context()
-    existing = ctx.steps.get(step) or {}
-    versions = dict(existing.get("rubric_versions") or {})
-    versions[scope] = version
+    existing = ctx.steps.get(step)
+    versions = {**(existing.rubric_versions if existing is not None else {}), scope: version}
     ctx.steps.set(step, rubric_versions=versions)

@@ -3,33 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from amaris.agents.schemas import BatchSummary, IndividualAnalysis
 from amaris.memory.models import STEP_KEY, HackProbe, MemoryDocument
 from amaris.memory.records import RolloutRecord
 from amaris.steps.context import get_context
 
 
-def _finding_text(analysis: dict[str, Any]) -> str:
-    hacking = analysis.get("reward_hacking_analysis", {})
+def _finding_text(analysis: IndividualAnalysis) -> str:
     parts = [
-        f"{b.get('tag')}: {b.get('description')} ({b.get('evidence')})"
-        for b in hacking.get("behaviours", [])
+        f"{b.tag}: {b.description} ({b.evidence})"
+        for b in analysis.reward_hacking_analysis.behaviours
     ]
-    summary = str(analysis.get("overall_assessment", {}).get("summary", ""))
-    return ("; ".join(parts) + ". " + summary)[:2000]
+    return ("; ".join(parts) + ". " + analysis.overall_assessment.summary)[:2000]
 
 
-def notable(analyses: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+def notable(analyses: list[IndividualAnalysis], limit: int) -> list[IndividualAnalysis]:
     """The analyses worth keeping searchable: reward hacking, most severe first."""
     order = {"high": 0, "medium": 1, "low": 2, "none": 3}
-    flagged = [a for a in analyses if a.get("reward_hacking_analysis", {}).get("detected")]
-    flagged.sort(
-        key=lambda a: (order.get(a["reward_hacking_analysis"].get("severity"), 3), a["rollout_id"])
-    )
+    flagged = [a for a in analyses if a.reward_hacking_analysis.detected]
+    flagged.sort(key=lambda a: (order[a.reward_hacking_analysis.severity], a.rollout_id))
     return flagged[:limit]
 
 
@@ -52,9 +48,9 @@ def hack_probes(records: list[RolloutRecord], rollout_ids: set[str]) -> dict[str
 async def remember(
     step: int,
     scope: str,
-    analyses: list[dict[str, Any]],
-    summaries: list[dict[str, Any]],
-    meta_summary: dict[str, Any] | None,
+    analyses: list[IndividualAnalysis],
+    summaries: list[BatchSummary],
+    meta_summary: BatchSummary | None,
     records: list[RolloutRecord] | None = None,
 ) -> int:
     """Store full analyses (by rollout id) and the searchable digest; returns documents.
@@ -64,7 +60,10 @@ async def remember(
     (those with a reference) are indexed for the rubric canary."""
     ctx = get_context()
     await asyncio.to_thread(
-        ctx.memory.put_analyses, scope, step, [(a["rollout_id"], a) for a in analyses]
+        ctx.memory.put_analyses,
+        scope,
+        step,
+        [(a.rollout_id, a.model_dump(mode="json")) for a in analyses],
     )
     docs: list[MemoryDocument] = []
     for index, summary in enumerate(summaries):
@@ -78,12 +77,10 @@ async def remember(
                 scope=scope,
                 key=key,
                 ids=[
-                    i
-                    for b in summary.get("aggregated_reward_hacking", {}).get("behaviours", [])
-                    for i in b.get("rollout_ids", [])
+                    i for b in summary.aggregated_reward_hacking.behaviours for i in b.rollout_ids
                 ][:50],
-                text=summary["memory_entry"]["text"][:2000],
-                doc=summary,
+                text=summary.memory_entry.text[:2000],
+                doc=summary.model_dump(mode="json"),
             )
         )
     if meta_summary is not None:
@@ -94,29 +91,27 @@ async def remember(
                 scope=scope,
                 key=STEP_KEY,
                 ids=[],
-                text=meta_summary["memory_entry"]["text"][:2000],
-                doc=meta_summary,
+                text=meta_summary.memory_entry.text[:2000],
+                doc=meta_summary.model_dump(mode="json"),
             )
         )
     findings = notable(analyses, ctx.settings.pipeline.findings_per_step)
-    probes = hack_probes(records or [], {a["rollout_id"] for a in findings})
+    probes = hack_probes(records or [], {a.rollout_id for a in findings})
     for analysis in findings:
         docs.append(
             MemoryDocument(
                 type="finding",
                 step=step,
                 scope=scope,
-                key=analysis["rollout_id"],
-                ids=[analysis["rollout_id"]],
+                key=analysis.rollout_id,
+                ids=[analysis.rollout_id],
                 text=_finding_text(analysis),
-                doc=analysis,
-                probe=probes.get(analysis["rollout_id"]),
+                doc=analysis.model_dump(mode="json"),
+                probe=probes.get(analysis.rollout_id),
             )
         )
     if docs:
         await asyncio.to_thread(ctx.memory.add_documents, docs)
-    rescorable = [
-        a["rollout_id"] for a in findings if (p := probes.get(a["rollout_id"])) and p.reference
-    ]
+    rescorable = [a.rollout_id for a in findings if (p := probes.get(a.rollout_id)) and p.reference]
     await asyncio.to_thread(ctx.memory.put_hack_index, scope, step, rescorable)
     return len(docs) + len(analyses)

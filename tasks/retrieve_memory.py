@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from amaris.steps.context import get_context
+from amaris.tasks.models import DynamicMemory, RetrievedMemory, StaticMemory
 
 
 @task(name="retrieve-memory", cache_policy=NO_CACHE, task_run_name="retrieve-memory-{scope}")
-async def retrieve_memory(step: int, scope: str, queries: list[str]) -> dict[str, Any]:
+async def retrieve_memory(step: int, scope: str, queries: list[str]) -> RetrievedMemory:
     """``static``: the last ``memory.static_memory_steps`` step summaries before ``step``;
     ``dynamic``: the top ``memory.dynamic_memory_limit_per_query`` documents per query,
     deduplicated, never from the current step."""
@@ -21,8 +21,8 @@ async def retrieve_memory(step: int, scope: str, queries: list[str]) -> dict[str
     recent = await asyncio.to_thread(
         ctx.memory.recent_summaries, scope, step, settings.static_memory_steps
     )
-    static = [{"step": d.step, "type": d.type, "text": d.text} for d in recent]
-    dynamic: list[dict[str, Any]] = []
+    static = [StaticMemory(step=d.step, type=d.type, text=d.text) for d in recent]
+    dynamic: list[DynamicMemory] = []
     seen: set[str] = set()
     for query in queries:
         if settings.dynamic_memory_limit_per_query == 0:
@@ -40,12 +40,12 @@ async def retrieve_memory(step: int, scope: str, queries: list[str]) -> dict[str
                 continue
             seen.add(hit.id)
             dynamic.append(
-                {
-                    "type": hit.document.type,
-                    "step": hit.document.step,
-                    "text": hit.document.text,
-                    "score": round(hit.score, 4),
-                    "query": query,
-                }
+                DynamicMemory(
+                    type=hit.document.type,
+                    step=hit.document.step,
+                    text=hit.document.text,
+                    score=round(hit.score, 4),
+                    query=query,
+                )
             )
-    return {"static": static, "dynamic": dynamic, "queries": queries}
+    return RetrievedMemory(static=static, dynamic=dynamic, queries=queries)

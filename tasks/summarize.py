@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from amaris.agents.prompts import DataBlock
 from amaris.agents.schemas import BatchSummary
-from amaris.tasks._common import ask, llm_task
+from amaris.models import JSONObject
+from amaris.tasks._common import ask, dumped, llm_task
+from amaris.tasks.models import AgentCriterion, ScoredAnalysis
 
 log = logging.getLogger("amaris.pipeline")
 
 
-def summary_payload(
-    step: int, metadata: dict[str, Any], analyses: list[dict[str, Any]]
-) -> dict[str, Any]:
+def summary_payload(step: int, metadata: JSONObject, analyses: list[ScoredAnalysis]) -> DataBlock:
     """The summarizer's per-call data: the analyses and their scores' statistics (the
     criteria are its context)."""
-    scores = [a["score"] for a in analyses if a.get("score") is not None]
+    scores = [a.score for a in analyses if a.score is not None]
     stats = {
         "count": len(analyses),
         "scored": len(scores),
@@ -24,7 +24,7 @@ def summary_payload(
         "min": min(scores) if scores else None,
         "max": max(scores) if scores else None,
     }
-    return {"step": step, "metadata": metadata, "score_stats": stats, "analyses": analyses}
+    return {"step": step, "metadata": metadata, "score_stats": stats, "analyses": dumped(analyses)}
 
 
 @llm_task("summarizer", "summarize", "summarize-{scope}-chunk-{chunk}")
@@ -32,17 +32,17 @@ async def summarize_chunk(
     step: int,
     scope: str,
     chunk: str,
-    metadata: dict[str, Any],
-    criteria: list[dict[str, Any]],
-    analyses: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """Summarise a chunk of a step's analyses (each carrying its rollout's ``score``).
+    metadata: JSONObject,
+    criteria: list[AgentCriterion],
+    analyses: list[ScoredAnalysis],
+) -> BatchSummary:
+    """Summarise a chunk of a step's analyses (each with its rollout's ``score``).
 
     ``chunk`` names it: the analysis chunk's index, with ``.<part>`` when the chunk was
     split to fit the summarizer's context budget (:func:`summary_payload` is its input).
     """
     data = summary_payload(step, metadata, analyses)
-    summary = await ask("summarizer", {"criteria": criteria}, data, BatchSummary, step)
+    summary = await ask("summarizer", {"criteria": dumped(criteria)}, data, BatchSummary, step)
     log.info(
         "step %s (%r): chunk %s summarised, %d reward-hacking behaviour(s)",
         step,
@@ -50,4 +50,4 @@ async def summarize_chunk(
         chunk,
         len(summary.aggregated_reward_hacking.behaviours),
     )
-    return summary.model_dump(mode="json")
+    return summary

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from amaris.agents.schemas import RubricUpdateProposal
+from amaris.agents.prompts import DataBlock
+from amaris.agents.schemas import BatchSummary, RubricUpdateProposal
+from amaris.models import JSONObject
+from amaris.rubric.informativeness import UpdaterView
 from amaris.steps.context import get_context
-from amaris.tasks._common import ask, at_most_items, llm_task
+from amaris.tasks._common import ask, at_most_items, dumped, llm_task
+from amaris.tasks.models import AgentCriterion, RetrievedMemory
 
 
 @llm_task("updater", "update-rubric", "update-rubric-{scope}")
@@ -14,11 +16,11 @@ async def propose_update(
     step: int,
     scope: str,
     rubric_version: int,
-    metadata: dict[str, Any],
-    criteria: list[dict[str, Any]],
-    summary: dict[str, Any],
-    memory: dict[str, Any],
-    informativeness: dict[str, Any],
+    metadata: JSONObject,
+    criteria: list[AgentCriterion],
+    summary: BatchSummary,
+    memory: RetrievedMemory,
+    informativeness: UpdaterView,
 ) -> RubricUpdateProposal:
     """The updater's proposal (strategy, modifications, rationale, memory consultation).
 
@@ -27,8 +29,8 @@ async def propose_update(
     (:func:`amaris.rubric.informativeness.updater_view`)."""
     ctx = get_context()
     bounds = ctx.bounds
-    context = {
-        "criteria": criteria,
+    context: DataBlock = {
+        "criteria": dumped(criteria),
         "bounds": {
             "max_adaptive": bounds.max_adaptive,
             "min_weight": bounds.min_weight,
@@ -36,14 +38,14 @@ async def propose_update(
             "max_modifications": bounds.max_modifications,
         },
     }
-    data = {
+    data: DataBlock = {
         "step": step,
         "metadata": metadata,
-        "summary": summary,
-        "static_memory": memory["static"],
-        "dynamic_memory": memory["dynamic"],
-        "criterion_stats": informativeness["criterion_stats"],
-        "uninformative": informativeness["uninformative"],
+        "summary": summary.model_dump(mode="json"),
+        "static_memory": dumped(memory.static),
+        "dynamic_memory": dumped(memory.dynamic),
+        "criterion_stats": dumped(informativeness.criterion_stats),
+        "uninformative": dumped(informativeness.uninformative),
     }
     return await ask(
         "updater",

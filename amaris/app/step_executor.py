@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
@@ -24,6 +23,7 @@ from prefect.runner import Runner
 from amaris.deployments.steps import add_steps, register_steps, submit_step
 from amaris.memory.rollout_log import StepRegistry
 from amaris.steps.coordinator import StepRunFailedError
+from amaris.steps.outcomes import StepRun
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -62,7 +62,7 @@ class DeploymentExecutor:
             self._serving = asyncio.create_task(runner.start(), name="amaris-step-runner")
         self._ready.set()
 
-    async def run(self, step: int, new_attempt: bool = False) -> dict[str, Any]:
+    async def run(self, step: int, new_attempt: bool = False) -> StepRun:
         """Have ``step`` run (once across replicas) and wait for its outcome.
 
         ``new_attempt``: the previous attempt failed or its executor died; start another.
@@ -72,12 +72,12 @@ class DeploymentExecutor:
                 recorded the step failed).
         """
         await self._ready.wait()
-        record = await asyncio.to_thread(self._steps.get, step) or {}
-        attempt = int(record.get("attempt", 0)) + (1 if new_attempt else 0)
+        record = await asyncio.to_thread(self._steps.get, step)
+        attempt = ((record.attempt or 0) if record else 0) + (1 if new_attempt else 0)
         run = await submit_step(step, attempt)
         # ``executor``: the replica that started this attempt; its restart starts the next
         # one if the step is still ``completing`` then.
-        mine = new_attempt or not record.get("executor")
+        mine = new_attempt or record is None or not record.executor
         await asyncio.to_thread(
             self._steps.set,
             step,
@@ -88,7 +88,7 @@ class DeploymentExecutor:
         log.info("replica %s submitted step %s (flow run %s)", self.replica, step, run.id)
         return await self._follow(step, run.id)
 
-    async def _follow(self, step: int, flow_run_id: UUID) -> dict[str, Any]:
+    async def _follow(self, step: int, flow_run_id: UUID) -> StepRun:
         """The step's outcome once its run ends, or once the registry has one (another
         replica recorded it, or a later attempt ended)."""
         while True:
@@ -98,13 +98,13 @@ class DeploymentExecutor:
                 if not state.is_completed():
                     raise StepRunFailedError(f"step run ended {state.type.value}: {state.message}")
                 break
-            record = await asyncio.to_thread(self._steps.get, step) or {}
-            if record.get("status") == "done":
+            record = await asyncio.to_thread(self._steps.get, step)
+            if record is not None and record.status == "done":
                 break
-            if record.get("status") == "failed":
-                raise StepRunFailedError(str(record.get("error") or "step failed"))
+            if record is not None and record.status == "failed":
+                raise StepRunFailedError(record.error or "step failed")
             await asyncio.sleep(self._poll_seconds)
         # The flow stored its scopes in the registry: its result lives in the storage of
         # the process that ran it, which this replica may not reach.
-        final = await asyncio.to_thread(self._steps.get, step) or {}
-        return {"step": step, "scopes": final.get("scopes")}
+        final = await asyncio.to_thread(self._steps.get, step)
+        return StepRun(step=step, scopes=final.scopes if final is not None else None)

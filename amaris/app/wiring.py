@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from fastapi import FastAPI
 from prefect.client.orchestration import get_client
@@ -23,6 +23,7 @@ from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.llm.ledger import TokenLedger
 from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
+from amaris.manifest import ManifestJSON
 from amaris.memory.embedder import Embedder, build_embedder, preload
 from amaris.memory.qdrant import open_qdrant
 from amaris.memory.retention import enforce_retention
@@ -44,6 +45,7 @@ from amaris.steps.context import (
     store_namespace,
 )
 from amaris.steps.coordinator import StepCoordinator
+from amaris.steps.outcomes import StepRun
 from amaris.steps.runner import PipelineRunner
 from amaris.steps.store import InProcess, SharedStore
 
@@ -102,7 +104,7 @@ def build_services(
     prefect_ready: Callable[[], None] | None = None,
     metrics: Metrics | None = None,
     qdrant: QdrantClient | None = None,
-    manifest: dict[str, Any] | None = None,
+    manifest: ManifestJSON | None = None,
 ) -> Services:
     """Open storage, initialise the rubric and wire everything (blocking; no I/O to LLMs).
 
@@ -225,10 +227,13 @@ def build_services(
 
     runner = PipelineRunner(on_start=start_pipeline)
 
-    def run_step(step: int, new_attempt: bool) -> Any:
+    async def run_here(step: int) -> StepRun:
+        return (await step_pipeline(step)).run()
+
+    def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
         if executor is not None:
             return runner.submit(executor.run(step, new_attempt))
-        return runner.submit(step_pipeline(step))
+        return runner.submit(run_here(step))
 
     coordinator = StepCoordinator(
         settings,

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from amaris.models import JSONValue
+
 DocType = Literal["batch_summary", "meta_summary", "rubric_update", "finding"]
 """Kinds of document in the searchable digest."""
 
@@ -71,7 +73,7 @@ class MemoryDocument(BaseModel):
     """Rollout ids the document is about."""
     text: str
     """The embedded text, at most :data:`MAX_TEXT_CHARS` characters."""
-    doc: dict[str, Any] = Field(default_factory=dict)
+    doc: dict[str, Any] = Field(default_factory=dict)  # JSON of any kind, older versions' too
     """The full JSON document (a summary, an analysis, an update...)."""
     probe: HackProbe | None = None
     """A finding's rollout, bounded, for the rubric canary to re-score the hack."""
@@ -94,8 +96,14 @@ class MemoryHit(BaseModel):
     document: MemoryDocument
 
 
+def _unset(value: object) -> bool:
+    return value is None
+
+
 class StepRecord(BaseModel):
-    """The state of one training step's evolution; callers may add their own fields."""
+    """The state of one training step's evolution. The fields that only some steps have
+    (a run's scopes, the scale-out attempt) are written only once set; fields of other
+    versions are kept as extra fields."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
@@ -110,3 +118,11 @@ class StepRecord(BaseModel):
     """Unix time of the last change."""
     mode: str | None = None
     """Pipeline mode that ran the step (``async`` or ``sync``)."""
+    scopes: JSONValue = Field(default=None, exclude_if=_unset)
+    """The run's outcome per scope (the step flow's JSON, passed on as stored)."""
+    duration_s: float | None = Field(default=None, exclude_if=_unset)
+    """How long the run took, as the replica that supervised it saw it."""
+    attempt: int | None = Field(default=None, exclude_if=_unset)
+    """Scale-out: the number of the latest attempt submitted (from 0)."""
+    executor: str | None = Field(default=None, exclude_if=_unset)
+    """Scale-out: the replica that started the latest attempt (it restarts it)."""

@@ -116,9 +116,10 @@ def step_records(rollouts: RolloutLog, data_path: Path, step: int) -> list[Rollo
 class StepRegistry:
     """One record per training step: where its evolution stands.
 
-    Records are plain dicts with the fields of :class:`StepRecord` (``step``, ``status``
-    in ``open|completing|done|failed``, ``rollout_count``, ``flow_run_id``,
-    ``rubric_versions``, ``error``, ``updated_at``, ``mode``) plus any field a caller sets.
+    Records are :class:`StepRecord` (``step``, ``status`` in
+    ``open|completing|done|failed``, ``rollout_count``, ``flow_run_id``,
+    ``rubric_versions``, ``error``, ``updated_at``, ``mode``, a run's ``scopes``...),
+    stored as its JSON.
     """
 
     def __init__(self, client: QdrantClient, prefix: str) -> None:
@@ -127,18 +128,18 @@ class StepRegistry:
         self._lock = threading.Lock()
         ensure_collection(client, self._collection, None)
 
-    def get(self, step: int) -> dict[str, Any] | None:
+    def get(self, step: int) -> StepRecord | None:
         """The record of ``step``; None if the step was never registered."""
         with self._lock:
             return self._get(step)
 
-    def _get(self, step: int) -> dict[str, Any] | None:
+    def _get(self, step: int) -> StepRecord | None:
         points = self._qdrant.retrieve(self._collection, ids=[_step_id(step)], with_payload=True)
         if not points:
             return None
-        return dict(points[0].payload or {})
+        return StepRecord.model_validate(points[0].payload or {})
 
-    def set(self, step: int, **fields: Any) -> dict[str, Any]:
+    def set(self, step: int, **fields: object) -> StepRecord:
         """Change fields of ``step``'s record (created with defaults if absent).
 
         Returns:
@@ -148,24 +149,30 @@ class StepRegistry:
             pydantic.ValidationError: an invalid value of a known field (e.g. a status).
         """
         with self._lock:
-            current = self._get(step) or {}
-            merged = {**current, **fields, "step": step, "updated_at": time.time()}
-            record = StepRecord.model_validate(merged).model_dump(mode="json")
+            current = self._get(step)
+            stored = current.model_dump(mode="json") if current is not None else {}
+            record = StepRecord.model_validate(
+                {**stored, **fields, "step": step, "updated_at": time.time()}
+            )
             self._qdrant.upsert(
                 self._collection,
-                points=[models.PointStruct(id=_step_id(step), vector={}, payload=record)],
+                points=[
+                    models.PointStruct(
+                        id=_step_id(step), vector={}, payload=record.model_dump(mode="json")
+                    )
+                ],
             )
             return record
 
     def list(
         self, statuses: builtins.set[str] | None = None, limit: int | None = None
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[StepRecord]:
         """Records with one of ``statuses`` (None = all), by step; ``limit`` keeps the latest.
 
         A scroll: acceptable because the collection has one point per step (thousands at
         most), unlike the rollout log.
         """
-        records: builtins.list[dict[str, Any]] = []
+        records: builtins.list[StepRecord] = []
         offset: Any = None
         with self._lock:
             while True:
@@ -173,12 +180,12 @@ class StepRegistry:
                     self._collection, limit=256, offset=offset, with_payload=True
                 )
                 for point in points:
-                    record = dict(point.payload or {})
-                    if statuses is None or record.get("status") in statuses:
+                    record = StepRecord.model_validate(point.payload or {})
+                    if statuses is None or record.status in statuses:
                         records.append(record)
                 if offset is None:
                     break
-        records.sort(key=lambda r: int(r["step"]))
+        records.sort(key=lambda r: r.step)
         if limit is None:
             return records
         return records[-limit:] if limit > 0 else []

@@ -21,6 +21,7 @@ from qdrant_client import QdrantClient, models
 from amaris.memory.embedder import Embedder
 from amaris.memory.models import SUMMARY_IDENTITIES, HackProbe, MemoryDocument, MemoryHit
 from amaris.memory.qdrant import delete_points, ensure_collection
+from amaris.models import JSONObject
 
 _NAMESPACE = uuid.UUID("0b6f3d52-8f0e-4c55-9d6e-3a7c2e91d4f0")
 _MARKER_TYPE = "_embedder"
@@ -300,10 +301,9 @@ class MemoryStore:
         return [documents[point_id] for _, point_id in latest if point_id in documents]
 
     # -- analyses --------------------------------------------------------------
-    def put_analyses(
-        self, scope: str, step: int, items: Sequence[tuple[str, dict[str, Any]]]
-    ) -> None:
-        """Store the full analysis of each ``(rollout_id, analysis)``, replacing older ones."""
+    def put_analyses(self, scope: str, step: int, items: Sequence[tuple[str, JSONObject]]) -> None:
+        """Store the full analysis of each ``(rollout_id, analysis)`` (the analyzer's
+        ``IndividualAnalysis`` as JSON), replacing older ones."""
         if not items:
             return
         points = [
@@ -324,14 +324,15 @@ class MemoryStore:
 
     def get_analyses(
         self, scope: str, step: int, rollout_ids: Sequence[str]
-    ) -> dict[str, dict[str, Any]]:
-        """The stored analyses of these rollouts, by rollout id (missing ones left out)."""
+    ) -> dict[str, JSONObject]:
+        """The stored analyses of these rollouts, by rollout id (missing ones left out): JSON
+        of the analyzer's schema when each was stored, an older version's included."""
         if not rollout_ids:
             return {}
         ids = [_analysis_id(scope, step, rollout_id) for rollout_id in rollout_ids]
         with self._lock:
             points = self._qdrant.retrieve(self._analyses, ids=ids, with_payload=True)
-        result: dict[str, dict[str, Any]] = {}
+        result: dict[str, JSONObject] = {}
         for point in points:
             payload = point.payload or {}
             result[str(payload["rollout_id"])] = dict(payload["analysis"])

@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -284,9 +283,37 @@ def retirements(
     return extra
 
 
+class UpdaterCriterion(BaseModel):
+    """A criterion's figures of this step as the updater reads them (to three decimals)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    verdicts: int
+    mean: float
+    variance: float
+    extreme_share: float
+    zero_spread_group_share: float | None
+    reward_correlation: float | None
+    saturated: bool
+    zero_spread: bool
+    uninformative_steps: int
+    """Its streak of uninformative steps so far."""
+
+
+class UpdaterView(BaseModel):
+    """What the updater reads of the criteria's informativeness."""
+
+    model_config = ConfigDict(frozen=True)
+
+    criterion_stats: list[UpdaterCriterion]
+    uninformative: list[DueCriterion]
+    """The criteria due to be retired or reworded, with their evidence."""
+
+
 def updater_view(
     rubric: RubricVersion, history: Sequence[ScopeStats | None], due: Sequence[DueCriterion]
-) -> dict[str, Any]:
+) -> UpdaterView:
     """What the updater reads: this step's statistics of each criterion (figures to three
     decimals, with ``uninformative_steps``, its streak so far), and the criteria due to
     be retired or reworded with their evidence."""
@@ -296,25 +323,22 @@ def updater_view(
     for stats in current.criteria if current is not None else []:
         criterion = in_rubric.get(stats.id)
         rows.append(
-            {
-                "id": stats.id,
-                "verdicts": stats.verdicts,
-                "mean": round(stats.mean, 3),
-                "variance": round(stats.variance, 3),
-                "extreme_share": round(stats.extreme_share, 3),
-                "zero_spread_group_share": _rounded(stats.zero_spread_group_share),
-                "reward_correlation": _rounded(stats.reward_correlation),
-                "saturated": stats.saturated,
-                "zero_spread": stats.zero_spread,
-                "uninformative_steps": (
+            UpdaterCriterion(
+                id=stats.id,
+                verdicts=stats.verdicts,
+                mean=round(stats.mean, 3),
+                variance=round(stats.variance, 3),
+                extreme_share=round(stats.extreme_share, 3),
+                zero_spread_group_share=_rounded(stats.zero_spread_group_share),
+                reward_correlation=_rounded(stats.reward_correlation),
+                saturated=stats.saturated,
+                zero_spread=stats.zero_spread,
+                uninformative_steps=(
                     uninformative_streak(criterion, history) if criterion is not None else 0
                 ),
-            }
+            )
         )
-    return {
-        "criterion_stats": rows,
-        "uninformative": [d.model_dump(mode="json") for d in due],
-    }
+    return UpdaterView(criterion_stats=rows, uninformative=list(due))
 
 
 def _rounded(value: float | None) -> float | None:

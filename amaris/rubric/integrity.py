@@ -96,8 +96,8 @@ def check_rubric_store(
         wanted.setdefault(key, []).append("rubrics.json")
     entries = steps.list()
     for entry in entries:
-        for scope, version in dict(entry.get("rubric_versions") or {}).items():
-            wanted.setdefault((str(scope), int(version)), []).append(f"step {entry['step']}")
+        for scope, version in entry.rubric_versions.items():
+            wanted.setdefault((scope, version), []).append(f"step {entry.step}")
     missing = sorted(key for key in wanted if key not in held)
 
     differing = sorted(key for key in recorded.keys() & held.keys() if recorded[key] != held[key])
@@ -121,7 +121,7 @@ def check_rubric_store(
             f"{_names([key])} (referred to by {', '.join(wanted[key][:5])})"
             for key in unrecoverable
         )
-        done = [int(e["step"]) for e in entries if e.get("status") != "open"]
+        done = [e.step for e in entries if e.status != "open"]
         raise RubricStoreDamagedError(
             "the rubric store lost versions that amaris recorded and cannot restore them: "
             + (referrers or "the store holds no global rubric")

@@ -35,7 +35,7 @@ def local_records(client: QdrantClient, settings: Settings) -> Iterator[dict[str
     log = open_rollout_log(settings, client)
     try:
         for entry in StepRegistry(client, settings.memory.collection).list():
-            for record in step_records(log, settings.memory.path, int(entry["step"])):
+            for record in step_records(log, settings.memory.path, entry.step):
                 yield record.to_json()
     finally:
         log.close()

@@ -10,12 +10,11 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from amaris.agents.prompts import load_prompts, prompt_fingerprint
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
-from amaris.manifest import build_manifest
+from amaris.manifest import ManifestJSON, build_manifest
 from amaris.memory.embedder import build_embedder
 from amaris.memory.qdrant import open_qdrant
 from amaris.memory.rollout_backend import open_rollout_log
@@ -39,7 +38,7 @@ class PipelineContext:
     prompts: dict[str, str]
     namespace: str
     """Identifies this data folder + collection in cache keys, so two runs never share work."""
-    manifest: dict[str, Any] | None = None
+    manifest: ManifestJSON | None = None
     """The run manifest (:mod:`amaris.manifest`) each step run shows as an artifact."""
     canary: Counter[str] = field(default_factory=Counter)
     """Rubric canary verdicts (``passed``, ``refused``, ``skipped``) and ``probes`` judged,

@@ -31,7 +31,7 @@ from amaris.memory.storage_health import StorageHealth, StorageUnavailableError
 from amaris.settings import Settings
 from amaris.steps.durable import DurableWrites
 from amaris.steps.errors import StepRefusedError, StepRunFailedError, UnknownStepError
-from amaris.steps.outcomes import StepOutcome, WaitResult
+from amaris.steps.outcomes import StepOutcome, StepRun, WaitResult
 from amaris.steps.state import StepState, StepStates
 from amaris.steps.store import InProcess, StepStore
 
@@ -46,8 +46,8 @@ __all__ = [
 
 log = logging.getLogger("amaris.steps.coordinator")
 
-# The flow's outcome: the coordinator reads its ``scopes`` (JSON of the flow's making).
-RunStep = Callable[[int, bool], concurrent.futures.Future[dict[str, Any]]]
+# Runs a step (once more when its bool is set: a new attempt), its outcome in the future.
+RunStep = Callable[[int, bool], concurrent.futures.Future[StepRun]]
 """Runs a step's flow (``True``: as a new attempt after a failure); the outcome."""
 _STATUS_TTL = 1.0
 """Seconds a replica trusts its view of an open step's status."""
@@ -110,7 +110,7 @@ class StepCoordinator:
         """
         entries = await asyncio.to_thread(self._steps.list, None, 10_000)
         resumed: list[StepRecord] = []
-        for entry in map(StepRecord.model_validate, entries):
+        for entry in entries:
             state = self._states.of(entry.step)
             state.status = entry.status
             if entry.status == "open":
@@ -123,7 +123,7 @@ class StepCoordinator:
         for entry in resumed:
             # A step another replica started is only watched; one this replica started (the
             # only replica: it started them all) gets a new attempt.
-            mine = (entry.model_extra or {}).get("executor", "") == self._replica
+            mine = (entry.executor or "") == self._replica
             log.warning("resuming step %s, interrupted while completing", entry.step)
             await self._start(entry.step, resume=True, new_attempt=mine)
         started = [s for s, st in self.snapshot().items() if st != "open"]
@@ -404,11 +404,11 @@ class StepCoordinator:
             await self._outcome(step, "failed", StepOutcome(error=error), started, error=error)
         else:
             log.info("step %s done in %.1f s", step, time.monotonic() - started)
-            scopes = outcome.get("scopes")
+            scopes = outcome.scopes
             recorded = await self._outcome(
                 step,
                 "done",
-                StepOutcome(error=outcome.get("error"), scopes=scopes),
+                StepOutcome(scopes=scopes),
                 started,
                 error=None,
                 duration_s=round(time.monotonic() - started, 3),

@@ -33,6 +33,17 @@ class Dropped(BaseModel):
         return cls(agent=agent, part=part, reason=f"{type(error).__name__}: {error}"[:500])
 
 
+class StepRun(BaseModel):
+    """What a step's run tells its coordinator (the flow in this process, or a run that
+    another process executed, read from the step registry)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    scopes: JSONValue = None
+    """The run's outcome per scope: JSON the coordinator passes on without reading it."""
+
+
 @dataclass(frozen=True)
 class StepOutcome:
     """How a step's run ended, as this process tells its waiters."""
@@ -44,8 +55,8 @@ class StepOutcome:
 
     @classmethod
     def of(cls, record: StepRecord) -> StepOutcome:
-        """The outcome a registry record keeps (``scopes`` is one of its extra fields)."""
-        return cls(error=record.error, scopes=(record.model_extra or {}).get("scopes"))
+        """The outcome a registry record keeps."""
+        return cls(error=record.error, scopes=record.scopes)
 
 
 class WaitResult(BaseModel):

@@ -55,12 +55,10 @@ class SharedStore:
         self._rollouts = rollouts
 
     async def get(self, step: int) -> StepRecord | None:
-        record = await asyncio.to_thread(self._steps.get, step)
-        return None if record is None else StepRecord.model_validate(record)
+        return await asyncio.to_thread(self._steps.get, step)
 
     async def entries(self) -> list[StepRecord]:
-        entries = await asyncio.to_thread(self._steps.list, None, 10_000)
-        return [StepRecord.model_validate(entry) for entry in entries]
+        return await asyncio.to_thread(self._steps.list, None, 10_000)
 
     async def count(self, step: int, counted: int) -> int:
         # Every writer's rollouts: their counts are in the store.

@@ -13,7 +13,14 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from amaris.api.deps import ServicesDep
-from amaris.api.errors import AUTH_ERRORS, INPUT_ERRORS, STEP_ERRORS, STORAGE_ERRORS, error_response
+from amaris.api.errors import (
+    AUTH_ERRORS,
+    INPUT_ERRORS,
+    STEP_ERRORS,
+    STORAGE_ERRORS,
+    Responses,
+    error_response,
+)
 from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import step_records
 from amaris.models import ErrorDetail, ErrorResponse
@@ -24,8 +31,7 @@ router = APIRouter(tags=["steps"])
 log = logging.getLogger("amaris.api")
 T = TypeVar("T")
 
-# FastAPI's ``responses`` mapping (its own JSON-like shape).
-_LOOKUP_ERRORS: dict[int | str, dict[str, Any]] = {
+_LOOKUP_ERRORS: Responses = {
     **AUTH_ERRORS,
     404: {"model": ErrorResponse, "description": "No step of that number."},
     422: INPUT_ERRORS[422],
@@ -87,8 +93,7 @@ async def complete(
     return CompleteResponse.model_validate({"status": status})
 
 
-# FastAPI's ``responses`` mapping (its own JSON-like shape).
-_WAIT_ERRORS: dict[int | str, dict[str, Any]] = {
+_WAIT_ERRORS: Responses = {
     **INPUT_ERRORS,
     404: {
         "model": ErrorResponse,

@@ -135,6 +135,6 @@ def test_a_long_prompt_without_group_ids_is_scored_and_grouped_by_prompt(
     peers = _group_peers(records)
     by_output = {rec.rollout.output.strip(): rec for rec in records}
     ids = {out: rec.rollout.id for out, rec in by_output.items()}
-    assert [p["id"] for p in peers[by_output["4"].seq]] == [ids["5"]]
-    assert [p["id"] for p in peers[by_output["5"].seq]] == [ids["4"]]
+    assert [p.id for p in peers[by_output["4"].seq]] == [ids["5"]]
+    assert [p.id for p in peers[by_output["5"].seq]] == [ids["4"]]
     assert peers[by_output["6"].seq] == []

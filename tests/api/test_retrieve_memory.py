@@ -28,7 +28,7 @@ def test_dynamic_and_static_memory_stay_in_the_scope(tmp_path: Path) -> None:
                 MemoryDocument(type="finding", step=3, scope="a", key="f1", text=HEDGE + " now"),
             ]
         )
-        got = asyncio.run(retrieve_memory.fn(3, "a", ["hedging between answers"]))
+        got = asyncio.run(retrieve_memory.fn(3, "a", ["hedging between answers"])).model_dump()
     # scope a's documents, never the current step's, never scope b's
     assert sorted((d["step"], d["text"]) for d in got["dynamic"]) == [
         (2, "A's summary."),

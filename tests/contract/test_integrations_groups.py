@@ -37,14 +37,16 @@ def test_group_id_not_input_decides_the_peers(offline_client: TestClient) -> Non
     assert [rec.rollout.group_id for rec in records] == ["p1", "p1", "p2", None, None]
 
     peers = {rec.rollout.id: _group_peers(records)[rec.seq] for rec in records}
-    assert {k: [p["id"] for p in v] for k, v in peers.items()} == {
+    assert {k: [p.id for p in v] for k, v in peers.items()} == {
         "a": ["b"],
         "b": ["a"],
         "c": [],
         "d": ["e"],
         "e": ["d"],
     }
-    assert peers["a"] == [{"id": "b", "output": "The answer is 40.", "score": 0.0}]
+    assert [p.model_dump() for p in peers["a"]] == [
+        {"id": "b", "output": "The answer is 40.", "score": 0.0}
+    ]
 
     # the analyzer compares a rollout with its group: here "a" scored above its peer
     by_id = {rec.rollout.id: rec.to_json() for rec in records}
@@ -63,7 +65,7 @@ def test_group_id_not_input_decides_the_peers(offline_client: TestClient) -> Non
                     "is_anchor": True,
                 }
             ],
-            "group": peers["a"],
+            "group": [p.model_dump(mode="json") for p in peers["a"]],
         }
     )
     assert [o["observation"] for o in analysis["other_observations"]] == [

@@ -83,7 +83,7 @@ def test_step_counted_across_replicas_runs_once(tmp_path: Path) -> None:
         )
         assert [r.seq for r in records] == list(range(6))
         entry = services[1].steps.get(step)
-        assert entry["status"] == "done" and entry["executor"] in {"r1", "r2"}
+        assert entry is not None and entry.status == "done" and entry.executor in {"r1", "r2"}
         # a late rollout at the replica that did not execute the step is flagged late
         score(b, step, 6)
         assert services[0].rollouts.count(step) == 7
@@ -221,7 +221,7 @@ def test_replica_restart_gives_its_interrupted_step_a_new_attempt(tmp_path: Path
                 assert done["status"] == "updated", done
                 assert done["scopes"]["global"]["rollouts"] == 3
                 entry = restarted.app.state.services.steps.get(step)  # type: ignore[attr-defined]
-                assert entry["attempt"] == 1 and entry["status"] == "done"
+                assert entry is not None and entry.attempt == 1 and entry.status == "done"
     finally:
         shared.close()
     runs = {r.idempotency_key: r.state.type.value for r in asyncio.run(step_runs(step))}

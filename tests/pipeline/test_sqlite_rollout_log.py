@@ -168,7 +168,8 @@ def test_a_step_left_open_by_the_previous_version_completes_after_the_upgrade(
         tmp_path, {3: [RolloutRecord.model_validate(r.to_json(seq=False)) for r in records]}
     )
     qdrant = open_qdrant(settings.memory)
-    assert StepRegistry(qdrant, "amaris").get(3)["status"] == "open"  # type: ignore[index]
+    registered = StepRegistry(qdrant, "amaris").get(3)
+    assert registered is not None and registered.status == "open"
     qdrant.close()
 
     with TestClient(create_app(settings)) as client:

@@ -85,7 +85,7 @@ def test_a_store_that_lost_its_versions_is_restored_from_rubrics_json(
     assert health["rubric_version"] == 3
     assert [v["version"] for v in history] == [1, 2, 3]
     assert [c["id"] for c in history[2]["adaptive"]] == ["R1", "R2"]
-    assert {s: (r or {}).get("status") for s, r in steps.items()} == {0: "done", 1: "done"}
+    assert {s: r.status if r else None for s, r in steps.items()} == {0: "done", 1: "done"}
     # The record was not overwritten by a fresh version 1.
     assert json.loads(settings.memory.rubrics_export_path.read_text()) == record
     restored = [r.getMessage() for r in caplog.records if r.name == "amaris.rubric"]

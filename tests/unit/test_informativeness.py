@@ -177,9 +177,9 @@ def test_adaptive_criteria_become_due_after_k_steps_anchors_never() -> None:
     assert "saturated (100% of 2 verdicts at 0)" in due[0].evidence
     assert due_for_retirement(RUBRIC, history, 4) == []
     view = updater_view(RUBRIC, history, due)
-    steps = {row["id"]: row["uninformative_steps"] for row in view["criterion_stats"]}
+    steps = {row.id: row.uninformative_steps for row in view.criterion_stats}
     assert steps == {"A1": 3, "R1": 3, "R2": 2}
-    assert view["uninformative"][0]["criterion_id"] == "R1"
+    assert view.uninformative[0].criterion_id == "R1"
 
 
 def due(cid: str) -> DueCriterion:

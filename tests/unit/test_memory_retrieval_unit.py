@@ -52,7 +52,7 @@ def retrieve(
         await services.start()  # registers the pipeline context
         try:
             services.memory.add_documents(DOCS)
-            return await retrieve_memory.fn(step, "a", queries)
+            return (await retrieve_memory.fn(step, "a", queries)).model_dump()
         finally:
             await services.stop()
             set_context(None)

@@ -31,6 +31,7 @@ from amaris.scoring.rollout_ids import RolloutConflictError, RolloutIds
 from amaris.scoring.scorer import Scorer
 from amaris.settings import Settings, load_settings
 from amaris.steps.coordinator import StepCoordinator, StepRefusedError
+from amaris.steps.outcomes import StepRun
 from tests.support.scripted_llm import ScriptedProvider, gateway, scorer_prompt, verdicts
 
 RUBRIC: dict[str, Any] = {
@@ -76,7 +77,7 @@ class Service:
         self.coordinator = StepCoordinator(settings, self.log, StepRegistry(qdrant, "t"), self.run)
         self.ids = RolloutIds(self.log)
 
-    def run(self, step: int, new_attempt: bool) -> concurrent.futures.Future[dict[str, Any]]:
+    def run(self, step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
         self.steps_run.append(step)
         if self.next_rubric:
             current = self.store.current()
@@ -88,8 +89,8 @@ class Service:
                 step=step,
                 next_adaptive_id=3,
             )
-        done: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        done.set_result({"scopes": ["global"]})
+        done: concurrent.futures.Future[StepRun] = concurrent.futures.Future()
+        done.set_result(StepRun(step=step, scopes=["global"]))
         return done
 
     async def score(self, req: ScoreRequest, sync: bool = False) -> Any:

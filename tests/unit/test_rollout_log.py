@@ -140,20 +140,20 @@ def test_step_registry_transitions_persist(tmp_path: Path) -> None:
     steps = StepRegistry(client, "t")
     assert steps.get(0) is None
     opened = steps.set(0, rollout_count=512, mode="async")
-    assert opened == {
+    assert opened.model_dump(mode="json") == {
         "step": 0,
         "status": "open",
         "rollout_count": 512,
         "flow_run_id": None,
         "rubric_versions": {},
         "error": None,
-        "updated_at": opened["updated_at"],
+        "updated_at": opened.updated_at,
         "mode": "async",
     }
     steps.set(0, status="completing", flow_run_id="run-1")
     steps.set(1, status="failed", error="updater timed out")
     done = steps.set(0, status="done", rubric_versions={"global": 3}, duration_s=1.5)
-    assert done["updated_at"] >= opened["updated_at"]
+    assert done.updated_at >= opened.updated_at
     with pytest.raises(ValidationError):
         steps.set(0, status="finished")
     with pytest.raises(ValidationError):
@@ -163,22 +163,23 @@ def test_step_registry_transitions_persist(tmp_path: Path) -> None:
     client = QdrantClient(path=str(tmp_path))
     steps = StepRegistry(client, "t")
     assert steps.get(0) == done
-    assert steps.get(0) == {
+    # Stored as its JSON: the fields a step has not set (attempt, executor, scopes) absent.
+    assert done.model_dump(mode="json") == {
         "step": 0,
         "status": "done",
         "rollout_count": 512,
         "flow_run_id": "run-1",
         "rubric_versions": {"global": 3},
         "error": None,
-        "updated_at": done["updated_at"],
+        "updated_at": done.updated_at,
         "mode": "async",
         "duration_s": 1.5,
     }
     steps.set(2)
-    listed = [(r["step"], r["status"]) for r in steps.list()]
+    listed = [(r.step, r.status) for r in steps.list()]
     assert listed == [(0, "done"), (1, "failed"), (2, "open")]
-    assert [r["step"] for r in steps.list({"open", "failed"})] == [1, 2]
-    assert [r["step"] for r in steps.list(None, 2)] == [1, 2]
+    assert [r.step for r in steps.list({"open", "failed"})] == [1, 2]
+    assert [r.step for r in steps.list(None, 2)] == [1, 2]
     assert steps.list(limit=0) == []
     client.close()
 

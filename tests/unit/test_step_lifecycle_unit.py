@@ -34,7 +34,7 @@ from amaris.steps.coordinator import (
     StepRunFailedError,
     UnknownStepError,
 )
-from amaris.steps.outcomes import WaitResult
+from amaris.steps.outcomes import StepRun, WaitResult
 from amaris.steps.store import SharedStore
 
 DEADLINE_S = 30.0
@@ -46,10 +46,10 @@ class Runs:
 
     def __init__(self) -> None:
         self.starts: list[tuple[int, bool]] = []
-        self.runs: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
+        self.runs: dict[int, concurrent.futures.Future[StepRun]] = {}
         self._started = asyncio.Event()
 
-    def __call__(self, step: int, new_attempt: bool) -> concurrent.futures.Future[dict[str, Any]]:
+    def __call__(self, step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
         self.starts.append((step, new_attempt))
         self.runs[step] = concurrent.futures.Future()
         self._started.set()
@@ -63,7 +63,7 @@ class Runs:
                 await self._started.wait()
 
     def finish(self, step: int, scopes: list[str] | None = None) -> None:
-        self.runs[step].set_result({"scopes": scopes or ["global"]})
+        self.runs[step].set_result(StepRun(step=step, scopes=scopes or ["global"]))
 
     def fail(self, step: int, error: Exception) -> None:
         self.runs[step].set_exception(error)
@@ -106,7 +106,7 @@ class Store:
 
     def status(self, step: int) -> str | None:
         record = self.registry.get(step)
-        return None if record is None else str(record["status"])
+        return None if record is None else str(record.status)
 
 
 def settings(**overrides: Any) -> Settings:
@@ -264,7 +264,7 @@ async def test_a_step_completes_by_itself_at_rollouts_per_step(store: Store) -> 
     assert c.status(0) == "completing"
     record = store.registry.get(0)
     assert record is not None
-    assert (record["status"], record["rollout_count"], record["error"]) == ("completing", 3, None)
+    assert (record.status, record.rollout_count, record.error) == ("completing", 3, None)
     assert await c.complete(0) == "noop"  # steps complete by themselves
     assert await c.complete() == "noop"
     await c.record(0, scored("late"))  # after completion: logged, flagged, not counted
@@ -301,7 +301,7 @@ async def test_rollouts_other_replicas_logged_count_towards_the_threshold(
     assert runs.starts == [(0, False)]
     record = store.registry.get(0)
     assert record is not None
-    assert (record["status"], record["rollout_count"]) == ("completing", 4)
+    assert (record.status, record.rollout_count) == ("completing", 4)
 
 
 async def test_a_rollout_does_not_reopen_a_step_another_replica_completes_meanwhile(
@@ -346,7 +346,7 @@ async def test_complete_starts_a_known_or_the_next_step_only(store: Store) -> No
     await runs.started(1)
     record = store.registry.get(0)
     assert record is not None
-    assert (record["status"], record["rollout_count"]) == ("completing", 0)
+    assert (record.status, record.rollout_count) == ("completing", 0)
     await c.record(3, scored("r"))
     assert (await refusal_of_complete(c, 5)).reason == "not_next"
     assert (await refusal_of_complete(c, 1)).reason == "not_next"
@@ -440,14 +440,14 @@ async def test_a_failed_run_is_recorded_and_rerun_as_a_new_attempt(store: Store)
     )
     record = store.registry.get(2)
     assert record is not None
-    assert (record["status"], record["error"]) == ("failed", "ValueError: judge down")
+    assert (record.status, record.error) == ("failed", "ValueError: judge down")
     assert [o for o, _ in finished] == ["failed"]
     assert await c.rerun(2) == "started"
     await runs.started(2)
     assert runs.starts == [(2, False), (2, True)]
     record = store.registry.get(2)
     assert record is not None
-    assert (record["status"], record["error"]) == ("completing", None)
+    assert (record.status, record.error) == ("completing", None)
     # The new attempt is waited for, not the old failure.
     assert (await c.wait(2, timeout=0)).status == "pending"
     runs.fail(2, StepRunFailedError("run step-2 ended Crashed"))
@@ -536,12 +536,12 @@ async def test_a_done_run_records_its_outcome_and_calls_back(
     assert 0 <= finished[0][1] <= elapsed  # the run's own duration, within the test's
     record = store.registry.get(6)
     assert record is not None
-    assert (record["status"], record["error"], record["scopes"]) == (
+    assert (record.status, record.error, record.scopes) == (
         "done",
         None,
         ["global", "in-7"],
     )
-    assert 0 <= record["duration_s"] <= elapsed + 0.001
+    assert 0 <= record.duration_s <= elapsed + 0.001
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step 6 done")]
     assert len(logged) == 1
     assert 0 <= float(logged[0].split()[-2]) <= elapsed + 0.05  # "step 6 done in 0.0 s"
@@ -666,7 +666,7 @@ async def test_a_step_resumed_after_a_restart_keeps_its_rollout_count(store: Sto
     await runs.started(1)
     record = store.registry.get(3)
     assert record is not None
-    assert (record["status"], record["rollout_count"]) == ("completing", 2)
+    assert (record.status, record.rollout_count) == ("completing", 2)
     runs.finish(3)
     assert (await c.wait(3, timeout=DEADLINE_S)).error is None
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from pathlib import Path
-from typing import Any
 
 import pytest
 from qdrant_client import QdrantClient
@@ -14,6 +13,7 @@ from qdrant_client import QdrantClient
 from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import StepRegistry
 from amaris.steps.coordinator import StepCoordinator
+from amaris.steps.outcomes import StepRun
 from tests.support.rollout_logs import KINDS, memory_log
 from tests.support.settings import make_settings
 
@@ -38,9 +38,9 @@ async def test_rollouts_racing_past_the_threshold_start_the_step_once(
     steps = StepRegistry(client, "race")
     starts: list[tuple[int, bool]] = []
     started = asyncio.Event()
-    outcome: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+    outcome: concurrent.futures.Future[StepRun] = concurrent.futures.Future()
 
-    def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[dict[str, Any]]:
+    def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
         starts.append((step, new_attempt))
         started.set()
         return outcome
@@ -54,7 +54,7 @@ async def test_rollouts_racing_past_the_threshold_start_the_step_once(
         async with asyncio.timeout(DEADLINE_S):
             await started.wait()
         assert coordinator.status(0) == "completing"
-        outcome.set_result({"scopes": ["global"]})
+        outcome.set_result(StepRun(step=0, scopes=["global"]))
         result = await coordinator.wait(0, timeout=DEADLINE_S)
     finally:
         await coordinator.close()
@@ -62,5 +62,5 @@ async def test_rollouts_racing_past_the_threshold_start_the_step_once(
     assert result.status == "updated"
     record = steps.get(0)
     assert record is not None
-    assert record["status"] == "done"
-    assert record["rollout_count"] >= PER_STEP
+    assert record.status == "done"
+    assert record.rollout_count >= PER_STEP

@@ -18,17 +18,18 @@ import errno
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 import pytest
 from qdrant_client import QdrantClient
 
+from amaris.memory.models import StepRecord
 from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import StepRegistry
 from amaris.memory.sqlite_rollout_log import SqliteRolloutLog
 from amaris.memory.storage_health import StorageUnavailableError
 from amaris.settings import load_settings
 from amaris.steps.coordinator import StepCoordinator
+from amaris.steps.outcomes import StepRun
 
 DEADLINE_S = 30.0
 """Generous bound of the waits below (never part of an assertion)."""
@@ -62,7 +63,7 @@ class FullableRegistry(StepRegistry):
         super().__init__(client, prefix)
         self._disk = disk
 
-    def set(self, step: int, **fields: Any) -> dict[str, Any]:
+    def set(self, step: int, **fields: object) -> StepRecord:
         if self._disk.full:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "storage.sqlite")
         return super().set(step, **fields)
@@ -88,10 +89,10 @@ class World:
         self.registry = FullableRegistry(self.qdrant, "t", self.disk.registry)
         self.log = FullableLog(self.disk.log)
         self.starts: list[tuple[int, bool]] = []
-        self.runs: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
+        self.runs: dict[int, concurrent.futures.Future[StepRun]] = {}
         self.done: list[int] = []
 
-        def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[dict[str, Any]]:
+        def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
             self.starts.append((step, new_attempt))
             self.runs[step] = concurrent.futures.Future()
             return self.runs[step]
@@ -105,7 +106,7 @@ class World:
 
     def stored_status(self, step: int) -> str | None:
         record = self.registry.get(step)
-        return None if record is None else str(record["status"])
+        return None if record is None else str(record.status)
 
 
 @pytest.fixture
@@ -184,7 +185,7 @@ async def test_an_outcome_the_disk_refuses_leaves_the_step_failed_and_retryable(
     await c.complete(0)
     await settled()
     world.disk.full = True
-    world.runs[0].set_result({"scopes": {"global": {"outcome": "unchanged"}}})
+    world.runs[0].set_result(StepRun(step=0, scopes={"global": {"outcome": "unchanged"}}))
     async with asyncio.timeout(DEADLINE_S):
         answer = await c.wait(0)
     assert answer.status == "failed" and answer.error is not None
@@ -197,7 +198,7 @@ async def test_an_outcome_the_disk_refuses_leaves_the_step_failed_and_retryable(
     assert await c.complete(0) == "complete"
     await settled()
     assert world.starts == [(0, False), (0, True)]
-    world.runs[0].set_result({"scopes": {}})
+    world.runs[0].set_result(StepRun(step=0, scopes={}))
     async with asyncio.timeout(DEADLINE_S):
         assert (await c.wait(0)).status == "updated"
     assert (world.stored_status(0), world.done) == ("done", [0])
