@@ -1,22 +1,29 @@
-"""What the command groups share: the one ``--config`` option, reading the settings it
-names, argument types, and the error a command stops with.
+"""What the command declarations share: the one ``--config`` option (and ``--url``,
+``--json``), argument types, how a command names its handler, and the error a command
+stops with.
 
-A command is a function ``(args) -> int`` (the exit code) that a group module sets as
-its parser's ``run`` default; a command that reads the configuration starts with
-``settings = load(args)``.
+This module and :mod:`amaris.cli.commands` are the light layer of the command line:
+they import argparse and the standard library only, so ``amaris --help`` and a usage
+error cost no service import. A command names its handler, and optionally an environment
+step, as ``"module:function"`` (:func:`command`); :func:`amaris.cli.main.run` imports them
+once the command is known.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
-from amaris.settings import Settings, load_settings
-
 Command = Callable[[argparse.Namespace], int]
-"""A sub-command: the parsed arguments in, the exit code out."""
+"""A handler: the parsed arguments in, the exit code out."""
+
+Environment = Callable[[argparse.Namespace], AbstractContextManager[None]]
+"""An environment step: what a command sets up before its handler's module is imported
+(Prefect's environment: Prefect reads it once, at import), and tears down after the
+handler; it may add what it prepared to the arguments (``args.settings``)."""
 
 DEFAULT_CONFIG = Path("config.yaml")
 
@@ -28,6 +35,16 @@ CONFIG.add_argument(
     default=None,
     help="config file (default: ./config.yaml if present, else built-ins)",
 )
+
+STORE = argparse.ArgumentParser(add_help=False, parents=[CONFIG])
+"""``--config`` and ``--url``: the options of every command that reads the store
+(:mod:`amaris.cli.store`)."""
+STORE.add_argument(
+    "--url", default=None, help="server to ask when it holds the store (default: from server:)"
+)
+JSON = argparse.ArgumentParser(add_help=False)
+"""``--json``."""
+JSON.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 class SubParsers(Protocol):
@@ -55,28 +72,24 @@ def config_path(args: argparse.Namespace) -> Path | None:
     return path
 
 
-def load(args: argparse.Namespace, **overrides: object) -> Settings:
-    """The settings of ``--config`` (see :func:`config_path`), the environment and
-    ``overrides`` (dotted keys; None = not given).
-
-    Raises:
-        amaris.settings.ConfigError: the configuration is invalid.
-    """
-    return load_settings(config_path(args), **overrides)
-
-
 def command(
     sub: SubParsers,
     name: str,
-    run: Command,
+    handler: str,
     *,
     help: str,
     parents: Sequence[argparse.ArgumentParser] = (),
+    environment: str | None = None,
 ) -> argparse.ArgumentParser:
-    """Add the sub-command ``name`` that ``run`` carries out, with the options of
-    ``parents`` (:data:`CONFIG` for a command that reads the configuration)."""
+    """Add the sub-command ``name``, with the options of ``parents`` (:data:`CONFIG` for a
+    command that reads the configuration).
+
+    ``handler`` names its :data:`Command` as ``"module:function"``; ``environment``, if
+    given, names its :data:`Environment` step the same way, which runs before the
+    handler's module is imported.
+    """
     parser = sub.add_parser(name, help=help, parents=parents)
-    parser.set_defaults(run=run)
+    parser.set_defaults(handler=handler, environment=environment)
     return parser
 
 

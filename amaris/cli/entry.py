@@ -1,14 +1,17 @@
 """The ``amaris`` console script: the command line, or which extra to install for it.
 
 The base install (``pip install amaris``) is the trainer side: :mod:`amaris.client` and
-:mod:`amaris.integrations`, with httpx and pydantic only. Every ``amaris`` command is the
-service's (or the simulator's), so in that install the command line cannot import; this
-says so and names the extra, instead of a traceback.
+:mod:`amaris.integrations`, with httpx and pydantic only. The command declarations import
+nothing more (:mod:`amaris.cli.main`), but every ``amaris`` command is the service's (or the
+simulator's): in that install its handler cannot import, and this says so and names the
+extra, instead of a traceback.
 """
 
 from __future__ import annotations
 
 import sys
+
+from amaris.cli.main import main as run_command
 
 OWN_PACKAGES = frozenset({"amaris", "api", "flows", "tasks", "deployments"})
 """Top-level packages of this distribution: a missing module among them is a bug."""
@@ -32,11 +35,9 @@ def missing_extra(error: ModuleNotFoundError) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; if a module of an extra that is not installed is missing, name the
+    extra (exit code 1)."""
     try:
-        # The server stack is an optional dependency (the `server` extra): imported here,
-        # when a command runs, so that its absence is a message, not a traceback.
-        from amaris.cli.main import main as run_command
-
         return run_command(argv)
     except ModuleNotFoundError as error:
         extra = missing_extra(error)

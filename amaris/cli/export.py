@@ -7,9 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from amaris.cli.common import CommandError, SubParsers, command, load
+from amaris.cli.common import CommandError
+from amaris.cli.config import load
 from amaris.cli.simulate import reported
-from amaris.cli.store import STORE, api_records
+from amaris.cli.store import api_records
 from amaris.memory.qdrant import StoreLockedError, open_qdrant
 from amaris.sim.records import local_records
 
@@ -40,9 +41,3 @@ def export(args: argparse.Namespace) -> int:
                 f"{len(records)} rollouts of {steps} steps written to {args.out}", file=sys.stderr
             )
         return 0
-
-
-def register(sub: SubParsers) -> None:
-    """Add ``export``."""
-    parser = command(sub, "export", export, parents=[STORE], help="write the rollout log as JSONL")
-    parser.add_argument("--out", default="-", help="file to write (default -: stdout)")

@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from amaris.cli.common import CONFIG, CommandError, SubParsers, command, load
+from amaris.cli.common import CommandError
+from amaris.cli.config import load
 from amaris.manifest import ManifestError, manifests, markdown, read_manifest
 
 
@@ -29,19 +30,3 @@ def show(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), 1) from exc
     print(json.dumps(manifest, indent=2, ensure_ascii=False) if args.json else markdown(manifest))
     return 0
-
-
-def register(sub: SubParsers) -> None:
-    """Add ``manifest``."""
-    parser = command(
-        sub,
-        "manifest",
-        show,
-        parents=[CONFIG],
-        help="show the newest run manifest of the data folder",
-    )
-    parser.add_argument(
-        "--data", type=Path, default=None, help="data folder (default: memory.path)"
-    )
-    parser.add_argument("--list", action="store_true", help="every manifest, oldest first")
-    parser.add_argument("--json", action="store_true", help="the whole manifest as JSON")

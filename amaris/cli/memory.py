@@ -10,19 +10,16 @@ from datetime import UTC, datetime
 from pydantic import TypeAdapter
 from qdrant_client import QdrantClient
 
-from amaris.cli.common import SubParsers, bounded, command, load
-from amaris.cli.store import JSON, STORE, output, read_store
+from amaris.cli.config import load
+from amaris.cli.store import output, read_store
 from amaris.memory.embedder import build_embedder
 from amaris.memory.inspection import (
-    MAX_RECENT,
-    MAX_SEARCH_LIMIT,
     MemoryInspection,
     MemorySearchHit,
     RecentDocument,
     inspect_memory,
     search_memory,
 )
-from amaris.memory.models import DOC_TYPES
 from amaris.memory.store import MemoryStore
 from amaris.settings import Settings
 
@@ -138,40 +135,3 @@ def print_hits(hits: list[MemorySearchHit]) -> None:
     for hit, place in zip(hits, where, strict=True):
         head = f"  {hit.score:>6.3f}  {hit.step:>5}  {hit.type:<13}  {place}  "
         print(head + _preview(hit.text, WIDTH - len(head)))
-
-
-def register(sub: SubParsers) -> None:
-    """Add ``memory`` and its actions."""
-    memory = sub.add_parser("memory", help="inspect or search the pipeline's memory")
-    actions = memory.add_subparsers(dest="action", required=True)
-    parser = command(
-        actions,
-        "inspect",
-        inspect,
-        parents=[STORE, JSON],
-        help="documents per step and type, recent ones",
-    )
-    parser.add_argument(
-        "--recent",
-        type=bounded(0, MAX_RECENT),
-        default=20,
-        help=f"latest documents to list (default 20, at most {MAX_RECENT})",
-    )
-    parser = command(
-        actions,
-        "search",
-        search,
-        parents=[STORE, JSON],
-        help="the documents most similar to a text",
-    )
-    parser.add_argument("query", help="free text")
-    parser.add_argument(
-        "--limit",
-        type=bounded(1, MAX_SEARCH_LIMIT),
-        default=5,
-        help=f"most hits (default 5, at most {MAX_SEARCH_LIMIT})",
-    )
-    parser.add_argument(
-        "--type", choices=sorted(DOC_TYPES), default=None, help="only this document type"
-    )
-    parser.add_argument("--scope", default=None, help="only this scope (default: all)")

@@ -8,7 +8,6 @@ import sys
 
 import uvicorn
 
-from amaris.cli.common import SubParsers, command
 from amaris.sim.judge_server import FaultProfile, create_llm_app, offline_responder
 
 
@@ -40,25 +39,3 @@ def offline_llm(args: argparse.Namespace) -> int:
         access_log=False,
     )
     return 0
-
-
-def register(sub: SubParsers) -> None:
-    """Add ``offline-llm`` (it reads no configuration: no ``--config``)."""
-    parser = command(
-        sub,
-        "offline-llm",
-        offline_llm,
-        help="serve the offline judge as an OpenAI-compatible API",
-    )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8011)
-    parser.add_argument(
-        "--latency-ms",
-        type=float,
-        default=0.0,
-        help="answer each request after this many ms (its rules' own work included)",
-    )
-    parser.add_argument("--error-rate", type=float, default=0.0)
-    parser.add_argument("--timeout-rate", type=float, default=0.0)
-    parser.add_argument("--malformed-rate", type=float, default=0.0)
-    parser.add_argument("--seed", type=int, default=0)

@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
-from amaris.cli.common import CONFIG, CommandError, SubParsers, command, config_path, load
-from amaris.cli.simulate import MODES, mode_overrides, record_run, reported, served
+from amaris.cli.common import CommandError, config_path
+from amaris.cli.config import load
+from amaris.cli.simulate import mode_overrides, record_run, reported, served
 from amaris.manifest import ManifestError, read_manifest
 from amaris.settings import ConfigError, Settings, load_settings
 from amaris.sim.driver import RunResult, StepResult, run
@@ -24,9 +25,6 @@ from amaris.sim.progress import Progress
 from amaris.sim.records import RecordedRollout, RecordsError, read_recorded
 from amaris.sim.report import write_report
 from amaris.sim.server import shared_prefect
-
-MEMORY_MODES = tuple(MODES)
-"""The memory modes ``amaris replay`` compares (see docs/simulation.md)."""
 
 
 class ReplaySource:
@@ -138,55 +136,3 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
     )
     print(f"report: {report} (and report.html, metrics.json)", file=sys.stderr)
     return 0
-
-
-def _modes(text: str) -> list[str]:
-    modes = [m.strip() for m in text.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MEMORY_MODES]
-    if unknown or not modes:
-        raise argparse.ArgumentTypeError(
-            f"unknown memory mode {', '.join(map(repr, unknown)) or repr(text)} "
-            f"(known: {', '.join(MEMORY_MODES)})"
-        )
-    if len(set(modes)) != len(modes):
-        raise argparse.ArgumentTypeError(f"a memory mode is repeated in {text!r}")
-    return modes
-
-
-def register(sub: SubParsers) -> None:
-    """Add ``replay``."""
-    parser = command(
-        sub,
-        "replay",
-        replay,
-        parents=[CONFIG],
-        help="re-run the evolution over recorded rollouts under each memory mode",
-    )
-    parser.add_argument(
-        "rollouts",
-        type=Path,
-        nargs="?",
-        default=None,
-        metavar="ROLLOUTS.jsonl",
-        help="rollout-log records, as `amaris export` writes them (default with --manifest: "
-        "the rollouts of the simulate run it describes)",
-    )
-    parser.add_argument(
-        "--manifest",
-        type=Path,
-        default=None,
-        help="a run manifest (manifest-*.json, or a report's manifest.json): replay under "
-        "its configuration (secrets from the environment) and record its seed",
-    )
-    parser.add_argument(
-        "--modes",
-        type=_modes,
-        default=list(MEMORY_MODES),
-        help="comma-separated memory modes (default none,static,dynamic,both)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("replay-report"),
-        help="report folder (default ./replay-report)",
-    )

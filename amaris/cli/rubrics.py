@@ -9,8 +9,8 @@ import sys
 from pydantic import TypeAdapter
 from qdrant_client import QdrantClient
 
-from amaris.cli.common import SubParsers, bounded, command, load
-from amaris.cli.store import JSON, STORE, output, read_store
+from amaris.cli.config import load
+from amaris.cli.store import output, read_store
 from amaris.memory.qdrant import StoreLockedError, open_qdrant
 from amaris.memory.rollout_log import StepRegistry
 from amaris.models import CriterionPublic, RubricPublic
@@ -148,27 +148,3 @@ def print_diff(diff: RubricDiff) -> None:
             "note: the anchors differ: the versions belong to different lineages "
             "(`amaris rubrics init`)"
         )
-
-
-def register(sub: SubParsers) -> None:
-    """Add ``rubrics`` and its actions."""
-    rubrics = sub.add_parser("rubrics", help="inspect or reset the rubric store")
-    actions = rubrics.add_subparsers(dest="action", required=True)
-    command(actions, "show", show, parents=[STORE], help="the version in force")
-    command(
-        actions,
-        "init",
-        init,
-        parents=[STORE],
-        help="a new version from the configuration (server stopped)",
-    )
-    command(actions, "history", history, parents=[STORE, JSON], help="every version, oldest first")
-    parser = command(
-        actions,
-        "diff",
-        diff,
-        parents=[STORE, JSON],
-        help="criteria added, removed, changed from A to B",
-    )
-    parser.add_argument("a", type=bounded(1), metavar="A", help="older version")
-    parser.add_argument("b", type=bounded(1), metavar="B", help="newer version")

@@ -21,8 +21,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from amaris.agents.prompts import load_prompts
-from amaris.cli.common import CONFIG, CommandError, SubParsers, bounded, command, config_path, load
-from amaris.cli.store import api_get, api_records, server_url
+from amaris.cli.commands.simulate import MODES
+from amaris.cli.common import CommandError, config_path
+from amaris.cli.config import load, server_url
+from amaris.cli.store import api_get, api_records
 from amaris.client import AmarisError
 from amaris.manifest import build_manifest, write_manifest
 from amaris.redact import redact_url
@@ -35,13 +37,6 @@ from amaris.sim.progress import Progress
 from amaris.sim.report import write_report
 from amaris.sim.server import ServerError, managed_server, shared_prefect
 
-MODES: dict[str, tuple[bool, bool]] = {
-    "none": (False, False),
-    "static": (True, False),
-    "dynamic": (False, True),
-    "both": (True, True),
-}
-"""Memory modes of the ablation: (static memory on, dynamic memory on)."""
 DEFAULT_STATIC_STEPS = 5
 DEFAULT_DYNAMIC_LIMIT = 3
 
@@ -259,55 +254,3 @@ def simulate_ablation(settings: Settings, args: argparse.Namespace) -> int:
     (args.out / "ablation.json").write_text(json.dumps(outcomes, indent=2) + "\n", encoding="utf-8")
     print(f"report: {report} (and report.html, metrics.json, ablation.json)", file=sys.stderr)
     return 0
-
-
-def _non_negative(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text} is below 0")
-    return value
-
-
-def register(sub: SubParsers) -> None:
-    """Add ``simulate``."""
-    parser = command(
-        sub,
-        "simulate",
-        simulate,
-        parents=[CONFIG],
-        help="simulated RL training loop against amaris; writes a report folder",
-    )
-    parser.add_argument(
-        "--url", default=None, help="use this running server instead of starting one"
-    )
-    parser.add_argument(
-        "--steps", type=bounded(1, 1000), default=10, help="training steps (default 10)"
-    )
-    parser.add_argument(
-        "--rollouts-per-step",
-        type=bounded(1, 1024),
-        default=32,
-        help="rollouts per step (default 32)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of tasks and mix (default 0)")
-    parser.add_argument(
-        "--group-size",
-        type=bounded(1, 64),
-        default=1,
-        help="rollouts per prompt, a GRPO group (1-64, default 1)",
-    )
-    parser.add_argument(
-        "--learning-rate",
-        type=_non_negative,
-        default=2.0,
-        help="how fast the mix follows reward (default 2.0; 0: fixed mix)",
-    )
-    parser.add_argument(
-        "--out", type=Path, default=Path("sim-report"), help="report folder (default ./sim-report)"
-    )
-    parser.add_argument(
-        "--ablation",
-        action="store_true",
-        help="run once per memory mode (none, static, dynamic, both), each on a fresh "
-        "server; writes OUT/ablation.json beside the report",
-    )

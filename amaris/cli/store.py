@@ -9,7 +9,6 @@ API answers with, so the output (``--json`` or not) is the same either way.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -18,7 +17,8 @@ import httpx
 from pydantic import TypeAdapter
 from qdrant_client import QdrantClient
 
-from amaris.cli.common import CONFIG, CommandError
+from amaris.cli.common import CommandError
+from amaris.cli.config import server_url
 from amaris.memory.qdrant import StoreLockedError, open_qdrant
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
@@ -27,20 +27,6 @@ T = TypeVar("T")
 
 Query = Mapping[str, str | int | None]
 """Query parameters of a ``GET``; a None value is left out."""
-
-STORE = argparse.ArgumentParser(add_help=False, parents=[CONFIG])
-"""``--config`` and ``--url``: the options of every command that reads the store."""
-STORE.add_argument(
-    "--url", default=None, help="server to ask when it holds the store (default: from server:)"
-)
-JSON = argparse.ArgumentParser(add_help=False)
-"""``--json``."""
-JSON.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def server_url(settings: Settings, url: str | None = None) -> str:
-    """``url``, else the configured server (a wildcard bind address is asked on loopback)."""
-    return url.rstrip("/") if url else settings.server.local_url
 
 
 def api_get(settings: Settings, url: str | None, path: str, params: Query | None = None) -> Any:

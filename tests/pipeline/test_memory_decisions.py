@@ -12,12 +12,8 @@ import pytest
 
 from amaris.agents.prompts import load_prompts
 from amaris.app.wiring import create_app
-from amaris.cli.simulate import (
-    DEFAULT_DYNAMIC_LIMIT,
-    DEFAULT_STATIC_STEPS,
-    MODES,
-    SimulatedSource,
-)
+from amaris.cli.commands.simulate import MODES
+from amaris.cli.simulate import DEFAULT_DYNAMIC_LIMIT, DEFAULT_STATIC_STEPS, SimulatedSource
 from amaris.offline import tags
 from amaris.offline.recall import histories
 from amaris.settings import PromptsSettings

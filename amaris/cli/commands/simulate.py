@@ -1,0 +1,69 @@
+"""``amaris simulate``: a simulated RL training loop against amaris
+(:mod:`amaris.cli.simulate`), and the memory modes the simulator's commands compare."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from amaris.cli.common import CONFIG, SubParsers, bounded, command
+
+MODES: dict[str, tuple[bool, bool]] = {
+    "none": (False, False),
+    "static": (True, False),
+    "dynamic": (False, True),
+    "both": (True, True),
+}
+"""Memory modes of the ablation: (static memory on, dynamic memory on)."""
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is below 0")
+    return value
+
+
+def register(sub: SubParsers) -> None:
+    """Add ``simulate``."""
+    parser = command(
+        sub,
+        "simulate",
+        "amaris.cli.simulate:simulate",
+        parents=[CONFIG],
+        help="simulated RL training loop against amaris; writes a report folder",
+    )
+    parser.add_argument(
+        "--url", default=None, help="use this running server instead of starting one"
+    )
+    parser.add_argument(
+        "--steps", type=bounded(1, 1000), default=10, help="training steps (default 10)"
+    )
+    parser.add_argument(
+        "--rollouts-per-step",
+        type=bounded(1, 1024),
+        default=32,
+        help="rollouts per step (default 32)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of tasks and mix (default 0)")
+    parser.add_argument(
+        "--group-size",
+        type=bounded(1, 64),
+        default=1,
+        help="rollouts per prompt, a GRPO group (1-64, default 1)",
+    )
+    parser.add_argument(
+        "--learning-rate",
+        type=_non_negative,
+        default=2.0,
+        help="how fast the mix follows reward (default 2.0; 0: fixed mix)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("sim-report"), help="report folder (default ./sim-report)"
+    )
+    parser.add_argument(
+        "--ablation",
+        action="store_true",
+        help="run once per memory mode (none, static, dynamic, both), each on a fresh "
+        "server; writes OUT/ablation.json beside the report",
+    )
