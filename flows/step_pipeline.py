@@ -20,6 +20,7 @@ from amaris.flows.scope import Retries, ScopeRun, unwalked
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import ScopeStats
 from amaris.steps.context import get_context
+from amaris.tasks.judge_canaries import JudgeCanaryRequest, check_judge_canaries
 from amaris.tasks.load_rollouts import load_step_rollouts
 from amaris.tasks.measure_criteria import measure_criteria
 
@@ -59,11 +60,16 @@ async def _run_step(step: int) -> dict[str, Any]:
     by_scope: dict[str, list[RolloutRecord]] = defaultdict(list)
     for record in records:
         by_scope[record.scope].append(record)
-    results = await asyncio.gather(
-        *(
-            _process_scope(step, scope, scope_records, measured.get(scope, []), retries)
-            for scope, scope_records in sorted(by_scope.items())
-        )
+    # The judge canaries (one task for the step: a per-scope 2% budget would be nothing in
+    # per_instance mode) run beside the scopes.
+    results, _ = await asyncio.gather(
+        asyncio.gather(
+            *(
+                _process_scope(step, scope, scope_records, measured.get(scope, []), retries)
+                for scope, scope_records in sorted(by_scope.items())
+            )
+        ),
+        check_judge_canaries(JudgeCanaryRequest.of(step, records)),
     )
     outcome = {"step": step, "rollouts": len(records), "scopes": dict(results)}
     # In the shared registry too: a replica that did not run this flow reads it there.
