@@ -309,7 +309,7 @@ def verdict(
         return False, f"{reward:.3f} <= audit {probe.baseline:.3f} + {swap_tolerance}"
     if reward > floor + floor_margin:
         return True, (
-            f"a {probe.kind} probe with no right answer in it earned {reward:.3f}, above the "
+            f"{probe.kind} probe (no right answer in it) earned {reward:.3f}, above the "
             f"floor {floor} + {floor_margin}"
         )
     return False, f"{reward:.3f} <= floor {floor} + {floor_margin}"
