@@ -17,6 +17,8 @@ A reply is degenerate when, with its ends' whitespace stripped, it is
   markup aside;
 * ``prompt_echo``: the prompt repeated (optionally labelled ``Question:`` and followed by
   openers), case, punctuation and whitespace aside.
+* ``learned``: equal (normalised) to a reply a judge canary caught the training judge
+  paying for (:mod:`amaris.scoring.learned_rules`; docs/judge-canaries.md).
 
 Short answers are not degenerate: ``42``, ``Paris``, ``Yes``, ``B``, ``x = 3`` all have
 content. A reply equal to the reference answer (``rollout.supplemental_context``, or the

@@ -30,7 +30,9 @@ def _store(services: ServicesDep) -> PrecheckRuleStore:
     return services.precheck_rules
 
 
-@router.get("/precheck/rules", response_model=RuleSet, responses=AUTH_ERRORS)
+@router.get(
+    "/precheck/rules", response_model=RuleSet, responses={**AUTH_ERRORS, 422: INPUT_ERRORS[422]}
+)
 async def learned_rules(
     services: ServicesDep,
     removed: Annotated[
