@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 
 from pydantic import BaseModel, Field
 
@@ -94,12 +95,16 @@ async def _check(request: JudgeCanaryRequest) -> JudgeCanaryReport:
     if not settings.enabled:
         return base.model_copy(update={"reason": "judge_canaries.enabled is false"})
     floor = ctx.settings.scoring.precheck.floor
-    probes = plan_probes(
-        request.sources,
-        request.audit_pairs,
-        step=request.step,
-        budget=budget,
-        min_swap_reward=floor + settings.floor_margin + settings.swap_tolerance,
+    # Mining reads up to MAX_TRIES replies per kind: in a thread, off the pipeline's loop.
+    probes = await asyncio.to_thread(
+        partial(
+            plan_probes,
+            request.sources,
+            request.audit_pairs,
+            step=request.step,
+            budget=budget,
+            min_swap_reward=floor + settings.floor_margin + settings.swap_tolerance,
+        )
     )
     if not probes:
         why = "the step is too small for one probe" if budget == 0 else "nothing to probe"

@@ -47,6 +47,10 @@ KINDS: tuple[ProbeKind, ...] = ("opener", "no_answer", "half", "swapped", "maste
 """The probe kinds in the order they take turns."""
 PREVIEW_CHARS = 120
 """Characters of a probe's text shown in its result (log, artifact)."""
+MAX_TRIES = 8
+"""Replies tried per kind for a probe (each try reads a reply of up to
+:data:`~amaris.scoring.canary_probes.MAX_SOURCE_CHARS` characters: tens of milliseconds on a
+degenerate 20 KB one), so planning stays bounded whatever the policy writes."""
 
 
 class AuditPair(BaseModel):
@@ -262,7 +266,7 @@ def _next(
         cursors[kind] = at + 1
         source = ordered[at]
         return _probe(kind, number, source, MASTER_KEYS[(step + at) % len(MASTER_KEYS)], None)
-    while cursors[kind] < len(ordered):
+    while cursors[kind] < min(len(ordered), MAX_TRIES):
         source = ordered[cursors[kind]]
         cursors[kind] += 1
         if kind == "swapped" and source.reward < min_swap_reward:

@@ -12,6 +12,7 @@ from amaris.memory.precheck_rules import LearnedRule, PrecheckRuleStore, Unknown
 from amaris.scoring import canary_probes
 from amaris.scoring.judge_canaries import (
     KINDS,
+    MAX_TRIES,
     AuditPair,
     CanarySource,
     Probe,
@@ -121,7 +122,7 @@ def test_kinds_take_turns_from_the_step_and_skip_what_cannot_be_mined() -> None:
 def test_a_swap_needs_a_reply_the_judge_rewarded() -> None:
     low = [source(reward=0.2)]
     plan = plan_probes(low, [], step=3, budget=1, min_swap_reward=0.3)
-    assert [p.kind for p in plan] == ["master_key"]
+    assert {p.kind for p in plan} == {"master_key"}
 
 
 def test_the_best_rewarded_correct_reply_is_taken_apart_first() -> None:
@@ -279,3 +280,18 @@ def test_another_process_s_rules_are_seen_on_refresh() -> None:
     assert added is not None and reader.index() == {}
     assert reader.refresh()
     assert list(reader.index()) == [added.key] and reader.version == 1
+
+
+def test_planning_tries_a_bounded_number_of_replies_per_kind() -> None:
+    # none of these replies gives a mined probe (each states its answer in its opener, its
+    # first half, everywhere): only the first MAX_TRIES of them are read per kind
+    useless = [source(f"21. {'21 ' * 50}", id=f"u{i}", reward=0.2) for i in range(40)]
+    good = source(id="good", reward=0.1)  # ranked last: the lowest reward
+    plan = plan_probes([*useless, good], [], step=0, budget=4, min_swap_reward=0.3)
+    assert {p.kind for p in plan} == {"master_key"}
+    assert (
+        plan_probes([*useless[: MAX_TRIES - 1], good], [], step=0, budget=1, min_swap_reward=0.3)[
+            0
+        ].rollout_id
+        == "good"
+    )
