@@ -7,9 +7,9 @@ answer that opens with it is judged as before. A rule is scoped to the prompt it
 from, except an opening sentence that is *generic*: no digit in it and no word of four
 letters or more shared with its prompt ("I am confident this is right.", not "The capital
 of France is a large city."), which matches as a reply to any prompt. A reply equal to the
-rollout's reference answer is never floored (the pre-check's rule). Matching costs one
-SHA-256 of the normalised reply (and of the prompt, when a rule of one prompt exists) and
-a dictionary lookup: linear in the text, whatever the number of rules.
+rollout's reference answer is never floored (the pre-check's rule). Matching costs two
+SHA-256 of the normalised reply and prompt (which the pre-check normalises anyway) and two
+dictionary lookups: linear in the text, whatever the number of rules.
 """
 
 from __future__ import annotations
@@ -78,11 +78,12 @@ class LearnedRules:
         self._store = store
 
     def match(self, norm: str, prompt: str) -> Degenerate | None:
-        """Why the normalised reply ``norm`` to ``prompt`` is floored by a learned rule."""
+        """Why the normalised reply ``norm`` to the normalised ``prompt`` is floored by a
+        learned rule."""
         index = self._store.index()
         if not index:
             return None
-        rule = index.get(rule_key(norm, None)) or index.get(rule_key(norm, normalise(prompt)))
+        rule = index.get(rule_key(norm, None)) or index.get(rule_key(norm, prompt))
         if rule is None:
             return None
         return Degenerate(

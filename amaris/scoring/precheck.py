@@ -190,7 +190,7 @@ def degenerate(
 
     ``reference`` is the rollout's ``supplemental_context``: a reply equal to it (or to
     the final answer found in it) is never degenerate. ``learned`` matches the normalised
-    reply against the rules judge canaries taught
+    reply and prompt against the rules judge canaries taught
     (:meth:`amaris.scoring.learned_rules.LearnedRules.match`).
     """
     shown = output.strip()
@@ -213,4 +213,4 @@ def degenerate(
             tail = rest[len(echoed) :].strip()
             if not tail or _SEQUENCE.fullmatch(tail):
                 return Degenerate("prompt_echo", "the prompt repeated, nothing else")
-    return learned(norm, prompt) if learned is not None else None
+    return learned(norm, echoed) if learned is not None else None
