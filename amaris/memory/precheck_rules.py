@@ -143,6 +143,7 @@ class PrecheckRuleStore:
         """Put ``rule`` in force as a new version (its ``added_in`` set here). None when a
         rule of that key is in force already, or was removed by a person (an alarm does not
         bring it back)."""
+        self.refresh()  # a removal by another replica must be seen here
         with self._lock:
             if rule.id in self._rules:
                 return None
@@ -158,6 +159,7 @@ class PrecheckRuleStore:
         Raises:
             UnknownRuleError: no rule in force has that id.
         """
+        self.refresh()  # a rule another process learned can be removed here
         with self._lock:
             rule = self._rules.get(rule_id)
             if rule is None or rule.removed_in is not None:

@@ -295,3 +295,13 @@ def test_planning_tries_a_bounded_number_of_replies_per_kind() -> None:
         ].rollout_id
         == "good"
     )
+
+
+def test_a_removal_elsewhere_is_respected_and_a_rule_learned_elsewhere_removable() -> None:
+    client = QdrantClient(location=":memory:")
+    api, worker = PrecheckRuleStore(client, "t"), PrecheckRuleStore(client, "t")
+    learned = worker.add(opener_rule())
+    assert learned is not None
+    assert api.remove(learned.id).removed_in == 2  # learned by the worker, removed by the API
+    assert worker.add(opener_rule()) is None  # the worker does not bring it back
+    assert worker.rule_set().rules == [] and worker.version == 2
