@@ -9,7 +9,7 @@ step coordinator already keep, so nothing is counted twice.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client import Counter as CounterInstrument
@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from amaris.llm.ledger import price
+from amaris.memory.precheck_rules import ProbeKind
 from amaris.settings import AGENTS, ModelPrice
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ UNSCORED_REASONS = (
 """Reasons exported at 0 from the start (docs/configuration.md), so alerts can watch them."""
 CANARY_OUTCOMES = ("passed", "refused", "skipped")
 """Rubric canary outcomes, exported at 0 from the start."""
-JUDGE_CANARY_KINDS = ("master_key", "opener", "no_answer", "half", "swapped", "audit")
+JUDGE_CANARY_KINDS: tuple[str, ...] = get_args(ProbeKind)
 """Judge canary probe kinds, exported at 0 from the start."""
 
 

@@ -45,7 +45,7 @@ from amaris.text.answers import answers_match, extract_final_answer
 
 KINDS: tuple[ProbeKind, ...] = ("opener", "no_answer", "half", "swapped", "master_key", "audit")
 """The probe kinds in the order they take turns."""
-PREVIEW_CHARS = 120
+SHOWN_CHARS = 120
 """Characters of a probe's text shown in its result (log, artifact)."""
 MAX_TRIES = 8
 """Replies tried per kind for a probe (each try reads a reply of up to
@@ -349,7 +349,7 @@ async def judge_probes(
             kind=probe.kind,
             scope=probe.scope,
             rollout_id=probe.rollout_id,
-            preview=probe.output[:PREVIEW_CHARS],
+            preview=probe.output[:SHOWN_CHARS],
             reward=None,
             baseline=probe.baseline,
         )
