@@ -9,7 +9,7 @@ step coordinator already keep, so nothing is counted twice.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client import Counter as CounterInstrument
@@ -19,11 +19,13 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from amaris.llm.ledger import price
+from amaris.memory.precheck_rules import ProbeKind
 from amaris.settings import AGENTS, ModelPrice
 
 if TYPE_CHECKING:
     from amaris.llm.gateway import LLMGateway
     from amaris.llm.ledger import TokenLedger
+    from amaris.memory.precheck_rules import PrecheckRuleStore
     from amaris.rubric.store import RubricStore
     from amaris.scoring.scorer import Scorer
     from amaris.steps.coordinator import StepCoordinator
@@ -51,6 +53,8 @@ UNSCORED_REASONS = (
 """Reasons exported at 0 from the start (docs/configuration.md), so alerts can watch them."""
 CANARY_OUTCOMES = ("passed", "refused", "skipped")
 """Rubric canary outcomes, exported at 0 from the start."""
+JUDGE_CANARY_KINDS: tuple[str, ...] = get_args(ProbeKind)
+"""Judge canary probe kinds, exported at 0 from the start."""
 
 
 class Metrics:
@@ -94,6 +98,7 @@ class Metrics:
         for outcome in ("done", "failed"):
             self.steps.labels(outcome)
         self._state: Collector | None = None
+        self._judge_canaries: Collector | None = None
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count and time one HTTP request."""
@@ -134,6 +139,14 @@ class Metrics:
         )
         self.registry.register(self._state)
 
+    def watch_judge_canaries(self, counts: Mapping[str, int], rules: PrecheckRuleStore) -> None:
+        """Export the judge canaries' counts (``probes.<kind>``, ``alarms.<kind>``) and the
+        learned pre-check rules in force, at scrape time."""
+        if self._judge_canaries is not None:
+            self.registry.unregister(self._judge_canaries)
+        self._judge_canaries = _JudgeCanaryCollector(counts, rules)
+        self.registry.register(self._judge_canaries)
+
     def exposition(self) -> bytes:
         """Every metric in the Prometheus text format (:data:`CONTENT_TYPE`)."""
         return generate_latest(self.registry)
@@ -155,6 +168,36 @@ _LLM_COUNTERS = {
         "LLM answers abandoned past agents.<agent>.max_response_bytes, by agent and path.",
     ),
 }
+
+
+class _JudgeCanaryCollector(Collector):
+    """The judge canaries' counters and the learned rules in force."""
+
+    def __init__(self, counts: Mapping[str, int], rules: PrecheckRuleStore) -> None:
+        self._counts = counts
+        self._rules = rules
+
+    def collect(self) -> Iterable[Metric]:
+        counts = dict(self._counts)
+        kinds = sorted({*JUDGE_CANARY_KINDS, *(k.split(".", 1)[1] for k in counts)})
+        for what, text in (
+            ("probes", "Judge canary probes the training judge scored, by kind."),
+            ("alarms", "Judge canary alarms (the training judge paid a probe), by kind."),
+        ):
+            family = CounterMetricFamily(f"amaris_judge_canary_{what}", text, labels=["kind"])
+            for kind in kinds:
+                family.add_metric([kind], counts.get(f"{what}.{kind}", 0))
+            yield family
+        yield GaugeMetricFamily(
+            "amaris_precheck_learned_rules",
+            "Learned pre-check rules in force (GET /precheck/rules).",
+            value=len(self._rules.index()),
+        )
+        yield GaugeMetricFamily(
+            "amaris_precheck_rules_version",
+            "Version of the learned pre-check rule set (0: none ever learned).",
+            value=self._rules.version,
+        )
 
 
 class _StateCollector(Collector):

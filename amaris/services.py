@@ -14,6 +14,7 @@ from qdrant_client import QdrantClient
 
 from amaris.llm.gateway import LLMGateway
 from amaris.llm.providers import ChatProvider
+from amaris.memory.precheck_rules import PrecheckRuleStore
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.memory.store import MemoryStore
 from amaris.metrics import Metrics
@@ -63,6 +64,8 @@ class Services:
     metrics: Metrics
     ids: RolloutIds
     owns_qdrant: bool = True
+    precheck_rules: PrecheckRuleStore | None = None
+    """The pre-check's learned rules (judge canaries): ``/precheck/rules``."""
     _refresher: asyncio.Task[None] | None = None
 
     @property
@@ -94,6 +97,9 @@ class Services:
             await asyncio.sleep(interval)
             try:
                 changed = await asyncio.to_thread(self.store.refresh)
+                if self.precheck_rules is not None:
+                    # Rules a step worker or another replica learned.
+                    await asyncio.to_thread(self.precheck_rules.refresh)
             except Exception:  # a storage hiccup must not end the refresh loop
                 log.exception("rubric refresh failed; retrying in %s s", interval)
                 continue

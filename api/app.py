@@ -12,7 +12,16 @@ from fastapi import FastAPI
 from amaris import __version__
 from amaris.api import errors
 from amaris.api.middleware import RequestGuard, RequestMetrics
-from amaris.api.routes import health, memory, metrics, openrlhf, rubrics, score, steps
+from amaris.api.routes import (
+    health,
+    memory,
+    metrics,
+    openrlhf,
+    precheck,
+    rubrics,
+    score,
+    steps,
+)
 from amaris.metrics import Metrics
 from amaris.services import Services
 from amaris.settings import Settings, secret_value
@@ -74,4 +83,5 @@ def build_api(settings: Settings, services: Services | ServicesFactory) -> FastA
     app.include_router(steps.router)
     app.include_router(memory.router)
     app.include_router(metrics.router)
+    app.include_router(precheck.router)
     return app

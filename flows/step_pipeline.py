@@ -21,6 +21,7 @@ from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import ScopeStats
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import StepRun
+from amaris.tasks.judge_canaries import JudgeCanaryRequest, check_judge_canaries
 from amaris.tasks.load_rollouts import load_step_rollouts
 from amaris.tasks.measure_criteria import measure_criteria
 from amaris.tasks.models import ScopeOutcome
@@ -76,11 +77,16 @@ async def _run_step(step: int) -> StepResult:
     by_scope: dict[str, list[RolloutRecord]] = defaultdict(list)
     for record in records:
         by_scope[record.scope].append(record)
-    results = await asyncio.gather(
-        *(
-            _process_scope(step, scope, scope_records, measured.get(scope, []))
-            for scope, scope_records in sorted(by_scope.items())
-        )
+    # The judge canaries (one task for the step: a per-scope 2% budget would be nothing in
+    # per_instance mode) run beside the scopes.
+    results, _ = await asyncio.gather(
+        asyncio.gather(
+            *(
+                _process_scope(step, scope, scope_records, measured.get(scope, []))
+                for scope, scope_records in sorted(by_scope.items())
+            )
+        ),
+        check_judge_canaries(JudgeCanaryRequest.of(step, records)),
     )
     outcome = StepResult(step=step, rollouts=len(records), scopes=dict(results))
     # In the shared registry too: a replica that did not run this flow reads it there.

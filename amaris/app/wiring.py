@@ -25,6 +25,7 @@ from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
 from amaris.manifest import ManifestJSON
 from amaris.memory.embedder import Embedder, build_embedder, preload
+from amaris.memory.precheck_rules import PrecheckRuleStore
 from amaris.memory.qdrant import open_qdrant
 from amaris.memory.retention import enforce_retention
 from amaris.memory.rollout_backend import open_rollout_log
@@ -34,6 +35,7 @@ from amaris.metrics import Metrics
 from amaris.rubric.integrity import check_rubric_store
 from amaris.rubric.scopes import ScopeResolver
 from amaris.rubric.store import RubricStore
+from amaris.scoring.learned_rules import LearnedRules
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer
 from amaris.services import Services, settle_heap
@@ -138,6 +140,7 @@ def build_services(
         # SQLite in the data folder for the embedded store, the Qdrant collection for a
         # shared one: the configuration chooses (amaris/memory/rollout_backend.py).
         rollouts = open_rollout_log(settings, qdrant, writer=replica)
+        precheck_rules = PrecheckRuleStore(qdrant, prefix)
     except Exception:
         if owns_qdrant:
             qdrant.close()
@@ -177,11 +180,14 @@ def build_services(
         prompts["scorer"],
         samples=judge.samples,
         logprobs=judge.logprobs,
+        learned_rules=LearnedRules(precheck_rules),
     )
     scopes = ScopeResolver(settings, store)
     namespace = store_namespace(settings)
     canary: Counter[str] = Counter()
     """The rubric canary's verdicts in this process (step flows run here): /metrics."""
+    judge_canaries: Counter[str] = Counter()
+    """The judge canaries' probes and alarms in this process: /metrics."""
 
     async def warm_up() -> None:
         set_context(
@@ -196,6 +202,8 @@ def build_services(
                 namespace=namespace,
                 manifest=manifest,
                 canary=canary,
+                precheck_rules=precheck_rules,
+                judge_canaries=judge_canaries,
             )
         )
         if prefect_ready is not None:
@@ -255,6 +263,7 @@ def build_services(
         settings.pricing,
         canary,
     )
+    metrics.watch_judge_canaries(judge_canaries, precheck_rules)
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
     offline = [agent for agent in AGENTS if providers[agent].offline]
@@ -280,6 +289,7 @@ def build_services(
         metrics=metrics,
         ids=RolloutIds(rollouts),
         owns_qdrant=owns_qdrant,
+        precheck_rules=precheck_rules,
     )
 
 

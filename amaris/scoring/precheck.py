@@ -17,6 +17,8 @@ A reply is degenerate when, with its ends' whitespace stripped, it is
   markup aside;
 * ``prompt_echo``: the prompt repeated (optionally labelled ``Question:`` and followed by
   openers), case, punctuation and whitespace aside.
+* ``learned``: equal (normalised) to a reply a judge canary caught the training judge
+  paying for (:mod:`amaris.scoring.learned_rules`; docs/judge-canaries.md).
 
 Short answers are not degenerate: ``42``, ``Paris``, ``Yes``, ``B``, ``x = 3`` all have
 content. A reply equal to the reference answer (``rollout.supplemental_context``, or the
@@ -27,6 +29,7 @@ right translation of "solución"). Pure and deterministic.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,7 +38,7 @@ import re2
 from amaris.text.answers import extract_final_answer
 from amaris.text.chars import WORDS_ONLY, compile_pattern
 
-Kind = Literal["empty", "no_content", "opener", "prompt_echo"]
+Kind = Literal["empty", "no_content", "opener", "prompt_echo", "learned"]
 
 _LABELS = (
     # English answer labels and reasoning openers, as normalised (lowercase, no apostrophe,
@@ -177,11 +180,18 @@ def _is_reference(norm: str, reference: str | None) -> bool:
     return norm in {normalise(reference), normalise(answer or "")}
 
 
-def degenerate(output: str, prompt: str, reference: str | None = None) -> Degenerate | None:
+def degenerate(
+    output: str,
+    prompt: str,
+    reference: str | None = None,
+    learned: Callable[[str, str], Degenerate | None] | None = None,
+) -> Degenerate | None:
     """Why the reply ``output`` to ``prompt`` is degenerate, or None when it is not.
 
     ``reference`` is the rollout's ``supplemental_context``: a reply equal to it (or to
-    the final answer found in it) is never degenerate.
+    the final answer found in it) is never degenerate. ``learned`` matches the normalised
+    reply and prompt against the rules judge canaries taught
+    (:meth:`amaris.scoring.learned_rules.LearnedRules.match`).
     """
     shown = output.strip()
     if not shown:
@@ -203,4 +213,4 @@ def degenerate(output: str, prompt: str, reference: str | None = None) -> Degene
             tail = rest[len(echoed) :].strip()
             if not tail or _SEQUENCE.fullmatch(tail):
                 return Degenerate("prompt_echo", "the prompt repeated, nothing else")
-    return None
+    return learned(norm, echoed) if learned is not None else None

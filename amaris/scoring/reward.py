@@ -7,7 +7,8 @@ Read top to bottom, :func:`score_rollout` is the whole hot path:
 3. check the rollout id (:class:`RolloutIds`: the same id with other content is a conflict);
 4. resolve the scope (global, or the input's in ``per_instance`` mode) and its rubric;
 5. pre-check: a degenerate reply (:func:`degenerate`: empty, punctuation only, a bare
-   reasoning opener, the prompt echoed) gets ``scoring.precheck.floor``, unjudged;
+   reasoning opener, the prompt echoed, a reply a learned rule of the judge canaries
+   matches) gets ``scoring.precheck.floor``, unjudged;
 6. judge: a verdict per criterion (:meth:`Scorer.judge`: rule criteria computed by amaris,
    the others asked of the judge, in one call or none; sizes, context budget, cache);
 7. aggregate the verdicts into one reward (:func:`aggregate`, by amaris, not the LLM),
@@ -93,6 +94,7 @@ async def reward_of(
             rollout.output,
             rollout.input,
             rollout.supplemental_context,
+            scorer.learned_rules.match if scorer.learned_rules is not None else None,
         )
         if found is not None:
             # A reward, not a failure: the trainer should push the policy away from it.

@@ -40,6 +40,7 @@ from amaris.scoring.judge_protocol import (
     judge_messages,
     verdicts_schema,
 )
+from amaris.scoring.learned_rules import LearnedRules
 from amaris.scoring.refusals import OverloadedError, OversizeError
 from amaris.scoring.rules import check_references, rule_results
 from amaris.scoring.verdicts import LogprobsError, combine, expected_scores_off_loop
@@ -102,8 +103,11 @@ class Scorer:
         samples: int = 1,
         logprobs: bool = False,
         account: str | None = None,
+        learned_rules: LearnedRules | None = None,
     ) -> None:
         self._settings = settings
+        self.learned_rules = learned_rules
+        """The pre-check's learned rules (judge canaries), matched before the judge."""
         self._account = account
         """The ledger agent its judge calls are counted under (default ``scorer``)."""
         self._samples = samples

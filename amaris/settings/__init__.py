@@ -46,6 +46,7 @@ from amaris.settings.criteria import (
     RubricItem,
     RuleSpec,
 )
+from amaris.settings.judge_canaries import JudgeCanarySettings
 from amaris.settings.loader import ConfigError, RawConfig, load_settings, set_dotted
 from amaris.settings.schema import ENV_NESTED_DELIMITER, ENV_NULL, ENV_PREFIX, Settings
 from amaris.settings.sections import (
@@ -96,6 +97,7 @@ __all__ = [
     "ExactRule",
     "GatewaySettings",
     "JsonRule",
+    "JudgeCanarySettings",
     "LengthRule",
     "LoggingSettings",
     "MemorySettings",

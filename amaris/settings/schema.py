@@ -18,6 +18,7 @@ from amaris.settings.agents import (
     is_local_url,
 )
 from amaris.settings.criteria import RubricItem
+from amaris.settings.judge_canaries import JudgeCanarySettings
 from amaris.settings.sections import (
     GatewaySettings,
     LoggingSettings,
@@ -62,6 +63,7 @@ class Settings(BaseSettings):
     prefect: PrefectSettings = PrefectSettings()
     scoring: ScoringSettings = ScoringSettings()
     rubric: RubricSettings = RubricSettings()
+    judge_canaries: JudgeCanarySettings = JudgeCanarySettings()
     pricing: dict[str, ModelPrice] = Field(default_factory=dict)
     """Price per model name (as in ``agents.<agent>.model``): cost per step and per 1,000
     rollouts in step artifacts and simulator reports; empty = no cost shown."""

@@ -16,6 +16,7 @@ from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.manifest import ManifestJSON, build_manifest
 from amaris.memory.embedder import build_embedder
+from amaris.memory.precheck_rules import PrecheckRuleStore
 from amaris.memory.qdrant import open_qdrant
 from amaris.memory.rollout_backend import open_rollout_log
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
@@ -43,6 +44,11 @@ class PipelineContext:
     canary: Counter[str] = field(default_factory=Counter)
     """Rubric canary verdicts (``passed``, ``refused``, ``skipped``) and ``probes`` judged,
     in this process (``/metrics``: ``amaris_rubric_canary``)."""
+    precheck_rules: PrecheckRuleStore | None = None
+    """The pre-check's learned rules, which judge canary alarms add to."""
+    judge_canaries: Counter[str] = field(default_factory=Counter)
+    """Judge canary ``probes.<kind>`` and ``alarms.<kind>`` in this process (``/metrics``:
+    ``amaris_judge_canary_*``)."""
 
     @property
     def bounds(self) -> Bounds:
@@ -134,4 +140,5 @@ def context_from_config() -> PipelineContext:
         prompts=prompts,
         namespace=store_namespace(settings),
         manifest=build_manifest(settings, prompts, "worker"),
+        precheck_rules=PrecheckRuleStore(qdrant, prefix),
     )

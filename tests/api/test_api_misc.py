@@ -36,6 +36,7 @@ PROTECTED: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/batch_score", {"items": [SCORE_BODY]}),
     ("GET", "/rubrics", None),
     ("GET", "/rubrics/history", None),
+    ("GET", "/precheck/rules", None),
 ]
 
 
