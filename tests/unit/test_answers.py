@@ -95,3 +95,4 @@ def test_braces_pair_up_around_boxes_and_wrappers() -> None:
     # A wrapper whose content holds a brace stays; a stray "}" closes nothing.
     latex = "\\boxed{\\text{4}} and \\text{a{b}} } {\\mbox{y}}"
     assert strip_latex(latex) == "4 and \\text{a{b}} } {y}"
+    assert strip_latex("{\\text{a}}{b}") == "{a}{b}"
