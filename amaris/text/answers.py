@@ -189,6 +189,8 @@ def _unwrap(text: str) -> str:
     r"""``text`` with every ``\boxed{x}``, ``\text{x}`` (``\textbf``, ``\mathrm``, ``\mbox``)
     replaced by ``x`` when ``x``, its own wrappers unwrapped, holds no brace: one pass with a
     stack of open braces (repeating a substitution to a fixpoint was quadratic on nesting)."""
+    if "}" not in text:  # nothing is closed, nothing unwrapped
+        return text
     wrappers: dict[int, int] = {}  # index of a wrapper's "{" -> where its backslash is
     at = text.find("\\")
     while at >= 0:
@@ -278,6 +280,8 @@ def boxed_contents(text: str) -> list[str]:
     r"""Returns the contents of every ``\boxed{...}`` in the text's last :data:`ANSWER_WINDOW`
     characters, in order, nested braces included; an unclosed one is skipped."""
     text = text[-ANSWER_WINDOW:]
+    if "}" not in text:  # no box is closed
+        return []
     opens = set()  # index of each box's "{"
     at = text.find("\\boxed")
     while at >= 0:

@@ -96,3 +96,5 @@ def test_braces_pair_up_around_boxes_and_wrappers() -> None:
     latex = "\\boxed{\\text{4}} and \\text{a{b}} } {\\mbox{y}}"
     assert strip_latex(latex) == "4 and \\text{a{b}} } {y}"
     assert strip_latex("{\\text{a}}{b}") == "{a}{b}"
+    assert boxed_contents("\\boxed{\\boxed{4") == []  # nothing closed
+    assert strip_latex("\\boxed{\\text{4") == "\\boxed{\\text{4"
