@@ -13,8 +13,11 @@ last-number fallback only the last :data:`NUMBER_WINDOW`. The patterns run on RE
 the text) and the brace matching is one pass. Each RE2 match costs about 10 us of Python in
 the binding, so nothing iterates over an unbounded number of them: candidate answers read
 at most :data:`MAX_LISTS` boxes, answer segments and lists of alternatives, and a list at
-most :data:`MAX_LISTED` numbers. A call costs a few milliseconds at most, whatever the
-reply repeats (bench/probes/degenerate_replies.py).
+most :data:`MAX_LISTED` numbers; a box, segment or list that repeats one already read is not
+read again (a repetition loop offers the same one many times). Integers are made canonical
+without :class:`~fractions.Fraction`, and brace matching visits the braces only. A call
+costs a few milliseconds at most, whatever the reply repeats
+(bench/probes/degenerate_replies.py).
 
 Against the former ``re`` patterns: a list of alternatives written right after another
 one's closing punctuation with no space (``"3 or 4,5 or 6."``) yields the first only, and
@@ -23,7 +26,7 @@ the caps above.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from fractions import Fraction
 from itertools import islice
@@ -95,6 +98,8 @@ def canonical_number(token: str) -> str | None:
     """
     numerator, _, denominator = token.replace(",", "").partition("/")
     try:
+        if not denominator and numerator.removeprefix("-").isdecimal():
+            return str(int(numerator))  # an integer, the usual case: no Fraction needed
         value = Fraction(numerator) / Fraction(denominator or "1")
     except (ValueError, ZeroDivisionError):
         return None
@@ -184,6 +189,8 @@ def _unwrap(text: str) -> str:
     r"""``text`` with every ``\boxed{x}``, ``\text{x}`` (``\textbf``, ``\mathrm``, ``\mbox``)
     replaced by ``x`` when ``x``, its own wrappers unwrapped, holds no brace: one pass with a
     stack of open braces (repeating a substitution to a fixpoint was quadratic on nesting)."""
+    if "}" not in text:  # nothing is closed, nothing unwrapped
+        return text
     wrappers: dict[int, int] = {}  # index of a wrapper's "{" -> where its backslash is
     at = text.find("\\")
     while at >= 0:
@@ -195,10 +202,10 @@ def _unwrap(text: str) -> str:
         return text
     drop: list[tuple[int, int]] = []  # (start, end) spans removed from the text
     stack: list[tuple[int, bool]] = []  # (index of "{", content clean so far)
-    for index, char in enumerate(text):
-        if char == "{":
+    for index in _braces(text):
+        if text[index] == "{":
             stack.append((index, True))
-        elif char == "}" and stack:
+        elif stack:
             opened, clean = stack.pop()
             start = wrappers.get(opened)
             if start is not None and clean:
@@ -215,6 +222,20 @@ def _unwrap(text: str) -> str:
         last = end
     pieces.append(text[last:])
     return "".join(pieces)
+
+
+def _braces(text: str) -> Iterator[int]:
+    """The index of every ``{`` and ``}`` of ``text``, in order: ``str.find`` skips the
+    characters between them at C speed (a Python loop over each character of the window
+    cost about 1 ms)."""
+    opening, closing = text.find("{"), text.find("}")
+    while opening >= 0 or closing >= 0:
+        if closing < 0 or 0 <= opening < closing:
+            yield opening
+            opening = text.find("{", opening + 1)
+        else:
+            yield closing
+            closing = text.find("}", closing + 1)
 
 
 def strip_latex(text: str) -> str:
@@ -259,6 +280,8 @@ def boxed_contents(text: str) -> list[str]:
     r"""Returns the contents of every ``\boxed{...}`` in the text's last :data:`ANSWER_WINDOW`
     characters, in order, nested braces included; an unclosed one is skipped."""
     text = text[-ANSWER_WINDOW:]
+    if "}" not in text:  # no box is closed
+        return []
     opens = set()  # index of each box's "{"
     at = text.find("\\boxed")
     while at >= 0:
@@ -272,10 +295,10 @@ def boxed_contents(text: str) -> list[str]:
         return []
     found: list[tuple[int, str]] = []
     stack: list[int] = []
-    for index, char in enumerate(text):
-        if char == "{":
+    for index in _braces(text):
+        if text[index] == "{":
             stack.append(index)
-        elif char == "}" and stack:
+        elif stack:
             opened = stack.pop()
             if opened in opens:
                 found.append((opened, text[opened + 1 : index]))
@@ -376,14 +399,19 @@ def find_candidate_answers(text: str) -> list[str]:
     segment reads as two candidates.
     """
     text = text[-ANSWER_WINDOW:]
-    found = _distinct(canonical_answer(box) for box in boxed_contents(text)[-MAX_LISTS:])
-    for segment in answer_segments(text)[-MAX_LISTS:]:
+    # A box, segment or list repeated (a repetition loop) gives the candidates it gave the
+    # first time: each distinct one is read once (the same result, in the same order).
+    boxes = dict.fromkeys(boxed_contents(text)[-MAX_LISTS:])
+    found = _distinct(canonical_answer(box) for box in boxes)
+    for segment in dict.fromkeys(answer_segments(text)[-MAX_LISTS:]):
         found.extend(segment_candidates(segment))
     clean = _no_bad_commas(strip_latex(text))
+    lists: set[str] = set()
     for match in islice(_OR_LIST.finditer(clean), MAX_LISTS):
-        if not _in_question(clean, match.start(1)):
-            listed = numbers(match.group(1) or "")
-            found.extend(_distinct(canonical_number(token) for token in listed))
+        listed = match.group(1) or ""
+        if listed not in lists and not _in_question(clean, match.start(1)):
+            lists.add(listed)
+            found.extend(_distinct(canonical_number(token) for token in numbers(listed)))
     return _distinct(found)
 
 

@@ -63,6 +63,41 @@ PUNCTUATION_TO_SPACE = CharMap(_word_or_space)
 WORDS_ONLY = CharMap(_alnum_or_mark)
 """Apostrophes dropped; every character but letters, numbers and marks made a space."""
 
+_UTF8 = ("utf-8", "surrogatepass")
+"""How :func:`spaced_words` encodes text (a lone surrogate, which JSON can carry, too)."""
+_ASCII_BYTES = bytes(range(128))
+_ASCII_DROPPED = bytes(b for b in range(128) if not _alnum_or_mark(chr(b)))
+_ASCII_WORDS = bytes(ord(_alnum_or_mark(chr(b)) or " ") if b < 128 else b for b in range(256))
+""":data:`WORDS_ONLY` on the bytes of UTF-8 text: ASCII as the map has it (the dropped
+characters are deleted by :data:`_ASCII_DROPPED` first), the other bytes unchanged."""
+MAX_REPLACED = 16
+"""Distinct non-ASCII characters :func:`spaced_words` replaces one by one; past it, one
+``str.translate`` of the whole text (slower, as linear)."""
+
+
+def spaced_words(text: str) -> str:
+    """``" ".join(text.translate(WORDS_ONLY).split())``: the letters, numbers and marks of
+    ``text``, every other run of characters one space, apostrophes dropped, ends stripped.
+
+    ``str.translate`` looks every character up in the map once the text holds a non-ASCII
+    one (about 7 ms for 100 KB). For such a text, one ``bytes.translate`` of the UTF-8 text
+    maps the ASCII characters, and one ``bytes.replace`` each distinct non-ASCII character
+    that the map changes (curly apostrophes, other punctuation and spaces; a UTF-8
+    character's bytes never occur inside another's), up to :data:`MAX_REPLACED` of them:
+    about 0.5 ms.
+    """
+    if text.isascii():  # str.translate's own fast path
+        return " ".join(text.translate(WORDS_ONLY).split())
+    data = text.encode(*_UTF8)
+    others = data.translate(None, _ASCII_BYTES).decode(*_UTF8)
+    changed = [char for char in set(others) if WORDS_ONLY[ord(char)] != ord(char)]
+    if len(changed) > MAX_REPLACED:
+        return " ".join(text.translate(WORDS_ONLY).split())
+    for char in changed:  # each becomes a space or nothing (apostrophes)
+        out = b"" if WORDS_ONLY[ord(char)] is None else b" "
+        data = data.replace(char.encode(*_UTF8), out)
+    return b" ".join(data.translate(_ASCII_WORDS, _ASCII_DROPPED).split()).decode(*_UTF8)
+
 
 class Match(Protocol):
     """What amaris reads of an RE2 match (the ``re.Match`` API)."""
