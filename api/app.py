@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from amaris import __version__
 from amaris.api import errors
 from amaris.api.middleware import RequestGuard, RequestMetrics
-from amaris.api.routes import health, memory, metrics, openrlhf, rubrics, score, steps
+from amaris.api.routes import audit, health, memory, metrics, openrlhf, rubrics, score, steps
 from amaris.metrics import Metrics
 from amaris.services import Services
 from amaris.settings import Settings, secret_value
@@ -72,6 +72,7 @@ def build_api(settings: Settings, services: Services | ServicesFactory) -> FastA
     app.include_router(openrlhf.router)
     app.include_router(rubrics.router)
     app.include_router(steps.router)
+    app.include_router(audit.router)
     app.include_router(memory.router)
     app.include_router(metrics.router)
     return app

@@ -18,6 +18,7 @@ from prefect import Task
 from prefect.utilities.annotations import quote
 
 from amaris.agents.schemas import RubricUpdateProposal
+from amaris.audit.models import AlarmEvidence
 from amaris.flows.artifacts import rubric_diff_artifact
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import (
@@ -111,6 +112,9 @@ class ScopeRun:
     """Outputs dropped on an agent's permanent failure (the step goes on without them)."""
     queried: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once memory is retrieved (or that failed, or no update asks for it)."""
+    alarm: AlarmEvidence | None = None
+    """The step's fidelity alarm and its evidence in this scope, for the analyzer and
+    updater (:func:`amaris.tasks.audit.run_audit`)."""
 
     @classmethod
     async def load(
@@ -163,13 +167,16 @@ class ScopeRun:
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         ctx = get_context()
         groups = [self.peers[r.seq or 0] for r in part]
-        found = await self.retries(analyze_chunk)(index, part, self.criteria, groups)
+        found = await self.retries(analyze_chunk)(index, part, self.criteria, groups, self.alarm)
         self.dropped.extend(found.dropped)
         # Prefect holds the chunk's result now: its per-rollout files are redundant.
         await asyncio.to_thread(
             forget_analyses,
             ctx.settings.memory.path,
-            [analysis_key(r, self.criteria, g) for r, g in zip(part, groups, strict=True)],
+            [
+                analysis_key(r, self.criteria, g, self.alarm)
+                for r, g in zip(part, groups, strict=True)
+            ],
         )
         if not ctx.settings.pipeline.use_chunking or not found.analyses:
             return found.analyses, []
@@ -275,6 +282,7 @@ class ScopeRun:
                 summary,
                 memory,
                 self.informativeness,
+                self.alarm,
             ),
         )
         if proposal is None:

@@ -9,7 +9,9 @@ from typing import Any
 
 from prefect import flow
 
+from amaris.audit.models import AlarmEvidence, StepAudit
 from amaris.flows.artifacts import (
+    audit_artifact,
     criteria_table_artifact,
     hacking_table_artifact,
     manifest_artifact,
@@ -20,6 +22,7 @@ from amaris.flows.scope import Retries, ScopeRun, unwalked
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import ScopeStats
 from amaris.steps.context import get_context
+from amaris.tasks.audit import run_audit
 from amaris.tasks.load_rollouts import load_step_rollouts
 from amaris.tasks.measure_criteria import measure_criteria
 
@@ -53,6 +56,8 @@ async def _run_step(step: int) -> dict[str, Any]:
     pipeline = ctx.settings.pipeline
     retries = Retries(pipeline.task_retries, list(pipeline.task_retry_delays_seconds))
     records = await load_step_rollouts(step)
+    # First: on an alarm, its evidence goes to the scopes' analyzer and updater.
+    audit = await run_audit(step, records)
     # The statistics of this step and, to count streaks, of the steps before it.
     window = ctx.settings.rubric.retire_uninformative_after or 1
     measured = await measure_criteria(step, unwalked(list(records)), window)
@@ -61,7 +66,9 @@ async def _run_step(step: int) -> dict[str, Any]:
         by_scope[record.scope].append(record)
     results = await asyncio.gather(
         *(
-            _process_scope(step, scope, scope_records, measured.get(scope, []), retries)
+            _process_scope(
+                step, scope, scope_records, measured.get(scope, []), retries, _alarm(audit, scope)
+            )
             for scope, scope_records in sorted(by_scope.items())
         )
     )
@@ -72,7 +79,16 @@ async def _run_step(step: int) -> dict[str, Any]:
         await asyncio.to_thread(ctx.rubrics.export)
     await hacking_table_artifact(step, outcome)
     await criteria_table_artifact(step, measured)
+    if audit is not None:
+        await audit_artifact(step, audit)
     return outcome
+
+
+def _alarm(audit: StepAudit | None, scope: str) -> AlarmEvidence | None:
+    """The alarm evidence of ``scope`` (None without an alarm)."""
+    if audit is None or audit.alarm is None:
+        return None
+    return audit.evidence.get(scope) or AlarmEvidence(step=audit.step, reason=audit.alarm.reason)
 
 
 async def _process_scope(
@@ -81,11 +97,13 @@ async def _process_scope(
     records: list[RolloutRecord],
     history: list[ScopeStats | None],
     retries: Retries,
+    alarm: AlarmEvidence | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """One scope of the step: load → analyze (each chunk summarised as it is in) →
     consolidate → query → retrieve → update → canary/publish, and remember beside the
     update (after retrieval: it reads earlier steps only, so the update never waits)."""
     run = await ScopeRun.load(step, scope, records, history, retries)
+    run.alarm = alarm
     analyses, summaries = await run.analyze()
     meta = await run.consolidate(summaries) if len(summaries) > 1 else None
     summary = meta if len(summaries) > 1 else (summaries[0] if summaries else None)

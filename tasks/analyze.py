@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from amaris.agents.schemas import IndividualAnalysis
+from amaris.audit.models import AlarmEvidence
 from amaris.llm.budget import CHARS_PER_TOKEN, MIN_FIELD_CHARS, fit_texts, json_chars
 from amaris.llm.gateway import LLMTransientError
 from amaris.logs import loggable
@@ -47,17 +48,24 @@ class ChunkAnalyses(BaseModel):
 
 
 def analysis_key(
-    record: RolloutRecord, criteria: list[dict[str, Any]], group: list[dict[str, Any]]
+    record: RolloutRecord,
+    criteria: list[dict[str, Any]],
+    group: list[dict[str, Any]],
+    alarm: AlarmEvidence | None = None,
 ) -> str:
     """The result-store key of one rollout's analysis: everything it depends on."""
     ctx = get_context()
-    return "analyzer-item-" + digest(
-        ctx.namespace, record, criteria, group, ctx.prompt_fingerprint("analyzer")
-    )
+    parts: tuple[Any, ...] = (ctx.namespace, record, criteria, group)
+    if alarm is not None:
+        parts = (*parts, alarm)
+    return "analyzer-item-" + digest(*parts, ctx.prompt_fingerprint("analyzer"))
 
 
 async def analyze_one(
-    record: RolloutRecord, criteria: list[dict[str, Any]], group: list[dict[str, Any]]
+    record: RolloutRecord,
+    criteria: list[dict[str, Any]],
+    group: list[dict[str, Any]],
+    alarm: AlarmEvidence | None = None,
 ) -> dict[str, Any]:
     """Analyse one logged rollout: reward hacking, progress, rubric fit."""
     rollout = record.rollout
@@ -76,7 +84,10 @@ async def analyze_one(
         "verdicts": [v.model_dump(mode="json", exclude_unset=True) for v in record.verdicts],
         "group": group,
     }
-    context = {"criteria": criteria}
+    context: dict[str, Any] = {"criteria": criteria}
+    if alarm is not None:
+        # Shared by every analysis of the scope: in the context block, the cached prefix.
+        context["fidelity_alarm"] = alarm.model_dump(mode="json")
     budget = await get_context().gateway.prompt_budget("analyzer")
     if budget is not None:
         data = fit_analysis(context, data, budget, record.step)
@@ -123,6 +134,7 @@ async def analyze_chunk(
     records: list[RolloutRecord],
     criteria: list[dict[str, Any]],
     groups: list[list[dict[str, Any]]],
+    alarm: AlarmEvidence | None = None,
 ) -> ChunkAnalyses:
     """Analyses of ``records`` (``groups[i]``: the other rollouts of record i's group).
 
@@ -137,7 +149,7 @@ async def analyze_chunk(
     """
     folder = get_context().settings.memory.path / "pipeline-cache"
     paths = [
-        folder / f"{analysis_key(r, criteria, g)}.json"
+        folder / f"{analysis_key(r, criteria, g, alarm)}.json"
         for r, g in zip(records, groups, strict=True)
     ]
     stored = await asyncio.to_thread(_read_existing, paths)
@@ -150,7 +162,7 @@ async def analyze_chunk(
             return stored[path]
         rollout_id = record.rollout.id
         try:
-            result = await analyze_one(record, criteria, group)
+            result = await analyze_one(record, criteria, group, alarm)
         except DROPS as exc:
             result = {
                 "rollout_id": rollout_id,

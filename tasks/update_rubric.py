@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from amaris.agents.schemas import RubricUpdateProposal
+from amaris.audit.models import AlarmEvidence
 from amaris.steps.context import get_context
 from amaris.tasks._common import ask, at_most_items, llm_task
 
@@ -19,12 +20,14 @@ async def propose_update(
     summary: dict[str, Any],
     memory: dict[str, Any],
     informativeness: dict[str, Any],
+    alarm: AlarmEvidence | None = None,
 ) -> RubricUpdateProposal:
     """The updater's proposal (strategy, modifications, rationale, memory consultation).
 
     ``informativeness``: this step's ``criterion_stats`` and the criteria ``uninformative``
     for ``rubric.retire_uninformative_after`` steps
-    (:func:`amaris.rubric.informativeness.updater_view`)."""
+    (:func:`amaris.rubric.informativeness.updater_view`). ``alarm``: the step's fidelity
+    alarm and its evidence in this scope (the judge now misreads something), when fired."""
     ctx = get_context()
     bounds = ctx.bounds
     context = {
@@ -45,6 +48,8 @@ async def propose_update(
         "criterion_stats": informativeness["criterion_stats"],
         "uninformative": informativeness["uninformative"],
     }
+    if alarm is not None:
+        data["fidelity_alarm"] = alarm.model_dump(mode="json")
     return await ask(
         "updater",
         context,

@@ -16,6 +16,8 @@ from amaris.agents.prompts import load_prompts
 from amaris.api.app import build_api
 from amaris.app.prefect_env import configure_prefect
 from amaris.app.step_executor import DeploymentExecutor
+from amaris.audit.monitor import FidelityMonitor
+from amaris.audit.pause import AuditPause
 from amaris.flows.step_pipeline import step_pipeline
 from amaris.llm.budget import ContextWindows
 from amaris.llm.call_log import CallLog
@@ -36,7 +38,7 @@ from amaris.rubric.store import RubricStore
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer
 from amaris.services import Services, settle_heap
-from amaris.settings import AGENTS, Settings
+from amaris.settings import Settings
 from amaris.steps.context import (
     PipelineContext,
     pipeline_gateway_settings,
@@ -180,6 +182,8 @@ def build_services(
     namespace = store_namespace(settings)
     canary: Counter[str] = Counter()
     """The rubric canary's verdicts in this process (step flows run here): /metrics."""
+    fidelity = FidelityMonitor()
+    """The audits of the step flows run here: /metrics."""
 
     async def warm_up() -> None:
         set_context(
@@ -194,6 +198,7 @@ def build_services(
                 namespace=namespace,
                 manifest=manifest,
                 canary=canary,
+                fidelity=fidelity,
             )
         )
         if prefect_ready is not None:
@@ -249,10 +254,11 @@ def build_services(
         ledger,
         settings.pricing,
         canary,
+        fidelity,
     )
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
-    offline = [agent for agent in AGENTS if providers[agent].offline]
+    offline = [agent for agent in settings.served_agents if providers[agent].offline]
     if offline:
         log.warning(
             "agents served by the OFFLINE rule-based agents, not an LLM: %s", ", ".join(offline)
@@ -274,6 +280,7 @@ def build_services(
         coordinator=coordinator,
         metrics=metrics,
         ids=RolloutIds(rollouts),
+        pause=AuditPause(settings.memory.path),
         owns_qdrant=owns_qdrant,
     )
 

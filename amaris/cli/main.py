@@ -9,6 +9,7 @@ from collections.abc import Callable
 from amaris.agents.prompts import PromptError
 from amaris.app.prefect_server import PrefectServerError
 from amaris.cli import (
+    audit,
     bootstrap,
     export,
     manifest,
@@ -37,6 +38,7 @@ COMMAND_GROUPS: tuple[Callable[[SubParsers], None], ...] = (
     bootstrap.register,
     manifest.register,
     offline_llm.register,
+    audit.register,
 )
 """Each command group adds its sub-commands, in the order ``amaris --help`` lists them."""
 

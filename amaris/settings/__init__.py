@@ -14,6 +14,7 @@ The modules: :mod:`~amaris.settings.schema` (the :class:`Settings` root) made of
 
 from amaris.settings.agents import (
     AGENTS,
+    AUDITOR,
     BUILTIN_AGENT_OPTIONS,
     LOCAL_MAX_CONCURRENCY,
     LOCAL_TIMEOUT_SECONDS,
@@ -35,6 +36,7 @@ from amaris.settings.agents import (
     has_endpoint,
     is_local_url,
 )
+from amaris.settings.audit import AuditSettings, OnAlarm
 from amaris.settings.base import Section, secret_value
 from amaris.settings.criteria import (
     REFERENCE_RULES,
@@ -70,6 +72,7 @@ from amaris.settings.server import (
 
 __all__ = [
     "AGENTS",
+    "AUDITOR",
     "BUILTIN_AGENT_OPTIONS",
     "ENV_NESTED_DELIMITER",
     "ENV_NULL",
@@ -88,6 +91,7 @@ __all__ = [
     "AgentName",
     "AgentOptions",
     "AgentsSettings",
+    "AuditSettings",
     "CanarySettings",
     "ClientOverride",
     "ClientSettings",
@@ -101,6 +105,7 @@ __all__ = [
     "MemorySettings",
     "ModelPrice",
     "NumericRule",
+    "OnAlarm",
     "PerAgent",
     "PipelineSettings",
     "PrecheckSettings",
