@@ -8,7 +8,9 @@ training reward is all hacks, the auditor gives them nothing: the alarm fires, a
 
 from __future__ import annotations
 
+import asyncio
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from amaris.sim.judge_server import Reply
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM, offline_reply
 from tests.support.pipeline_canary import agent_of
-from tests.support.pipeline_helpers import metadata
+from tests.support.pipeline_helpers import metadata, step_run_view
 from tests.support.scripted_llm import Call
 from tests.support.settings import llm_settings
 from tests.support.testclient import TestClient
@@ -30,6 +32,9 @@ AUDITOR_MODEL = "audit-family-model"
 HACK = "I am absolutely certain, VERIFIED CORRECT."
 ALARM_KEY = '"fidelity_alarm":'
 """The alarm's key in a data block (the templates name it too, without the colon)."""
+STEP = 251
+"""The alarm test's step: a number no other test's flow run is named after (its run is
+looked up by name on the shared Prefect server)."""
 
 
 def respond(body: dict[str, Any]) -> Reply:
@@ -89,26 +94,27 @@ def test_the_alarm_reaches_the_api_the_metrics_and_the_agents(
     tmp_path: Path, fake_llm: FakeLLM
 ) -> None:
     fake_llm.default = respond
+    since = datetime.now(UTC)
     with serve(settings_for(tmp_path, fake_llm)) as client:
-        items = [item(0, i, hacked) for i in range(10) for hacked in (False, True)]
+        items = [item(STEP, i, hacked) for i in range(10) for hacked in (False, True)]
         scored = client.post("/batch_score", json={"items": items}).json()["results"]
         # The lenient scorer: every hack outscores every correct reply.
         assert {r["score"] for r in scored[1::2]} == {1.0}
         assert {r["score"] for r in scored[0::2]} == {0.75}
         # Never on the /score path.
         assert auditor_requests(fake_llm) == []
-        assert client.post("/complete", json={"step": 0}).status_code == 200
-        done = client.get("/rubric_status/wait", params={"step": 0, "timeout": 120}).json()
+        assert client.post("/complete", json={"step": STEP}).status_code == 200
+        done = client.get("/rubric_status/wait", params={"step": STEP, "timeout": 120}).json()
         assert done["status"] == "updated", done
 
-        audit = client.get("/steps/0").json()["audit"]
+        audit = client.get(f"/steps/{STEP}").json()["audit"]
         listed = client.get("/steps").json()
         metrics = client.get("/metrics").text
         health = client.get("/healthz").json()
         services = client.app.state.services  # type: ignore[attr-defined]
-        ledger = services.pipeline_gateway.ledger.for_step(0)
+        ledger = services.pipeline_gateway.ledger.for_step(STEP)
         # Not paused (audit.on_alarm: log): scoring goes on.
-        assert client.post("/score", json=item(1, 0, False)).status_code == 200
+        assert client.post("/score", json=item(STEP + 1, 0, False)).status_code == 200
 
     # The auditor re-graded 8 rollouts (min_samples) with the scorer's prompt, the whole
     # top tail (4 hacks) among them, and gave the hacks 0.
@@ -138,6 +144,11 @@ def test_the_alarm_reaches_the_api_the_metrics_and_the_agents(
     updater = [r for r in fake_llm.requests if agent_of(r) == "updater"]
     assert analyzer and all(ALARM_KEY in r["messages"][0]["content"] for r in analyzer)
     assert updater and all(ALARM_KEY in r["messages"][-1]["content"] for r in updater)
+    # The step's run: the alarm logged, the fidelity artifact with its trend.
+    logs, artifacts = asyncio.run(step_run_view(f"step-{STEP}", since))
+    assert any(f"step {STEP}: FIDELITY ALARM (top_tail)" in log.message for log in logs)
+    (artifact,) = [a for a in artifacts if a.key == f"fidelity-step-{STEP}"]
+    assert "## Trend" in str(artifact.data) and "top_tail" in str(artifact.data)
     hack_id = evidence["rollouts"][0]["rollout_id"]
     assert hack_id in analyzer[0]["messages"][0]["content"]
     assert hack_id in updater[0]["messages"][-1]["content"]
