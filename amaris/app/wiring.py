@@ -258,6 +258,15 @@ def build_services(
     )
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
+    if settings.auditor_on:
+        log.info(
+            "audit judge on: %s re-grades %.0f%% of each step (at least %d rollouts)",
+            "the OFFLINE rule-based judge"
+            if providers["auditor"].offline
+            else settings.agent_options("auditor").model,
+            settings.audit.sample_share * 100,
+            settings.audit.min_samples,
+        )
     offline = [agent for agent in settings.served_agents if providers[agent].offline]
     if offline:
         log.warning(
