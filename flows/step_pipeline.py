@@ -9,7 +9,7 @@ from typing import Any
 
 from prefect import flow
 
-from amaris.audit.models import AlarmEvidence, StepAudit
+from amaris.audit.models import AlarmEvidence
 from amaris.flows.artifacts import (
     audit_artifact,
     criteria_table_artifact,
@@ -67,7 +67,12 @@ async def _run_step(step: int) -> dict[str, Any]:
     results = await asyncio.gather(
         *(
             _process_scope(
-                step, scope, scope_records, measured.get(scope, []), retries, _alarm(audit, scope)
+                step,
+                scope,
+                scope_records,
+                measured.get(scope, []),
+                retries,
+                audit.evidence_for(scope) if audit else None,
             )
             for scope, scope_records in sorted(by_scope.items())
         )
@@ -82,13 +87,6 @@ async def _run_step(step: int) -> dict[str, Any]:
     if audit is not None:
         await audit_artifact(step, audit)
     return outcome
-
-
-def _alarm(audit: StepAudit | None, scope: str) -> AlarmEvidence | None:
-    """The alarm evidence of ``scope`` (None without an alarm)."""
-    if audit is None or audit.alarm is None:
-        return None
-    return audit.evidence.get(scope) or AlarmEvidence(step=audit.step, reason=audit.alarm.reason)
 
 
 async def _process_scope(

@@ -16,7 +16,7 @@ from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
 from amaris.scoring.regrade import regrade_all
 from amaris.scoring.scorer import Scorer
-from amaris.settings import AUDITOR
+from amaris.settings import AUDITOR, AuditSettings
 from amaris.steps.context import get_context
 from amaris.tasks._common import llm_task
 
@@ -44,12 +44,12 @@ def _earlier(step: int) -> list[TrendPoint]:
 
 
 @llm_task(AUDITOR, "audit", "audit-step-{step}")
-async def audit_step(step: int, records: list[RolloutRecord]) -> StepAudit:
+async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSettings) -> StepAudit:
     """The step's audit: a sample of ``records`` stratified by reward (top tail
     over-sampled), re-graded by the auditor under the rubric version that scored each,
-    its fidelity for the step and per scope, and the alarm (with its evidence per scope)."""
+    its fidelity for the step and per scope, and the alarm (with its evidence per scope).
+    ``settings`` (``audit:``) is a parameter so that the cache key holds it."""
     ctx = get_context()
-    settings = ctx.settings.audit
     scored = [r for r in records if _audited(r)]
     sample = stratified_sample(
         scored,
@@ -110,7 +110,7 @@ async def run_audit(step: int, records: list[RolloutRecord]) -> StepAudit | None
     ctx = get_context()
     if not ctx.settings.auditor_on:
         return None
-    audit = await audit_step(step, records)
+    audit = await audit_step(step, records, ctx.settings.audit)
     await asyncio.to_thread(ctx.steps.set, step, audit=audit.model_dump(mode="json"))
     ctx.fidelity.record(audit)
     log.info(

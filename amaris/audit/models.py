@@ -148,6 +148,13 @@ class StepAudit(AuditSummary):
     evidence: dict[str, AlarmEvidence] = Field(default_factory=dict)
     """Per scope, when the alarm fired."""
 
+    def evidence_for(self, scope: str) -> AlarmEvidence | None:
+        """What ``scope``'s analyzer and updater are shown: None without an alarm; the
+        reason alone for a scope the sample missed."""
+        if self.alarm is None:
+            return None
+        return self.evidence.get(scope) or AlarmEvidence(step=self.step, reason=self.alarm.reason)
+
     def summary(self) -> AuditSummary:
         """The five fields ``GET /steps`` shows."""
         return AuditSummary(

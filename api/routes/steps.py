@@ -166,7 +166,7 @@ class StepStatusPublic(BaseModel):
     audit: AuditSummary | None = Field(
         default=None,
         description="The audit judge's check of the step's rewards (docs/fidelity.md); "
-        "null while the auditor is off or the step is not audited yet.",
+        "absent while the auditor is off or the step is not audited yet.",
     )
 
 
@@ -190,7 +190,13 @@ class RerunResponse(BaseModel):
     status: Literal["started", "running", "done", "open"]
 
 
-@router.get("/steps", response_model=list[StepStatusPublic], responses=INPUT_ERRORS)
+# exclude_unset: a step without an audit is listed as before the audit existed.
+@router.get(
+    "/steps",
+    response_model=list[StepStatusPublic],
+    response_model_exclude_unset=True,
+    responses=INPUT_ERRORS,
+)
 async def list_steps(
     services: ServicesDep,
     status: Annotated[
@@ -202,7 +208,9 @@ async def list_steps(
     known = services.coordinator.snapshot()
     audits = await asyncio.to_thread(_audits, services) if services.settings.auditor_on else {}
     return [
-        StepStatusPublic(step=step, status=st, audit=audits.get(step))
+        StepStatusPublic(step=step, status=st, audit=audits[step])
+        if step in audits
+        else StepStatusPublic(step=step, status=st)
         for step, st in sorted(known.items())
         if status is None or st == status
     ]

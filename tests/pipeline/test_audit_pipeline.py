@@ -191,7 +191,7 @@ def test_off_when_unset(tmp_path: Path, fake_llm: FakeLLM) -> None:
         services = client.app.state.services  # type: ignore[attr-defined]
         ledger = services.pipeline_gateway.ledger.for_step(0)
     assert detail == {"step": 0, "status": "done", "audit": None}
-    assert listed == [{"step": 0, "status": "done", "audit": None}]
+    assert listed == [{"step": 0, "status": "done"}]  # as before the audit existed
     assert "amaris_audit_agreement" not in metrics
     assert "amaris_fidelity_alarms_total 0.0" in metrics
     assert health["auditor"] is None and "auditor" not in health["structured_output"]

@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, list[str]]] = {
     "bootstrap": ("bootstrap", ["--data", "ranked.json"]),
     "manifest": ("manifest", []),
     "offline-llm": ("offline_llm", []),
+    "audit ack": ("audit", []),
+    "audit status": ("audit", []),
 }
 """Every command: the module of its group, and the arguments it requires."""
 NO_CONFIGURATION = {"offline-llm", "repair-worker"}
