@@ -10,8 +10,16 @@ import pytest
 
 from amaris.audit.alarm import MIN_TOP_TAIL, TrendPoint, check_alarm, evidence
 from amaris.audit.fidelity import criterion_disagreement, fidelity, kendall_tau
-from amaris.audit.models import AuditedRollout, CriterionPair, Fidelity
+from amaris.audit.models import (
+    Alarm,
+    AuditedRollout,
+    CriterionDisagreement,
+    CriterionPair,
+    Fidelity,
+    StepAudit,
+)
 from amaris.audit.pause import AuditPause, ScoringPausedError
+from amaris.audit.report import fidelity_markdown, sparkline
 from amaris.audit.sampling import sample_size, stratified_sample
 from amaris.cli.main import main
 from amaris.settings import AuditSettings, load_settings
@@ -248,3 +256,40 @@ def test_the_auditor_is_off_until_its_client_or_agent_entry_is_set(tmp_path: Pat
     assert offline.auditor_on and offline.client.offline_agents(offline.served_agents) == [
         "auditor"
     ]
+
+
+# -- the step artifact -------------------------------------------------------------------------
+
+
+def test_the_artifact_shows_the_step_its_scopes_criteria_and_trend() -> None:
+    earlier = [
+        StepAudit(
+            step=s,
+            sampled=8,
+            agreement=0.8,
+            top_tail_agreement=1.0,
+            gap=0.05,
+            training_mean=0.5 + s / 10,
+            audit_mean=0.5,
+        )
+        for s in range(3)
+    ]
+    now = StepAudit(
+        step=3,
+        sampled=8,
+        failed=1,
+        agreement=-0.4,
+        top_tail_agreement=0.0,
+        gap=0.6,
+        alarm=Alarm(kind="top_tail", reason="the auditor keeps 0%"),
+        training_mean=0.9,
+        audit_mean=0.2,
+        criteria=[CriterionDisagreement(id="A1", text="a | b", disagreement=0.75, rollouts=8)],
+        scopes={"global": fidelity([audited("r", 1.0, 0.0, top=True)])},
+    )
+    text = fidelity_markdown(now, earlier)
+    assert "**Alarm:** top_tail: the auditor keeps 0%" in text
+    assert "| (step) | 8 | -0.400 | 0.600 | 0.000 | 0.900 | 0.200 |" in text
+    assert "| A1 | 0.750 | 8 | a / b |" in text  # a cell cannot break the table
+    assert [line.split("|")[1].strip() for line in text.splitlines()[-4:]] == ["0", "1", "2", "3"]
+    assert sparkline([0.0, 0.5, 1.0, None]) == "▁▅█ "
