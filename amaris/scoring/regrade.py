@@ -15,7 +15,7 @@ from amaris.memory.records import RolloutRecord
 from amaris.models import ScoreRequest
 from amaris.rubric.model import RubricVersion
 from amaris.scoring.aggregate import aggregate
-from amaris.scoring.refusals import OverloadedError
+from amaris.scoring.refusals import OverloadedError, OversizeError
 from amaris.scoring.scorer import Scorer
 
 EVIDENCE_TEXT_CHARS = 2_000
@@ -52,9 +52,10 @@ async def regrade(
         top_tail=drawn.top_tail,
         threshold=drawn.threshold,
     )
+    # A record the configuration now refuses (a limit lowered since) is not graded.
     try:
         judgement = await scorer.judge(_request(record), rubric)
-    except (ValidationError, OverloadedError) as exc:
+    except (ValidationError, OverloadedError, OversizeError) as exc:
         return base.model_copy(update={"failure": f"{type(exc).__name__}: {exc}"[:500]})
     if judgement.breakdown is None:
         return base.model_copy(update={"failure": judgement.failure})
