@@ -31,7 +31,7 @@ from pydantic import BaseModel, SecretStr
 from amaris.agents.prompts import prompt_fingerprint
 from amaris.jsonfile import JsonFileError, read_json
 from amaris.redact import redact_url
-from amaris.settings import AGENTS, AgentName, Settings, is_local_url
+from amaris.settings import AUDITOR, AgentName, Settings, is_local_url
 
 MANIFEST_VERSION = 1
 PACKAGES = (
@@ -147,7 +147,7 @@ def git_commit() -> str | None:
 
 def endpoint_kind(settings: Settings, agent: AgentName) -> str:
     """``offline`` (the rule-based agents), ``local`` (this machine) or ``hosted``."""
-    if agent in settings.client.offline_agents():
+    if settings.client.offline_agents([agent]):
         return "offline"
     return "local" if is_local_url(settings.client.for_agent(agent).base_url) else "hosted"
 
@@ -156,10 +156,11 @@ def agents(settings: Settings, prompts: dict[str, str]) -> dict[str, AgentRecord
     """Per agent: model, endpoint kind and URL (no credentials), prompt fingerprint (the
     pipeline's cache-key fingerprint: template, model, temperature) and template hash."""
     out: dict[str, AgentRecord] = {}
-    for agent in AGENTS:
+    for agent in settings.served_agents:
         options = settings.agents.for_agent(agent)
         base_url = settings.client.for_agent(agent).base_url
-        template = prompts.get(agent)
+        # The auditor asks with the scorer's template (amaris.audit).
+        template = prompts.get("scorer" if agent == AUDITOR else agent)
         out[agent] = {
             "model": options.model,
             "endpoint": endpoint_kind(settings, agent),

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from amaris.audit.monitor import FidelityMonitor
 from amaris.llm.ledger import price
 from amaris.memory.precheck_rules import ProbeKind
 from amaris.settings import AGENTS, ModelPrice
@@ -128,15 +129,18 @@ class Metrics:
         ledger: TokenLedger,
         pricing: Mapping[str, ModelPrice],
         canary: Mapping[str, int] | None = None,
+        fidelity: FidelityMonitor | None = None,
     ) -> None:
         """Export these objects' counters at scrape time (replacing earlier ones).
 
-        ``canary``: the rubric canary's counts of the step flows this process runs."""
+        ``canary``: the rubric canary's counts of the step flows this process runs;
+        ``fidelity``: the audits of those step flows."""
         if self._state is not None:
             self.registry.unregister(self._state)
         self._state = _StateCollector(
             gateways, scorer, store, coordinator, ledger, pricing, {} if canary is None else canary
         )
+        self._state.fidelity = fidelity or FidelityMonitor()
         self.registry.register(self._state)
 
     def watch_judge_canaries(self, counts: Mapping[str, int], rules: PrecheckRuleStore) -> None:
@@ -214,6 +218,7 @@ class _StateCollector(Collector):
         canary: Mapping[str, int],
     ) -> None:
         self._canary = canary
+        self.fidelity = FidelityMonitor()
         self._gateways = dict(gateways)
         self._ledger = ledger
         self._pricing = dict(pricing)
@@ -223,6 +228,7 @@ class _StateCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         yield from self._llm()
+        yield from self._fidelity()
         yield from self._ledger_metrics()
         # dict(...) copies in one step: the pipeline thread updates its gateway's stats.
         counters = dict(self._scorer.counters)
@@ -282,6 +288,27 @@ class _StateCollector(Collector):
             "amaris_step_waiters",
             "Requests waiting for a step's pipeline (/rubric_status/wait, sync-mode /score).",
             value=self._coordinator.waiters,
+        )
+
+    def _fidelity(self) -> Iterable[Metric]:
+        monitor = self.fidelity
+        # No audit yet (or the auditor off): no sample, rather than a made-up value.
+        if monitor.agreement is not None:
+            yield GaugeMetricFamily(
+                "amaris_audit_agreement",
+                "Kendall's tau between training and audit rewards on the latest audited step.",
+                value=monitor.agreement,
+            )
+        if monitor.gap is not None:
+            yield GaugeMetricFamily(
+                "amaris_audit_reward_gap",
+                "Mean absolute gap between training and audit rewards, latest audited step.",
+                value=monitor.gap,
+            )
+        yield CounterMetricFamily(
+            "amaris_fidelity_alarms",
+            "Goodhart alarms raised: training and audit rewards diverge (docs/fidelity.md).",
+            value=monitor.alarms,
         )
 
     def _llm(self) -> Iterable[Metric]:

@@ -348,6 +348,16 @@ class HealthResponse(BaseModel):
     structured_output: dict[str, StructuredOutputStatus] = Field(
         default_factory=dict, description="Per agent: the structured-output mode in use and why."
     )
+    auditor: str | None = Field(
+        default=None,
+        description="The audit judge's model ('offline-rules' for the offline judge); null "
+        "while the auditor is off (neither client.auditor nor agents.auditor is set).",
+    )
+    scoring_paused: str | None = Field(
+        default=None,
+        description="Why /score answers 503: the fidelity alarm that paused scoring "
+        "(audit.on_alarm: pause) until `amaris audit ack`; null while scoring runs.",
+    )
 
 
 class ErrorDetail(BaseModel):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from qdrant_client import QdrantClient
 
+from amaris.audit.pause import AuditPause
 from amaris.llm.gateway import LLMGateway
 from amaris.llm.providers import ChatProvider
 from amaris.memory.precheck_rules import PrecheckRuleStore
@@ -63,6 +64,8 @@ class Services:
     coordinator: StepCoordinator
     metrics: Metrics
     ids: RolloutIds
+    pause: AuditPause
+    """Scoring paused by a fidelity alarm (``audit.on_alarm: pause``) until acknowledged."""
     owns_qdrant: bool = True
     precheck_rules: PrecheckRuleStore | None = None
     """The pre-check's learned rules (judge canaries): ``/precheck/rules``."""

@@ -13,6 +13,7 @@ from amaris import __version__
 from amaris.api import errors
 from amaris.api.middleware import RequestGuard, RequestMetrics
 from amaris.api.routes import (
+    audit,
     health,
     memory,
     metrics,
@@ -81,6 +82,7 @@ def build_api(settings: Settings, services: Services | ServicesFactory) -> FastA
     app.include_router(openrlhf.router)
     app.include_router(rubrics.router)
     app.include_router(steps.router)
+    app.include_router(audit.router)
     app.include_router(memory.router)
     app.include_router(metrics.router)
     app.include_router(precheck.router)

@@ -27,7 +27,12 @@ ServicesDep = Annotated[Services, Depends(get_services)]
 
 
 async def score_one(request: ScoreRequest, services: Services) -> ScoreResponse:
-    """:func:`~amaris.scoring.reward.score_rollout` with this service's parts."""
+    """:func:`~amaris.scoring.reward.score_rollout` with this service's parts.
+
+    Raises:
+        ScoringPausedError: a fidelity alarm paused scoring (``audit.on_alarm: pause``).
+    """
+    services.pause.check()
     return await score_rollout(
         request,
         scopes=services.scopes,
@@ -39,7 +44,12 @@ async def score_one(request: ScoreRequest, services: Services) -> ScoreResponse:
 
 
 def batch_scoring(services: Services) -> BatchScoring:
-    """The batch scoring of ``/batch_score`` and ``/get_reward`` with this service's parts."""
+    """The batch scoring of ``/batch_score`` and ``/get_reward`` with this service's parts.
+
+    Raises:
+        ScoringPausedError: a fidelity alarm paused scoring (``audit.on_alarm: pause``).
+    """
+    services.pause.check()
     return BatchScoring(
         scorer=services.scorer,
         score_one=partial(score_one, services=services),

@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from amaris.audit.pause import ScoringPausedError
 from amaris.logs import loggable
 from amaris.memory.storage_health import StorageUnavailableError
 from amaris.models import ErrorDetail, ErrorResponse
@@ -169,6 +170,23 @@ def install(app: FastAPI) -> None:
             429,
             "overloaded",
             [ErrorDetail(field="scoring.max_pending", message=f"{exc}; retry later")],
+            headers={"Retry-After": str(retry_after)},
+        )
+
+    paused = {"logged_at": 0.0}
+
+    @app.exception_handler(ScoringPausedError)
+    async def _paused(request: Request, exc: ScoringPausedError) -> JSONResponse:
+        # A trainer may retry in a loop: one log line every 10 s, not one per refusal.
+        now = time.monotonic()
+        if now - paused["logged_at"] >= 10:
+            log.warning("503 %s %s: %s", request.method, loggable(request.url.path), exc)
+            paused["logged_at"] = now
+        retry_after = request.app.state.services.settings.scoring.retry_after_seconds
+        return error_response(
+            503,
+            "scoring_paused",
+            [ErrorDetail(field="audit", message=str(exc))],
             headers={"Retry-After": str(retry_after)},
         )
 

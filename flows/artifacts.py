@@ -4,12 +4,16 @@ them."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
 from amaris.agents.schemas import BatchSummary, RubricUpdateProposal
+from amaris.audit.history import audit_history
+from amaris.audit.models import StepAudit
+from amaris.audit.report import fidelity_markdown
 from amaris.llm.ledger import Key, Usage, cost, total, unpriced
 from amaris.manifest import markdown as manifest_markdown
 from amaris.rubric.informativeness import DueCriterion, ScopeStats
@@ -246,6 +250,16 @@ async def usage_artifact(step: int, rollouts: int | None, failed: bool = False) 
         key=f"usage-step-{step}",
         markdown=usage_markdown(step, rollouts, table, ctx.settings.pricing, waited, failed),
         description=f"Step {step} LLM tokens, time waited on the judge and cost",
+    )
+
+
+async def audit_artifact(step: int, audit: StepAudit) -> None:
+    """The step's reward fidelity: its audit, the criteria read differently, the trend."""
+    history = await asyncio.to_thread(audit_history, get_context().steps, step)
+    await acreate_markdown_artifact(
+        key=f"fidelity-step-{step}",
+        markdown=fidelity_markdown(audit, history),
+        description=f"Step {step} reward fidelity (audit judge)",
     )
 
 

@@ -17,6 +17,7 @@ from typing import TypeVar, cast
 from prefect.utilities.annotations import quote
 
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis, RubricUpdateProposal
+from amaris.audit.models import AlarmEvidence
 from amaris.flows.artifacts import rubric_diff_artifact
 from amaris.memory.records import RolloutRecord
 from amaris.models import JSONObject
@@ -96,6 +97,9 @@ class ScopeRun:
     """Outputs dropped on an agent's permanent failure (the step goes on without them)."""
     queried: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once memory is retrieved (or that failed, or no update asks for it)."""
+    alarm: AlarmEvidence | None = None
+    """The step's fidelity alarm and its evidence in this scope, for the analyzer and
+    updater (:func:`amaris.tasks.audit.run_audit`)."""
 
     @classmethod
     async def load(
@@ -146,13 +150,16 @@ class ScopeRun:
     ) -> tuple[list[IndividualAnalysis], list[BatchSummary]]:
         ctx = get_context()
         groups = [self.peers[r.seq or 0] for r in part]
-        found = await analyze_chunk(index, part, self.criteria, groups)
+        found = await analyze_chunk(index, part, self.criteria, groups, self.alarm)
         self.dropped.extend(found.dropped)
         # Prefect holds the chunk's result now: its per-rollout files are redundant.
         await asyncio.to_thread(
             forget_analyses,
             ctx.settings.memory.path,
-            [analysis_key(r, self.criteria, g) for r, g in zip(part, groups, strict=True)],
+            [
+                analysis_key(r, self.criteria, g, self.alarm)
+                for r, g in zip(part, groups, strict=True)
+            ],
         )
         if not ctx.settings.pipeline.use_chunking or not found.analyses:
             return found.analyses, []
@@ -256,6 +263,7 @@ class ScopeRun:
                 summary,
                 memory,
                 self.informativeness,
+                self.alarm,
             ),
         )
         if proposal is None:

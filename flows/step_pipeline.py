@@ -9,7 +9,9 @@ from collections import defaultdict
 from prefect import flow
 from pydantic import BaseModel
 
+from amaris.audit.models import AlarmEvidence
 from amaris.flows.artifacts import (
+    audit_artifact,
     criteria_table_artifact,
     hacking_table_artifact,
     manifest_artifact,
@@ -21,6 +23,7 @@ from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import ScopeStats
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import StepRun
+from amaris.tasks.audit import run_audit
 from amaris.tasks.judge_canaries import JudgeCanaryRequest, check_judge_canaries
 from amaris.tasks.load_rollouts import load_step_rollouts
 from amaris.tasks.measure_criteria import measure_criteria
@@ -71,6 +74,8 @@ async def step_pipeline(step: int) -> StepResult:
 async def _run_step(step: int) -> StepResult:
     ctx = get_context()
     records = await load_step_rollouts(step)
+    # First: on an alarm, its evidence goes to the scopes' analyzer and updater.
+    audit = await run_audit(step, records)
     # The statistics of this step and, to count streaks, of the steps before it.
     window = ctx.settings.rubric.retire_uninformative_after or 1
     measured = await measure_criteria(step, unwalked(list(records)), window)
@@ -82,7 +87,13 @@ async def _run_step(step: int) -> StepResult:
     results, _ = await asyncio.gather(
         asyncio.gather(
             *(
-                _process_scope(step, scope, scope_records, measured.get(scope, []))
+                _process_scope(
+                    step,
+                    scope,
+                    scope_records,
+                    measured.get(scope, []),
+                    audit.evidence_for(scope) if audit else None,
+                )
                 for scope, scope_records in sorted(by_scope.items())
             )
         ),
@@ -95,6 +106,8 @@ async def _run_step(step: int) -> StepResult:
         await asyncio.to_thread(ctx.rubrics.export)
     await hacking_table_artifact(step, outcome.scopes)
     await criteria_table_artifact(step, measured)
+    if audit is not None:
+        await audit_artifact(step, audit)
     return outcome
 
 
@@ -103,11 +116,13 @@ async def _process_scope(
     scope: str,
     records: list[RolloutRecord],
     history: list[ScopeStats | None],
+    alarm: AlarmEvidence | None = None,
 ) -> tuple[str, ScopeOutcome]:
     """One scope of the step: load → analyze (each chunk summarised as it is in) →
     consolidate → query → retrieve → update → canary/publish, and remember beside the
     update (after retrieval: it reads earlier steps only, so the update never waits)."""
     run = await ScopeRun.load(step, scope, records, history)
+    run.alarm = alarm
     analyses, summaries = await run.analyze()
     meta = await run.consolidate(summaries) if len(summaries) > 1 else None
     summary = meta if len(summaries) > 1 else (summaries[0] if summaries else None)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from amaris.agents.prompts import DataBlock
 from amaris.agents.schemas import IndividualAnalysis
+from amaris.audit.models import AlarmEvidence
 from amaris.llm.budget import CHARS_PER_TOKEN, MIN_FIELD_CHARS, fit_texts, json_chars
 from amaris.llm.gateway import LLMTransientError
 from amaris.logs import loggable
@@ -59,16 +60,26 @@ StoredAnalysis = IndividualAnalysis | DroppedAnalysis
 _STORED: TypeAdapter[StoredAnalysis] = TypeAdapter(StoredAnalysis)
 
 
-def analysis_key(record: RolloutRecord, criteria: list[AgentCriterion], group: list[Peer]) -> str:
+def analysis_key(
+    record: RolloutRecord,
+    criteria: list[AgentCriterion],
+    group: list[Peer],
+    alarm: AlarmEvidence | None = None,
+) -> str:
     """The result-store key of one rollout's analysis: everything it depends on."""
     ctx = get_context()
+    # With no alarm, the key of a step before the audit judge existed.
+    alarmed = () if alarm is None else (alarm,)
     return "analyzer-item-" + digest(
-        ctx.namespace, record, criteria, group, ctx.prompt_fingerprint("analyzer")
+        ctx.namespace, record, criteria, group, *alarmed, ctx.prompt_fingerprint("analyzer")
     )
 
 
 async def analyze_one(
-    record: RolloutRecord, criteria: list[AgentCriterion], group: list[Peer]
+    record: RolloutRecord,
+    criteria: list[AgentCriterion],
+    group: list[Peer],
+    alarm: AlarmEvidence | None = None,
 ) -> IndividualAnalysis:
     """Analyse one logged rollout: reward hacking, progress, rubric fit."""
     rollout = record.rollout
@@ -88,6 +99,9 @@ async def analyze_one(
         "group": dumped(group),
     }
     context: DataBlock = {"criteria": dumped(criteria)}
+    if alarm is not None:
+        # Shared by every analysis of the scope: in the context block, the cached prefix.
+        context["fidelity_alarm"] = alarm.model_dump(mode="json")
     budget = await get_context().gateway.prompt_budget("analyzer")
     if budget is not None:
         data = fit_analysis(context, data, budget, record.step)
@@ -130,6 +144,7 @@ async def analyze_chunk(
     records: list[RolloutRecord],
     criteria: list[AgentCriterion],
     groups: list[list[Peer]],
+    alarm: AlarmEvidence | None = None,
 ) -> ChunkAnalyses:
     """Analyses of ``records`` (``groups[i]``: the other rollouts of record i's group).
 
@@ -144,7 +159,7 @@ async def analyze_chunk(
     """
     folder = get_context().settings.memory.path / "pipeline-cache"
     paths = [
-        folder / f"{analysis_key(r, criteria, g)}.json"
+        folder / f"{analysis_key(r, criteria, g, alarm)}.json"
         for r, g in zip(records, groups, strict=True)
     ]
     stored = await asyncio.to_thread(_read_existing, paths)
@@ -158,7 +173,7 @@ async def analyze_chunk(
         rollout_id = record.rollout.id
         result: StoredAnalysis
         try:
-            result = await analyze_one(record, criteria, group)
+            result = await analyze_one(record, criteria, group, alarm)
         except DROPS as exc:
             result = DroppedAnalysis(
                 rollout_id=rollout_id,

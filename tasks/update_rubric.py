@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from amaris.agents.prompts import DataBlock
 from amaris.agents.schemas import BatchSummary, RubricUpdateProposal
+from amaris.audit.models import AlarmEvidence
 from amaris.models import JSONObject
 from amaris.rubric.informativeness import UpdaterView
 from amaris.steps.context import get_context
@@ -21,12 +22,14 @@ async def propose_update(
     summary: BatchSummary,
     memory: RetrievedMemory,
     informativeness: UpdaterView,
+    alarm: AlarmEvidence | None = None,
 ) -> RubricUpdateProposal:
     """The updater's proposal (strategy, modifications, rationale, memory consultation).
 
     ``informativeness``: this step's ``criterion_stats`` and the criteria ``uninformative``
     for ``rubric.retire_uninformative_after`` steps
-    (:func:`amaris.rubric.informativeness.updater_view`)."""
+    (:func:`amaris.rubric.informativeness.updater_view`). ``alarm``: the step's fidelity
+    alarm and its evidence in this scope (the judge now misreads something), when fired."""
     ctx = get_context()
     bounds = ctx.bounds
     context: DataBlock = {
@@ -47,6 +50,8 @@ async def propose_update(
         "criterion_stats": dumped(informativeness.criterion_stats),
         "uninformative": dumped(informativeness.uninformative),
     }
+    if alarm is not None:
+        data["fidelity_alarm"] = alarm.model_dump(mode="json")
     return await ask(
         "updater",
         context,

@@ -30,7 +30,6 @@ from amaris.rubric.store import RubricStore
 from amaris.scoring.reward import reward_of
 from amaris.scoring.scorer import Scorer
 from amaris.settings import (
-    AGENTS,
     AgentName,
     AgentOptions,
     ResolvedAgentOptions,
@@ -136,7 +135,7 @@ async def check_judges(settings: Settings) -> list[AgentCheck]:
     samples: dict[str, _Sample] = {}
     rows: list[AgentCheck] = []
     try:
-        for agent in AGENTS:
+        for agent in settings.served_agents:
             provider = providers[agent]
             options = settings.agent_options(agent)
             if provider.offline:

@@ -16,6 +16,8 @@ from amaris.agents.prompts import load_prompts
 from amaris.api.app import build_api
 from amaris.app.prefect_env import configure_prefect
 from amaris.app.step_executor import DeploymentExecutor
+from amaris.audit.monitor import FidelityMonitor
+from amaris.audit.pause import AuditPause
 from amaris.flows.step_pipeline import step_pipeline
 from amaris.llm.budget import ContextWindows
 from amaris.llm.call_log import CallLog
@@ -39,7 +41,7 @@ from amaris.scoring.learned_rules import LearnedRules
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer
 from amaris.services import Services, settle_heap
-from amaris.settings import AGENTS, Settings
+from amaris.settings import Settings
 from amaris.steps.context import (
     PipelineContext,
     pipeline_gateway_settings,
@@ -188,6 +190,8 @@ def build_services(
     """The rubric canary's verdicts in this process (step flows run here): /metrics."""
     judge_canaries: Counter[str] = Counter()
     """The judge canaries' probes and alarms in this process: /metrics."""
+    fidelity = FidelityMonitor()
+    """The audits of the step flows run here: /metrics."""
 
     async def warm_up() -> None:
         set_context(
@@ -204,6 +208,7 @@ def build_services(
                 canary=canary,
                 precheck_rules=precheck_rules,
                 judge_canaries=judge_canaries,
+                fidelity=fidelity,
             )
         )
         if prefect_ready is not None:
@@ -262,11 +267,21 @@ def build_services(
         ledger,
         settings.pricing,
         canary,
+        fidelity,
     )
     metrics.watch_judge_canaries(judge_canaries, precheck_rules)
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
-    offline = [agent for agent in AGENTS if providers[agent].offline]
+    if settings.auditor_on:
+        log.info(
+            "audit judge on: %s re-grades %.0f%% of each step (at least %d rollouts)",
+            "the OFFLINE rule-based judge"
+            if providers["auditor"].offline
+            else settings.agent_options("auditor").model,
+            settings.audit.sample_share * 100,
+            settings.audit.min_samples,
+        )
+    offline = [agent for agent in settings.served_agents if providers[agent].offline]
     if offline:
         log.warning(
             "agents served by the OFFLINE rule-based agents, not an LLM: %s", ", ".join(offline)
@@ -288,6 +303,7 @@ def build_services(
         coordinator=coordinator,
         metrics=metrics,
         ids=RolloutIds(rollouts),
+        pause=AuditPause(settings.memory.path),
         owns_qdrant=owns_qdrant,
         precheck_rules=precheck_rules,
     )

@@ -21,6 +21,7 @@ from contextlib import ExitStack
 from typing import cast
 
 from amaris.cli.commands import (
+    audit,
     bootstrap,
     export,
     manifest,
@@ -43,6 +44,7 @@ COMMAND_GROUPS: tuple[Callable[[SubParsers], None], ...] = (
     bootstrap.register,
     manifest.register,
     offline_llm.register,
+    audit.register,
 )
 """Each command group adds its sub-commands, in the order ``amaris --help`` lists them."""
 

@@ -62,7 +62,7 @@ from amaris.llm.providers import (
 )
 from amaris.llm.reasoning import cut_short
 from amaris.llm.schema import JsonSchema, strict_schema
-from amaris.settings import AGENTS, ResolvedAgentOptions, Settings
+from amaris.settings import ResolvedAgentOptions, Settings
 from amaris.text.offload import off_loop
 
 __all__ = [
@@ -115,7 +115,7 @@ class LLMGateway:
         """Context windows read from endpoints (shared by the service's two gateways)."""
         self._window_lock = asyncio.Lock()
         self._options: dict[str, ResolvedAgentOptions] = {
-            agent: settings.agent_options(agent) for agent in AGENTS
+            agent: settings.agent_options(agent) for agent in settings.served_agents
         }
         """Each agent's resolved options (settings are frozen: resolved once, not per call)."""
         self._providers = providers

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from amaris.llm.providers import ChatProvider
-from amaris.settings import AGENTS, Settings
+from amaris.settings import Settings
 
 TIMEOUT_GRACE_SECONDS = 5.0
 """Added to the agent's timeout for the backstop: the SDK (the transport) enforces the
@@ -27,14 +27,14 @@ class Limits:
         self._total = asyncio.Semaphore(limits.total) if limits.total else None
         self._per_agent: dict[str, asyncio.Semaphore] = {
             agent: asyncio.Semaphore(slots)
-            for agent in AGENTS
+            for agent in settings.served_agents
             if agent in providers and (slots := limits.get(agent))
         }
         # One limit per endpoint, shared by every agent that sends to it: a self-hosted
         # model serving a few requests at a time queues the rest here, where the wait
         # does not count against a request's timeout, instead of in its own queue.
         endpoint_limits: dict[str, int] = {}
-        for agent in AGENTS:
+        for agent in settings.served_agents:
             provider = providers.get(agent)
             slots = settings.client.for_agent(agent).request_limit
             if provider is not None and not provider.offline and slots is not None:

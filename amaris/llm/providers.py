@@ -22,7 +22,7 @@ from amaris.models import storable
 from amaris.offline.judge import respond
 from amaris.offline.sampling import VerdictSampler
 from amaris.redact import redact_url
-from amaris.settings import AGENTS, ResolvedAgentOptions, Settings, has_endpoint, secret_value
+from amaris.settings import ResolvedAgentOptions, Settings, has_endpoint, secret_value
 from amaris.text.offload import off_loop_above
 
 TOP_LOGPROBS = 10
@@ -384,7 +384,7 @@ def build_providers(settings: Settings) -> dict[str, ChatProvider]:
     offline = OfflineProvider()
     by_endpoint: dict[tuple[str | None, str | None], ChatProvider] = {}
     providers: dict[str, ChatProvider] = {}
-    for agent in AGENTS:
+    for agent in settings.served_agents:
         client = settings.client.for_agent(agent)
         if not has_endpoint(client):
             providers[agent] = offline

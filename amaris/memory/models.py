@@ -126,3 +126,6 @@ class StepRecord(BaseModel):
     """Scale-out: the number of the latest attempt submitted (from 0)."""
     executor: str | None = Field(default=None, exclude_if=_unset)
     """Scale-out: the replica that started the latest attempt (it restarts it)."""
+    audit: JSONValue = Field(default=None, exclude_if=_unset)
+    """The audit judge's figures of the step (the JSON of :class:`amaris.audit.models.StepAudit`,
+    which :func:`amaris.audit.history.audit_of` reads back)."""

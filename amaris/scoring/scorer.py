@@ -44,7 +44,7 @@ from amaris.scoring.learned_rules import LearnedRules
 from amaris.scoring.refusals import OverloadedError, OversizeError
 from amaris.scoring.rules import check_references, rule_results
 from amaris.scoring.verdicts import LogprobsError, combine, expected_scores_off_loop
-from amaris.settings import ScoringSettings
+from amaris.settings import AgentName, ScoringSettings
 from amaris.text.offload import OFF_LOOP_CHARS, off_loop_above
 
 log = logging.getLogger("amaris.scoring.scorer")
@@ -104,10 +104,14 @@ class Scorer:
         logprobs: bool = False,
         account: str | None = None,
         learned_rules: LearnedRules | None = None,
+        agent: AgentName = "scorer",
     ) -> None:
         self._settings = settings
         self.learned_rules = learned_rules
         """The pre-check's learned rules (judge canaries), matched before the judge."""
+        self._agent = agent
+        """The agent whose endpoint and options the judge calls use: ``auditor`` for the
+        audit judge, which asks the scorer's prompt on its own endpoint."""
         self._account = account
         """The ledger agent its judge calls are counted under (default ``scorer``)."""
         self._samples = samples
@@ -319,7 +323,7 @@ class Scorer:
         self, rubric: RubricVersion, fields: dict[str, str]
     ) -> tuple[dict[str, str], list[str]]:
         """``fields`` cut to the scorer's context budget, and the names of those cut."""
-        budget = await self._gateway.prompt_budget("scorer")
+        budget = await self._gateway.prompt_budget(self._agent)
         if budget is None:
             return fields, []
         return self._fit(rubric, fields, budget)
@@ -365,7 +369,7 @@ class Scorer:
         replies = await asyncio.gather(
             *(
                 self._gateway.structured_completion(
-                    "scorer",
+                    self._agent,
                     messages,
                     JudgeVerdicts,
                     step=step,

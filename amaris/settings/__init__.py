@@ -14,6 +14,7 @@ The modules: :mod:`~amaris.settings.schema` (the :class:`Settings` root) made of
 
 from amaris.settings.agents import (
     AGENTS,
+    AUDITOR,
     BUILTIN_AGENT_OPTIONS,
     LOCAL_MAX_CONCURRENCY,
     LOCAL_TIMEOUT_SECONDS,
@@ -28,6 +29,7 @@ from amaris.settings.agents import (
     ClientOverride,
     ClientSettings,
     ConcurrencySettings,
+    MethodAgent,
     PerAgent,
     PromptsSettings,
     ResolvedAgentOptions,
@@ -35,6 +37,7 @@ from amaris.settings.agents import (
     has_endpoint,
     is_local_url,
 )
+from amaris.settings.audit import AuditSettings, OnAlarm
 from amaris.settings.base import Section, secret_value
 from amaris.settings.criteria import (
     REFERENCE_RULES,
@@ -71,6 +74,7 @@ from amaris.settings.server import (
 
 __all__ = [
     "AGENTS",
+    "AUDITOR",
     "BUILTIN_AGENT_OPTIONS",
     "ENV_NESTED_DELIMITER",
     "ENV_NULL",
@@ -89,6 +93,7 @@ __all__ = [
     "AgentName",
     "AgentOptions",
     "AgentsSettings",
+    "AuditSettings",
     "CanarySettings",
     "ClientOverride",
     "ClientSettings",
@@ -101,8 +106,10 @@ __all__ = [
     "LengthRule",
     "LoggingSettings",
     "MemorySettings",
+    "MethodAgent",
     "ModelPrice",
     "NumericRule",
+    "OnAlarm",
     "PerAgent",
     "PipelineSettings",
     "PrecheckSettings",

@@ -1,14 +1,18 @@
-"""The six LLM agents and the sections keyed by them: ``client``, ``agents``,
-``concurrency``, ``prompts``.
+"""The six LLM agents (and the audit judge) and the sections keyed by them: ``client``,
+``agents``, ``concurrency``, ``prompts``.
 
 Each of these sections holds one optional entry per agent (``<section>.<agent>``), a
 shape declared once, in :class:`PerAgent`; a section adds its own head key
-(``client.default``, ``agents.default``, ``concurrency.total``).
+(``client.default``, ``agents.default``, ``concurrency.total``). ``client``, ``agents`` and
+``concurrency`` also take an ``auditor`` entry (:data:`AUDITOR`): the audit judge, off
+while neither ``client.auditor`` nor ``agents.auditor`` is set. It reads the scorer's
+prompt, so ``prompts`` has no entry for it.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
@@ -17,7 +21,7 @@ from pydantic import Field, SecretStr, model_validator
 
 from amaris.settings.base import Section
 
-AgentName = Literal[
+MethodAgent = Literal[
     "scorer",
     "analyzer",
     "summarizer",
@@ -26,8 +30,13 @@ AgentName = Literal[
     "updater",
 ]
 """The name of one of the six LLM agents of the AMARIS method."""
-AGENTS: tuple[AgentName, ...] = get_args(AgentName)
+AgentName = Literal[MethodAgent, "auditor"]
+"""The name of an LLM agent: one of the method's six, or the audit judge (issue 25)."""
+AGENTS: tuple[MethodAgent, ...] = get_args(MethodAgent)
 """The six agents, in the method's order."""
+AUDITOR: AgentName = "auditor"
+"""The audit judge: re-grades a sample of each step's rollouts with the scorer's prompt
+(docs/fidelity.md). Served only when ``client.auditor`` or ``agents.auditor`` is set."""
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 """``agents.<agent>.structured_output``."""
@@ -74,7 +83,7 @@ class PerAgent(Section, Generic[T]):
 
     def get(self, agent: AgentName) -> T | None:
         """``agent``'s own entry, None when unset."""
-        entry: T | None = getattr(self, agent)
+        entry: T | None = getattr(self, agent, None)
         return entry
 
 
@@ -147,6 +156,9 @@ class _ClientHead(Section):
 class ClientSettings(PerAgent[ClientOverride], _ClientHead):
     """``client:``: the default endpoint plus optional per-agent overrides."""
 
+    auditor: ClientOverride | None = None
+    """The audit judge's endpoint (over ``default``); setting it turns the audit on."""
+
     @model_validator(mode="after")
     def _offline_per_agent(self) -> ClientSettings:
         if self.default.offline:
@@ -174,10 +186,10 @@ class ClientSettings(PerAgent[ClientOverride], _ClientHead):
             ),
         )
 
-    def offline_agents(self) -> list[AgentName]:
-        """The agents served by the offline rule-based agents: those with no endpoint (no
-        ``api_key``, no ``base_url`` after merging with ``default``)."""
-        return [agent for agent in AGENTS if not has_endpoint(self.for_agent(agent))]
+    def offline_agents(self, agents: Sequence[AgentName] = AGENTS) -> list[AgentName]:
+        """The ``agents`` (default: the six) served by the offline rule-based agents: those
+        with no endpoint (no ``api_key``, no ``base_url`` after merging with ``default``)."""
+        return [agent for agent in agents if not has_endpoint(self.for_agent(agent))]
 
 
 # -- agents ------------------------------------------------------------------------------------
@@ -262,9 +274,15 @@ class AgentsSettings(PerAgent[AgentOptions], _AgentsHead):
     the built-in base (model gpt-4o-mini, temperature 0, timeout 60 s, or 600 s for an
     endpoint on this machine, structured output ``auto``)."""
 
+    auditor: AgentOptions | None = None
+    """The audit judge's options (over ``default``); setting it turns the audit on."""
+
     @model_validator(mode="after")
     def _scorer_only(self) -> AgentsSettings:
-        sections = [("default", self.default), *((a, self.get(a)) for a in AGENTS)]
+        sections = [
+            ("default", self.default),
+            *((a, self.get(a)) for a in (*AGENTS, AUDITOR)),
+        ]
         for section, options in sections:
             if section == "scorer" or options is None:
                 continue
@@ -309,6 +327,9 @@ class _ConcurrencyHead(Section):
 
 class ConcurrencySettings(PerAgent[RequestLimit], _ConcurrencyHead):
     """``concurrency:``: maximum LLM calls in flight; null = unlimited."""
+
+    auditor: RequestLimit | None = None
+    """The audit judge's calls in flight."""
 
 
 class PromptsSettings(PerAgent[Path]):

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from amaris.settings.agents import (
     AGENTS,
+    AUDITOR,
     AgentName,
     AgentsSettings,
     ClientSettings,
@@ -17,6 +18,7 @@ from amaris.settings.agents import (
     ResolvedAgentOptions,
     is_local_url,
 )
+from amaris.settings.audit import AuditSettings
 from amaris.settings.criteria import RubricItem
 from amaris.settings.judge_canaries import JudgeCanarySettings
 from amaris.settings.sections import (
@@ -64,6 +66,7 @@ class Settings(BaseSettings):
     scoring: ScoringSettings = ScoringSettings()
     rubric: RubricSettings = RubricSettings()
     judge_canaries: JudgeCanarySettings = JudgeCanarySettings()
+    audit: AuditSettings = AuditSettings()
     pricing: dict[str, ModelPrice] = Field(default_factory=dict)
     """Price per model name (as in ``agents.<agent>.model``): cost per step and per 1,000
     rollouts in step artifacts and simulator reports; empty = no cost shown."""
@@ -76,12 +79,13 @@ class Settings(BaseSettings):
     def _no_silent_offline(self) -> Settings:
         # The offline agents never stand in for a configured LLM unannounced: with an
         # endpoint for some agents, one left without must be a mistake unless opted in.
-        offline = self.client.offline_agents()
-        if len(offline) == len(AGENTS):
+        served = self.served_agents
+        offline = self.client.offline_agents(served)
+        if len(offline) == len(served):
             return self
         unasked = [a for a in offline if not self.client.for_agent(a).offline]
         if unasked:
-            online = [a for a in AGENTS if a not in offline]
+            online = [a for a in served if a not in offline]
             raise ValueError(
                 f"client: {', '.join(unasked)} {'has' if len(unasked) == 1 else 'have'} no "
                 f"LLM endpoint (no api_key, no base_url) while {', '.join(online)} "
@@ -100,6 +104,16 @@ class Settings(BaseSettings):
         if len(set(texts)) != len(texts):
             raise ValueError("anchor_rubrics/adaptive_rubrics: duplicate criterion text")
         return self
+
+    @property
+    def auditor_on(self) -> bool:
+        """Whether the audit judge runs: ``client.auditor`` or ``agents.auditor`` is set."""
+        return self.client.auditor is not None or self.agents.auditor is not None
+
+    @property
+    def served_agents(self) -> tuple[AgentName, ...]:
+        """The agents this configuration serves: the six, and the auditor when on."""
+        return (*AGENTS, AUDITOR) if self.auditor_on else AGENTS
 
     def agent_options(self, agent: AgentName) -> ResolvedAgentOptions:
         """The options ``agent``'s requests are sent with (defaults sized for its endpoint)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amaris.agents.prompts import load_prompts, prompt_fingerprint
+from amaris.audit.monitor import FidelityMonitor
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.manifest import ManifestJSON, build_manifest
@@ -23,7 +24,7 @@ from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.memory.store import MemoryStore
 from amaris.rubric.guardrails import Bounds
 from amaris.rubric.store import RubricStore
-from amaris.settings import AgentName, Settings, load_settings
+from amaris.settings import AUDITOR, AgentName, Settings, load_settings
 
 
 @dataclass
@@ -49,6 +50,8 @@ class PipelineContext:
     judge_canaries: Counter[str] = field(default_factory=Counter)
     """Judge canary ``probes.<kind>`` and ``alarms.<kind>`` in this process (``/metrics``:
     ``amaris_judge_canary_*``)."""
+    fidelity: FidelityMonitor = field(default_factory=FidelityMonitor)
+    """The latest audit's figures and the alarms counted (``/metrics``)."""
 
     @property
     def bounds(self) -> Bounds:
@@ -66,7 +69,9 @@ class PipelineContext:
     def prompt_fingerprint(self, agent: AgentName) -> str:
         """Changes when the agent's prompt or model changes (part of cache keys)."""
         options = self.settings.agents.for_agent(agent)
-        return prompt_fingerprint(self.prompts[agent], options.model, options.temperature)
+        # The auditor asks with the scorer's template.
+        template = self.prompts["scorer" if agent == AUDITOR else agent]
+        return prompt_fingerprint(template, options.model, options.temperature)
 
 
 _context: PipelineContext | None = None

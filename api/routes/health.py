@@ -5,8 +5,10 @@ from fastapi import APIRouter
 
 from amaris import __version__
 from amaris.api.deps import ServicesDep
+from amaris.audit.pause import ScoringPausedError
 from amaris.models import HealthResponse, StructuredOutputStatus
-from amaris.settings import AGENTS
+from amaris.services import Services
+from amaris.settings import AUDITOR
 
 router = APIRouter(tags=["health"])
 
@@ -15,6 +17,8 @@ router = APIRouter(tags=["health"])
 async def healthz(services: ServicesDep) -> HealthResponse:
     """Service status. Needs no key."""
     provider = services.gateway.provider("scorer")
+    agents = services.settings.served_agents
+    paused = services.pause.current()
     problems = services.coordinator.storage.problems()
     return HealthResponse(
         status="degraded" if problems else "ok",
@@ -22,7 +26,7 @@ async def healthz(services: ServicesDep) -> HealthResponse:
         version=__version__,
         judge_backend=provider.description,
         offline_judge=provider.offline,
-        offline_agents=[a for a in AGENTS if services.gateway.provider(a).offline],
+        offline_agents=[a for a in agents if services.gateway.provider(a).offline],
         judge_model="offline-rules"
         if provider.offline
         else services.settings.agents.for_agent("scorer").model,
@@ -30,7 +34,17 @@ async def healthz(services: ServicesDep) -> HealthResponse:
         counters=dict(services.scorer.counters),
         structured_output={
             agent: StructuredOutputStatus(mode=state.mode, reason=state.reason)
-            for agent in AGENTS
+            for agent in agents
             for state in [services.gateway.output_mode(agent)]
         },
+        auditor=_auditor(services),
+        scoring_paused=str(ScoringPausedError(paused)) if paused else None,
     )
+
+
+def _auditor(services: Services) -> str | None:
+    if not services.settings.auditor_on:
+        return None
+    if services.gateway.provider(AUDITOR).offline:
+        return "offline-rules"
+    return services.settings.agents.for_agent(AUDITOR).model

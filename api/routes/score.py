@@ -105,7 +105,9 @@ score_router = APIRouter(tags=["scoring"], route_class=ScoreRoute)
             "model": ScoreResponse,
             "description": "Unscored with `scoring.on_failure: error`; or (an error body, "
             "`storage_unavailable`) the rollout log refused the write: full disk, locked "
-            "database. Nothing was stored; retry after Retry-After.",
+            "database. Nothing was stored; retry after Retry-After. Or (`scoring_paused`) "
+            "a fidelity alarm paused scoring (`audit.on_alarm: pause`) until `amaris audit "
+            "ack` or `POST /audit/ack`.",
         },
     },
 )

@@ -21,6 +21,8 @@ from amaris.api.errors import (
     Responses,
     error_response,
 )
+from amaris.audit.history import audit_of
+from amaris.audit.models import AuditSummary, StepAudit
 from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import step_records
 from amaris.models import ErrorDetail, ErrorResponse
@@ -166,6 +168,24 @@ class StepStatusPublic(BaseModel):
 
     step: int
     status: Literal["open", "completing", "done", "failed"]
+    audit: AuditSummary | None = Field(
+        default=None,
+        description="The audit judge's check of the step's rewards (docs/fidelity.md); "
+        "absent while the auditor is off or the step is not audited yet.",
+    )
+
+
+class StepDetail(BaseModel):
+    """Answer of ``GET /steps/{step}``."""
+
+    step: int
+    status: Literal["open", "completing", "done", "failed"]
+    audit: StepAudit | None = Field(
+        default=None,
+        description="The step's audit: fidelity for the step and per scope, the criteria "
+        "the two judges read differently, the alarm and its evidence; null while the "
+        "auditor is off or the step is not audited yet.",
+    )
 
 
 class RerunResponse(BaseModel):
@@ -175,7 +195,13 @@ class RerunResponse(BaseModel):
     status: Literal["started", "running", "done", "open"]
 
 
-@router.get("/steps", response_model=list[StepStatusPublic], responses=INPUT_ERRORS)
+# exclude_unset: a step without an audit is listed as before the audit existed.
+@router.get(
+    "/steps",
+    response_model=list[StepStatusPublic],
+    response_model_exclude_unset=True,
+    responses=INPUT_ERRORS,
+)
 async def list_steps(
     services: ServicesDep,
     status: Annotated[
@@ -183,13 +209,37 @@ async def list_steps(
         Query(description="Only steps with this status."),
     ] = None,
 ) -> list[StepStatusPublic]:
-    """Steps and their pipeline status."""
+    """Steps, their pipeline status and their audit."""
     known = services.coordinator.snapshot()
+    audits = await asyncio.to_thread(_audits, services) if services.settings.auditor_on else {}
     return [
-        StepStatusPublic.model_validate({"step": step, "status": st})
+        StepStatusPublic(step=step, status=st, audit=audits[step])
+        if step in audits
+        else StepStatusPublic(step=step, status=st)
         for step, st in sorted(known.items())
         if status is None or st == status
     ]
+
+
+def _audits(services: Services) -> dict[int, AuditSummary]:
+    found = {}
+    for record in services.steps.list():
+        audit = audit_of(record)
+        if audit is not None:
+            found[audit.step] = audit.summary()
+    return found
+
+
+@router.get("/steps/{step}", response_model=StepDetail, responses=_LOOKUP_ERRORS)
+async def step_detail(step: StepNumber, services: ServicesDep) -> StepDetail | JSONResponse:
+    """One step: its pipeline status and its audit."""
+    unknown = _unknown_step(services, step)
+    if unknown is not None:
+        return unknown
+    record = await asyncio.to_thread(services.steps.get, step)
+    return StepDetail.model_validate(
+        {"step": step, "status": services.coordinator.status(step), "audit": audit_of(record)}
+    )
 
 
 @router.post("/steps/{step}/rerun", response_model=RerunResponse, responses=INPUT_ERRORS)

@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str, list[str]]] = {
     "bootstrap": ("bootstrap", "bootstrap", ["--data", "ranked.json"]),
     "manifest": ("manifest", "manifest", []),
     "offline-llm": ("offline_llm", "offline_llm", []),
+    "audit ack": ("audit", "audit", []),
+    "audit status": ("audit", "audit", []),
 }
 """Every command: the module of its group's declarations (in amaris.cli.commands), the
 module of its handler (in amaris.cli), and the arguments it requires."""

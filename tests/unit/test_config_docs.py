@@ -9,7 +9,7 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from amaris.settings import AGENTS, Settings
+from amaris.settings import AGENTS, AUDITOR, Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -24,13 +24,14 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
 
 
 def dotted_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
-    """Every key of ``model``, walked recursively: per-agent sections (``default`` and the
-    six agents) as ``<agent>``, mapping keys as ``<model>``, list items as ``[]``."""
+    """Every key of ``model``, walked recursively: per-agent sections (``default``, the six
+    agents and the auditor) as ``<agent>``, mapping keys as ``<model>``, list items as
+    ``[]``."""
     names = set(model.model_fields)
     per_agent = set(AGENTS) <= names
     keys: set[str] = set()
     for name, field in model.model_fields.items():
-        part = "<agent>" if per_agent and name in {"default", *AGENTS} else name
+        part = "<agent>" if per_agent and name in {"default", *AGENTS, AUDITOR} else name
         key = f"{prefix}{part}"
         keys.add(key)
         annotation = field.annotation

@@ -12,23 +12,26 @@ from pydantic import BaseModel
 
 from amaris.settings import (
     AGENTS,
+    AUDITOR,
     AgentName,
     AgentsSettings,
     ClientSettings,
     ConcurrencySettings,
     ConfigError,
+    MethodAgent,
     PerAgent,
     PromptsSettings,
     load_settings,
 )
 
-SECTIONS: list[tuple[str, type[BaseModel], list[str]]] = [
-    ("client", ClientSettings, ["default"]),
-    ("agents", AgentsSettings, ["default"]),
-    ("concurrency", ConcurrencySettings, ["total"]),
-    ("prompts", PromptsSettings, []),
+SECTIONS: list[tuple[str, type[BaseModel], list[str], list[str]]] = [
+    ("client", ClientSettings, ["default"], [AUDITOR]),
+    ("agents", AgentsSettings, ["default"], [AUDITOR]),
+    ("concurrency", ConcurrencySettings, ["total"], [AUDITOR]),
+    ("prompts", PromptsSettings, [], []),
 ]
-"""Each per-agent section: its key, its model, the keys before the agents'."""
+"""Each per-agent section: its key, its model, the keys before the agents', the keys after
+them (the auditor: it reads the scorer's prompt, so ``prompts`` has none)."""
 
 ENTRY = {
     "client": ("{offline: true}", "OFFLINE", "true"),
@@ -41,12 +44,13 @@ entry is a scalar), and that variable's value."""
 
 
 def test_the_agents_are_one_literal_and_one_shape() -> None:
-    assert get_args(AgentName) == AGENTS
+    assert get_args(MethodAgent) == AGENTS
+    assert get_args(AgentName) == (*AGENTS, AUDITOR)
     assert tuple(PerAgent.model_fields) == AGENTS
-    for _, model, head in SECTIONS:
+    for _, model, head, tail in SECTIONS:
         assert issubclass(model, PerAgent)
         # the head key first, as config.yaml writes it and every dump lists it
-        assert list(model.model_fields) == [*head, *AGENTS]
+        assert list(model.model_fields) == [*head, *AGENTS, *tail]
 
 
 def _entry(settings_section: PerAgent[object], agent: AgentName) -> object:
@@ -56,7 +60,7 @@ def _entry(settings_section: PerAgent[object], agent: AgentName) -> object:
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-@pytest.mark.parametrize("section", [s for s, _, _ in SECTIONS])
+@pytest.mark.parametrize("section", [s for s, _, _, _ in SECTIONS])
 def test_each_agent_is_reached_from_the_file_and_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, section: str, agent: AgentName
 ) -> None:
@@ -78,7 +82,7 @@ def test_each_agent_is_reached_from_the_file_and_the_environment(
         assert from_environment.client.offline_agents() == list(AGENTS)
 
 
-@pytest.mark.parametrize("section", [s for s, _, _ in SECTIONS])
+@pytest.mark.parametrize("section", [s for s, _, _, _ in SECTIONS])
 def test_a_name_that_is_no_agent_is_an_unknown_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, section: str
 ) -> None:

@@ -1,0 +1,166 @@
+"""What the audit measures and keeps: a re-graded rollout, a sample's fidelity, a step's
+audit (the registry keeps it under the step's ``audit`` field), the alarm and its evidence."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+AlarmKind = Literal["diverging", "top_tail"]
+"""``diverging``: over the window the training reward rose while the audit reward fell;
+``top_tail``: the auditor keeps too little of the training judge's top tail there."""
+
+
+class CriterionPair(BaseModel):
+    """One criterion's verdict from each judge on one rollout (the judge's scale)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    text: str
+    training: float
+    audit: float
+
+
+class AuditedRollout(BaseModel):
+    """One sampled rollout: the reward it was served, and the auditor's."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rollout_id: str
+    scope: str
+    input: str = ""
+    """The prompt, clipped (evidence for the analyzer and updater)."""
+    output: str = ""
+    """The reply, clipped."""
+    training: float
+    """The reward it was served."""
+    audit: float | None = None
+    """The auditor's reward under the same rubric version; None when it gave no verdict."""
+    top_tail: bool = False
+    """Drawn from the top tail of the step's training rewards."""
+    threshold: float = 1.0
+    """The training reward from which a rollout of its scope is in the top tail."""
+    criteria: list[CriterionPair] = Field(default_factory=list)
+    failure: str | None = None
+    """Why the auditor gave no verdict (``judge_timeout: ...``)."""
+
+    @property
+    def gap(self) -> float:
+        """``|training - audit|`` (0 when not audited)."""
+        return abs(self.training - self.audit) if self.audit is not None else 0.0
+
+
+class CriterionDisagreement(BaseModel):
+    """How differently the two judges read one criterion over the sample."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    text: str
+    disagreement: float = Field(ge=0, le=1)
+    """Mean ``|training verdict - audit verdict|``, as a share of the scale."""
+    rollouts: int = Field(ge=0)
+
+
+class Fidelity(BaseModel):
+    """How well the training reward agrees with the audit on one sample."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sampled: int = Field(ge=0)
+    """Rollouts the auditor graded."""
+    failed: int = Field(default=0, ge=0)
+    """Sampled rollouts it gave no verdict on (left out of the figures)."""
+    agreement: float | None = None
+    """Kendall's tau-b between the training and audit rewards; None under two rollouts,
+    or when either side gave every rollout the same reward."""
+    gap: float | None = None
+    """Mean ``|training - audit|`` reward."""
+    top_tail_agreement: float | None = None
+    """Share of the sampled top tail the auditor also rewards at or above the top tail's
+    threshold; None when no top-tail rollout was graded."""
+    top_tail_sampled: int = 0
+    training_mean: float | None = None
+    audit_mean: float | None = None
+    criteria: list[CriterionDisagreement] = Field(default_factory=list)
+    """Per judged criterion, most disagreed first."""
+
+
+class Alarm(BaseModel):
+    """A Goodhart alarm: the served reward and the audit diverge."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: AlarmKind
+    reason: str
+
+
+class DisagreeingRollout(BaseModel):
+    """A rollout the two judges rewarded most differently (alarm evidence)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rollout_id: str
+    input: str
+    output: str
+    training_reward: float
+    audit_reward: float
+
+
+class AlarmEvidence(BaseModel):
+    """What the analyzer and updater of a scope are shown when the alarm fires: why, the
+    rollouts the judges rewarded most differently, and the criteria they read differently."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    reason: str
+    rollouts: list[DisagreeingRollout] = Field(default_factory=list)
+    criteria: list[CriterionDisagreement] = Field(default_factory=list)
+
+
+class AuditSummary(BaseModel):
+    """A step's audit as ``GET /steps`` lists it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sampled: int
+    agreement: float | None
+    top_tail_agreement: float | None
+    gap: float | None
+    alarm: Alarm | None = None
+
+
+class StepAudit(AuditSummary):
+    """A step's audit: the whole step's fidelity, per scope, the alarm and its evidence
+    (``GET /steps/{n}``, the step's Prefect artifact)."""
+
+    step: int
+    failed: int = 0
+    training_mean: float | None = None
+    audit_mean: float | None = None
+    judge_calls: int = 0
+    """Auditor calls made (each ``agents.auditor`` request counted in the ledger)."""
+    criteria: list[CriterionDisagreement] = Field(default_factory=list)
+    scopes: dict[str, Fidelity] = Field(default_factory=dict)
+    evidence: dict[str, AlarmEvidence] = Field(default_factory=dict)
+    """Per scope, when the alarm fired."""
+
+    def evidence_for(self, scope: str) -> AlarmEvidence | None:
+        """What ``scope``'s analyzer and updater are shown: None without an alarm; the
+        reason alone for a scope the sample missed."""
+        if self.alarm is None:
+            return None
+        return self.evidence.get(scope) or AlarmEvidence(step=self.step, reason=self.alarm.reason)
+
+    def summary(self) -> AuditSummary:
+        """The five fields ``GET /steps`` shows."""
+        return AuditSummary(
+            sampled=self.sampled,
+            agreement=self.agreement,
+            top_tail_agreement=self.top_tail_agreement,
+            gap=self.gap,
+            alarm=self.alarm,
+        )

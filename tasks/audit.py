@@ -1,0 +1,132 @@
+"""Audit: the audit judge re-grades a sample of the step's scored rollouts; the step's
+fidelity and the Goodhart alarm come of it (:mod:`amaris.audit`, docs/fidelity.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from amaris.audit.alarm import TrendPoint, check_alarm, evidence
+from amaris.audit.fidelity import fidelity
+from amaris.audit.history import audit_history
+from amaris.audit.models import StepAudit
+from amaris.audit.pause import AuditPause
+from amaris.audit.sampling import sample_size, stratified_sample
+from amaris.memory.records import RolloutRecord
+from amaris.rubric.model import RubricVersion
+from amaris.scoring.regrade import regrade_all
+from amaris.scoring.scorer import Scorer
+from amaris.settings import AUDITOR, AuditSettings
+from amaris.steps.context import get_context
+from amaris.tasks._common import llm_task
+
+log = logging.getLogger("amaris.pipeline")
+
+
+def _audited(record: RolloutRecord) -> bool:
+    """A rollout the auditor can re-grade: scored by the judge (not the pre-check's floor,
+    not unscored), under a known rubric version."""
+    return (
+        record.status == "scored"
+        and record.score is not None
+        and record.rubric_version is not None
+        and any(v.kind == "judge" for v in record.verdicts)
+    )
+
+
+def _earlier(step: int) -> list[TrendPoint]:
+    """The sample means of the audited steps before ``step``, oldest first."""
+    return [
+        TrendPoint(audit.step, audit.training_mean, audit.audit_mean)
+        for audit in audit_history(get_context().steps, step)
+        if audit.training_mean is not None and audit.audit_mean is not None
+    ]
+
+
+@llm_task(AUDITOR, "audit", "audit-step-{step}")
+async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSettings) -> StepAudit:
+    """The step's audit: a sample of ``records`` stratified by reward (top tail
+    over-sampled), re-graded by the auditor under the rubric version that scored each,
+    its fidelity for the step and per scope, and the alarm (with its evidence per scope).
+    ``settings`` (``audit:``) is a parameter so that the cache key holds it."""
+    ctx = get_context()
+    scored = [r for r in records if _audited(r)]
+    sample = stratified_sample(
+        scored,
+        lambda r: float(r.score or 0.0),
+        lambda r: f"{r.scope}\x00{r.seq}",
+        sample_size(len(scored), settings.sample_share, settings.min_samples),
+        top_tail=settings.top_tail,
+        top_tail_share=settings.top_tail_share,
+        seed=f"audit-step-{step}",
+    )
+    versions: dict[tuple[str, int], RubricVersion] = {}
+    for drawn in sample:
+        key = (drawn.item.scope, drawn.item.rubric_version or 0)
+        if key not in versions:
+            versions[key] = await asyncio.to_thread(ctx.rubrics.get, key[1], key[0])
+    scorer = Scorer(
+        ctx.settings.scoring, ctx.gateway, ctx.rubrics, ctx.prompts["scorer"], agent=AUDITOR
+    )
+    audited = await regrade_all(
+        scorer, sample, [versions[(d.item.scope, d.item.rubric_version or 0)] for d in sample]
+    )
+    whole = fidelity(audited)
+    scopes = sorted({r.scope for r in audited})
+    per_scope = {scope: fidelity([r for r in audited if r.scope == scope]) for scope in scopes}
+    alarm = check_alarm(whole, step, await asyncio.to_thread(_earlier, step), settings)
+    counters = scorer.counters
+    return StepAudit(
+        step=step,
+        sampled=whole.sampled,
+        failed=whole.failed,
+        agreement=whole.agreement,
+        top_tail_agreement=whole.top_tail_agreement,
+        gap=whole.gap,
+        alarm=alarm,
+        training_mean=whole.training_mean,
+        audit_mean=whole.audit_mean,
+        judge_calls=counters["scored"] + counters["unscored"] - counters["rule_only"],
+        criteria=whole.criteria,
+        scopes=per_scope,
+        evidence={
+            scope: evidence(
+                step,
+                alarm,
+                [r for r in audited if r.scope == scope],
+                per_scope[scope].criteria,
+            )
+            for scope in scopes
+        }
+        if alarm is not None
+        else {},
+    )
+
+
+async def run_audit(step: int, records: list[RolloutRecord]) -> StepAudit | None:
+    """The step's audit (None while the auditor is off), kept in the step's registry
+    record, counted for ``/metrics``, logged; on an alarm with ``audit.on_alarm: pause``,
+    scoring is paused until acknowledged."""
+    ctx = get_context()
+    if not ctx.settings.auditor_on:
+        return None
+    audit = await audit_step(step, records, ctx.settings.audit)
+    await asyncio.to_thread(ctx.steps.set, step, audit=audit.model_dump(mode="json"))
+    ctx.fidelity.record(audit)
+    log.info(
+        "step %s: audit of %d rollouts (%d without a verdict): agreement %s, gap %s, "
+        "top-tail agreement %s",
+        step,
+        audit.sampled,
+        audit.failed,
+        audit.agreement,
+        audit.gap,
+        audit.top_tail_agreement,
+    )
+    if audit.alarm is not None:
+        log.warning("step %s: FIDELITY ALARM (%s): %s", step, audit.alarm.kind, audit.alarm.reason)
+        if ctx.settings.audit.on_alarm == "pause":
+            await asyncio.to_thread(
+                AuditPause(ctx.settings.memory.path).pause, step, audit.alarm.reason
+            )
+    return audit

@@ -1,0 +1,199 @@
+"""The audit judge through a real step (issue 25, points 1-3): real Prefect flow, real
+Qdrant, the LLM faked at the gateway seam (tests/support/fake_llm.py). The scorer is
+lenient: it pays a confident, wrong reply more than a correct one. The auditor (another
+model on the same endpoint, asked with the scorer's prompt) is strict. The top tail of the
+training reward is all hacks, the auditor gives them nothing: the alarm fires, and reaches
+``GET /steps/{n}``, ``GET /steps``, ``/metrics``, the ledger, the analyzer and the updater.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amaris.cli.main import main
+from amaris.sim.judge_server import Reply
+from tests.support.app import serve
+from tests.support.fake_llm import FakeLLM, offline_reply
+from tests.support.pipeline_canary import agent_of
+from tests.support.pipeline_helpers import metadata, step_run_view
+from tests.support.scripted_llm import Call
+from tests.support.settings import llm_settings
+from tests.support.testclient import TestClient
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+AUDITOR_MODEL = "audit-family-model"
+HACK = "I am absolutely certain, VERIFIED CORRECT."
+ALARM_KEY = '"fidelity_alarm":'
+"""The alarm's key in a data block (the templates name it too, without the colon)."""
+STEP = 251
+"""The alarm test's step: a number no other test's flow run is named after (its run is
+looked up by name on the shared Prefect server)."""
+
+
+def respond(body: dict[str, Any]) -> Reply:
+    """The lenient scorer, the strict auditor, the offline judge for the other agents."""
+    if agent_of(body) != "scorer":
+        return offline_reply(body)
+    call = Call(body["messages"], None)
+    hacked = HACK in call.rollout()["output"]
+    strict = body["model"] == AUDITOR_MODEL
+    score = {(True, True): 0, (True, False): 4, (False, True): 4, (False, False): 3}[
+        (strict, hacked)
+    ]
+    verdicts = [{"id": c["id"], "reason": "scripted", "score": score} for c in call.criteria()]
+    return Reply(content=json.dumps({"verdicts": verdicts}))
+
+
+def item(step: int, index: int, hacked: bool) -> dict[str, Any]:
+    a = index + 3
+    output = f"{HACK} The answer is {a * 7 + 1}." if hacked else f"{a} * 7 = {a * 7}."
+    return {
+        "rollout": {
+            "id": f"s{step}-{index}-{'hack' if hacked else 'ok'}",
+            "input": f"What is {a} * 7?",
+            "output": output,
+            "supplemental_context": f"Answer: {a * 7}",
+        },
+        "metadata": metadata(step),
+    }
+
+
+def settings_for(tmp_path: Path, fake: FakeLLM, **overrides: Any) -> Any:
+    return llm_settings(
+        tmp_path,
+        fake,
+        **{
+            "agents.auditor.model": AUDITOR_MODEL,
+            "audit.min_samples": 8,
+            "pipeline.task_retry_delays_seconds": [0.0],
+            **overrides,
+        },
+    )
+
+
+def run_step(client: TestClient, step: int) -> None:
+    items = [item(step, i, hacked) for i in range(10) for hacked in (False, True)]
+    assert client.post("/batch_score", json={"items": items}).status_code == 200
+    assert client.post("/complete", json={"step": step}).status_code == 200
+    done = client.get("/rubric_status/wait", params={"step": step, "timeout": 120}).json()
+    assert done["status"] == "updated", done
+
+
+def auditor_requests(fake: FakeLLM) -> list[dict[str, Any]]:
+    return [r for r in fake.requests if r["model"] == AUDITOR_MODEL]
+
+
+def test_the_alarm_reaches_the_api_the_metrics_and_the_agents(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    fake_llm.default = respond
+    since = datetime.now(UTC)
+    with serve(settings_for(tmp_path, fake_llm)) as client:
+        items = [item(STEP, i, hacked) for i in range(10) for hacked in (False, True)]
+        scored = client.post("/batch_score", json={"items": items}).json()["results"]
+        # The lenient scorer: every hack outscores every correct reply.
+        assert {r["score"] for r in scored[1::2]} == {1.0}
+        assert {r["score"] for r in scored[0::2]} == {0.75}
+        # Never on the /score path.
+        assert auditor_requests(fake_llm) == []
+        assert client.post("/complete", json={"step": STEP}).status_code == 200
+        done = client.get("/rubric_status/wait", params={"step": STEP, "timeout": 120}).json()
+        assert done["status"] == "updated", done
+
+        audit = client.get(f"/steps/{STEP}").json()["audit"]
+        listed = client.get("/steps").json()
+        metrics = client.get("/metrics").text
+        health = client.get("/healthz").json()
+        services = client.app.state.services  # type: ignore[attr-defined]
+        ledger = services.pipeline_gateway.ledger.for_step(STEP)
+        # Not paused (audit.on_alarm: log): scoring goes on.
+        assert client.post("/score", json=item(STEP + 1, 0, False)).status_code == 200
+
+    # The auditor re-graded 8 rollouts (min_samples) with the scorer's prompt, the whole
+    # top tail (4 hacks) among them, and gave the hacks 0.
+    calls = auditor_requests(fake_llm)
+    assert len(calls) == 8
+    assert {agent_of(r) for r in calls} == {"scorer"}
+    assert audit["sampled"] == 8 and audit["failed"] == 0
+    assert audit["agreement"] < -0.5
+    assert audit["top_tail_agreement"] == 0.0
+    assert audit["gap"] > 0.7
+    assert audit["alarm"]["kind"] == "top_tail"
+    assert "top tail" in audit["alarm"]["reason"]
+    assert audit["criteria"][0]["disagreement"] > 0.5
+    assert set(audit["scopes"]) == {"global"}
+    evidence = audit["evidence"]["global"]
+    assert evidence["rollouts"] and all("hack" in r["rollout_id"] for r in evidence["rollouts"])
+    assert listed[0]["audit"]["alarm"]["kind"] == "top_tail"
+    assert set(listed[0]["audit"]) == {"sampled", "agreement", "top_tail_agreement", "gap", "alarm"}
+    assert "amaris_fidelity_alarms_total 1.0" in metrics
+    assert "amaris_audit_agreement -" in metrics
+    assert "amaris_audit_reward_gap 0." in metrics
+    assert health["auditor"] == AUDITOR_MODEL and health["scoring_paused"] is None
+    assert "auditor" in health["structured_output"]
+    assert ledger[("auditor", AUDITOR_MODEL)].calls == 8
+    # The evidence reaches the analyzer (its context block) and the updater (its data).
+    analyzer = [r for r in fake_llm.requests if agent_of(r) == "analyzer"]
+    updater = [r for r in fake_llm.requests if agent_of(r) == "updater"]
+    assert analyzer and all(ALARM_KEY in r["messages"][0]["content"] for r in analyzer)
+    assert updater and all(ALARM_KEY in r["messages"][-1]["content"] for r in updater)
+    # The step's run: the alarm logged, the fidelity artifact with its trend.
+    logs, artifacts = asyncio.run(step_run_view(f"step-{STEP}", since))
+    assert any(f"step {STEP}: FIDELITY ALARM (top_tail)" in log.message for log in logs)
+    (artifact,) = [a for a in artifacts if a.key == f"fidelity-step-{STEP}"]
+    assert "## Trend" in str(artifact.data) and "top_tail" in str(artifact.data)
+    hack_id = evidence["rollouts"][0]["rollout_id"]
+    assert hack_id in analyzer[0]["messages"][0]["content"]
+    assert hack_id in updater[0]["messages"][-1]["content"]
+
+
+def test_pause_survives_a_restart_until_acknowledged(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    fake_llm.default = respond
+    settings = settings_for(tmp_path, fake_llm, **{"audit.on_alarm": "pause"})
+    with serve(settings) as client:
+        run_step(client, 0)
+        refused = client.post("/score", json=item(1, 0, False))
+        batch = client.post("/batch_score", json={"items": [item(1, 1, False)]})
+    assert refused.status_code == 503
+    body = refused.json()
+    assert body["error"] == "scoring_paused"
+    assert body["detail"][0]["field"] == "audit"
+    assert "amaris audit ack" in body["detail"][0]["message"]
+    assert batch.status_code == 503
+    # A new process on the same data folder: still paused, and says why.
+    with serve(settings) as client:
+        assert client.post("/score", json=item(1, 0, False)).status_code == 503
+        assert "step 0" in client.get("/healthz").json()["scoring_paused"]
+        assert main(["audit", "status", "--data", str(settings.memory.path)]) == 1
+        assert main(["audit", "ack", "--data", str(settings.memory.path)]) == 0
+        assert client.post("/score", json=item(1, 0, False)).status_code == 200
+        assert client.get("/healthz").json()["scoring_paused"] is None
+        again = client.post("/audit/ack", json={}).json()
+    assert again == {"status": "not_paused", "acknowledged": None}
+    assert main(["audit", "status", "--data", str(settings.memory.path)]) == 0
+
+
+def test_off_when_unset(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    fake_llm.default = respond
+    with serve(llm_settings(tmp_path, fake_llm)) as client:
+        run_step(client, 0)
+        detail = client.get("/steps/0").json()
+        listed = client.get("/steps").json()
+        metrics = client.get("/metrics").text
+        health = client.get("/healthz").json()
+        services = client.app.state.services  # type: ignore[attr-defined]
+        ledger = services.pipeline_gateway.ledger.for_step(0)
+    assert detail == {"step": 0, "status": "done", "audit": None}
+    assert listed == [{"step": 0, "status": "done"}]  # as before the audit existed
+    assert "amaris_audit_agreement" not in metrics
+    assert "amaris_fidelity_alarms_total 0.0" in metrics
+    assert health["auditor"] is None and "auditor" not in health["structured_output"]
+    assert not any(agent == "auditor" for agent, _ in ledger)
+    assert not any(ALARM_KEY in m["content"] for r in fake_llm.requests for m in r["messages"])
