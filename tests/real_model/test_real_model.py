@@ -15,8 +15,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from amaris.app.wiring import create_app
+from amaris.sim.judge_server import Reply
+from tests.support.app import serve
+from tests.support.fake_llm import FakeLLM, offline_reply
+from tests.support.pipeline_canary import agent_of
 from tests.support.real_llm import MODEL_ID, RealLLM, sample_rollouts
-from tests.support.settings import make_settings
+from tests.support.scripted_llm import Call
+from tests.support.settings import llm_settings, make_settings
 from tests.support.testclient import TestClient
 
 # One xdist worker runs every test of this file (--dist loadfile in pyproject.toml): the
@@ -346,3 +351,82 @@ def test_one_step_pipeline_runs_to_its_end_on_the_real_model(
     assert outcome["outcome"] in {"published", "unchanged", "rejected"}, outcome
     assert outcome["outcome"] in {"published", "unchanged"} or outcome["reason"], outcome
     assert served == sum(calls.values()) == len(replies)  # every request answered once
+
+
+AUDIT_ROLLOUTS = 3
+AUDIT_SAMPLES = 2
+"""``audit.min_samples`` (its floor): of the step's three judged rollouts, two re-graded by
+the real model, two generations the tier pays for."""
+AUDITOR_MAX_TOKENS = 96
+"""The auditor's cap: the gateway fits the verdict schema (one criterion) to it, the
+decoder closes the reply before it."""
+
+
+def lenient(body: dict[str, Any]) -> Reply:
+    """The scripted training judge pays every criterion in full; the other agents get the
+    offline judge's replies (the fake server, at the gateway seam)."""
+    if agent_of(body) != "scorer":
+        return offline_reply(body)
+    criteria = Call(body["messages"], None).criteria()
+    verdicts = [{"id": c["id"], "reason": "lenient", "score": 4} for c in criteria]
+    return Reply(content=json.dumps({"verdicts": verdicts}))
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_step_is_audited_by_the_real_model_beside_a_lenient_scripted_scorer(
+    tmp_path: Path, real_llm: RealLLM, fake_llm: FakeLLM
+) -> None:
+    # Every agent on the fake server (the scorer lenient) but the auditor, on the real
+    # model: the audit task of a real step, through Prefect, parses its replies, types the
+    # step's audit and counts its calls under the auditor's own agent.
+    fake_llm.default = lenient
+    before = real_llm.stats()["normal"]
+    settings = llm_settings(
+        tmp_path,
+        fake_llm,
+        **{
+            "client.auditor.base_url": real_llm.base_url("normal"),
+            "client.auditor.api_key": "EMPTY",
+            "agents.auditor.model": MODEL_ID,
+            "agents.auditor.max_tokens": AUDITOR_MAX_TOKENS,
+            "agents.auditor.timeout": 1200.0,
+            "agents.auditor.extra_body": {"repetition_penalty": 1.1},
+            # The server decodes one request at a time.
+            "client.auditor.max_concurrency": 1,
+            "audit.min_samples": AUDIT_SAMPLES,
+            "server.max_wait_seconds": 3600,
+        },
+    )
+    with serve(settings) as client:
+        scored = score_all(client, sample_rollouts(AUDIT_ROLLOUTS, seed=8))
+        assert client.post("/complete", json={}).json() == {"status": "complete"}
+        done = client.get("/rubric_status/wait", params={"timeout": 3600}).json()
+        step = done["step"]
+        detail = client.get(f"/steps/{step}").json()
+        services = client.app.state.services  # type: ignore[attr-defined]
+        ledger = services.pipeline_gateway.ledger.for_step(step)
+    after = real_llm.stats()["normal"]
+    print(
+        "real-model audit:",
+        json.dumps({"forward_passes": after["forward_passes"] - before["forward_passes"]}),
+    )
+    assert {r["score"] for r in scored} == {1.0}  # the lenient scorer
+    assert done["status"] == "updated", done
+    audit = detail["audit"]
+    assert audit["step"] == step and audit["sampled"] == AUDIT_SAMPLES, audit
+    assert audit["failed"] == 0, audit
+    assert audit["judge_calls"] == AUDIT_SAMPLES
+    assert audit["training_mean"] == 1.0 and 0.0 <= audit["audit_mean"] <= 1.0
+    assert audit["gap"] == pytest.approx(1.0 - audit["audit_mean"])
+    assert set(audit["scopes"]) == {"global"}
+    assert audit["scopes"]["global"]["sampled"] == AUDIT_SAMPLES
+    assert [c["id"] for c in audit["criteria"]] == ["A1"]
+    # The auditor's calls: only on the real model, counted under ``auditor`` with the
+    # server's own usage; the fake served every other agent.
+    assert all(r["model"] != MODEL_ID for r in fake_llm.requests)
+    usage = ledger[("auditor", MODEL_ID)]
+    assert usage.calls == after["requests"] - before["requests"] == AUDIT_SAMPLES
+    assert usage.failed == 0
+    assert usage.prompt_tokens == after["prompt_tokens"] - before["prompt_tokens"]
+    assert usage.completion_tokens == after["completion_tokens"] - before["completion_tokens"]
+    assert after["finish_reasons"].get("length", 0) == before["finish_reasons"].get("length", 0)
