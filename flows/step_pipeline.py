@@ -24,7 +24,7 @@ from amaris.rubric.informativeness import ScopeStats
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import StepRun
 from amaris.tasks.audit import run_audit
-from amaris.tasks.judge_canaries import JudgeCanaryRequest, check_judge_canaries
+from amaris.tasks.judge_canaries import JudgeCanaryRequest, audit_pairs, check_judge_canaries
 from amaris.tasks.load_rollouts import load_step_rollouts
 from amaris.tasks.measure_criteria import measure_criteria
 from amaris.tasks.models import ScopeOutcome
@@ -83,7 +83,9 @@ async def _run_step(step: int) -> StepResult:
     for record in records:
         by_scope[record.scope].append(record)
     # The judge canaries (one task for the step: a per-scope 2% budget would be nothing in
-    # per_instance mode) run beside the scopes.
+    # per_instance mode) run beside the scopes; the training judge is asked again about the
+    # rollouts it paid more than the audit judge (beyond the tolerance an alarm allows).
+    pairs = audit_pairs(audit, records, ctx.settings.judge_canaries.swap_tolerance)
     results, _ = await asyncio.gather(
         asyncio.gather(
             *(
@@ -97,7 +99,7 @@ async def _run_step(step: int) -> StepResult:
                 for scope, scope_records in sorted(by_scope.items())
             )
         ),
-        check_judge_canaries(JudgeCanaryRequest.of(step, records)),
+        check_judge_canaries(JudgeCanaryRequest.of(step, records, audit_pairs=pairs)),
     )
     outcome = StepResult(step=step, rollouts=len(records), scopes=dict(results))
     # In the shared registry too: a replica that did not run this flow reads it there.

@@ -9,7 +9,7 @@ import logging
 from amaris.audit.alarm import TrendPoint, check_alarm, evidence
 from amaris.audit.fidelity import fidelity
 from amaris.audit.history import audit_history
-from amaris.audit.models import StepAudit
+from amaris.audit.models import OVER_REWARDED_KEPT, AuditedRollout, RewardGap, StepAudit
 from amaris.audit.pause import AuditPause
 from amaris.audit.sampling import sample_size, stratified_sample
 from amaris.memory.records import RolloutRecord
@@ -41,6 +41,17 @@ def _earlier(step: int) -> list[TrendPoint]:
         for audit in audit_history(get_context().steps, step)
         if audit.training_mean is not None and audit.audit_mean is not None
     ]
+
+
+def over_rewarded(audited: list[AuditedRollout]) -> list[RewardGap]:
+    """The graded rollouts the training judge rewarded above the auditor, most
+    over-rewarded first (then by id), at most :data:`OVER_REWARDED_KEPT`."""
+    gaps = [
+        RewardGap(rollout_id=r.rollout_id, scope=r.scope, training=r.training, audit=r.audit)
+        for r in audited
+        if r.audit is not None and r.training > r.audit
+    ]
+    return sorted(gaps, key=lambda g: (-g.excess, g.rollout_id))[:OVER_REWARDED_KEPT]
 
 
 @llm_task(AUDITOR, "audit", "audit-step-{step}")
@@ -100,6 +111,7 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
         }
         if alarm is not None
         else {},
+        over_rewarded=over_rewarded(audited),
     )
 
 

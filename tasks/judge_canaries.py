@@ -9,6 +9,7 @@ from functools import partial
 
 from pydantic import BaseModel, Field
 
+from amaris.audit.models import StepAudit
 from amaris.memory.precheck_rules import LearnedRule
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
@@ -49,6 +50,35 @@ class JudgeCanaryRequest(BaseModel):
     ) -> JudgeCanaryRequest:
         """The request of ``step`` from its logged rollouts."""
         return cls(step=step, sources=canary_sources(records), audit_pairs=audit_pairs or [])
+
+
+def audit_pairs(
+    audit: StepAudit | None, records: list[RolloutRecord], beyond: float
+) -> list[AuditPair]:
+    """The step's audit-disagreement pairs: the sampled rollouts the training judge
+    rewarded more than ``beyond`` above the audit judge (most first), each with its
+    record's reply, reference and rubric version; none without an audit."""
+    if audit is None:
+        return []
+    by_id = {(r.scope, r.rollout.id): r for r in records if r.rubric_version is not None}
+    pairs = []
+    for gap in audit.disagreements(beyond):
+        record = by_id.get((gap.scope, gap.rollout_id))
+        if record is None or record.rubric_version is None:
+            continue
+        pairs.append(
+            AuditPair(
+                rollout_id=gap.rollout_id,
+                scope=gap.scope,
+                input=record.rollout.input,
+                output=record.rollout.output,
+                supplemental_context=record.rollout.supplemental_context,
+                rubric_version=record.rubric_version,
+                training_reward=gap.training,
+                audit_reward=gap.audit,
+            )
+        )
+    return pairs
 
 
 @llm_task("scorer", "judge-canaries", "judge-canaries-step-{request.step}")

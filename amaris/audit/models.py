@@ -7,6 +7,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+OVER_REWARDED_KEPT = 32
+"""Most over-rewarded sampled rollouts a step's audit keeps (its registry record stays
+small whatever the sample)."""
+
 AlarmKind = Literal["diverging", "top_tail"]
 """``diverging``: over the window the training reward rose while the audit reward fell;
 ``top_tail``: the auditor keeps too little of the training judge's top tail there."""
@@ -109,6 +113,23 @@ class DisagreeingRollout(BaseModel):
     audit_reward: float
 
 
+class RewardGap(BaseModel):
+    """A sampled rollout the training judge rewarded above the auditor: the judge canaries
+    put it to the training judge again, the audit reward its known answer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rollout_id: str
+    scope: str
+    training: float
+    audit: float
+
+    @property
+    def excess(self) -> float:
+        """``training - audit`` (> 0)."""
+        return self.training - self.audit
+
+
 class AlarmEvidence(BaseModel):
     """What the analyzer and updater of a scope are shown when the alarm fires: why, the
     rollouts the judges rewarded most differently, and the criteria they read differently."""
@@ -147,6 +168,14 @@ class StepAudit(AuditSummary):
     scopes: dict[str, Fidelity] = Field(default_factory=dict)
     evidence: dict[str, AlarmEvidence] = Field(default_factory=dict)
     """Per scope, when the alarm fired."""
+    over_rewarded: list[RewardGap] = Field(default_factory=list)
+    """The sampled rollouts the training judge rewarded above the auditor, most
+    over-rewarded first (at most :data:`OVER_REWARDED_KEPT`), alarm or not."""
+
+    def disagreements(self, beyond: float) -> list[RewardGap]:
+        """The sampled rollouts the training judge rewarded more than ``beyond`` above the
+        auditor, most over-rewarded first."""
+        return [r for r in self.over_rewarded if r.excess > beyond]
 
     def evidence_for(self, scope: str) -> AlarmEvidence | None:
         """What ``scope``'s analyzer and updater are shown: None without an alarm; the

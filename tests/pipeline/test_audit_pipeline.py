@@ -197,3 +197,52 @@ def test_off_when_unset(tmp_path: Path, fake_llm: FakeLLM) -> None:
     assert health["auditor"] is None and "auditor" not in health["structured_output"]
     assert not any(agent == "auditor" for agent, _ in ledger)
     assert not any(ALARM_KEY in m["content"] for r in fake_llm.requests for m in r["messages"])
+
+
+CANARY_STEP = 257
+"""Kinds take turns from the step (``KINDS[step % 6]``): step 257's one probe is an audit
+pair."""
+
+
+def test_an_audit_disagreement_reaches_the_judge_canaries(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    # The auditor gives the hacks 0 where the training judge paid 1.0: the most
+    # over-rewarded is put to the training judge again as the step's audit probe, which it
+    # still pays in full: an alarm (an audit pair teaches no pre-check rule: its right
+    # reward is the auditor's, not the floor).
+    fake_llm.default = respond
+    since = datetime.now(UTC)
+    settings = settings_for(tmp_path, fake_llm, **{"judge_canaries.max_share": 0.05})
+    with serve(settings) as client:
+        run_step(client, CANARY_STEP)
+        audit = client.get(f"/steps/{CANARY_STEP}").json()["audit"]
+        metrics = client.get("/metrics").text
+        rules = client.get("/precheck/rules").json()["rules"]
+        services = client.app.state.services  # type: ignore[attr-defined]
+        ledger = services.gateway.ledger.for_step(CANARY_STEP)
+    over = audit["over_rewarded"]
+    assert over and all("hack" in r["rollout_id"] for r in over)
+    assert all((r["training"], r["audit"]) == (1.0, 0.0) for r in over)
+    # The canary asked the training judge about the most over-rewarded hack (in the step's
+    # /batch_score, then as the probe), and logged the alarm in the step's run.
+    first = over[0]["rollout_id"]
+    output = item(CANARY_STEP, int(first.split("-")[1]), True)["rollout"]["output"]
+    asked = [
+        r
+        for r in fake_llm.requests
+        if agent_of(r) == "scorer"
+        and r["model"] != AUDITOR_MODEL
+        and Call(r["messages"], None).rollout()["output"] == output
+    ]
+    assert len(asked) == 2
+    logs, _ = asyncio.run(step_run_view(f"step-{CANARY_STEP}", since))
+    assert any(
+        "judge canary alarm: the training judge gave 1.000 where the audit judge gave 0.000 "
+        f"(probe audit-0 of rollout {first}" in log.message
+        for log in logs
+    )
+    assert 'amaris_judge_canary_probes_total{kind="audit"} 1.0' in metrics
+    assert 'amaris_judge_canary_alarms_total{kind="audit"} 1.0' in metrics
+    assert rules == []
+    assert ledger[("judge_canary", asked[0]["model"])].calls == 1
