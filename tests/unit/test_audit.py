@@ -11,6 +11,7 @@ import pytest
 from amaris.audit.alarm import MIN_TOP_TAIL, TrendPoint, check_alarm, evidence
 from amaris.audit.fidelity import criterion_disagreement, fidelity, kendall_tau
 from amaris.audit.models import (
+    OVER_REWARDED_KEPT,
     Alarm,
     AuditedRollout,
     CriterionDisagreement,
@@ -22,7 +23,11 @@ from amaris.audit.pause import AuditPause, ScoringPausedError
 from amaris.audit.report import fidelity_markdown, sparkline
 from amaris.audit.sampling import sample_size, stratified_sample
 from amaris.cli.main import main
+from amaris.memory.records import LoggedRollout, RolloutRecord
+from amaris.scoring.judge_canaries import AuditPair
 from amaris.settings import AuditSettings, load_settings
+from amaris.tasks.audit import over_rewarded
+from amaris.tasks.judge_canaries import audit_pairs
 
 
 def naive_tau(x: list[float], y: list[float]) -> float:
@@ -293,3 +298,57 @@ def test_the_artifact_shows_the_step_its_scopes_criteria_and_trend() -> None:
     assert "| A1 | 0.750 | 8 | a / b |" in text  # a cell cannot break the table
     assert [line.split("|")[1].strip() for line in text.splitlines()[-4:]] == ["0", "1", "2", "3"]
     assert sparkline([0.0, 0.5, 1.0, None]) == "▁▅█ "
+
+
+# -- audit-disagreement pairs (the judge canaries' ``audit`` probes) ---------------------------
+
+
+def test_the_over_rewarded_are_kept_most_first_and_become_pairs_beyond_the_tolerance() -> None:
+    audited = [
+        AuditedRollout(rollout_id="a", scope="global", training=1.0, audit=0.0),
+        AuditedRollout(rollout_id="b", scope="global", training=0.5, audit=0.45),
+        AuditedRollout(rollout_id="c", scope="global", training=0.2, audit=0.9),  # under
+        AuditedRollout(rollout_id="d", scope="global", training=1.0, audit=None),  # no verdict
+        AuditedRollout(rollout_id="e", scope="other", training=0.8, audit=0.1),
+    ]
+    many = [
+        AuditedRollout(rollout_id=f"x{i:02}", scope="global", training=1.0, audit=0.5)
+        for i in range(OVER_REWARDED_KEPT + 5)
+    ]
+    kept = over_rewarded(audited)
+    assert [(g.rollout_id, g.scope) for g in kept] == [
+        ("a", "global"),
+        ("e", "other"),
+        ("b", "global"),
+    ]
+    assert [g.rollout_id for g in over_rewarded(many)] == [
+        f"x{i:02}" for i in range(OVER_REWARDED_KEPT)
+    ]
+    audit = StepAudit(
+        step=4, sampled=5, agreement=None, top_tail_agreement=None, gap=None, over_rewarded=kept
+    )
+    records = [
+        RolloutRecord(
+            rollout=LoggedRollout(
+                id="a", input="q", output="hack", supplemental_context="Answer: 1"
+            ),
+            score=1.0,
+            rubric_version=3,
+        ),
+        # "e" of scope "other" is not among the records: left out, never a made-up pair
+        RolloutRecord(rollout=LoggedRollout(id="e"), scope="global", rubric_version=1),
+        RolloutRecord(rollout=LoggedRollout(id="b"), rubric_version=1),
+    ]
+    [pair] = audit_pairs(audit, records, beyond=0.1)
+    assert pair == AuditPair(
+        rollout_id="a",
+        scope="global",
+        input="q",
+        output="hack",
+        supplemental_context="Answer: 1",
+        rubric_version=3,
+        training_reward=1.0,
+        audit_reward=0.0,
+    )
+    assert [p.rollout_id for p in audit_pairs(audit, records, beyond=0.0)] == ["a", "b"]
+    assert audit_pairs(None, records, beyond=0.0) == []
