@@ -183,7 +183,7 @@ def build_manifest(
     kind: str,
     *,
     seed: int | None = None,
-    extra: dict[str, Any] | None = None,  # what the run adds: its own JSON
+    extra: JSONDict | None = None,  # what the run adds: its own JSON
 ) -> ManifestJSON:
     """The manifest of a run of ``kind`` (``serve``, ``simulate``, ``replay``...) that starts
     now; ``extra``: what the run adds (its arguments, its source manifest)."""

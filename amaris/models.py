@@ -286,7 +286,8 @@ class CriterionPublic(BaseModel):
     text: str
     weight: float
     is_anchor: bool
-    rule: dict[str, Any] | None = Field(
+    # A rule's options differ by kind (amaris.settings.criteria): shown as configured.
+    rule: JSONDict | None = Field(
         default=None,
         description="The deterministic check computed instead of a judge question "
         "(kind exact, numeric, regex, length or json, and its options); null = judged.",
