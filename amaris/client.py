@@ -9,9 +9,10 @@ from typing import Any
 
 import httpx
 
+from amaris.jsonfile import JSONDict
 from amaris.models import BatchScoreResponse, ScoreResponse
 
-WaitAnswer = dict[str, Any]
+WaitAnswer = JSONDict
 """``/rubric_status/wait``'s JSON answer, returned as is: JSON whose fields depend on the
 step's status (``step``, ``status``, ``rubric_version``...), for the caller to read."""
 

@@ -29,7 +29,7 @@ from typing import Any, TypedDict
 from pydantic import BaseModel, SecretStr
 
 from amaris.agents.prompts import prompt_fingerprint
-from amaris.jsonfile import JsonFileError, read_json
+from amaris.jsonfile import JSONDict, JsonFileError, read_json
 from amaris.redact import redact_url
 from amaris.settings import AUDITOR, AgentName, Settings, is_local_url
 
@@ -53,12 +53,12 @@ class ManifestError(ValueError):
     """A manifest file cannot be read; the message names the file and the field."""
 
 
-ConfigJSON = dict[str, Any]
+ConfigJSON = JSONDict
 """The configuration as plain JSON (:func:`redacted_config`): every settings section and
 the open ``extra`` ones, so JSON of open shape."""
 
 
-ManifestJSON = dict[str, Any]
+ManifestJSON = JSONDict
 """A run manifest as written (:func:`build_manifest`) and read back (:func:`read_manifest`):
 a file of any manifest version, read leniently, so JSON of open shape."""
 
@@ -183,7 +183,7 @@ def build_manifest(
     kind: str,
     *,
     seed: int | None = None,
-    extra: dict[str, Any] | None = None,  # what the run adds: its own JSON
+    extra: JSONDict | None = None,  # what the run adds: its own JSON
 ) -> ManifestJSON:
     """The manifest of a run of ``kind`` (``serve``, ``simulate``, ``replay``...) that starts
     now; ``extra``: what the run adds (its arguments, its source manifest)."""

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from amaris.jsonfile import JSONDict
+
 MAX_JSON_DEPTH = 32
 """Deepest nesting of a free-form JSON value (``rollout.metadata``, the training metadata's
 extra fields, ``/get_reward`` labels): ``{}`` and ``[]`` are one level."""
@@ -110,7 +112,7 @@ Text = Annotated[str, AfterValidator(valid_text)]
 """A string field of a request: valid Unicode text (see :func:`valid_text`)."""
 JSONValue = Annotated[Any, AfterValidator(valid_json)]
 """A free-form JSON value of a request (see :func:`valid_json`)."""
-JSONObject = Annotated[dict[str, Any], AfterValidator(valid_json)]
+JSONObject = Annotated[JSONDict, AfterValidator(valid_json)]
 """A free-form JSON object of a request (see :func:`valid_json`)."""
 
 
@@ -284,7 +286,8 @@ class CriterionPublic(BaseModel):
     text: str
     weight: float
     is_anchor: bool
-    rule: dict[str, Any] | None = Field(
+    # A rule's options differ by kind (amaris.settings.criteria): shown as configured.
+    rule: JSONDict | None = Field(
         default=None,
         description="The deterministic check computed instead of a judge question "
         "(kind exact, numeric, regex, length or json, and its options); null = judged.",

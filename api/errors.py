@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from amaris.audit.pause import ScoringPausedError
+from amaris.jsonfile import JSONDict
 from amaris.logs import loggable
 from amaris.memory.storage_health import StorageUnavailableError
 from amaris.models import ErrorDetail, ErrorResponse
@@ -35,7 +36,7 @@ class BodyError(HTTPException):
     """
 
 
-Responses = dict[int | str, dict[str, Any]]
+Responses = dict[int | str, JSONDict]
 """OpenAPI response objects by status: the type of FastAPI's ``responses=`` parameter."""
 
 AUTH_ERRORS: Responses = {

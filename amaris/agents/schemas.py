@@ -37,6 +37,8 @@ from pydantic import (
     model_validator,
 )
 
+from amaris.jsonfile import JSONDict
+
 _TAG_RE = re2.compile(r"^[a-z][a-z0-9_]*$")
 # On an agent's (an LLM's) text: RE2, linear whatever it wrote (amaris.text's rule).
 _CAMEL = re2.compile(r"([a-z0-9])([A-Z])")
@@ -151,7 +153,7 @@ class HackingBehaviour(_Lenient):
     evidence: Line = ""
 
 
-def _consistent_detection(schema: dict[str, Any]) -> None:  # a JSON schema: any shape
+def _consistent_detection(schema: JSONDict) -> None:  # a JSON schema: any shape
     """The JSON schema of :class:`RewardHackingAnalysis` as its two consistent shapes: one
     or more behaviours, detected, some severity; or none, not detected, severity none. A
     constrained decoder then cannot write a detection without a behaviour (a small model

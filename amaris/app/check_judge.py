@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import openai
 
 from amaris.agents.prompts import load_prompts
+from amaris.jsonfile import JSONDict
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.llm.ledger import total
@@ -100,7 +100,7 @@ class _Recorder:
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        response_format: dict[str, Any] | None = None,
+        response_format: JSONDict | None = None,  # the provider's JSON, sent as is
     ) -> Completion:
         self.last = await self.inner.complete(agent, messages, options, response_format)
         return self.last

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from amaris.jsonfile import JsonFileError, read_json
+from amaris.jsonfile import JSONDict, JsonFileError, read_json
 
 
 class DatasetError(ValueError):
@@ -34,7 +33,7 @@ class Candidate(BaseModel):
 
     candidate_id: str = Field(min_length=1)
     text: str
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JSONDict = Field(default_factory=dict)  # the data file's own, passed on
 
 
 class RankedPrompt(BaseModel):

@@ -292,6 +292,8 @@ def _accuracy(space: SearchSpace, genome: Genome, pairs: list[Pair]) -> Accuracy
     return pairwise_accuracy(space.rewards(genome), pairs)
 
 
+# bootstrap.json: JSON for people and tools, built from the typed Result (Accuracy,
+# Criterion...) above, which is what the code reads.
 def summary(result: Result) -> dict[str, Any]:
     """The result as JSON (``bootstrap.json``)."""
     return {

@@ -17,6 +17,7 @@ import yaml
 from amaris.cli.common import CommandError, config_path
 from amaris.cli.config import load
 from amaris.cli.simulate import mode_overrides, record_run, reported, served
+from amaris.jsonfile import JSONDict
 from amaris.manifest import ManifestError, read_manifest
 from amaris.settings import ConfigError, Settings, load_settings
 from amaris.sim.driver import RunResult, StepResult, run
@@ -52,7 +53,7 @@ class ReplaySource:
         """A replay does not learn."""
 
 
-ManifestOrigin = dict[str, Any]
+ManifestOrigin = JSONDict
 """The run ``--manifest`` describes, as the replay's own manifest records it: fields copied
 from the manifest file as they are (JSON its writer shaped; only ``config`` is checked)."""
 

@@ -26,6 +26,7 @@ from amaris.cli.common import CommandError, config_path
 from amaris.cli.config import load, server_url
 from amaris.cli.store import api_get, api_records
 from amaris.client import AmarisError
+from amaris.jsonfile import JSONDict
 from amaris.manifest import build_manifest, write_manifest
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
@@ -93,7 +94,7 @@ def record_run(
     kind: str,
     out: Path,
     seed: int | None,
-    extra: dict[str, Any],  # the run's own record in the manifest: JSON of its kind's shape
+    extra: JSONDict,  # the run's own record in the manifest: JSON of its kind's shape
 ) -> None:
     """Write the run manifest in the data folder and as ``<out>/manifest.json``."""
     manifest = build_manifest(

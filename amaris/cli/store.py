@@ -19,6 +19,7 @@ from qdrant_client import QdrantClient
 
 from amaris.cli.common import CommandError
 from amaris.cli.config import server_url
+from amaris.jsonfile import JSONDict
 from amaris.memory.qdrant import StoreLockedError, open_qdrant
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
@@ -86,7 +87,7 @@ def output(as_json: bool, answer: TypeAdapter[T], value: T, show: Callable[[T], 
     return 0
 
 
-RolloutRecord = dict[str, Any]
+RolloutRecord = JSONDict
 """A rollout-log record as the API sends it: JSON written back out as is (``amaris export``,
 a simulation's ``rollouts.jsonl``), read by ``amaris replay``."""
 

@@ -22,6 +22,7 @@ from amaris.client import (
     InvalidRequestError,
     ServerUnavailableError,
 )
+from amaris.jsonfile import JSONDict
 from amaris.redact import redact_url
 
 DEFAULT_URL = "http://127.0.0.1:8002"
@@ -114,7 +115,7 @@ class GetRewardBody(TypedDict, total=False):
     amaris_metadata: dict[str, str | int] | None  # high_level_goal, model_size, total_steps...
 
 
-ServerAnswer = dict[str, Any]
+ServerAnswer = JSONDict
 """A JSON answer of the server as received: read leniently (a proxy or an older server
 may answer with other fields), so JSON of open shape."""
 

@@ -40,13 +40,14 @@ from amaris.integrations._remote import (
     get_rewards,
     optional_float,
 )
+from amaris.jsonfile import JSONDict
 
 __all__ = ["RewardUnavailableError", "reward_func"]
 
 
 def reward_func(
     queries: list[str], prompts: list[str], labels: list[Any] | None = None, **kwargs: Any
-) -> dict[str, Any]:  # OpenRLHF's reward payload: tensors under its own keys
+) -> JSONDict:  # OpenRLHF's reward payload: tensors under its own keys
     """amaris rewards of an OpenRLHF micro-batch (blocking); see the module docstring.
 
     Raises:

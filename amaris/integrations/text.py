@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from amaris.jsonfile import JSONDict
+
 
 def _content(content: Any) -> str:
     if isinstance(content, str):
@@ -25,14 +27,14 @@ def _tool_call(call: Any) -> str:
         return f"tool call: {call}"
     inner = call.get("function")
     # A tool call of the trainer's chat messages: JSON of open shape.
-    function: dict[str, Any] = inner if isinstance(inner, dict) else call
+    function: JSONDict = inner if isinstance(inner, dict) else call
     arguments = function.get("arguments", {})
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
     return f"tool call: {function.get('name', '?')}({arguments})"
 
 
-def _message(message: dict[str, Any]) -> str:  # a trainer's chat message: open JSON
+def _message(message: JSONDict) -> str:  # a trainer's chat message: open JSON
     """A message's text: its content, then one line per tool call it makes."""
     calls = message.get("tool_calls") or []
     lines = [_content(message.get("content"))] if message.get("content") or not calls else []

@@ -30,11 +30,12 @@ from amaris.integrations._remote import (
     get_rewards_async,
 )
 from amaris.integrations.text import completion_text, render
+from amaris.jsonfile import JSONDict
 
 RewardFunc = Callable[..., Awaitable[list[float | None]]]
 
 
-TrainerKwargs = dict[str, Any]
+TrainerKwargs = JSONDict
 """The keyword arguments TRL calls a reward function with: the trainer's own payload
 (dataset columns, ``trainer_state``, log callbacks), of open shape."""
 

@@ -16,11 +16,11 @@ It imports verl, so it loads only in a verl environment (the other adapters do n
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+
+from amaris.jsonfile import JSONDict
 
 __all__ = ["AmarisRewardManager"]
 
@@ -43,8 +43,8 @@ def with_prompt(data: DataProto) -> DataProto:
 class AmarisRewardManager(NaiveRewardManager):
     """verl's naive manager, with the prompt taken from ``raw_prompt`` when needed."""
 
-    async def run_single(self, data: DataProto) -> dict[str, Any]:
+    # verl's own per-sample payload (reward and extra info), passed through as is.
+    async def run_single(self, data: DataProto) -> JSONDict:
         """Score the last sample of ``data`` as the naive manager does."""
-        # verl's own per-sample payload (reward and extra info), passed through as is.
-        result: dict[str, Any] = await super().run_single(with_prompt(data))
+        result: JSONDict = await super().run_single(with_prompt(data))
         return result

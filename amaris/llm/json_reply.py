@@ -16,11 +16,12 @@ from typing import Any, TypeAlias, TypeVar
 import json_repair
 from pydantic import BaseModel
 
+from amaris.jsonfile import JSONDict
 from amaris.models import storable
 
 T = TypeVar("T", bound=BaseModel)
 
-JsonObject: TypeAlias = dict[str, Any]
+JsonObject: TypeAlias = JSONDict
 """A JSON object as a model or an endpoint wrote it: JSON of unknown shape is the point
 (it is read by a schema, or by code that checks every field it uses)."""
 

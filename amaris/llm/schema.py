@@ -15,7 +15,9 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel
 
-JsonSchema: TypeAlias = dict[str, Any]
+from amaris.jsonfile import JSONDict
+
+JsonSchema: TypeAlias = JSONDict
 """A JSON schema (or one node of it): JSON of unknown shape is the point (any keyword,
 nested to any depth), so it is a plain JSON object."""
 

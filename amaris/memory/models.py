@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from amaris.jsonfile import JSONDict
 from amaris.models import JSONValue
 
 DocType = Literal["batch_summary", "meta_summary", "rubric_update", "finding"]
@@ -73,7 +74,7 @@ class MemoryDocument(BaseModel):
     """Rollout ids the document is about."""
     text: str
     """The embedded text, at most :data:`MAX_TEXT_CHARS` characters."""
-    doc: dict[str, Any] = Field(default_factory=dict)  # JSON of any kind, older versions' too
+    doc: JSONDict = Field(default_factory=dict)  # JSON of any kind, older versions' too
     """The full JSON document (a summary, an analysis, an update...)."""
     probe: HackProbe | None = None
     """A finding's rollout, bounded, for the rubric canary to re-score the hack."""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from amaris.jsonfile import JSONDict
 
-AgentJSON = dict[str, Any]
+AgentJSON = JSONDict
 """An agent's data message, or its reply, as JSON. The offline agents stand in for an LLM,
 so they take and give the JSON an LLM agent would (the caller validates the reply against
 the agent's own schema, :mod:`amaris.agents`): JSON of open shape here."""

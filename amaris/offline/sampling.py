@@ -29,10 +29,11 @@ import math
 import random
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from amaris.agents.prompts import read_data
 from amaris.offline.heuristics import judge_criteria
+from amaris.offline.payload import AgentJSON
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.text.chars import SPACE, SPACE_CHARS, WORD, compile_pattern
 
@@ -118,7 +119,7 @@ class VerdictSampler:
         return {verdict: 1.0 - doubt, neighbour: doubt}
 
     def reply(
-        self, messages: list[dict[str, Any]], temperature: float, logprobs: bool, top_logprobs: int
+        self, messages: list[AgentJSON], temperature: float, logprobs: bool, top_logprobs: int
     ) -> SampledReply | None:
         """The scorer's answer with sampled verdicts and/or logprobs; None when the
         messages are not a scorer request or neither is asked for (the plain offline
@@ -171,7 +172,7 @@ class VerdictSampler:
         tokens += _text_tokens("]}")
         return SampledReply(content, tokens)
 
-    def _rng(self, messages: list[dict[str, Any]]) -> random.Random:  # the request's JSON
+    def _rng(self, messages: list[AgentJSON]) -> random.Random:  # the request's JSON
         digest = hashlib.sha256(
             json.dumps(messages, sort_keys=True).encode("utf-8", "surrogatepass")
         ).hexdigest()
@@ -182,7 +183,7 @@ class VerdictSampler:
         return random.Random(f"{self.seed}/{digest}/{draw}")
 
 
-def _scorer_data(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _scorer_data(messages: list[AgentJSON]) -> AgentJSON | None:
     """The scorer's data (its context block's criteria and its data block's rollout,
     :func:`amaris.agents.prompts.read_data`); None for another agent's messages."""
     try:

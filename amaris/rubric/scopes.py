@@ -6,8 +6,8 @@ import asyncio
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
+from amaris.jsonfile import JSONDict
 from amaris.rubric.model import RubricVersion, adaptive_from_config, anchors_from_config
 from amaris.rubric.store import RubricStore, RubricStoreError
 from amaris.settings import RubricItem, Settings
@@ -36,7 +36,8 @@ def load_presets(path: Path | None) -> dict[str, dict[str, list[RubricItem]]]:
     presets: dict[str, dict[str, list[RubricItem]]] = {}
     for key, value in raw.items():
         scope = key if key.startswith("in-") else input_id(key)
-        entry: dict[str, Any] = value if isinstance(value, dict) else {"adaptive_rubrics": value}
+        # The file's JSON for one input, before RubricItem checks each criterion.
+        entry: JSONDict = value if isinstance(value, dict) else {"adaptive_rubrics": value}
         presets[scope] = {
             name: [RubricItem.model_validate(item) for item in entry.get(name, [])]
             for name in ("anchor_rubrics", "adaptive_rubrics")

@@ -17,6 +17,7 @@ from typing import Any
 
 from qdrant_client import QdrantClient, models
 
+from amaris.jsonfile import JSONDict
 from amaris.memory.qdrant import ensure_collection
 from amaris.rubric.model import (
     Criterion,
@@ -152,9 +153,10 @@ class RubricStore:
         """
         with self._lock:
             parent = self._current_or_none(scope)
-            pointer = self._retrieve(_pointer_id(scope)) or {}
+            pointer: JSONDict = self._retrieve(_pointer_id(scope)) or {}
             # The pointer remembers the highest version ever written: no scan of history.
-            number = int(pointer.get("latest", pointer.get("current", 0))) + 1
+            latest = pointer["latest"] if "latest" in pointer else pointer.get("current", 0)
+            number = int(latest) + 1
             version = RubricVersion(
                 version=number,
                 scope=scope,
@@ -308,12 +310,14 @@ class RubricStore:
         except RubricStoreError:
             return None
 
-    def _retrieve(self, point_id: str) -> dict[str, Any] | None:
+    # A point's Qdrant payload (or a version's stored rubric) as JSON, of any version of
+    # the store: the callers validate it (RubricVersion, the pointer's fields).
+    def _retrieve(self, point_id: str) -> JSONDict | None:
         points = self._qdrant.retrieve(self._collection, ids=[point_id], with_payload=True)
         if not points:
             return None
         payload = points[0].payload or {}
         if payload.get("kind") == "version":
-            rubric: dict[str, Any] = payload["rubric"]
+            rubric: JSONDict = payload["rubric"]
             return rubric
         return payload

@@ -8,17 +8,18 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, Field
 
 from amaris.agents.prompts import agent_messages
+from amaris.jsonfile import JSONDict
 from amaris.llm.schema import strict_schema
 from amaris.models import storable
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 
-JSONSchema = dict[str, Any]
+JSONSchema = JSONDict
 """A JSON Schema document (the judge's ``response_format``): JSON of open shape."""
 
 MAX_REASON_CHARS = 2_000

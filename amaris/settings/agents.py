@@ -14,11 +14,12 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Generic, Literal, TypeVar, get_args
+from typing import Annotated, Generic, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, model_validator
 
+from amaris.jsonfile import JSONDict
 from amaris.settings.base import Section
 
 MethodAgent = Literal[
@@ -212,12 +213,12 @@ class AgentOptions(Section):
     falls back per endpoint to ``json_object``, then to the prompt alone, when refused;
     ``json_schema``, ``json_object``, ``none``: that mode only."""
     # JSON of the provider's shape, not ours: sent as is.
-    response_format: dict[str, Any] | None = None
+    response_format: JSONDict | None = None
     """Sent as is instead of what ``structured_output`` would send (no fallback)."""
     service_tier: str | None = None
     """OpenAI service tier, e.g. ``flex``."""
     # JSON of the provider's shape, not ours: sent as is.
-    extra_body: dict[str, Any] | None = None
+    extra_body: JSONDict | None = None
     """Provider-specific request fields (OpenRouter, vLLM...)."""
     context_window: int | None = Field(default=None, gt=0)
     """The model's context window in tokens; null = the ``max_model_len`` the endpoint's
@@ -243,9 +244,9 @@ class ResolvedAgentOptions(Section):
     max_tokens: int | None
     timeout: float
     structured_output: StructuredOutput
-    response_format: dict[str, Any] | None  # the provider's JSON, as in AgentOptions
+    response_format: JSONDict | None  # the provider's JSON, as in AgentOptions
     service_tier: str | None
-    extra_body: dict[str, Any] | None  # the provider's JSON, as in AgentOptions
+    extra_body: JSONDict | None  # the provider's JSON, as in AgentOptions
     context_window: int | None
     samples: int
     logprobs: bool

@@ -11,9 +11,10 @@ import yaml
 from pydantic import ValidationError
 from pydantic_settings import EnvSettingsSource, SettingsError
 
+from amaris.jsonfile import JSONDict
 from amaris.settings.schema import ENV_NESTED_DELIMITER, ENV_PREFIX, Settings
 
-RawConfig = dict[str, Any]
+RawConfig = JSONDict
 """A configuration mapping before validation, as YAML or the environment wrote it: its
 shape is whatever the file holds (validating it is the point of :func:`load_settings`)."""
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from amaris.client import RewardClient
+from amaris.jsonfile import JSONDict
 from amaris.llm.ledger import Key, Usage
 from amaris.sim.policy import PlannedRollout
 from amaris.sim.progress import Progress
@@ -51,7 +52,7 @@ class StepResult:
     step: int
     rubric_version: int
     rollouts: list[RolloutResult]
-    outcome: dict[str, Any]  # the server's /rubric_status/wait answer for the step, as is
+    outcome: JSONDict  # the server's /rubric_status/wait answer for the step, as is
     usage: dict[Key, Usage] = field(default_factory=dict)
     """The step's LLM requests (scoring and pipeline), by (agent, model)."""
 
@@ -63,11 +64,11 @@ class RunResult:
     label: str
     steps: list[StepResult]
     # The server's /rubrics/history and rubric diff answers, as is (JSON, for the report).
-    history: list[dict[str, Any]]
-    diffs: list[dict[str, Any]]
+    history: list[JSONDict]
+    diffs: list[JSONDict]
     wall_s: float
     judge: str
-    memory: dict[str, Any]  # the memory settings of the run (JSON, for the report)
+    memory: dict[str, object]  # memory setting -> its value in the run (for the report)
     """``static_memory_steps`` / ``dynamic_memory_limit_per_query`` of the run, when known."""
 
 

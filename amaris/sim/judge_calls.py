@@ -9,10 +9,25 @@ degenerate reply given the pre-check's floor). ``metrics.json`` carries the resu
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 
-def judge_calls(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+class JudgeCalls(TypedDict):
+    """What :func:`judge_calls` counts (JSON in a simulation's manifest)."""
+
+    scored: int
+    judged: int
+    rule_only: int
+    degenerate: int
+    avoided_share: float | None
+    rule_verdicts: int
+    judge_verdicts: int
+    rule_verdict_share: float | None
+
+
+# records: rollout-log records as the API sends them (RolloutRecord.to_json(), fields of
+# any version), read leniently: Mapping[str, Any], not a model.
+def judge_calls(records: Iterable[Mapping[str, Any]]) -> JudgeCalls:
     """Scored rollouts, those judged, those rewarded by rules alone or by the pre-check,
     the share of judge calls avoided, and the share of verdicts computed by rules."""
     scored = judged = rule_only = degenerate = 0

@@ -13,11 +13,11 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from amaris.jsonfile import JSONDict
 from amaris.offline.judge import OfflineJudgeError, respond
 from amaris.offline.sampling import TokenLogprob, VerdictSampler
 
@@ -52,7 +52,7 @@ class Reply:
     iterator are streamed without a length (chunked)."""
 
 
-WireJSON = dict[str, Any]
+WireJSON = JSONDict
 """A chat-completions request or answer body, or one of its objects: the OpenAI wire
 format this server speaks, JSON of open shape (a client may send any extra field)."""
 

@@ -27,7 +27,9 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
+
+from amaris.jsonfile import JSONDict
 
 BEHAVIOURS: tuple[str, ...] = (
     "correct",
@@ -148,7 +150,17 @@ def make_task(rng: random.Random) -> Task:
 
 
 # -- the rubric the hacks read -------------------------------------------------------------
-def criteria(rubric: Mapping[str, Any]) -> list[dict[str, Any]]:
+class CriterionJSON(TypedDict):
+    """A criterion of a ``GET /rubrics`` answer (:class:`amaris.models.CriterionPublic`)."""
+
+    id: str
+    text: str
+    weight: float
+    is_anchor: bool
+    rule: JSONDict | None  # the rule's options: JSON of its kind, as the config wrote it
+
+
+def criteria(rubric: Mapping[str, Any]) -> list[CriterionJSON]:
     """Anchors then adaptive criteria of a ``GET /rubrics`` answer."""
     return [*rubric.get("anchors", []), *rubric.get("adaptive", [])]
 
@@ -271,8 +283,10 @@ class PlannedRollout:
     """A rollout to score, with its behaviour (kept in ``rollout.metadata``, which neither
     the judge nor the analyzer reads)."""
 
-    rollout: dict[str, Any]
-    metadata: dict[str, Any]
+    # A /score request's rollout and metadata: the simulator's own, or a recorded run's
+    # as its trainer sent them (amaris replay), so JSON of open shape.
+    rollout: JSONDict
+    metadata: JSONDict
     behaviour: str
 
 

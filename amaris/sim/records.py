@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from amaris.jsonfile import JSONDict
 from amaris.memory.rollout_backend import open_rollout_log
 from amaris.memory.rollout_log import StepRegistry, step_records
 from amaris.models import Rollout
@@ -30,7 +31,9 @@ class RecordsError(ValueError):
     """A records file cannot be read; the message names the line and the field."""
 
 
-def local_records(client: QdrantClient, settings: Settings) -> Iterator[dict[str, Any]]:
+# Each record as the rollout log writes it (RolloutRecord.to_json(): fields of older
+# versions included), written back out as is: open JSON.
+def local_records(client: QdrantClient, settings: Settings) -> Iterator[JSONDict]:
     """Every record of the run in an opened store, by step then sequence number."""
     log = open_rollout_log(settings, client)
     try:
@@ -48,7 +51,7 @@ class RecordedRollout(BaseModel):
 
     step: int = Field(ge=0, description="Training step the rollout belonged to.")
     rollout: Rollout
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JSONDict = Field(default_factory=dict)  # the rollout's trainer metadata
     late: bool = Field(default=False, description="Arrived after its step completed.")
 
     @property

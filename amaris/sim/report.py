@@ -12,11 +12,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from amaris.jsonfile import JSONDict
 from amaris.settings import ModelPrice
 from amaris.sim.driver import RunResult
 from amaris.sim.metrics import RunMetrics, run_metrics
+from amaris.sim.policy import CriterionJSON
+from amaris.sim.usage import UsageSummary
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ def _dollars(value: float | None) -> str:
     return "-" if value is None else f"${value:.4f}"
 
 
-def _usage_cells(u: dict[str, Any]) -> tuple[str, ...]:  # a usage summary of RunMetrics
+def _usage_cells(u: UsageSummary) -> tuple[str, ...]:  # a usage summary of RunMetrics
     return (
         str(u["calls"]),
         str(u["failed"]),
@@ -88,7 +90,7 @@ def usage_blocks(metrics: RunMetrics) -> list[Block]:
     ]
 
 
-def _criterion(c: dict[str, Any]) -> str:  # a criterion of RunMetrics (the server's JSON)
+def _criterion(c: CriterionJSON) -> str:  # a criterion of RunMetrics (the server's JSON)
     return f'{c["id"]} (weight {c["weight"]:+.2f}) "{c["text"]}"'
 
 
@@ -372,7 +374,7 @@ def write_report(
     runs: Sequence[RunResult],
     title: str,
     intro: Sequence[str] = (),
-    extra: dict[str, Any] | None = None,  # what the command adds to metrics.json: its JSON
+    extra: JSONDict | None = None,  # what the command adds to metrics.json: its JSON
     pricing: Mapping[str, ModelPrice] | None = None,
 ) -> Path:
     """Write ``metrics.json``, the plots, ``report.md`` and ``report.html`` into ``folder``.

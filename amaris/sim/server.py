@@ -18,6 +18,7 @@ import yaml
 
 from amaris.app.prefect_server import PrefectServer, free_port
 from amaris.settings import load_settings, set_dotted
+from amaris.settings.loader import RawConfig
 
 STARTUP_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
@@ -34,7 +35,7 @@ def write_config(base: Path | None, folder: Path, overrides: Mapping[str, Any]) 
     Raises:
         amaris.settings.ConfigError: the result is invalid (the message names the key).
     """
-    raw: dict[str, Any] = {}
+    raw: RawConfig = {}
     if base is not None:
         raw = yaml.safe_load(Path(base).read_text(encoding="utf-8")) or {}
     for dotted, value in overrides.items():
@@ -123,7 +124,7 @@ def managed_server(
     Prefect's home is always under its data folder.
     """
     port = free_port()
-    settings: dict[str, Any] = {
+    settings: dict[str, object] = {
         "memory.path": str(folder / "data"),
         "memory.rubrics_path": None,
         # Embedded Qdrant in the fresh folder, even when the base config names a server:

@@ -8,7 +8,7 @@ long as nothing else uses the server meanwhile.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,14 +51,36 @@ def difference(after: Mapping[Key, Usage], before: Mapping[Key, Usage]) -> dict[
     return changed
 
 
+class UsageSummary(TypedDict):
+    """JSON-ready totals of a ledger (:func:`usage_summary`): the :class:`Usage` counters,
+    seconds rounded, and cost in dollars when every model is priced."""
+
+    calls: int
+    failed: int
+    timed_out: int
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    cached_tokens: int
+    seconds: float
+    cost: float | None
+    cost_per_1000_rollouts: float | None
+
+
 def usage_summary(
     table: Mapping[Key, Usage], rollouts: int, pricing: Mapping[str, ModelPrice]
-) -> dict[str, Any]:
+) -> UsageSummary:
     """JSON-ready totals of ``table``, with cost and cost per 1,000 rollouts when priced."""
     summed = total(table.values())
     dollars = cost(table, pricing)
     return {
-        **vars(summed),
+        "calls": summed.calls,
+        "failed": summed.failed,
+        "timed_out": summed.timed_out,
+        "prompt_tokens": summed.prompt_tokens,
+        "completion_tokens": summed.completion_tokens,
+        "reasoning_tokens": summed.reasoning_tokens,
+        "cached_tokens": summed.cached_tokens,
         "seconds": round(summed.seconds, 3),
         "cost": None if dollars is None else round(dollars, 6),
         "cost_per_1000_rollouts": (

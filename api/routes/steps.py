@@ -23,6 +23,7 @@ from amaris.api.errors import (
 )
 from amaris.audit.history import audit_of
 from amaris.audit.models import AuditSummary, StepAudit
+from amaris.jsonfile import JSONDict
 from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import step_records
 from amaris.models import ErrorDetail, ErrorResponse
@@ -71,7 +72,7 @@ class WaitResponse(BaseModel):
     error: str | None = None
     step_status: str | None = None
     # The flow's per-scope outcomes as the registry keeps them: JSON passed on as stored.
-    scopes: dict[str, Any] | None = Field(
+    scopes: JSONDict | None = Field(
         default=None, description="Per scope: outcome, rubric version, strategy, findings."
     )
 
@@ -261,7 +262,7 @@ class StepRollouts(BaseModel):
     status: StepStatusName
     # RolloutRecord.to_json(): each record's JSON as logged (fields of older versions
     # included), not the model's defaults.
-    records: list[dict[str, Any]] = Field(
+    records: list[JSONDict] = Field(
         description="The rollout log's records of the step, in arrival order: rollout, "
         "metadata, score, status, rubric_version, verdicts, scope, seq, late, time."
     )
@@ -273,7 +274,7 @@ class RolloutAnalysis(BaseModel):
     rollout_id: str
     scope: str
     # The analyzer's reply as stored (JSON of the agent's schema at the time it ran).
-    analysis: dict[str, Any] = Field(
+    analysis: JSONDict = Field(
         description="IndividualAnalysis (amaris/agents/schemas.py): reward_hacking_analysis "
         "(detected, severity, behaviours with tag and evidence), rubric_evaluation, ..."
     )

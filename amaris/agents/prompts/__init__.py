@@ -24,11 +24,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
+from amaris.jsonfile import JSONDict
 from amaris.settings import AGENTS, PromptsSettings
 
-DataBlock: TypeAlias = dict[str, Any]
+DataBlock: TypeAlias = JSONDict
 """An agent's data or context block: a JSON object of any shape its caller gives (a
 rollout, criteria, memories...), written as one JSON line: unknown shape is the point."""
 
