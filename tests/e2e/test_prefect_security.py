@@ -124,8 +124,11 @@ def final_state(api: str, auth: dict[str, str], run_id: str, deadline: float) ->
 
 
 def test_prefect_server_needs_credentials_and_repair_runs_cannot_leak_the_key(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The repair worker (a Prefect runner, inheriting this environment) picks up the two
+    # runs below at its next poll: every second, not Prefect's default 10.
+    monkeypatch.setenv("PREFECT_RUNNER_POLL_FREQUENCY", "1")
     port, prefect_port = free_port(), free_port()
     data = tmp_path / "data"
     config = tmp_path / "config.yaml"

@@ -131,7 +131,12 @@ def test_rerun_asks_only_for_the_analyses_a_failed_chunk_lacked(
 
 
 @pytest.mark.slow
-def test_serve_schedules_the_repair_on_its_prefect_server(tmp_path: Path) -> None:
+def test_serve_schedules_the_repair_on_its_prefect_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The repair worker (a Prefect runner, inheriting this environment) looks for due runs
+    # every second, not Prefect's default 10.
+    monkeypatch.setenv("PREFECT_RUNNER_POLL_FREQUENCY", "1")
     port, prefect_port = free_port(), free_port()
     config = tmp_path / "config.yaml"
     config.write_text(

@@ -16,7 +16,7 @@ from amaris.agents.prompts import read_data
 from amaris.app.wiring import create_app
 from amaris.sim.judge_server import Reply
 from tests.support.fake_llm import FakeLLM, offline_reply
-from tests.support.pipeline_helpers import score_step, step_run_view
+from tests.support.pipeline_helpers import artifacts_keyed, score_step, step_run_view
 from tests.support.settings import llm_settings, make_settings
 from tests.support.testclient import TestClient
 
@@ -108,7 +108,9 @@ def test_a_flat_adaptive_criterion_is_retired_after_k_steps(tmp_path: Path) -> N
         client.headers.pop("Authorization")
         assert client.get("/rubrics/stats", params={"step": 1}).status_code == 401
 
-    _, artifacts = asyncio.run(step_run_view("step-1", since))
+    # An unchanged offline step logs no amaris line to its run: wait for the artifacts read.
+    until = artifacts_keyed("rubric-diff-step-1-global", "criteria-step-1")
+    _, artifacts = asyncio.run(step_run_view("step-1", since, until=until))
     by_key = {a.key: a for a in artifacts}
     diff = str(by_key["rubric-diff-step-1-global"].data)
     assert "| retired | R1 |" in diff

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -71,15 +72,38 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+RunView = Callable[[list[Any], list[Any]], bool]
+"""Whether a flow run's logs and artifacts (as read so far) show what a test looks for."""
+
+
+def amaris_logs_and_an_artifact(logs: list[Any], artifacts: list[Any]) -> bool:
+    """The run shows an amaris log line and an artifact."""
+    return any(log.name.startswith("amaris") for log in logs) and bool(artifacts)
+
+
+def artifacts_keyed(*keys: str) -> RunView:
+    """The run shows an artifact under each of ``keys`` (for a step that logs nothing of
+    amaris's own: waiting for its log lines would wait out the deadline)."""
+
+    def seen(logs: list[Any], artifacts: list[Any]) -> bool:
+        return set(keys) <= {artifact.key for artifact in artifacts}
+
+    return seen
+
+
 async def step_run_view(
-    name: str, since: datetime, deadline_s: float = 60.0
+    name: str,
+    since: datetime,
+    deadline_s: float = 60.0,
+    until: RunView = amaris_logs_and_an_artifact,
 ) -> tuple[list[Any], list[Any]]:
     """The logs and artifacts of the flow run called ``name`` that started after ``since``
     (other test files on this worker run steps of that number on the same Prefect
     server), through Prefect's client.
 
     The server stores logs and artifacts as their batches arrive: read again (up to
-    ``deadline_s``) until the run shows amaris log lines and an artifact."""
+    ``deadline_s``) until ``until`` sees what the test looks for (by default amaris log
+    lines and an artifact)."""
     await APILogHandler.aflush()  # the logs still queued in this process
     give_up = time.monotonic() + deadline_s
     async with get_client() as prefect:
@@ -100,8 +124,7 @@ async def step_run_view(
                 ),
                 limit=200,
             )
-            seen = any(log.name.startswith("amaris") for log in logs) and artifacts
-            if seen or time.monotonic() > give_up:
+            if until(logs, artifacts) or time.monotonic() > give_up:
                 break
             await asyncio.sleep(0.5)
     return logs, artifacts
