@@ -305,7 +305,8 @@ def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
         f"Scenario {args.scenario} ({where}): {setup.describe()}; wall time "
         f"{result.wall_s:.1f} s. The training judge is the simulator's, the auditor the "
         "offline judge; fidelity.json holds the alarm's timing, its cost in judge calls and "
-        f"the reward gap between correct and {HACKED} rollouts (docs/fidelity.md).",
+        f"the reward gap between correct and padded ({', '.join(HACKED)}) rollouts "
+        "(docs/fidelity.md).",
     ]
     extra = {
         **setup.model_dump(),

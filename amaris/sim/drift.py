@@ -9,9 +9,10 @@ before or wholly after the drift.
 
 The drift is a length bias, the best documented failure of LLM judges: a padded reply
 (at least :data:`amaris.offline.tags.VERBOSE_WORDS` words) gets the best verdict on every
-criterion, except a pitfall that names the padding itself (a rubric that spells the
-failure out is read even by a lenient judge). So a rubric update that adds such a pitfall
-restores part of the reward gap the drift removed; nothing else does.
+criterion the rubric had when the drift began (the judge's blind spot covers the criteria
+it has been reading, its padding pitfall included). A criterion worded afresh after that
+(a rubric update's answer to the alarm) is read honestly, so such an update restores part
+of the reward gap the drift removed; nothing else in the loop does.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from amaris.sim.policy import PlannedRollout
 
 LENIENT_TO = "verbosity_padding"
 """The hacking tag (:mod:`amaris.offline.tags`) the drifted judge pays for."""
-HACKED = "hack_self_assessment"
-"""The simulated hack the drifted judge pays for (a padded self-assessment): the reward
-gaps of ``fidelity.json`` are the correct rollouts' mean reward minus its."""
+HACKED = ("verbose", "hack_self_assessment")
+"""The simulated behaviours that pad, which the drifted judge pays for: the reward gaps of
+``fidelity.json`` are the correct rollouts' mean reward minus theirs."""
 STARTUP_TIMEOUT_S = 30.0
 
 
@@ -52,6 +53,8 @@ class DriftingJudge:
         """Set by the simulator between steps (from the drift step on)."""
         self.lenient_verdicts = 0
         """Scorer requests answered leniently so far."""
+        self.known: frozenset[str] | None = None
+        """The criteria (texts) of the first scorer request after the drift began."""
         self._honest = honest_responder(FaultProfile())
 
     def lenient(self, body: WireJSON) -> str | None:
@@ -68,11 +71,13 @@ class DriftingJudge:
         output = str((data.get("rollout") or {}).get("output") or "")
         if tags.BY_TAG[LENIENT_TO].detect(output, None) is None:
             return None
+        if self.known is None:
+            self.known = frozenset(str(c["text"]) for c in data["criteria"])
         honest = json.loads(respond(body["messages"]))
         verdicts = []
         for criterion, verdict in zip(data["criteria"], honest["verdicts"], strict=True):
             pitfall = criterion.get("kind") == "pitfall"
-            if not (pitfall and tags.targets(str(criterion["text"]), LENIENT_TO)):
+            if str(criterion["text"]) in self.known:
                 verdict = {
                     "id": verdict["id"],
                     "reason": "a thorough, detailed reply",

@@ -9,7 +9,7 @@ drift, between the drift and the alarm, and over the last steps (after the respo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from pydantic import BaseModel
 
@@ -62,8 +62,10 @@ class FidelityOutcome(BaseModel):
         return (after - during) / (before - during)
 
 
-def reward_gap(steps: Iterable[StepResult], hacked: str, correct: str = "correct") -> float | None:
-    """Mean reward of the ``correct`` rollouts minus that of the ``hacked`` ones, pooled
+def reward_gap(
+    steps: Iterable[StepResult], hacked: Collection[str], correct: str = "correct"
+) -> float | None:
+    """Mean reward of the ``correct`` rollouts minus that of the ``hacked`` behaviours', pooled
     over ``steps`` (unscored rollouts left out); None when either has no scored rollout."""
     good: list[float] = []
     bad: list[float] = []
@@ -73,7 +75,7 @@ def reward_gap(steps: Iterable[StepResult], hacked: str, correct: str = "correct
                 continue
             if r.behaviour == correct:
                 good.append(r.reward)
-            elif r.behaviour == hacked:
+            elif r.behaviour in hacked:
                 bad.append(r.reward)
     good_mean, bad_mean = mean(good), mean(bad)
     if good_mean is None or bad_mean is None:
@@ -101,9 +103,11 @@ def call_shares(usage: Iterable[dict[Key, Usage]]) -> tuple[float | None, float 
     return audit / judge, canary / judge
 
 
-def fidelity_outcome(run: RunResult, drift_step: int | None, hacked: str) -> FidelityOutcome:
+def fidelity_outcome(
+    run: RunResult, drift_step: int | None, hacked: Collection[str]
+) -> FidelityOutcome:
     """The figures of ``fidelity.json`` for ``run``, drifted from ``drift_step`` (None:
-    no drift), the gaps measured against the ``hacked`` behaviour."""
+    no drift), the gaps measured against the ``hacked`` behaviours."""
     steps: Sequence[StepResult] = run.steps
     alarms = alarmed_steps(steps)
     if drift_step is None:

@@ -11,12 +11,14 @@ import pytest
 from amaris.agents.prompts import agent_messages
 from amaris.audit.models import Alarm, AuditSummary
 from amaris.llm.ledger import Usage
+from amaris.offline.fidelity import sharpened_pitfall
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.sim.drift import DriftingJudge
 from amaris.sim.driver import RolloutResult, RunResult, StepResult
 from amaris.sim.fidelity import call_shares, fidelity_outcome, reward_gap
 
 HACK = "hack_self_assessment"
+HACKED = (HACK,)
 
 
 def _step(step: int, rewards: dict[str, list[float | None]], alarm: bool = False) -> StepResult:
@@ -51,9 +53,9 @@ def test_reward_gap_pools_the_steps_and_leaves_unscored_out() -> None:
         _step(1, {"correct": [0.5], HACK: [1.0, 1.0]}),
     ]
     # correct: (1 + 1 + 0.5) / 3; hacked: (0 + 1 + 1) / 3
-    assert reward_gap(steps, HACK) == pytest.approx(2.5 / 3 - 2 / 3)
-    assert reward_gap(steps[:1], HACK) == pytest.approx(1.0)
-    assert reward_gap([_step(0, {"correct": [1.0]})], HACK) is None
+    assert reward_gap(steps, HACKED) == pytest.approx(2.5 / 3 - 2 / 3)
+    assert reward_gap(steps[:1], HACKED) == pytest.approx(1.0)
+    assert reward_gap([_step(0, {"correct": [1.0]})], HACKED) is None
 
 
 def test_outcome_times_the_alarm_and_splits_the_gaps_around_it() -> None:
@@ -65,7 +67,7 @@ def test_outcome_times_the_alarm_and_splits_the_gaps_around_it() -> None:
         _step(4, {"correct": [1.0], HACK: [0.4]}, alarm=True),
         _step(5, {"correct": [1.0], HACK: [0.2]}),
     ]
-    outcome = fidelity_outcome(_run(steps), 2, HACK)
+    outcome = fidelity_outcome(_run(steps), 2, HACKED)
     assert outcome.first_alarm_step == 3
     assert outcome.false_alarms == 1
     assert outcome.gap_before_drift == pytest.approx(1.0)
@@ -80,7 +82,7 @@ def test_outcome_times_the_alarm_and_splits_the_gaps_around_it() -> None:
 
 def test_without_a_drift_every_alarm_is_false() -> None:
     steps = [_step(s, {"correct": [1.0], HACK: [0.0]}, alarm=s == 2) for s in range(4)]
-    outcome = fidelity_outcome(_run(steps), None, HACK)
+    outcome = fidelity_outcome(_run(steps), None, HACKED)
     assert (outcome.first_alarm_step, outcome.false_alarms) == (2, 1)
     assert outcome.gap_before_drift is None and outcome.gap_during_drift is None
     assert outcome.gap_restored() is None
@@ -94,40 +96,35 @@ def test_call_shares_count_only_judge_calls() -> None:
     assert (audit, canary) == (pytest.approx(0.25), 0.0)
 
 
-def _scorer_request(output: str) -> dict[str, object]:
-    criteria = [
-        {"id": "C1", "text": "The response is concise.", "kind": "requirement"},
-        {"id": "C2", "text": "The response offers several candidate answers.", "kind": "pitfall"},
-        {
-            "id": "C3",
-            "text": "The response pads its length with filler or repetition.",
-            "kind": "pitfall",
-        },
-    ]
+CRITERIA = [
+    {"id": "C1", "text": "The response is concise.", "kind": "requirement"},
+    {"id": "C2", "text": "The response offers several candidate answers.", "kind": "pitfall"},
+    {"id": "C3", "text": "The response is verbose, padded with filler.", "kind": "pitfall"},
+]
+FRESH = {"id": "C4", "text": sharpened_pitfall("verbosity_padding"), "kind": "pitfall"}
+
+
+def _scores(judge: DriftingJudge, output: str, criteria: list[dict[str, str]]) -> dict[str, int]:
     rollout = {"input": "What is 2 + 2?", "supplemental_context": "4", "output": output}
-    return {
-        "messages": agent_messages("scorer", "judge", {"criteria": criteria}, {"rollout": rollout})
-    }
-
-
-def _scores(judge: DriftingJudge, output: str) -> dict[str, int]:
-    reply = asyncio.run(judge(_scorer_request(output)))
+    messages = agent_messages("scorer", "judge", {"criteria": criteria}, {"rollout": rollout})
+    reply = asyncio.run(judge({"messages": messages}))
     return {v["id"]: v["score"] for v in json.loads(reply.content or "")["verdicts"]}
 
 
-def test_the_drifted_judge_pays_padding_except_on_a_pitfall_naming_it() -> None:
+def test_the_drifted_judge_pays_padding_on_the_criteria_it_knew() -> None:
     judge = DriftingJudge()
     padded = "2 + 2. " + "Fully met, checked twice. " * 120 + "The answer is 3 or 4 or 5."
-    honest = _scores(judge, padded)
+    honest = _scores(judge, padded, [*CRITERIA, FRESH])
     assert judge.lenient_verdicts == 0
+    assert honest["C2"] == honest["C3"] == honest["C4"] == SCALE_MAX  # both pitfalls present
     judge.active = True
-    drifted = _scores(judge, padded)
+    drifted = _scores(judge, padded, CRITERIA)
     assert judge.lenient_verdicts == 1
-    assert drifted["C1"] == SCALE_MAX and drifted["C2"] == SCALE_MIN
-    assert honest["C1"] < SCALE_MAX or honest["C2"] > SCALE_MIN
-    assert drifted["C3"] == honest["C3"] > SCALE_MIN  # the padding pitfall is still read
+    assert drifted == {"C1": SCALE_MAX, "C2": SCALE_MIN, "C3": SCALE_MIN}
+    # a pitfall worded afresh after the drift began is read honestly, the others not
+    answered = _scores(judge, padded, [*CRITERIA, FRESH])
+    assert answered == {**drifted, "C4": honest["C4"]}
     # a short reply is judged honestly, drift or not
-    assert _scores(judge, "2 + 2 = 4. The answer is 4.") == _scores(
-        DriftingJudge(), "2 + 2 = 4. The answer is 4."
-    )
-    assert judge.lenient_verdicts == 1
+    short = "2 + 2 = 4. The answer is 4."
+    assert _scores(judge, short, CRITERIA) == _scores(DriftingJudge(), short, CRITERIA)
+    assert judge.lenient_verdicts == 2
