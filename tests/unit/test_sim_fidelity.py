@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.sim.drift import DriftingJudge
 from amaris.sim.driver import RolloutResult, RunResult, StepResult
 from amaris.sim.fidelity import call_shares, fidelity_outcome, reward_gap
+from amaris.sim.report import write_report
 
 HACK = "hack_self_assessment"
 HACKED = (HACK,)
@@ -128,3 +130,22 @@ def test_the_drifted_judge_pays_padding_on_the_criteria_it_knew() -> None:
     short = "2 + 2 = 4. The answer is 4."
     assert _scores(judge, short, CRITERIA) == _scores(DriftingJudge(), short, CRITERIA)
     assert judge.lenient_verdicts == 2
+
+
+def test_the_report_plots_fidelity_when_the_run_was_audited(tmp_path: Path) -> None:
+    steps = [_step(s, {"correct": [1.0], HACK: [0.0]}, alarm=s == 2) for s in range(3)]
+    write_report(tmp_path, [_run(steps)], "t", extra={"drift_step": 1})
+    image = tmp_path / "fidelity-judge-drift.png"
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (tmp_path / "report.md").read_text()
+    assert f"![{image.name}]({image.name})" in page
+    audits = [
+        s["audit"]
+        for s in json.loads((tmp_path / "metrics.json").read_text())["runs"]["judge-drift"]["steps"]
+    ]
+    assert [a["alarm"] is not None for a in audits] == [False, False, True]
+    # a run without an auditor has no fidelity plot
+    bare = [StepResult(0, 1, steps[0].rollouts, {}, {}, None)]
+    write_report(tmp_path / "bare", [_run(bare)], "t")
+    assert not list((tmp_path / "bare").glob("fidelity-*.png"))
+    assert "fidelity" not in (tmp_path / "bare" / "report.md").read_text()
