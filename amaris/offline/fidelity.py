@@ -31,8 +31,12 @@ def shared_tag(alarm: AgentJSON) -> str | None:
         return None
     counts: Counter[str] = Counter()
     for rollout in rollouts:
-        for tag, _ in tags.detect_all(str(rollout.get("output") or ""), None):
-            counts[tag.tag] += 1
+        shown = {tag.tag for tag, _ in tags.detect_all(str(rollout.get("output") or ""), None)}
+        # The evidence's reply is clipped: its length is in output_words.
+        words = rollout.get("output_words")
+        if isinstance(words, int) and words >= tags.VERBOSE_WORDS:
+            shown.add("verbosity_padding")
+        counts.update(shown)
     order = [t.tag for t in tags.TAGS]
     ranked = sorted(counts, key=lambda t: (-counts[t], order.index(t)))
     if not ranked or counts[ranked[0]] < SHARED_SHARE * len(rollouts):

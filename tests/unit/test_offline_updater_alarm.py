@@ -24,13 +24,18 @@ CRITERIA = [
 ]
 
 
-def _alarm(outputs: list[str]) -> dict[str, Any]:
+def _alarm(outputs: list[str], clip: int | None = None) -> dict[str, Any]:
     return AlarmEvidence(
         step=6,
         reason="top tail",
         rollouts=[
             DisagreeingRollout(
-                rollout_id=f"r{i}", input="2 + 2?", output=o, training_reward=1.0, audit_reward=0.0
+                rollout_id=f"r{i}",
+                input="2 + 2?",
+                output=o[:clip],
+                output_words=len(o.split()),
+                training_reward=1.0,
+                audit_reward=0.0,
             )
             for i, o in enumerate(outputs)
         ],
@@ -58,6 +63,8 @@ def test_the_shared_behaviour_is_the_one_most_evidence_rollouts_show() -> None:
     assert shared_tag(_alarm([PADDED, PADDED, SHORT])) == "verbosity_padding"
     assert shared_tag(_alarm([PADDED, SHORT, SHORT])) is None  # a third: not shared
     assert shared_tag(_alarm([])) is None
+    # the evidence's replies are clipped: the padding shows in their length alone
+    assert shared_tag(_alarm([PADDED, PADDED, SHORT], clip=600)) == "verbosity_padding"
 
 
 def test_an_alarm_adds_a_sharpened_pitfall_once() -> None:
