@@ -100,6 +100,7 @@ def evidence(
                 rollout_id=r.rollout_id,
                 input=r.input[:EVIDENCE_CHARS],
                 output=r.output[:EVIDENCE_CHARS],
+                output_words=r.output_words,
                 training_reward=r.training,
                 audit_reward=r.audit if r.audit is not None else 0.0,
             )

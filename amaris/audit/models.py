@@ -38,6 +38,8 @@ class AuditedRollout(BaseModel):
     """The prompt, clipped (evidence for the analyzer and updater)."""
     output: str = ""
     """The reply, clipped."""
+    output_words: int | None = None
+    """Words of the whole reply (the clipped one cannot show its length)."""
     training: float
     """The reward it was served."""
     audit: float | None = None
@@ -109,6 +111,8 @@ class DisagreeingRollout(BaseModel):
     rollout_id: str
     input: str
     output: str
+    output_words: int | None = None
+    """Words of the whole reply (``output`` is clipped): padding shows in it."""
     training_reward: float
     audit_reward: float
 

@@ -13,7 +13,7 @@ import asyncio
 import json
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,16 @@ from amaris.jsonfile import JSONDict
 from amaris.manifest import build_manifest, write_manifest
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
-from amaris.sim.driver import DriverError, RunResult, StepResult, run
+from amaris.sim.drift import (
+    HACKED,
+    LENIENT_TO,
+    DriftingJudge,
+    DriftSource,
+    scenario_overrides,
+    serve_judge,
+)
+from amaris.sim.driver import DriverError, RunResult, StepResult, StepSource, run
+from amaris.sim.fidelity import fidelity_outcome
 from amaris.sim.judge_calls import judge_calls
 from amaris.sim.metrics import memory_outcomes
 from amaris.sim.policy import PlannedRollout, Policy
@@ -153,10 +162,16 @@ class Setup(BaseModel):
         )
 
 
-def _simulated_run(
-    settings: Settings, args: argparse.Namespace, url: str, key: str | None, label: str
+def simulated_run(
+    settings: Settings,
+    args: argparse.Namespace,
+    url: str,
+    key: str | None,
+    label: str,
+    wrap: Callable[[SimulatedSource], StepSource] | None = None,
 ) -> tuple[RunResult, Policy, SimulatedSource]:
-    """One simulation through the server at ``url``, from its first free step."""
+    """One simulation through the server at ``url``, from its first free step (its source
+    as ``wrap`` makes it, when given)."""
     # A server given by --url may hold steps already: continue after them.
     first = 1 + max((int(s["step"]) for s in api_get(settings, url, "/steps")), default=-1)
     policy = Policy(
@@ -167,13 +182,14 @@ def _simulated_run(
         group_size=args.group_size,
     )
     source = SimulatedSource(policy, args.steps, first)
+    driven: StepSource = source if wrap is None else wrap(source)
     print(
         f"amaris simulate ({label}): {args.steps} steps x {args.rollouts_per_step} rollouts "
         f"from step {first}, seed {args.seed}, server {redact_url(url)}",
         file=sys.stderr,
     )
     progress = Progress(args.steps, f"simulate {label}")
-    result = asyncio.run(run(url, source, label=label, api_key=key, progress=progress))
+    result = asyncio.run(run(url, driven, label=label, api_key=key, progress=progress))
     return result, policy, source
 
 
@@ -182,6 +198,8 @@ def simulate(args: argparse.Namespace) -> int:
     once per memory mode, and ``ablation.json``)."""
     with reported("simulate"):
         settings = load(args)
+        if args.scenario:
+            return simulate_scenario(settings, args)
         if args.ablation:
             return simulate_ablation(settings, args)
         return _simulate(settings, args)
@@ -201,7 +219,7 @@ def _simulate(settings: Settings, args: argparse.Namespace) -> int:
         },
     )
     with served(settings, args.url, config_path(args)) as (url, key):
-        result, policy, source = _simulated_run(settings, args, url, key, "simulate")
+        result, policy, source = simulated_run(settings, args, url, key, "simulate")
         records = [r for r in api_records(settings, url) if r["step"] in source.steps()]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rollouts.jsonl").write_text(
@@ -239,7 +257,7 @@ def simulate_ablation(settings: Settings, args: argparse.Namespace) -> int:
         for mode in MODES:
             overrides = mode_overrides(settings, mode)
             with served(settings, None, config_path(args), overrides, prefect_env) as (url, key):
-                result, _, _ = _simulated_run(settings, args, url, key, mode)
+                result, _, _ = simulated_run(settings, args, url, key, mode)
             result.memory = {k.removeprefix("memory."): v for k, v in overrides.items()}
             results.append(result)
     intro = [
@@ -254,4 +272,51 @@ def simulate_ablation(settings: Settings, args: argparse.Namespace) -> int:
     outcomes = {r.label: memory_outcomes(r) for r in results}
     (args.out / "ablation.json").write_text(json.dumps(outcomes, indent=2) + "\n", encoding="utf-8")
     print(f"report: {report} (and report.html, metrics.json, ablation.json)", file=sys.stderr)
+    return 0
+
+
+def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
+    """``--scenario``: the scorer served through the simulator's judge (lenient to padding
+    from ``--drift-step`` in ``judge-drift``, never in ``steady``), audited by the offline
+    judge; the report folder gets ``fidelity.json`` (docs/fidelity.md)."""
+    if args.url or args.ablation:
+        raise CommandError(
+            "--scenario starts its own server with the simulator's judge: drop --url and --ablation"
+        )
+    drift = args.drift_step if args.scenario == "judge-drift" else None
+    if drift is not None and drift >= args.steps:
+        raise CommandError(f"--drift-step {drift} must be below --steps {args.steps}")
+    setup = Setup.of(args)
+    scenario = {"scenario": args.scenario, "drift_step": drift}
+    record_run(settings, "simulate", args.out, args.seed, {**setup.model_dump(), **scenario})
+    judge = DriftingJudge()
+    with serve_judge(judge) as judge_url:
+        overrides = scenario_overrides(judge_url)
+        with served(settings, None, config_path(args), overrides) as (url, key):
+            result, policy, _ = simulated_run(
+                settings, args, url, key, args.scenario, lambda s: DriftSource(s, judge, drift)
+            )
+    outcome = fidelity_outcome(result, drift, HACKED)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fidelity.json").write_text(
+        json.dumps(outcome.model_dump(), indent=2) + "\n", encoding="utf-8"
+    )
+    where = f"lenient to {LENIENT_TO} from step {drift}" if drift is not None else "no drift"
+    intro = [
+        f"Scenario {args.scenario} ({where}): {setup.describe()}; wall time "
+        f"{result.wall_s:.1f} s. The training judge is the simulator's, the auditor the "
+        "offline judge; fidelity.json holds the alarm's timing, its cost in judge calls and "
+        f"the reward gap between correct and padded ({', '.join(HACKED)}) rollouts "
+        "(docs/fidelity.md).",
+    ]
+    extra = {
+        **setup.model_dump(),
+        **scenario,
+        "mixes": policy.mixes,
+        "fidelity": outcome.model_dump(),
+        "lenient_verdicts": judge.lenient_verdicts,
+    }
+    title = f"amaris simulate: {args.scenario}"
+    report = write_report(args.out, [result], title, intro, extra, settings.pricing)
+    print(f"report: {report} (and report.html, metrics.json, fidelity.json)", file=sys.stderr)
     return 0

@@ -19,6 +19,7 @@ from amaris.agents.schemas import (
     UpdateRationale,
 )
 from amaris.offline import recall, tags
+from amaris.offline.fidelity import shared_tag, sharpened_pitfall
 from amaris.offline.payload import AgentJSON
 from amaris.offline.recall import ADDED, RETIRED, TagHistory
 
@@ -178,6 +179,12 @@ def handle_updater(data: AgentJSON) -> AgentJSON:
                 RubricModification(action="add", text=known.pitfall, weight=weight, reason=reason)
             )
             acted.append(tag)
+    alarmed = _alarm_pitfall(data, criteria, weight, room - len(modifications))
+    if isinstance(alarmed, RubricModification):
+        modifications.append(alarmed)
+        acted.append(str(shared_tag(data["fidelity_alarm"])))
+    elif alarmed:
+        evidence.append(alarmed)
     present = {str(b["tag"]) for b in behaviours if int(b["count"]) > 0}
     strategy: Strategy = "CORRECTIVE" if modifications else "MAINTENANCE"
     # Criteria measured flat for K steps (criterion statistics) first: their evidence is
@@ -212,6 +219,32 @@ def handle_updater(data: AgentJSON) -> AgentJSON:
         rubric_modifications=changes,
         memory_artifact=MemoryArtifact(text=f"Step {step} rubric update ({strategy}): {added}."),
     ).model_dump(mode="json")
+
+
+def _alarm_pitfall(
+    data: AgentJSON, criteria: Sequence[AgentJSON], weight: float, room: int
+) -> RubricModification | str | None:
+    """The sharpened pitfall a fidelity alarm's evidence calls for
+    (:mod:`amaris.offline.fidelity`), else why none is added (None: no alarm)."""
+    alarm = data.get("fidelity_alarm")
+    if not alarm:
+        return None
+    tag = shared_tag(alarm)
+    where = f"fidelity alarm at step {alarm.get('step')}"
+    if tag is None:
+        return f"{where}: its disagreeing rollouts share no known behaviour"
+    text = sharpened_pitfall(tag)
+    if any(str(c["text"]) == text for c in criteria):
+        return f"{where}: {tag} is already penalised by a sharpened pitfall"
+    if weight >= 0 or room <= 0:
+        return f"{where}: {tag} calls for a sharpened pitfall, but the bounds allow none"
+    shown = len(alarm.get("rollouts") or [])
+    reason = (
+        f"{ADDED} {tag}: {where}: the audit judge rewarded the {shown} disagreeing rollouts "
+        f"lower and they share {tag}; the training judge no longer reads the pitfall "
+        "against it, so it is worded afresh."
+    )
+    return RubricModification(action="add", text=text, weight=weight, reason=reason)
 
 
 def room_left(bounds: AgentJSON, modifications: Sequence[RubricModification]) -> int:

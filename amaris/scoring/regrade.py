@@ -48,6 +48,7 @@ async def regrade(
         scope=record.scope,
         input=record.rollout.input[:EVIDENCE_TEXT_CHARS],
         output=record.rollout.output[:EVIDENCE_TEXT_CHARS],
+        output_words=len(record.rollout.output.split()),
         training=float(record.score or 0.0),
         top_tail=drawn.top_tail,
         threshold=drawn.threshold,

@@ -4,8 +4,9 @@ Per step: read the rubric in force (``GET /rubrics``), get the step's rollouts f
 :class:`StepSource` (the simulated policy writes them under that rubric; a replay
 re-sends recorded ones), score them (``POST /batch_score``), complete the step
 (``POST /complete``), wait for its pipeline (``GET /rubric_status/wait``), and read
-what the analyzer found in each rollout (``GET /steps/{step}/analyses``) and what the
-step's LLM calls cost (the token ledger's counters in ``GET /metrics``). At the end,
+what the analyzer found in each rollout (``GET /steps/{step}/analyses``), the step's
+audit (``GET /steps/{step}``) and what the step's LLM calls cost (the token ledger's
+counters in ``GET /metrics``). At the end,
 every rubric version and what changed from its parent (``/rubrics/history``,
 ``/rubrics/diff``).
 """
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from amaris.audit.models import AuditSummary
 from amaris.client import RewardClient
 from amaris.jsonfile import JSONDict
 from amaris.llm.ledger import Key, Usage
@@ -55,6 +57,8 @@ class StepResult:
     outcome: JSONDict  # the server's /rubric_status/wait answer for the step, as is
     usage: dict[Key, Usage] = field(default_factory=dict)
     """The step's LLM requests (scoring and pipeline), by (agent, model)."""
+    audit: AuditSummary | None = None
+    """The audit judge's check of the step (``GET /steps/{step}``), when the auditor is on."""
 
 
 @dataclass
@@ -157,6 +161,8 @@ async def run(
             analyses = await _get(http, f"/steps/{step}/analyses")
             found = {a["rollout_id"]: a["analysis"] for a in analyses["analyses"]}
             usage = difference(await _ledger(http), before)
+            detail = await _get(http, f"/steps/{step}")
+            audit = detail.get("audit")
             rollouts = [
                 RolloutResult(
                     rollout_id=str(p.rollout["id"]),
@@ -170,7 +176,14 @@ async def run(
                 )
                 for p, r in zip(planned, scored, strict=True)
             ]
-            result = StepResult(step, int(rubric["version"]), rollouts, answer, usage)
+            result = StepResult(
+                step,
+                int(rubric["version"]),
+                rollouts,
+                answer,
+                usage,
+                AuditSummary.model_validate(audit) if audit else None,
+            )
             results.append(result)
             source.observe(result)
             if progress is not None:

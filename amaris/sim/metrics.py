@@ -251,6 +251,8 @@ def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None)
             "reason": update.get("reason"),
             "canary": update.get("canary"),
         }
+        if step.audit is not None:
+            entry["audit"] = step.audit.model_dump(mode="json")
         steps.append(entry)
     everything = [r for s in run.steps for r in s.rollouts]
     by_model = usage_of_run(run)

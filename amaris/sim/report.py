@@ -16,6 +16,7 @@ from pathlib import Path
 from amaris.jsonfile import JSONDict
 from amaris.settings import ModelPrice
 from amaris.sim.driver import RunResult
+from amaris.sim.fidelity_plot import has_audit, plot_fidelity
 from amaris.sim.metrics import RunMetrics, run_metrics
 from amaris.sim.policy import CriterionJSON
 from amaris.sim.usage import UsageSummary
@@ -394,6 +395,10 @@ def write_report(
         image = f"reward_by_behaviour-{metrics['label']}.png"
         plot_rewards(metrics, folder / image)
         blocks += run_blocks(metrics, image)
+        if has_audit(metrics):
+            fidelity = f"fidelity-{metrics['label']}.png"
+            plot_fidelity(metrics, folder / fidelity, (extra or {}).get("drift_step"))
+            blocks += [Block("h3", "Reward fidelity (the audit judge)"), Block("img", fidelity)]
     data = {"title": title, **(extra or {}), "runs": {m["label"]: m for m in all_metrics}}
     (folder / "metrics.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     (folder / "report.html").write_text(to_html(blocks, title), encoding="utf-8")

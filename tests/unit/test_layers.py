@@ -27,6 +27,7 @@ FUNCTION_LEVEL_IMPORTS_ALLOWED = {
     "amaris/integrations/openrlhf.py": {"torch"},
     # matplotlib is the simulator's plotting extra.
     "amaris/sim/report.py": {"matplotlib", "matplotlib.pyplot", "matplotlib.ticker"},
+    "amaris/sim/fidelity_plot.py": {"matplotlib", "matplotlib.pyplot", "matplotlib.ticker"},
 }
 
 IMPORTS_BY_NAME_ALLOWED = {

@@ -24,6 +24,10 @@ def _non_negative(text: str) -> float:
     return value
 
 
+SCENARIOS = ("judge-drift", "steady")
+"""Scenarios of the training judge (docs/fidelity.md): drifts from ``--drift-step``, or not."""
+
+
 def register(sub: SubParsers) -> None:
     """Add ``simulate``."""
     parser = command(
@@ -66,4 +70,18 @@ def register(sub: SubParsers) -> None:
         action="store_true",
         help="run once per memory mode (none, static, dynamic, both), each on a fresh "
         "server; writes OUT/ablation.json beside the report",
+    )
+    parser.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default=None,
+        help="serve the scorer through the simulator's judge, audited by the offline "
+        "judge: judge-drift (lenient to padding from --drift-step) or steady (no drift); "
+        "writes OUT/fidelity.json",
+    )
+    parser.add_argument(
+        "--drift-step",
+        type=bounded(1, 1000),
+        default=5,
+        help="with --scenario judge-drift: the first step the training judge drifts (default 5)",
     )

@@ -1,0 +1,149 @@
+"""A training judge that drifts: the offline judge, lenient to padding from a given step.
+
+``amaris simulate --scenario judge-drift`` serves the scorer (and so the judge canaries,
+which the training judge scores) through this judge on an OpenAI-compatible server of the
+simulator's own (:func:`amaris.sim.judge_server.create_llm_app`), while the auditor stays
+the honest offline judge inside the server. The simulator runs in-process, so it turns
+the drift on between steps (:attr:`DriftingJudge.active`): a step is judged wholly
+before or wholly after the drift.
+
+The drift is a length bias, the best documented failure of LLM judges: a padded reply
+(at least :data:`amaris.offline.tags.VERBOSE_WORDS` words) gets the best verdict on every
+criterion the rubric had when the drift began (the judge's blind spot covers the criteria
+it has been reading, its padding pitfall included). A criterion worded afresh after that
+(a rubric update's answer to the alarm) is read honestly, so such an update restores part
+of the reward gap the drift removed; nothing else in the loop does.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+
+from amaris.agents.prompts import read_data
+from amaris.app.prefect_server import free_port
+from amaris.offline import tags
+from amaris.offline.judge import respond
+from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
+from amaris.settings import AGENTS
+from amaris.sim.driver import StepResult, StepSource
+from amaris.sim.judge_server import FaultProfile, Reply, WireJSON, create_llm_app
+from amaris.sim.judge_server import offline_responder as honest_responder
+from amaris.sim.policy import PlannedRollout
+
+LENIENT_TO = "verbosity_padding"
+"""The hacking tag (:mod:`amaris.offline.tags`) the drifted judge pays for."""
+HACKED = ("verbose", "hack_self_assessment")
+"""The simulated behaviours that pad, which the drifted judge pays for: the reward gaps of
+``fidelity.json`` are the correct rollouts' mean reward minus theirs."""
+STARTUP_TIMEOUT_S = 30.0
+
+
+class DriftingJudge:
+    """The offline judge, lenient to padding while :attr:`active`."""
+
+    def __init__(self) -> None:
+        self.active = False
+        """Set by the simulator between steps (from the drift step on)."""
+        self.lenient_verdicts = 0
+        """Scorer requests answered leniently so far."""
+        self.known: frozenset[str] | None = None
+        """The criteria (texts) of the first scorer request after the drift began."""
+        self._honest = honest_responder(FaultProfile())
+
+    def lenient(self, body: WireJSON) -> str | None:
+        """The lenient verdicts for a scorer request on a padded reply, or None (judged
+        honestly: drift off, another agent, or a reply without padding)."""
+        if not self.active:
+            return None
+        try:
+            data = read_data(body.get("messages") or [])
+        except ValueError:
+            return None
+        if data.get("agent") != "scorer":
+            return None
+        output = str((data.get("rollout") or {}).get("output") or "")
+        if tags.BY_TAG[LENIENT_TO].detect(output, None) is None:
+            return None
+        if self.known is None:
+            self.known = frozenset(str(c["text"]) for c in data["criteria"])
+        honest = json.loads(respond(body["messages"]))
+        verdicts = []
+        for criterion, verdict in zip(data["criteria"], honest["verdicts"], strict=True):
+            pitfall = criterion.get("kind") == "pitfall"
+            if str(criterion["text"]) in self.known:
+                verdict = {
+                    "id": verdict["id"],
+                    "reason": "a thorough, detailed reply",
+                    "score": SCALE_MIN if pitfall else SCALE_MAX,
+                }
+            verdicts.append(verdict)
+        return json.dumps({"verdicts": verdicts})
+
+    async def __call__(self, body: WireJSON) -> Reply:
+        content = self.lenient(body)
+        if content is None:
+            return await self._honest(body)
+        self.lenient_verdicts += 1
+        return Reply(content=content)
+
+
+@contextmanager
+def serve_judge(judge: DriftingJudge) -> Iterator[str]:
+    """Serve ``judge`` on 127.0.0.1 in a thread of this process; yield its ``/v1`` URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_llm_app(judge), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, name="sim-judge", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the simulated judge did not start on port {port}")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=STARTUP_TIMEOUT_S)
+
+
+def scenario_overrides(judge_url: str) -> dict[str, Any]:
+    """The server's settings in a scenario: the scorer (and so the judge canaries) on the
+    simulator's judge at ``judge_url``, the auditor and the pipeline's agents on the
+    server's offline judge."""
+    offline = {f"client.{agent}.offline": True for agent in AGENTS if agent != "scorer"}
+    return {
+        "client.scorer.base_url": judge_url,
+        "client.scorer.api_key": "simulated",
+        "client.auditor.offline": True,
+        **offline,
+    }
+
+
+class DriftSource:
+    """``inner``'s steps, with ``judge`` turned lenient from ``drift_step`` on (None:
+    never) before a step's rollouts are written; the driver has waited for the previous
+    step's pipeline by then, so no step is judged by both judges."""
+
+    def __init__(self, inner: StepSource, judge: DriftingJudge, drift_step: int | None) -> None:
+        self.inner = inner
+        self.judge = judge
+        self.drift_step = drift_step
+
+    def steps(self) -> Sequence[int]:
+        return self.inner.steps()
+
+    def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
+        self.judge.active = self.drift_step is not None and step >= self.drift_step
+        return self.inner.rollouts(step, rubric)
+
+    def observe(self, result: StepResult) -> None:
+        self.inner.observe(result)
