@@ -20,13 +20,12 @@ from prometheus_client.registry import Collector
 
 from amaris.audit.monitor import FidelityMonitor
 from amaris.llm.ledger import price
-from amaris.memory.precheck_rules import ProbeKind
+from amaris.memory.precheck_rules import PrecheckRuleStore, ProbeKind
 from amaris.settings import AGENTS, ModelPrice
 
 if TYPE_CHECKING:
     from amaris.llm.gateway import LLMGateway
     from amaris.llm.ledger import TokenLedger
-    from amaris.memory.precheck_rules import PrecheckRuleStore
     from amaris.rubric.store import RubricStore
     from amaris.scoring.scorer import Scorer
     from amaris.steps.coordinator import StepCoordinator
