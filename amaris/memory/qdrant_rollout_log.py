@@ -166,11 +166,17 @@ class QdrantRolloutLog:
             return sum(self._step_writers(step).values())
 
     def load_step(self, step: int) -> list[RolloutRecord]:
-        """Every record of ``step``, by writer then append order, each with its ``seq``
-        (its position in that order: 0, 1, 2...)."""
+        """Every record of ``step``, by writer then append order, each with its ``seq``:
+        the sequence number :meth:`append` returned for it, after the numbers of the
+        writers sorted before its own (``offset + seq``, each writer's range as long as
+        its count), so numbers are unique within the step. With one writer (the embedded
+        store's ``""``, or one replica) that is the number ``append`` returned; a hole a
+        crash left keeps its number unused (``0, 2, 3``), so a record keeps its number in
+        ``/steps`` and exports, and the largest is below :meth:`count`."""
         with self._lock:
             writers = self._step_writers(step)
-        records: list[JSONObject] = []
+        records: list[tuple[int, JSONObject]] = []
+        offset = 0
         for writer in sorted(writers):
             found: dict[int, JSONObject] = {}
             total = writers[writer]
@@ -184,11 +190,9 @@ class QdrantRolloutLog:
                 for point in points:
                     payload = point.payload or {}
                     found[int(payload["seq"])] = payload["record"]
-            records.extend(found[seq] for seq in sorted(found))
-        return [
-            RolloutRecord.model_validate({**record, "seq": seq})
-            for seq, record in enumerate(records)
-        ]
+            records.extend((offset + seq, found[seq]) for seq in sorted(found))
+            offset += total
+        return [RolloutRecord.model_validate({**record, "seq": seq}) for seq, record in records]
 
     def drop_step(self, step: int) -> int:
         """Delete every record of ``step`` (retention), of every writer.

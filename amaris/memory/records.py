@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from amaris.models import JSONObject
+from amaris.models import JSONObject, storable
 
 
 class LoggedRollout(BaseModel):
@@ -68,7 +68,8 @@ class RolloutRecord(BaseModel):
     late: bool = False
     """Logged after its step was completed: kept, not analysed."""
     seq: int | None = None
-    """Its number within the step (0, 1, 2... in append order); set when read back."""
+    """Its sequence number within the step (0, 1, 2... in append order; a hole a crash
+    left stays a gap), the one the log's ``append`` returned; set when read back."""
 
     def to_json(self, *, seq: bool = True) -> JSONObject:
         """The record as JSON: the fields set, in field order (without ``seq`` if not
@@ -76,9 +77,12 @@ class RolloutRecord(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True, exclude=None if seq else {"seq"})
 
     def dumps(self) -> str:
-        """The record as the log stores it: one line of JSON text (``ensure_ascii`` off),
-        without ``seq``."""
-        return json.dumps(self.to_json(seq=False), ensure_ascii=False)
+        """The record as the log stores it: one line of JSON text (``ensure_ascii`` off:
+        text as written, readable in the ``sqlite3`` shell), without ``seq``, storable
+        (:func:`~amaris.models.storable`: a lone surrogate, which only a record logged
+        before they were refused and imported from a Qdrant log can hold, becomes U+FFFD;
+        SQLite stores UTF-8 and refused the whole import)."""
+        return storable(json.dumps(self.to_json(seq=False), ensure_ascii=False))
 
     @classmethod
     def loads(cls, text: str, seq: int | None = None) -> RolloutRecord:

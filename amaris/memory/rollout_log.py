@@ -59,7 +59,10 @@ class RolloutLog(Protocol):
         ...
 
     def load_step(self, step: int) -> list[RolloutRecord]:
-        """Every record of ``step`` in order, each with its ``seq`` (0, 1, 2...)."""
+        """Every record of ``step`` in order, each with its ``seq``: the sequence number it
+        was stored under (``append``'s), not its position, so a hole (a record a crash
+        never stored) stays a gap (``0, 2, 3``) and a record keeps its number wherever it
+        is read (``/steps``, exports, archives); each below :meth:`count`."""
         ...
 
     def drop_step(self, step: int) -> int:

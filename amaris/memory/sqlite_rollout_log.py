@@ -138,12 +138,15 @@ class SqliteRolloutLog:
             return self._next_seq(step)
 
     def load_step(self, step: int) -> list[RolloutRecord]:
-        """Every record of ``step`` in append order, each with its ``seq``."""
+        """Every record of ``step`` in append order, each with its ``seq``: the sequence
+        number :meth:`append` returned for it (or it was imported under), not its position.
+        A step with a hole (a record imported from a Qdrant log a crash left one in) reads
+        back as ``0, 2, 3``: a record keeps its number in ``/steps`` and exports."""
         with self._lock:
             rows = self._db.execute(
-                f"SELECT record FROM {self._table} WHERE step = ? ORDER BY seq", (step,)
+                f"SELECT seq, record FROM {self._table} WHERE step = ? ORDER BY seq", (step,)
             ).fetchall()
-        return [RolloutRecord.loads(text, seq) for seq, (text,) in enumerate(rows)]
+        return [RolloutRecord.loads(text, int(seq)) for seq, text in rows]
 
     def drop_step(self, step: int) -> int:
         """Delete every record of ``step`` (retention).

@@ -82,6 +82,49 @@ def test_a_hole_left_by_a_crash_is_never_overwritten(tmp_path: Path) -> None:
     client.close()
 
 
+def test_after_a_hole_each_record_keeps_the_number_append_gave_it(tmp_path: Path) -> None:
+    # Issue 26 point 6: the numbers are the ids. Before, load_step renumbered by position:
+    # append returned 4 and the record read back as 3.
+    client = QdrantClient(path=str(tmp_path))
+    log = QdrantRolloutLog(client, "t")
+    log.append_many([(1, _record(i)) for i in range(4)])
+    client.delete("t_rollouts", points_selector=[_rollout_id(1, 1)])  # as if never stored
+    reopened = QdrantRolloutLog(client, "t")
+    assert reopened.append(1, _record(4)) == 4
+    loaded = reopened.load_step(1)
+    assert [(r.seq, r.request_id) for r in loaded] == [
+        (0, "req-0"),
+        (2, "req-2"),
+        (3, "req-3"),
+        (4, "req-4"),
+    ]
+    assert reopened.count(1) == 5  # every number used, the hole's too: the largest is below
+    archived = reopened.archive_step(1, tmp_path / "archive").read_text(encoding="utf-8")
+    assert [json.loads(line)["seq"] for line in archived.splitlines()] == [0, 2, 3, 4]
+    client.close()
+
+
+def test_replicas_numbers_follow_each_other_and_a_hole_keeps_its_number(
+    tmp_path: Path,
+) -> None:
+    # Several writers: each one's numbers after those of the writers sorted before it, so
+    # a step's numbers stay unique; a hole in the first keeps its number.
+    client = QdrantClient(path=str(tmp_path))
+    first, second = QdrantRolloutLog(client, "t", "r1"), QdrantRolloutLog(client, "t", "r2")
+    assert first.append_many([(1, _record(i)) for i in range(3)]) == [0, 1, 2]
+    assert second.append_many([(1, _record(i)) for i in (10, 11)]) == [0, 1]
+    client.delete("t_rollouts", points_selector=[_rollout_id(1, 1, "r1")])
+    for log in (first, second, QdrantRolloutLog(client, "t", "r3")):
+        assert [(r.seq, r.request_id) for r in log.load_step(1)] == [
+            (0, "req-0"),
+            (2, "req-2"),
+            (3, "req-10"),
+            (4, "req-11"),
+        ]
+        assert log.count(1) == 5
+    client.close()
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_drop_and_archive_a_step(kind: str, tmp_path: Path) -> None:
     folder = LogFolder(kind, tmp_path / "store")

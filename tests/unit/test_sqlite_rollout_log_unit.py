@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from qdrant_client import QdrantClient
 
-from amaris.memory.qdrant_rollout_log import QdrantRolloutLog
+from amaris.memory.qdrant_rollout_log import QdrantRolloutLog, _rollout_id
 from amaris.memory.records import LoggedRollout, RolloutRecord
 from amaris.memory.rollout_log import RolloutLog
 from amaris.memory.sqlite_rollout_log import SqliteRolloutLog, import_qdrant_rollouts
@@ -208,6 +208,69 @@ def test_imported_records_keep_their_numbers_and_a_second_import_adds_nothing(
     assert log.count(3) == 3
     assert log.append(3, record(3)) == 3
     log.close()
+
+
+def test_after_a_gap_each_record_keeps_its_number(tmp_path: Path) -> None:
+    # Issue 26 point 6: the numbers are the ids. Before, load_step renumbered by position:
+    # append returned 3 and the record read back as 2.
+    log = open_log(tmp_path)
+    log.import_steps({5: [record(0, seq=0), record(2, seq=2)]})  # a Qdrant log's hole
+    assert log.count(5) == 3
+    assert log.append(5, record(3)) == 3
+    expected = [{**record_json(i), "seq": i} for i in (0, 2, 3)]
+    assert stored(log.load_step(5)) == expected
+    log.close()
+    reopened = open_log(tmp_path)
+    assert stored(reopened.load_step(5)) == expected
+    assert reopened.append(5, record(4)) == 4
+    archived = reopened.archive_step(5, tmp_path / "archive").read_text(encoding="utf-8")
+    assert [json.loads(line)["seq"] for line in archived.splitlines()] == [0, 2, 3, 4]
+    reopened.close()
+
+
+def test_a_hole_in_a_qdrant_log_keeps_its_number_through_the_import(tmp_path: Path) -> None:
+    client = QdrantClient(":memory:")
+    QdrantRolloutLog(client, "amaris").append_many([(0, record(i)) for i in range(3)])
+    client.delete("amaris_rollouts", points_selector=[_rollout_id(0, 1)])  # never stored
+    log = open_log(tmp_path, "amaris")
+    assert import_qdrant_rollouts(log, client, "amaris") == 2
+    assert [r.seq for r in log.load_step(0)] == [0, 2]
+    assert log.append(0, record(3)) == 3
+    assert [r.seq for r in log.load_step(0)] == [0, 2, 3]
+    log.close()
+    client.close()
+
+
+def test_a_lone_surrogate_of_an_old_qdrant_record_is_imported_replaced(tmp_path: Path) -> None:
+    # Issue 26: records logged before lone surrogates were refused hold them (embedded
+    # Qdrant keeps them); SQLite stores UTF-8, and the whole import (at start-up) failed.
+    client = QdrantClient(":memory:")
+    old = {"rollout": {"id": "r0", "output": "bad \ud800 text"}, "reason": "judge: \udfff"}
+    QdrantRolloutLog(client, "amaris").append_many(
+        [(0, RolloutRecord.model_validate(old)), (0, record(1))]
+    )
+    log = open_log(tmp_path, "amaris")
+    assert import_qdrant_rollouts(log, client, "amaris") == 2
+    loaded = log.load_step(0)
+    assert (loaded[0].rollout.output, loaded[0].reason) == ("bad \ufffd text", "judge: \ufffd")
+    assert stored(loaded[1:]) == [{**record_json(1), "seq": 1}]
+    archived = log.archive_step(0, tmp_path / "archive").read_text(encoding="utf-8")
+    assert json.loads(archived.splitlines()[0])["rollout"]["output"] == "bad \ufffd text"
+    log.close()
+    client.close()
+
+
+def test_text_is_stored_as_written_not_escaped(tmp_path: Path) -> None:
+    # ensure_ascii off: an operator's sqlite3 shell finds the text as written (and CJK text
+    # takes 3 bytes a character, not 6).
+    log = open_log(tmp_path)
+    log.append(0, record(0))
+    log.close()
+    with sqlite3.connect(tmp_path / "rollout_log.sqlite3") as db:
+        (text,) = db.execute('SELECT record FROM "t_rollouts"').fetchone()
+    db.close()
+    assert "réponse 0 ✓" in text
+    assert json.loads(text) == record_json(0)
 
 
 def test_a_folder_without_rollouts_in_qdrant_imports_nothing() -> None:
