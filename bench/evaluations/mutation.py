@@ -56,11 +56,21 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "adapters": ("amaris/integrations/_remote.py", ["tests/contract/test_adapters_unit.py"]),
     "memory_retrieval": ("tasks/retrieve_memory.py", ["tests/unit/test_memory_retrieval_unit.py"]),
     "offline_rules": ("amaris/offline/heuristics.py", ["tests/unit/test_offline_rules.py"]),
+    # issue 26: precheck, parsing, scale (fixture-free unit files, --noconftest; the app's
+    # files, tests/api/test_precheck.py, test_judge_replies.py, still cover them in the suite)
+    "precheck": ("amaris/scoring/precheck.py", ["tests/unit/test_precheck_unit.py"]),
+    "json_reply": ("amaris/llm/json_reply.py", ["tests/unit/test_json_reply_unit.py"]),
+    "judge_protocol": (
+        "amaris/scoring/judge_protocol.py",
+        ["tests/unit/test_judge_protocol_unit.py"],
+    ),
+    "rollout_records": ("amaris/memory/records.py", ["tests/unit/test_rollout_records_unit.py"]),
 }
 
 NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer", "reward"}
 NO_CONFTEST |= {"auth", "adapters", "memory_retrieval"}
 NO_CONFTEST |= {"rollout_log", "rubric_store", "step_lifecycle"}
+NO_CONFTEST |= {"precheck", "json_reply", "judge_protocol", "rollout_records"}
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
 
