@@ -52,7 +52,7 @@ def test_no_content_quotes_the_reply_cut_at_40_characters() -> None:
         "Let's solve this problem step by step.",
         "Thought process: Step 1: Solution:",
         "OK, let us think about it. The answer is",
-        "解答：",
+        "解答\uff1a",
         "Respuesta",
     ],
 )
