@@ -83,6 +83,7 @@ def test_a_nearly_json_reply_is_repaired(text: str, expected: dict[str, Any]) ->
 
 
 def test_the_repair_bound_is_on_the_stripped_reply() -> None:
+    assert REPAIR_MAX_CHARS == 65_536  # the bound in characters, as documented
     at_bound = "{'a': '" + "x" * (REPAIR_MAX_CHARS - 10) + "'}"
     assert len(at_bound) == REPAIR_MAX_CHARS - 1
     value, repaired = parse_json_object(" " * 100 + at_bound + "x" + " " * 100)
@@ -102,8 +103,9 @@ def test_the_repair_bound_is_on_the_stripped_reply() -> None:
 
 
 def test_a_short_answer_is_read_inline_a_long_one_is_left_to_a_thread() -> None:
-    assert inline_object(padded(INLINE_PARSE_CHARS)) == {"a": "x" * (INLINE_PARSE_CHARS - 9)}
-    assert inline_object(padded(INLINE_PARSE_CHARS + 1)) is None
+    assert INLINE_PARSE_CHARS == 16_384  # the bound in characters, as documented
+    assert inline_object(padded(16_384)) == {"a": "x" * (16_384 - 9)}
+    assert inline_object(padded(16_385)) is None
     assert inline_object(' {"a": 1}\n') == {"a": 1}
     assert inline_object('{"a": 1,}') is None  # not strict JSON: repaired off the loop
     assert inline_object("[" * 10_000 + "]" * 6_000) is None  # too deep: not an error here

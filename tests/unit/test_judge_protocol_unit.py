@@ -70,6 +70,18 @@ def test_one_verdict_per_judged_criterion_in_any_order_passes() -> None:
     check(verdicts("R1", "A1", "A3"))
 
 
+def test_a_rubric_of_300_judged_criteria_is_checked_by_value() -> None:
+    # past 256, two equal lengths are two int objects: compared by value, not identity
+    many = tuple(
+        Criterion(id=f"A{i}", text=f"Criterion {i}.", weight=1.0, is_anchor=True)
+        for i in range(1, 301)
+    )
+    rubric = RubricVersion(version=1, origin="config", anchors=many)
+    check_ids(rubric)(verdicts(*(f"A{i}" for i in range(300, 0, -1))))
+    with pytest.raises(ValueError, match=r"missing .'A300'.*duplicated .'A1'."):
+        check_ids(rubric)(verdicts("A1", *(f"A{i}" for i in range(1, 300))))
+
+
 @pytest.mark.parametrize(
     ("ids", "message"),
     [
