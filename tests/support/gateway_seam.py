@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpx2
 import openai
 import pytest
 
@@ -30,12 +30,12 @@ MESSAGES: list[dict[str, str]] = [
     {"role": "system", "content": "Reply with JSON."},
     {"role": "user", "content": "What is 3 + 4?"},
 ]
-_REQUEST = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+_REQUEST = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
 
 
 def status(code: int, message: str = "error", headers: dict[str, str] | None = None) -> Exception:
     """The ``openai`` SDK's error for an HTTP ``code`` answer."""
-    response = httpx.Response(code, request=_REQUEST, headers=headers)
+    response = httpx2.Response(code, request=_REQUEST, headers=headers)
     return openai.APIStatusError(message, response=response, body=None)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +51,8 @@ class Reply(BaseModel):
 REFUSED = "response_format json_schema is not supported by this model"
 
 
-def open_gateway(
-    tmp_path: Path,
-    endpoint: Endpoint,
-    observer: Callable[[str, float], None] | None = None,
-    **overrides: Any,
-) -> LLMGateway:
-    log = CallLog(tmp_path / "logs")
-    return LLMGateway(settings(**overrides), {"scorer": endpoint}, log, observer=observer)
+def open_gateway(tmp_path: Path, endpoint: Endpoint, **overrides: Any) -> LLMGateway:
+    return LLMGateway(settings(**overrides), {"scorer": endpoint}, CallLog(tmp_path / "logs"))
 
 
 async def lines(tmp_path: Path, gateway: LLMGateway) -> list[dict[str, Any]]:
@@ -79,7 +72,12 @@ async def test_transient_errors_are_asked_again_and_every_attempt_is_logged(
     clock = use_clock(monkeypatch)
     endpoint = Endpoint([status(503, "overloaded"), timeout(), answer()], clock=clock)
     seen: list[tuple[str, float]] = []
-    gateway = open_gateway(tmp_path, endpoint, lambda agent, seconds: seen.append((agent, seconds)))
+    gateway = LLMGateway(
+        settings(),
+        {"scorer": endpoint},
+        CallLog(tmp_path / "logs"),
+        observer=lambda agent, seconds: seen.append((agent, seconds)),
+    )
     token = request_id_var.set("req-1")
     try:
         result = await gateway.structured("scorer", MESSAGES, Reply, step=4)
@@ -92,7 +90,8 @@ async def test_transient_errors_are_asked_again_and_every_attempt_is_logged(
     assert (spent.calls, spent.failed, spent.timed_out) == (1, 2, 1)
     assert spent.seconds == pytest.approx(3 * 0.123456)
     assert gateway.ledger.for_step(4)[("scorer", MODEL)].failed == 2
-    assert seen == [("scorer", pytest.approx(0.123456))]  # answered requests only
+    (observed,) = seen  # answered requests only
+    assert observed[0] == "scorer" and observed[1] == pytest.approx(0.123456)
     first, second, third = await lines(tmp_path, gateway)
     for record in (first, second):  # a jittered wait under backoff_max_seconds
         assert 0 <= record.pop("retry_in_s") <= 0.001
