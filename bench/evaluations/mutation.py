@@ -56,11 +56,22 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "adapters": ("amaris/integrations/_remote.py", ["tests/contract/test_adapters_unit.py"]),
     "memory_retrieval": ("tasks/retrieve_memory.py", ["tests/unit/test_memory_retrieval_unit.py"]),
     "offline_rules": ("amaris/offline/heuristics.py", ["tests/unit/test_offline_rules.py"]),
+    # issue 26: trl/openrlhf (fixture-free files, --noconftest; the contract files
+    # tests/contract/test_contract_{trl,openrlhf}.py and test_integrations_*.py, TRL's and
+    # OpenRLHF's own code against the real server, still cover them in the suite).
+    # prompt_split is /get_reward's prompt/response split, moved out of api/routes/openrlhf.py.
+    "trl": ("amaris/integrations/trl.py", ["tests/contract/test_trl_adapter_unit.py"]),
+    "openrlhf": (
+        "amaris/integrations/openrlhf.py",
+        ["tests/contract/test_openrlhf_adapter_unit.py"],
+    ),
+    "prompt_split": ("amaris/text/prompt_split.py", ["tests/unit/test_prompt_split.py"]),
 }
 
 NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer", "reward"}
 NO_CONFTEST |= {"auth", "adapters", "memory_retrieval"}
 NO_CONFTEST |= {"rollout_log", "rubric_store", "step_lifecycle"}
+NO_CONFTEST |= {"trl", "openrlhf", "prompt_split"}  # issue 26: trl/openrlhf
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
 
