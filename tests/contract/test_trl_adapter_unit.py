@@ -136,6 +136,8 @@ def test_a_column_or_completions_of_another_length_are_refused_naming_them() -> 
         call(func, ["p", "p"], ["a", "b"], prompt_id=[1, 2, 3])
     with pytest.raises(ValueError, match=r"^2 prompts for 1 completions$"):
         call(func, ["p", "p"], ["a"])
+    with pytest.raises(ValueError, match=r"^1 prompts for 2 completions$"):
+        call(func, ["p"], ["a", "b"])
 
 
 def test_unscored_samples_are_none_and_counted() -> None:
