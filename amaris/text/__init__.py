@@ -9,6 +9,8 @@ repetition loop of the policy held the server for minutes (issue 22).
 
 * :mod:`amaris.text.chars`: Python's ``\\w`` and ``\\s`` for RE2, and character-class maps
   applied with ``str.translate``;
+* :mod:`amaris.text.prompt_split`: the response in an OpenRLHF query, after its prompt as the
+  trainer's tokenizer decoded it (``POST /get_reward``);
 * :mod:`amaris.text.answers`: the final answer of a reply or a reference (the last
   ``\\boxed{}``, "answer: X", a trailing "= X", the last number...), canonical, from the reply's
   tail only (:data:`~amaris.text.answers.ANSWER_WINDOW` characters).

@@ -1,7 +1,8 @@
 """``POST /get_reward``: OpenRLHF's remote reward model protocol (``--remote_rm_url``).
 
 OpenRLHF posts ``{"query": [...], "prompts": [...], "labels": [...]}`` where ``query[i]``
-is ``prompts[i]`` followed by the response, and reads ``rewards`` (advantages), ``scores``
+is ``prompts[i]`` followed by the response, as its tokenizer decodes them (the split:
+:mod:`amaris.text.prompt_split`), and reads ``rewards`` (advantages), ``scores``
 (dynamic filtering) and ``extra_logs`` (per-sample values it logs). The items are checked
 and scored as ``/batch_score`` items (:class:`amaris.scoring.batch.BatchScoring`): same
 rollout log, step counting, cache and concurrency limit. Every sample is checked before any
@@ -27,6 +28,7 @@ from amaris.client import STEP_HEADER
 from amaris.models import ErrorDetail, JSONValue, ScoreRequest, ScoreResponse, Text
 from amaris.scoring.batch import BatchScoring, InvalidItem, Path
 from amaris.steps.coordinator import StepCoordinator, StepRefusedError
+from amaris.text.prompt_split import MIN_PROMPT_TAIL, response_of
 
 router = APIRouter(tags=["trainers"])
 log = logging.getLogger("amaris.api")
@@ -107,77 +109,6 @@ def _label(value: JSONValue) -> str | None:
     return json.dumps(value, ensure_ascii=False)
 
 
-# The shortest tail of a prompt taken as the start of a truncated one: shorter overlaps could
-# be chance (a query that does not hold its prompt at all stays an error).
-MIN_PROMPT_TAIL = 16
-
-
-def _response_of(query: str, prompt: str) -> str | None:
-    """The response in ``query``, or None when the query does not hold its prompt.
-
-    A query is normally the prompt followed by the response, maybe after a BOS token the
-    tokenizer's decode added. OpenRLHF cuts a prompt longer than its budget to its last
-    tokens and then decodes prompt tail + response as the query: then the query starts
-    with a tail of the prompt (of at least ``MIN_PROMPT_TAIL`` characters; a character
-    split by the cut decodes as U+FFFD and is skipped) and the response is what follows it.
-    Linear in the lengths (:func:`_longest_tail`).
-    """
-    if query.startswith(prompt):
-        return query[len(prompt) :]
-    # str.find is linear in the worst case (CPython's two-way search).
-    at = query.find(prompt) if prompt else -1
-    if at >= 0:
-        return query[at + len(prompt) :]
-    start = len(query) - len(query.lstrip("\ufffd"))
-    tail = _longest_tail(prompt, query, start)
-    return None if tail is None else query[start + tail :]
-
-
-def _longest_tail(prompt: str, query: str, start: int) -> int | None:
-    """The length of the longest tail of ``prompt`` (at least ``MIN_PROMPT_TAIL``) that
-    ``query`` continues with from ``start``; None without one.
-
-    The places the prompt's tail can start are where the query's first characters occur
-    in it, each checked by one comparison in C; when they would cost more than a few
-    passes over the texts (a repetitive prompt holds them everywhere), the overlap is
-    computed by Knuth-Morris-Pratt instead: linear either way.
-    """
-    head = query[start : start + MIN_PROMPT_TAIL]
-    if len(head) < MIN_PROMPT_TAIL:
-        return None
-    budget = 4 * (len(prompt) + len(query))
-    at = prompt.find(head)
-    while at >= 0:
-        tail = len(prompt) - at
-        budget -= tail + MIN_PROMPT_TAIL
-        if budget < 0:
-            return _overlap(prompt, query[start : start + len(prompt)])
-        if query.startswith(prompt[at:], start):
-            return tail
-        at = prompt.find(head, at + 1)
-    return None
-
-
-def _overlap(text: str, pattern: str) -> int | None:
-    """The length of the longest prefix of ``pattern`` that ``text`` ends with (at least
-    ``MIN_PROMPT_TAIL``), by Knuth-Morris-Pratt: O(len(text) + len(pattern))."""
-    failure = [0] * len(pattern)
-    k = 0
-    for i in range(1, len(pattern)):
-        while k and pattern[i] != pattern[k]:
-            k = failure[k - 1]
-        if pattern[i] == pattern[k]:
-            k += 1
-        failure[i] = k
-    k = 0
-    for char in text[len(text) - len(pattern) :] if len(pattern) < len(text) else text:
-        while k and (k == len(pattern) or char != pattern[k]):
-            k = failure[k - 1]
-        if k < len(pattern) and char == pattern[k]:
-            k += 1
-    return k if k >= MIN_PROMPT_TAIL else None
-
-
 def _size_errors(body: GetRewardRequest, limit: int, reject: bool) -> list[ErrorDetail]:
     """Prompts and queries over the size limit, found before anything else reads them.
 
@@ -237,7 +168,7 @@ def _items(body: GetRewardRequest, step: int) -> list[_Item | ErrorDetail]:
     }
     items: list[_Item | ErrorDetail] = []
     for i, (query, prompt) in enumerate(zip(body.query, body.prompts, strict=True)):
-        response = _response_of(query, prompt)
+        response = response_of(query, prompt)
         if response is None:
             items.append(
                 ErrorDetail(

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from amaris.api.routes.openrlhf import MIN_PROMPT_TAIL, _response_of
 from amaris.flows.scope import group_peers as _group_peers
+from amaris.text.prompt_split import MIN_PROMPT_TAIL, response_of
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM
 from tests.support.settings import llm_settings
@@ -21,9 +21,9 @@ DEADLINE_S = 60.0
 
 
 def response_within_deadline(query: str, prompt: str) -> str | None:
-    """:func:`_response_of` in a worker thread, with a watchdog."""
+    """:func:`response_of` in a worker thread, with a watchdog."""
     found: list[str | None] = []
-    worker = threading.Thread(target=lambda: found.append(_response_of(query, prompt)), daemon=True)
+    worker = threading.Thread(target=lambda: found.append(response_of(query, prompt)), daemon=True)
     worker.start()
     worker.join(DEADLINE_S)
     assert not worker.is_alive(), "the prompt search did not end"
@@ -70,7 +70,7 @@ def test_the_search_agrees_with_its_definition() -> None:
         cut = rng.randint(0, len(prompt))
         response = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
         query = ("\ufffd" if trial % 5 == 0 else "") + prompt[cut:] + response
-        assert _response_of(query, prompt) == reference_response(query, prompt), (query, prompt)
+        assert response_of(query, prompt) == reference_response(query, prompt), (query, prompt)
 
 
 def body(prompt: str, query: str) -> dict[str, Any]:

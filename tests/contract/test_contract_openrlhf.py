@@ -8,7 +8,9 @@ helper takes the label by ``--data.label_key``; its rollout actor's
 call: amaris's ``reward_func`` file or its ``/get_reward`` URL); its samples generator
 turns each answer into an ``Experience``, and its experience maker batches them
 (``concat_experiences``) and checks they have rewards. Only the vLLM generation is
-replaced (a scripted engine), and ray (in process; tests/support/trainer_env.py).
+replaced (a scripted engine), and ray (in process; tests/support/trainer_env.py). The
+tokenizer is a byte-level one whose decode gives every text back, or a real WordPiece
+tokenizer whose decode does not (lower-cased, punctuation spaced out).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tests.support.trainer_env import (
     byte_tokenizer,
     install_trainers,
     stub_gpu_modules,
+    wordpiece_tokenizer,
 )
 
 pytestmark = [pytest.mark.trainer_contract, pytest.mark.slow]
@@ -104,9 +107,9 @@ class ScriptedVLLM:
     """The GPU boundary: vLLM's generate, answering scripted responses in order, on the
     real ``RolloutRayActor.generate_responses`` with the executor OpenRLHF configures."""
 
-    def __init__(self, executor: Any, responses: list[str]) -> None:
+    def __init__(self, executor: Any, responses: list[str], tokenizer: Any) -> None:
         self.executor = executor
-        self.tokenizer = byte_tokenizer()
+        self.tokenizer = tokenizer
         self.responses = list(responses)
 
     async def generate(self, prompt_token_ids: list[int], sampling_params: Any, **_: Any) -> Any:
@@ -116,16 +119,21 @@ class ScriptedVLLM:
 
 
 def rollout(
-    openrlhf: SimpleNamespace, args: Any, responses: list[str], max_length: int = 2048
+    openrlhf: SimpleNamespace,
+    args: Any,
+    responses: list[str],
+    max_length: int = 2048,
+    tokenizer: Any = None,
 ) -> list[Any]:
-    """One prompt of the dataset, its responses scored and made into experiences."""
+    """One prompt of the dataset, its responses scored and made into experiences (with
+    ``tokenizer``, default the byte-level one)."""
     prompt, label = openrlhf.dataset.preprocess_data(
         {"question": QUESTION, "answer": "42"},
         input_key=args.data.input_key,
         label_key=args.data.label_key,
     )
     executor = openrlhf.agent.SingleTurnAgentExecutor(args.reward.remote_url)
-    engine = ScriptedVLLM(executor, responses)
+    engine = ScriptedVLLM(executor, responses, tokenizer or byte_tokenizer())
     params = SimpleNamespace(max_tokens=32, logprobs=None)
     answers = asyncio.run(
         openrlhf.engine.RolloutRayActor.generate_responses(
@@ -225,6 +233,49 @@ def test_a_truncated_prompt_is_scored(
     (record,) = services.rollouts.load_step(0)
     assert record.rollout.input == QUESTION  # the whole prompt, as the dataset has it
     assert record.rollout.output == "The answer is 42."
+
+
+@pytest.fixture(scope="module")
+def wordpiece() -> Any:
+    """The module's WordPiece tokenizer (loaded once)."""
+    return wordpiece_tokenizer()
+
+
+@pytest.mark.parametrize("form", ["file", "url"])
+@pytest.mark.parametrize("max_length", [2048, 38], ids=["whole", "cut"])
+def test_a_subword_tokenizers_decode_is_split_at_the_prompt(
+    openrlhf: SimpleNamespace,
+    monkeypatch: pytest.MonkeyPatch,
+    amaris: Any,
+    wordpiece: Any,
+    form: str,
+    max_length: int,
+) -> None:
+    url, services = amaris()
+    monkeypatch.setenv("AMARIS_URL", url)
+    remote = str(REWARD_FILE) if form == "file" else f"{url}/get_reward"
+    args = parse(monkeypatch, documented(remote))
+    responses = ["The answer is 42.", "The answer is 41."]
+    ids = wordpiece(QUESTION, add_special_tokens=False)["input_ids"]
+    if max_length < 2048:  # 32 new tokens: OpenRLHF keeps the prompt's last 6 tokens
+        assert len(ids) > max_length - 32
+        ids = ids[-(max_length - 32) :]
+    answer = wordpiece(responses[0], add_special_tokens=False)["input_ids"]
+    query = wordpiece.decode(ids + answer, skip_special_tokens=False)
+    # what OpenRLHF posts as the query: neither the prompt nor its tail as the dataset has it
+    assert (
+        query
+        == {
+            2048: "what is 6 * 7? answer with the number. the answer is 42.",
+            38: "? answer with the number. the answer is 42.",
+        }[max_length]
+    )
+    samples = rollout(openrlhf, args, responses, max_length=max_length, tokenizer=wordpiece)
+    assert [s.rewards.flatten().tolist() for s in samples] == [[1.0], [0.0]]
+    records = services.rollouts.load_step(0)
+    assert {r.rollout.input for r in records} == {QUESTION}  # the whole prompt
+    # the responses as the tokenizer decoded them, without the prompt's text
+    assert sorted(r.rollout.output for r in records) == ["the answer is 41.", "the answer is 42."]
 
 
 @pytest.mark.parametrize("form", ["file", "url"])

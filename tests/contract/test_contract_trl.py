@@ -1,10 +1,11 @@
-"""TRL 1.16.0's own ``GRPOTrainer`` scoring with amaris: ``_calculate_rewards`` and a step.
+"""TRL 1.16.0's own ``GRPOTrainer`` scoring with amaris: ``_calculate_rewards`` and steps.
 
 A real ``GRPOTrainer`` (a one-layer Llama made from a config, the byte tokenizer of
 tests/support/trainer_env.py, on CPU) with ``amaris_reward_func`` as its reward function: its
-``_calculate_rewards`` (standard text, and conversational completions with tool calls)
-and one real training step (generation, rewards, advantages, the update) during a judge
-outage.
+``_calculate_rewards`` (standard text, and conversational completions with tool calls,
+their rewards compared with the same conversations scored directly), two real training
+steps (generation, rewards, advantages, the update) logged under the trainer's own steps,
+and a step during a judge outage.
 Nothing is stubbed.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import torch
 from datasets import Dataset
@@ -42,8 +44,8 @@ CHAT_TEMPLATE = (
 )
 
 
-def grpo_trainer(url: str, output_dir: Path) -> GRPOTrainer:
-    """A GRPO trainer (2 prompts x 2 generations a step) rewarded by amaris at ``url``."""
+def grpo_trainer(url: str, output_dir: Path, max_steps: int = 1) -> GRPOTrainer:
+    """A GRPO trainer (1 prompt x 2 generations a step) rewarded by amaris at ``url``."""
     tokenizer = byte_tokenizer()
     tokenizer.chat_template = CHAT_TEMPLATE
     config = LlamaConfig(
@@ -61,7 +63,7 @@ def grpo_trainer(url: str, output_dir: Path) -> GRPOTrainer:
         per_device_train_batch_size=2,
         num_generations=2,
         max_completion_length=8,
-        max_steps=1,
+        max_steps=max_steps,
         logging_steps=1,
         save_strategy="no",
         report_to=[],
@@ -78,12 +80,13 @@ def grpo_trainer(url: str, output_dir: Path) -> GRPOTrainer:
 
 @pytest.fixture
 def amaris(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[Any]:
-    """A factory: amaris on uvicorn judging through the fake LLM."""
+    """A factory: amaris on uvicorn judging through the fake LLM, its data in ``folder``."""
     stack: list[Any] = []
 
-    def start(**overrides: Any) -> tuple[str, Any]:
+    def start(folder: str = "amaris", **overrides: Any) -> tuple[str, Any]:
+        (tmp_path / folder).mkdir()
         settings = llm_settings(
-            tmp_path,
+            tmp_path / folder,
             fake_llm,
             **{"gateway.max_attempts": 1, "scoring.retry_after_seconds": 0, **overrides},
         )
@@ -95,6 +98,15 @@ def amaris(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[Any]:
     yield start
     for serving in reversed(stack):
         serving.__exit__(None, None, None)
+
+
+def score_directly(url: str, rollout_id: str, prompt: str, output: str) -> float:
+    """``POST /score`` of one rollout (the answer "42", group "p0"): its reward."""
+    rollout = {"id": rollout_id, "input": prompt, "output": output}
+    rollout |= {"supplemental_context": "42", "group_id": "p0"}
+    answer = httpx.post(f"{url}/score", json={"rollout": rollout}, timeout=60).json()
+    assert answer["status"] == "scored", answer
+    return float(answer["score"])
 
 
 def test_tool_calls_reach_the_judge_as_text(amaris: Any, fake_llm: FakeLLM, tmp_path: Path) -> None:
@@ -112,12 +124,43 @@ def test_tool_calls_reach_the_judge_as_text(amaris: Any, fake_llm: FakeLLM, tmp_
     inputs = [{"prompt": PROMPT, "answer": "42", "prompt_id": "p0"}] * 2
     rewards = trainer._calculate_rewards(inputs, [PROMPT] * 2, completions, [[1], [2]])
     assert rewards.shape == (2, 1)
-    assert not torch.isnan(rewards).any()
-    outputs = sorted(r.rollout.output for r in services.rollouts.load_step(0))
     call = 'tool call: multiply({"a": 6, "b": 7})'
-    assert outputs == sorted([f"{call}\ntool result: 42\nThe answer is 42.", call])
+    texts = [f"{call}\ntool result: 42\nThe answer is 42.", call]
+    prompt = "user: What is 6 * 7? Use the calculator."
+    records = services.rollouts.load_step(0)
+    assert sorted((r.rollout.input, r.rollout.output) for r in records) == sorted(
+        (prompt, text) for text in texts
+    )
     judged = json.dumps([r["messages"] for r in fake_llm.requests])
     assert "tool call: multiply" in judged
+    # The same conversations as text, scored by a second server (no shared cache): the
+    # rewards TRL got are theirs, in order, and they tell the two apart.
+    direct_url, _ = amaris("direct")
+    direct = [score_directly(direct_url, f"direct-{i}", prompt, t) for i, t in enumerate(texts)]
+    assert rewards.flatten().tolist() == direct
+    assert direct[0] > direct[1]
+
+
+def test_two_steps_are_logged_under_the_trainers_steps(amaris: Any, tmp_path: Path) -> None:
+    url, services = amaris()
+    trainer = grpo_trainer(url, tmp_path / "out", max_steps=2)
+    trainer.train()
+    assert trainer.state.global_step == 2
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert [h["step"] for h in logged] == [1, 2]
+    for step, history in enumerate(logged):
+        # one prompt x two generations per step, logged under the step TRL was at
+        records = services.rollouts.load_step(step)
+        assert len(records) == 2
+        assert {(r.step, r.metadata.get("current_step")) for r in records} == {(step, step)}
+        assert {(r.rollout.supplemental_context, r.rollout.group_id) for r in records} == {
+            ("42", "p0")
+        }
+        assert all(r.status == "scored" and r.score is not None for r in records)
+        # the reward TRL logged for the step is the mean of what amaris logged for it
+        mean = sum(r.score for r in records if r.score is not None) / len(records)
+        assert history["reward"] == pytest.approx(mean)
+    assert services.rollouts.load_step(2) == []
 
 
 def test_standard_format_is_scored(amaris: Any, tmp_path: Path) -> None:

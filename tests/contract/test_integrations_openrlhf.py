@@ -225,3 +225,26 @@ def test_truncated_prompt_is_scored_against_the_whole_prompt(offline_client: Tes
     )
     assert short.status_code == 422
     assert short.json()["detail"][0]["field"] == "query[0]"
+
+
+def test_a_query_a_subword_tokenizer_decoded_is_split_at_its_prompt(
+    offline_client: TestClient,
+) -> None:
+    # all-MiniLM-L6-v2's WordPiece decode (tests/support/trainer_env.py): lower-cased,
+    # punctuation spaced out, a space between prompt and response; and a cut prompt's tail
+    # starting inside a word (##). The query holds neither prompt as the dataset has it.
+    prompts = ["Don't guess: what is 6 * 7?", "Consider something carefully. What is 3 * 9?"]
+    queries = [
+        "don ' t guess : what is 6 * 7? the answer is 42.",
+        "##thing carefully. what is 3 * 9? the answer is 28.",
+    ]
+    r = offline_client.post(
+        "/get_reward",
+        json={"query": queries, "prompts": prompts, "labels": ["42", "27"]},
+        headers={"X-Amaris-Step": "7"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["rewards"] == [1.0, 0.0]
+    records = offline_client.app.state.services.rollouts.load_step(7)  # type: ignore[attr-defined]
+    assert [rec.rollout.input for rec in records] == prompts
+    assert [rec.rollout.output for rec in records] == ["the answer is 42.", "the answer is 28."]

