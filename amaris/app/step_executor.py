@@ -76,15 +76,17 @@ class DeploymentExecutor:
         attempt = ((record.attempt or 0) if record else 0) + (1 if new_attempt else 0)
         run = await submit_step(step, attempt)
         # ``executor``: the replica that started this attempt; its restart starts the next
-        # one if the step is still ``completing`` then.
-        mine = new_attempt or record is None or not record.executor
-        await asyncio.to_thread(
-            self._steps.set,
-            step,
-            attempt=attempt,
-            flow_run_id=str(run.id),
-            **({"executor": self.replica} if mine else {}),
-        )
+        # one if the step is still ``completing`` then. Only that replica records the
+        # attempt: a replica that only watches read the record before its executor may
+        # have started a later attempt, and writing its older number back would undo it.
+        if new_attempt or record is None or not record.executor:
+            await asyncio.to_thread(
+                self._steps.set,
+                step,
+                attempt=attempt,
+                flow_run_id=str(run.id),
+                executor=self.replica,
+            )
         log.info("replica %s submitted step %s (flow run %s)", self.replica, step, run.id)
         return await self._follow(step, run.id)
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from amaris.app.wiring import create_app
+from amaris.cli.main import main
 from amaris.memory.embedder import HashingEmbedder
 from amaris.memory.models import MemoryDocument
 from amaris.memory.qdrant import open_qdrant
@@ -375,33 +376,51 @@ def seed(config: Path) -> list[RubricVersion]:
         qdrant.close()
 
 
+COMMANDS = {
+    "inspect-json": ["memory", "inspect", "--recent", "3", "--json"],
+    "inspect": ["memory", "inspect", "--recent", "3"],
+    "search": [
+        "memory",
+        "search",
+        "hedge between values",
+        "--limit",
+        "1",
+        "--type",
+        "finding",
+        "--json",
+    ],
+    "history": ["rubrics", "history"],
+    "diff-1-1": ["rubrics", "diff", "1", "1"],
+    "diff-2-3": ["rubrics", "diff", "2", "3"],
+    "diff-absent": ["rubrics", "diff", "1", "9"],
+}
+"""The inspection commands (``--config`` added), by name."""
+
+
 def run_commands(config: Path, cwd: Path, workers: int) -> dict[str, tuple[int, str, str]]:
-    """Each inspection command's exit code, stdout and stderr (``workers`` at a time)."""
-    commands = {
-        "inspect-json": ["memory", "inspect", "--recent", "3", "--json"],
-        "inspect": ["memory", "inspect", "--recent", "3"],
-        "search": [
-            "memory",
-            "search",
-            "hedge between values",
-            "--limit",
-            "1",
-            "--type",
-            "finding",
-            "--json",
-        ],
-        "history": ["rubrics", "history"],
-        "diff-1-1": ["rubrics", "diff", "1", "1"],
-        "diff-2-3": ["rubrics", "diff", "2", "3"],
-        "diff-absent": ["rubrics", "diff", "1", "9"],
-    }
+    """Each inspection command's exit code, stdout and stderr, as ``amaris`` processes
+    (``workers`` at a time)."""
 
     def run(args: list[str]) -> tuple[int, str, str]:
         done = run_amaris([*args, "--config", str(config)], cwd)
         return done.returncode, done.stdout, done.stderr
 
     with ThreadPoolExecutor(workers) as pool:
-        return dict(zip(commands, pool.map(run, commands.values()), strict=True))
+        return dict(zip(COMMANDS, pool.map(run, COMMANDS.values()), strict=True))
+
+
+def run_in_process(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> dict[str, tuple[int, str, str]]:
+    """The same, each command run by ``amaris``'s ``main`` in this process, one after the
+    other (a process each would start Python and import the CLI seven times more)."""
+    results = {}
+    capsys.readouterr()
+    for name, args in COMMANDS.items():
+        code = main([*args, "--config", str(config)])
+        out, err = capsys.readouterr()
+        results[name] = (code, out, err)
+    return results
 
 
 def check(results: dict[str, tuple[int, str, str]], versions: list[RubricVersion]) -> None:
@@ -423,7 +442,11 @@ def check(results: dict[str, tuple[int, str, str]], versions: list[RubricVersion
 
 
 @pytest.mark.slow
-def test_inspection_commands_through_the_server_and_on_the_folder(tmp_path: Path) -> None:
+def test_inspection_commands_through_the_server_and_on_the_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], prefect_harness: None
+) -> None:
+    from prefect.settings import PREFECT_API_URL
+
     port = free_port()
     config = tmp_path / "config.yaml"
     config.write_text(
@@ -431,19 +454,23 @@ def test_inspection_commands_through_the_server_and_on_the_folder(tmp_path: Path
             {
                 "memory": {"path": str(tmp_path / "data"), "embedding_model": "hashing"},
                 "server": {"port": port, "api_key": "cli-key"},
+                "prefect": {"repair_interval_seconds": None},
             }
         )
     )
     versions = seed(config)
     url = f"http://127.0.0.1:{port}"
-    with amaris_process(
-        ["serve", "--config", str(config)], tmp_path, f"{url}/healthz", tmp_path / "serve.log"
-    ):
-        # the folder is locked: through the API (which serves several at once)
-        served = run_commands(config, tmp_path, workers=4)
+    with pytest.MonkeyPatch.context() as env:
+        # the session's Prefect server: this one boots none of its own (it runs no step)
+        env.setenv("PREFECT_API_URL", str(PREFECT_API_URL.value()))
+        with amaris_process(
+            ["serve", "--config", str(config)], tmp_path, f"{url}/healthz", tmp_path / "serve.log"
+        ):
+            # the folder is locked: through the API (which serves several at once)
+            served = run_commands(config, tmp_path, workers=4)
     check(served, versions)
     log = (tmp_path / "serve.log").read_text()
     assert "GET /memory/inspect?recent=3" in log and "GET /rubrics/diff?a=2&b=3" in log
-    stopped = run_commands(config, tmp_path, workers=1)  # one process opens the folder
+    stopped = run_in_process(config, capsys)  # one at a time: one process opens the folder
     check(stopped, versions)
     assert {k: v[:2] for k, v in stopped.items()} == {k: v[:2] for k, v in served.items()}

@@ -150,15 +150,18 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
     url = f"http://127.0.0.1:{port}"
     probe = "The answer is 42 (shutdown probe)."
     probe_arrived, release_probe = threading.Event(), threading.Event()
+    stopped = threading.Event()
 
     async def judge(body: dict[str, Any]) -> Reply:
-        """The offline judge, 0.7 s a reply (the step's 12 analyses take > 8 s); the probe
-        rollout's scoring request is held until the test releases it."""
+        """The offline judge, 0.7 s a reply until the first server has stopped (the step's
+        12 analyses take > 8 s: it is still running at the SIGTERM), at once after (the
+        resumed step need not be slow); the probe rollout's scoring request is held until
+        the test releases it."""
         if probe in json.dumps(body["messages"]):
             probe_arrived.set()
             await asyncio.to_thread(release_probe.wait, WAIT_S)
             return Reply(content=respond(body["messages"]))
-        return Reply(content=respond(body["messages"]), delay_s=0.7)
+        return Reply(content=respond(body["messages"]), delay_s=0 if stopped.is_set() else 0.7)
 
     data = tmp_path / "data"
     config = tmp_path / "config.yaml"
@@ -215,6 +218,7 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
             request.join(WAIT_S)
             assert in_flight == [200]  # finished, not cut off
             assert server.wait(45) == 0
+            stopped.set()
             deadline = time.monotonic() + 60
             while [k for k in kids if alive(k)]:  # no orphaned Prefect server
                 assert time.monotonic() < deadline, [k for k in kids if alive(k)]

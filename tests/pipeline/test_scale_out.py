@@ -22,8 +22,11 @@ from typing import Any
 import pytest
 from qdrant_client import QdrantClient
 
+from amaris.app.step_executor import DeploymentExecutor
 from amaris.app.wiring import build_services, create_app
 from amaris.flows.step_pipeline import step_pipeline
+from amaris.memory.models import StepRecord
+from amaris.memory.rollout_log import StepRegistry
 from tests.support.pipeline_helpers import metadata, rollout
 from tests.support.replicas import PoolWorker, create_pool, replica_settings, replicas
 from tests.support.settings import make_settings
@@ -226,3 +229,45 @@ def test_replica_restart_gives_its_interrupted_step_a_new_attempt(tmp_path: Path
         shared.close()
     runs = {r.idempotency_key: r.state.type.value for r in asyncio.run(step_runs(step))}
     assert runs == {f"step-{step}-0": "RUNNING", f"step-{step}-1": "COMPLETED"}
+
+
+class _ExecutorRestartsAfterTheFirstRead(StepRegistry):
+    """The registry as a watching replica sees it when the step's executor (r1) restarts
+    between the watcher's read of the record and what it does next: r1 records its next
+    attempt (1) right after that first read; at the next read the step is done, so the
+    watcher's follow loop ends."""
+
+    reads = 0
+
+    def get(self, step: int) -> StepRecord | None:
+        record = super().get(step)
+        self.reads += 1
+        if self.reads == 1:
+            super().set(step, attempt=1, executor="r1")
+        elif self.reads == 2:
+            return super().set(step, status="done")
+        return record
+
+
+def test_a_watching_replica_never_writes_back_an_older_attempt(tmp_path: Path) -> None:
+    # The race behind the test above's "attempt 0": r2 resumed the step (watching r1's
+    # run) and read the record before restarted r1 recorded attempt 1, then wrote its
+    # attempt 0 over it.
+    step, pool = 9005, f"race-{tmp_path.name}"[:60]
+    asyncio.run(create_pool(pool))  # no worker: the runs stay scheduled
+    qdrant = QdrantClient(location=":memory:")
+    try:
+        registry = _ExecutorRestartsAfterTheFirstRead(qdrant, "race")
+        registry.set(step, status="completing", executor="r1")
+        watcher = DeploymentExecutor(registry, "r2", poll_seconds=0.01, work_pool=pool)
+
+        async def watch() -> None:
+            await watcher.start()
+            await watcher.run(step)
+
+        asyncio.run(watch())
+        record = registry.get(step)
+        assert record is not None
+        assert (record.attempt, record.executor, record.status) == (1, "r1", "done")
+    finally:
+        qdrant.close()
