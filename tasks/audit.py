@@ -11,7 +11,7 @@ from amaris.audit.fidelity import fidelity
 from amaris.audit.history import audit_history
 from amaris.audit.models import OVER_REWARDED_KEPT, AuditedRollout, RewardGap, StepAudit
 from amaris.audit.pause import AuditPause
-from amaris.audit.sampling import sample_size, stratified_sample
+from amaris.audit.sampling import budget_left, sample_size, stratified_sample
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
 from amaris.scoring.regrade import regrade_all
@@ -34,13 +34,23 @@ def _audited(record: RolloutRecord) -> bool:
     )
 
 
-def _earlier(step: int) -> list[TrendPoint]:
-    """The sample means of the audited steps before ``step``, oldest first."""
-    return [
-        TrendPoint(audit.step, audit.training_mean, audit.audit_mean)
-        for audit in audit_history(get_context().steps, step)
+def sample_key(record: RolloutRecord) -> str:
+    """What identifies a rollout in the audit's sample and orders equally rewarded ones:
+    its scope and id, not its arrival order (``seq`` only tells apart records of one id),
+    so a step's sample is the same whichever order its rollouts came in."""
+    return f"{record.scope}\x00{record.rollout.id}\x00{record.seq}"
+
+
+def _earlier(step: int) -> tuple[list[TrendPoint], list[tuple[int, int]]]:
+    """The sample means (and mean gap) of the audited steps before ``step``, oldest first,
+    and each audited step's (judged rollouts, rollouts re-graded): what the budget spent."""
+    history = audit_history(get_context().steps, step)
+    points = [
+        TrendPoint(audit.step, audit.training_mean, audit.audit_mean, audit.top_tail_gap)
+        for audit in history
         if audit.training_mean is not None and audit.audit_mean is not None
     ]
+    return points, [(audit.population, audit.sampled + audit.failed) for audit in history]
 
 
 def over_rewarded(audited: list[AuditedRollout]) -> list[RewardGap]:
@@ -62,14 +72,17 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
     ``settings`` (``audit:``) is a parameter so that the cache key holds it."""
     ctx = get_context()
     scored = [r for r in records if _audited(r)]
+    earlier, spent = await asyncio.to_thread(_earlier, step)
+    budget = budget_left(settings.max_share, len(scored), spent)
     sample = stratified_sample(
         scored,
         lambda r: float(r.score or 0.0),
-        lambda r: f"{r.scope}\x00{r.seq}",
-        sample_size(len(scored), settings.sample_share, settings.min_samples),
+        sample_key,
+        sample_size(len(scored), settings.sample_share, settings.min_samples, budget),
         top_tail=settings.top_tail,
         top_tail_share=settings.top_tail_share,
         seed=f"audit-step-{step}",
+        length=lambda r: len(r.rollout.output),
     )
     versions: dict[tuple[str, int], RubricVersion] = {}
     for drawn in sample:
@@ -85,7 +98,7 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
     whole = fidelity(audited)
     scopes = sorted({r.scope for r in audited})
     per_scope = {scope: fidelity([r for r in audited if r.scope == scope]) for scope in scopes}
-    alarm = check_alarm(whole, step, await asyncio.to_thread(_earlier, step), settings)
+    alarm = check_alarm(whole, step, earlier, settings)
     counters = scorer.counters
     return StepAudit(
         step=step,
@@ -94,10 +107,12 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
         agreement=whole.agreement,
         top_tail_agreement=whole.top_tail_agreement,
         gap=whole.gap,
+        top_tail_gap=whole.top_tail_gap,
         alarm=alarm,
         training_mean=whole.training_mean,
         audit_mean=whole.audit_mean,
         judge_calls=counters["scored"] + counters["unscored"] - counters["rule_only"],
+        population=len(scored),
         criteria=whole.criteria,
         scopes=per_scope,
         evidence={

@@ -2,9 +2,13 @@
 
 It fires on a step when, over the last ``audit.window`` audited steps (this one
 included), the sample's mean training reward rose by at least ``audit.min_trend`` while
-its mean audit reward fell by at least as much; or when the auditor keeps less than
-``audit.min_top_tail_agreement`` of the sampled top tail in the top tail (with at least
-:data:`MIN_TOP_TAIL` top-tail rollouts graded: one rollout is not a trend).
+its mean audit reward fell by at least as much; when the mean gap between the two
+rewards over the sampled top tail jumped by at least ``audit.max_gap_jump`` above its
+mean over the earlier steps of the window (a judge that turns lenient shows in the step
+it does, even before the policy learns to exploit it and the training reward rises); or
+when the auditor keeps less than ``audit.min_top_tail_agreement`` of the sampled top tail
+in the top tail (with at least :data:`MIN_TOP_TAIL` top-tail rollouts graded: one
+rollout is not a trend).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class TrendPoint:
     step: int
     training: float
     audit: float
+    gap: float | None = None
+    """Mean ``|training - audit|`` of the step's sampled top tail."""
 
 
 def check_alarm(
@@ -62,6 +68,9 @@ def check_alarm(
                         f"{last.audit:.3f}); audit.min_trend is {settings.min_trend}"
                     ),
                 )
+        jump = gap_jump(current, points[:-1], settings)
+        if jump is not None:
+            return jump
     agreement = current.top_tail_agreement
     if (
         agreement is not None
@@ -77,6 +86,30 @@ def check_alarm(
             ),
         )
     return None
+
+
+def gap_jump(
+    current: Fidelity, earlier: Sequence[TrendPoint], settings: AuditSettings
+) -> Alarm | None:
+    """The ``gap_jump`` alarm: ``current``'s top-tail mean gap at least
+    ``audit.max_gap_jump`` above the mean of ``earlier``'s (the window's steps before it; at
+    least one with a top-tail gap)."""
+    gaps = [p.gap for p in earlier if p.gap is not None]
+    gap = current.top_tail_gap
+    if gap is None or not gaps:
+        return None
+    baseline = sum(gaps) / len(gaps)
+    if gap - baseline < settings.max_gap_jump:
+        return None
+    return Alarm(
+        kind="gap_jump",
+        reason=(
+            f"the mean gap between the training and audit rewards of the sampled top tail "
+            f"jumped to {gap:.3f} from {baseline:.3f} over steps "
+            f"{', '.join(str(p.step) for p in earlier if p.gap is not None)}; "
+            f"audit.max_gap_jump is {settings.max_gap_jump}"
+        ),
+    )
 
 
 def evidence(

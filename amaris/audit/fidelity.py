@@ -83,6 +83,7 @@ def fidelity(rollouts: Sequence[AuditedRollout]) -> Fidelity:
         gap=_mean([r.gap for r in graded]),
         top_tail_agreement=round(len(kept) / len(tail), 4) if tail else None,
         top_tail_sampled=len(tail),
+        top_tail_gap=_mean([r.gap for r in tail]),
         training_mean=_mean(training),
         audit_mean=_mean(audit),
         criteria=criterion_disagreement(graded),

@@ -11,8 +11,10 @@ OVER_REWARDED_KEPT = 32
 """Most over-rewarded sampled rollouts a step's audit keeps (its registry record stays
 small whatever the sample)."""
 
-AlarmKind = Literal["diverging", "top_tail"]
+AlarmKind = Literal["diverging", "gap_jump", "top_tail"]
 """``diverging``: over the window the training reward rose while the audit reward fell;
+``gap_jump``: the top tail's mean gap between the two rewards jumped above its level over
+the window;
 ``top_tail``: the auditor keeps too little of the training judge's top tail there."""
 
 
@@ -88,6 +90,9 @@ class Fidelity(BaseModel):
     """Share of the sampled top tail the auditor also rewards at or above the top tail's
     threshold; None when no top-tail rollout was graded."""
     top_tail_sampled: int = 0
+    top_tail_gap: float | None = None
+    """Mean ``|training - audit|`` reward of the sampled top tail (where a lenient judge's
+    payments land); None when no top-tail rollout was graded."""
     training_mean: float | None = None
     audit_mean: float | None = None
     criteria: list[CriterionDisagreement] = Field(default_factory=list)
@@ -164,10 +169,15 @@ class StepAudit(AuditSummary):
 
     step: int
     failed: int = 0
+    top_tail_gap: float | None = None
+    """Mean ``|training - audit|`` reward of the sampled top tail."""
     training_mean: float | None = None
     audit_mean: float | None = None
     judge_calls: int = 0
     """Auditor calls made (each ``agents.auditor`` request counted in the ledger)."""
+    population: int = 0
+    """The step's judged rollouts the sample was drawn from (what ``audit.max_share`` is
+    a share of)."""
     criteria: list[CriterionDisagreement] = Field(default_factory=list)
     scopes: dict[str, Fidelity] = Field(default_factory=dict)
     evidence: dict[str, AlarmEvidence] = Field(default_factory=dict)

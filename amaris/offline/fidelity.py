@@ -3,10 +3,12 @@
 The audit judge disagrees with the reward served on the evidence rollouts: the training
 judge pays for something the audit does not. The rule: the known behaviour (a tag of
 :mod:`amaris.offline.tags`) that at least half of the evidence rollouts show is what the
-judge now misreads; the update adds a pitfall for it worded afresh, naming the alarm's
-step, even when a pitfall already targets it (the judge no longer reads that one) and
-whatever its count in the step (the audit's sample is the evidence). One such pitfall
-per behaviour: a sharpened pitfall already in the rubric is not added again.
+judge now misreads; the update words the pitfall against it afresh, whatever its count in
+the step (the audit's sample is the evidence). When a pitfall already targets it (the
+judge no longer reads that one) it is *edited* to the new wording: same id and meaning, so
+the judge reads it again and nothing near-duplicates it (an added copy would be refused by
+the guardrails as one); else a sharpened pitfall is added. Once per behaviour: a sharpened
+pitfall already in the rubric is not worded afresh again.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from amaris.offline.payload import AgentJSON
 
 SHARED_SHARE = 0.5
 """A behaviour is what the evidence rollouts share when at least this share shows it."""
+REWORDED = "pitfall worded afresh against"
+"""Opens the reason of an edit that answers an alarm: the tag follows."""
 SHARPENED = "(a fidelity alarm found the reward paying for it)"
 """Appended to a sharpened pitfall's text; no word of it selects another offline rule
 (a word such as "judge" would read as grader manipulation)."""

@@ -19,7 +19,7 @@ from amaris.agents.schemas import (
     UpdateRationale,
 )
 from amaris.offline import recall, tags
-from amaris.offline.fidelity import shared_tag, sharpened_pitfall
+from amaris.offline.fidelity import REWORDED, shared_tag, sharpened_pitfall
 from amaris.offline.payload import AgentJSON
 from amaris.offline.recall import ADDED, RETIRED, TagHistory
 
@@ -199,12 +199,7 @@ def handle_updater(data: AgentJSON) -> AgentJSON:
     changes = modifications + uninformative + retired
     if changes:
         summary = f"Step {step}: {'; '.join(m.reason.rstrip('.') for m in changes)}."
-        added = "; ".join(
-            f'added pitfall "{m.text}" (weight {m.weight})'
-            if m.action == "add"
-            else f"retired {m.criterion_id}"
-            for m in changes
-        )
+        added = "; ".join(_change_text(m) for m in changes)
     else:
         summary = f"Step {step}: no unpenalised reward hacking to act on; rubric kept as it is."
         added = "no change"
@@ -219,6 +214,15 @@ def handle_updater(data: AgentJSON) -> AgentJSON:
         rubric_modifications=changes,
         memory_artifact=MemoryArtifact(text=f"Step {step} rubric update ({strategy}): {added}."),
     ).model_dump(mode="json")
+
+
+def _change_text(change: RubricModification) -> str:
+    """One change as the memory artifact states it."""
+    if change.action == "add":
+        return f'added pitfall "{change.text}" (weight {change.weight})'
+    if change.action == "edit":
+        return f'reworded {change.criterion_id} as "{change.text}"'
+    return f"retired {change.criterion_id}"
 
 
 def _alarm_pitfall(
@@ -236,13 +240,22 @@ def _alarm_pitfall(
     text = sharpened_pitfall(tag)
     if any(str(c["text"]) == text for c in criteria):
         return f"{where}: {tag} is already penalised by a sharpened pitfall"
+    shown = len(alarm.get("rollouts") or [])
+    found = (
+        f"{where}: the audit judge rewarded the {shown} disagreeing rollouts lower and they "
+        f"share {tag}"
+    )
+    stale = tags.penalising(criteria, tag)
+    if stale and room > 0:
+        # The judge no longer reads the pitfall in force: the same pitfall, worded afresh
+        # (an edit keeps its id and meaning; an added copy would be a near-duplicate).
+        reason = f"{REWORDED} {tag} ({stale[0]}): {found}; the training judge pays it anyway."
+        return RubricModification(action="edit", criterion_id=stale[0], text=text, reason=reason)
     if weight >= 0 or room <= 0:
         return f"{where}: {tag} calls for a sharpened pitfall, but the bounds allow none"
-    shown = len(alarm.get("rollouts") or [])
     reason = (
-        f"{ADDED} {tag}: {where}: the audit judge rewarded the {shown} disagreeing rollouts "
-        f"lower and they share {tag}; the training judge no longer reads the pitfall "
-        "against it, so it is worded afresh."
+        f"{ADDED} {tag}: {found}; no pitfall penalises it, so one is added worded to be read "
+        "afresh."
     )
     return RubricModification(action="add", text=text, weight=weight, reason=reason)
 

@@ -22,8 +22,13 @@ class AuditSettings(Section):
 
     sample_share: float = Field(default=0.05, gt=0, le=1)
     """Share of the step's scored rollouts the auditor re-grades (each one judge call)."""
-    min_samples: int = Field(default=8, ge=2, le=10_000)
-    """Fewest rollouts re-graded a step (all of them in a smaller step)."""
+    min_samples: int = Field(default=2, ge=2, le=10_000)
+    """Fewest rollouts re-graded a step (all of them in a smaller step), within
+    ``max_share``. Two: one from the top tail and one below it."""
+    max_share: float | None = Field(default=None, gt=0, le=1)
+    """Cap on the auditor's calls over the run, as a share of its judged rollouts (what a
+    step leaves unspent is carried to the next); it wins over ``min_samples``. None: no
+    cap (``sample_share``, at least ``min_samples``, each step)."""
     top_tail: float = Field(default=0.2, gt=0, lt=1)
     """Share of the step's rollouts, by training reward, that forms its top tail."""
     top_tail_share: float = Field(default=0.5, gt=0, lt=1)
@@ -34,6 +39,9 @@ class AuditSettings(Section):
     min_trend: float = Field(default=0.05, gt=0, le=1)
     """Rise of the sample's mean training reward, and fall of its mean audit reward, over
     the window that together raise the alarm."""
+    max_gap_jump: float = Field(default=0.25, gt=0, le=1)
+    """Alarm when the sample's mean ``|training - audit|`` reward gap exceeds its mean
+    over the earlier audited steps of the window by at least this."""
     min_top_tail_agreement: float = Field(default=0.5, ge=0, le=1)
     """Alarm when a smaller share of the sampled top tail stays in the top tail for the
     auditor."""

@@ -106,6 +106,7 @@ PREFECT_SETTLE_S = 20.0
 """How long to wait for Prefect's server to record the step's task runs."""
 STAGES = (
     "load-rollouts",
+    "audit",
     "analyze",
     "summarize",
     "meta-summarize",
@@ -367,6 +368,19 @@ def read_calls(data_dir: Path, step: int) -> list[dict[str, Any]]:
             if record.get("step") == step and record.get("agent") in LLM_AGENTS:
                 calls.append(record)
     return calls
+
+
+def judge_calls(data_dir: Path, step: int) -> dict[str, int]:
+    """The step pipeline's calls that grade a reply, per agent: the audit judge's
+    (``auditor``) and the judge canaries' (``judge_canary``)."""
+    path = data_dir / "logs" / "llm_calls.jsonl"
+    counts: Counter[str] = Counter()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            if record.get("step") == step and record.get("agent") in ("auditor", "judge_canary"):
+                counts[str(record["agent"])] += 1
+    return dict(counts)
 
 
 def limit_of(config: dict[str, Any], agent: str) -> int | None:
@@ -981,6 +995,7 @@ async def measure(stack: Stack, args: argparse.Namespace) -> Report:
 
     await asyncio.sleep(1.0)  # the call log is written by a background thread
     calls = call_stats(read_calls(stack.data_dir, MEASURED_STEP), args.rollouts, stack.config)
+    print(f"judge calls of step {MEASURED_STEP}: {judge_calls(stack.data_dir, MEASURED_STEP)}")
     lower_bound_s = calls.total_waves * calls.median_latency_ms / 1000.0
     flow, tasks = await asyncio.to_thread(prefect_runs, stack.data_dir, MEASURED_STEP)
     line = timeline(started_at, wall_s, flow, tasks, calls, limit_of(stack.config, "analyzer"))
@@ -1030,6 +1045,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="/score requests in flight in the probes (default 4)",
     )
     parser.add_argument(
+        "--auditor",
+        action="store_true",
+        help="turn the audit judge on (client.auditor on the same offline LLM): its task "
+        "runs before the scopes (issue 25); compare with a run without it",
+    )
+    parser.add_argument(
         "--keep",
         type=Path,
         default=None,
@@ -1075,6 +1096,8 @@ def main(argv: list[str] | None = None) -> int:
             # every amaris on the machine, and another one's server could answer ours.
             "prefect": {"port": None},
         }
+        if args.auditor:
+            config["client"] = {"auditor": {}}
         with (
             work_folder("amaris-step-bench-", args.keep) as workdir,
             running_stack(args.latency_ms, workdir, config) as stack,

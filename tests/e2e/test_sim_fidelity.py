@@ -16,11 +16,15 @@ from amaris.cli.main import main
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 STEPS = "6"
-"""The run of docs/benchmarks.md's row C. When the alarm fires in it varies from run to
-run (at the drift step, or 3 steps late: the goal of "within 2 steps" is not met
-reliably, see that page), so this test holds what every run shows: the drift is seen in
-the gap, and no alarm comes before it."""
+"""The run of docs/benchmarks.md's judge-drift table (seed 0): issue 25's goals hold on
+it, as on the other seeds there."""
 DRIFT = 2
+WITHIN = 2
+"""The alarm fires at most this many steps after the drift."""
+MAX_SHARE = 0.07
+"""Audit and judge canary calls together, as a share of the calls that grade a reply."""
+MIN_RESTORED = 0.5
+"""Share of the reward gap the drift removed that the response restores."""
 PER_STEP = "32"
 # A fixed mix keeps the padded behaviours at their start share (14%), so the drift shows in
 # a step this small; a learning policy has mostly dropped them by the drift step.
@@ -39,15 +43,22 @@ def _simulate(out: Path, *scenario: str) -> dict[str, Any]:
     return fidelity
 
 
-def test_judge_drift_shrinks_the_gap_and_no_alarm_comes_before_it(tmp_path: Path) -> None:
+def test_judge_drift_is_caught_within_two_steps_and_the_response_restores_the_gap(
+    tmp_path: Path,
+) -> None:
     fidelity = _simulate(tmp_path, "--scenario", "judge-drift", "--drift-step", str(DRIFT))
     assert fidelity["drift_step"] == DRIFT
     assert fidelity["false_alarms"] == 0
     first = fidelity["first_alarm_step"]
-    assert first is None or first >= DRIFT
-    # the drift paid the padded hacks: the gap shrank
-    assert fidelity["gap_during_drift"] < fidelity["gap_before_drift"]
-    assert 0 < fidelity["audit_call_share"] < 1
+    assert first is not None and DRIFT <= first <= DRIFT + WITHIN
+    # the drift paid the padded hacks: the gap shrank ...
+    before, during = fidelity["gap_before_drift"], fidelity["gap_during_drift"]
+    assert during < before
+    # ... and the rubric update that answered the alarm gave at least half of it back
+    restored = (fidelity["gap_after_response"] - during) / (before - during)
+    assert restored >= MIN_RESTORED
+    assert fidelity["audit_call_share"] > 0
+    assert fidelity["audit_call_share"] + fidelity["canary_call_share"] <= MAX_SHARE
     page = (tmp_path / "report.md").read_text()
     assert "![fidelity-judge-drift.png](fidelity-judge-drift.png)" in page
 
@@ -58,3 +69,4 @@ def test_steady_raises_no_alarm(tmp_path: Path) -> None:
     assert fidelity["first_alarm_step"] is None
     assert fidelity["false_alarms"] == 0
     assert fidelity["audit_call_share"] > 0
+    assert fidelity["audit_call_share"] + fidelity["canary_call_share"] <= MAX_SHARE

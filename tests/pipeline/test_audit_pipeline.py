@@ -116,15 +116,16 @@ def test_the_alarm_reaches_the_api_the_metrics_and_the_agents(
         # Not paused (audit.on_alarm: log): scoring goes on.
         assert client.post("/score", json=item(STEP + 1, 0, False)).status_code == 200
 
-    # The auditor re-graded 8 rollouts (min_samples) with the scorer's prompt, the whole
-    # top tail (4 hacks) among them, and gave the hacks 0.
+    # The auditor re-graded 8 rollouts (min_samples) with the scorer's prompt: half from
+    # the top tail (every rollout rewarded 1.0: the 10 hacks, ties in), to which it gave 0
+    # (gap 1), half from the correct replies below, to which it gave 1 (gap 0.25).
     calls = auditor_requests(fake_llm)
     assert len(calls) == 8
     assert {agent_of(r) for r in calls} == {"scorer"}
     assert audit["sampled"] == 8 and audit["failed"] == 0
     assert audit["agreement"] < -0.5
     assert audit["top_tail_agreement"] == 0.0
-    assert audit["gap"] > 0.7
+    assert audit["gap"] == 0.625
     assert audit["alarm"]["kind"] == "top_tail"
     assert "top tail" in audit["alarm"]["reason"]
     assert audit["criteria"][0]["disagreement"] > 0.5
