@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TypeAlias
@@ -48,7 +47,6 @@ _ESCAPES = {
     # on a line of its own or within one, that an LLM could take for the real ones.
     "AMARIS_DATA": "AMARIS\\u005fDATA",
 }
-_ESCAPE = re.compile("|".join(re.escape(k) for k in _ESCAPES))
 
 
 class PromptError(RuntimeError):
@@ -102,9 +100,13 @@ def data_message(agent: str, payload: DataBlock, heading: str = DATA_HEADING) ->
     every character that could end its line or spell a marker (``_ESCAPES``):
     ``json.loads`` of the line gives back exactly ``payload``, keys in their order.
     """
-    body = _ESCAPE.sub(
-        lambda m: _ESCAPES[m.group()], json.dumps({"agent": agent, **payload}, ensure_ascii=False)
-    )
+    body = json.dumps({"agent": agent, **payload}, ensure_ascii=False)
+    # One str.replace per escaped string, only when it occurs (a memchr-speed scan): the
+    # keys never overlap and no replacement spells a key, so the order does not matter.
+    # A regex alternation over the whole line cost ~0.7 ms on a 100 KB rollout.
+    for raw, escaped in _ESCAPES.items():
+        if raw in body:
+            body = body.replace(raw, escaped)
     return f"{heading}\n{DATA_START}\n{body}\n{DATA_END}"
 
 
