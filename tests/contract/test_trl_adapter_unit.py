@@ -180,3 +180,15 @@ def test_the_defaults_reach_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
     assert recorder.bodies == [
         {"query": ["pa"], "prompts": ["p"], "labels": [None], "group_ids": ["g"]}
     ]
+
+
+def test_a_batch_of_more_than_256_completions_with_columns() -> None:
+    # lengths past 256 are distinct int objects: compared by value, not identity
+    size = 300
+    recorder = Recorder([(200, reward_answer([0.5] * size), {})])
+    with recording_server(recorder) as url:
+        func = amaris_reward_func(url)
+        prompts, completions = [f"p{i}" for i in range(size)], ["c"] * size
+        rewards = call(func, prompts, completions, answer=["a"] * size, prompt_id=[1] * size)
+    assert rewards == [0.5] * size
+    assert len(recorder.bodies[0]["labels"]) == size

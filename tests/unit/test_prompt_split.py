@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from amaris.text.prompt_split import MIN_PROMPT_TAIL, folded, response_of
+from amaris.text.prompt_split import MIN_PROMPT_TAIL, _overlap, folded, response_of
 from tests.support.watchdog import finishes
 
 
@@ -150,3 +150,20 @@ def test_a_repetitive_prompt_is_found_in_linear_time(
     prompt: str, query: str, response: str | None
 ) -> None:
     assert finishes(lambda: response_of(query, prompt)) == response
+
+
+def test_the_overlap_agrees_with_its_definition() -> None:
+    """Knuth-Morris-Pratt (the search of a repetitive prompt) against brute force: the
+    longest prefix (16+ characters) of ``pattern`` that ``text`` ends with."""
+    rng = random.Random(2026)
+    for trial in range(600):
+        alphabet = "abcd"[: 2 + trial % 3]
+        shared = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) + shared
+        pattern = shared + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        pattern = pattern[: len(text)]  # never longer than the text, as the search asks
+        lengths = [
+            n for n in range(MIN_PROMPT_TAIL, len(pattern) + 1) if text.endswith(pattern[:n])
+        ]
+        assert _overlap(text, pattern) == (max(lengths) if lengths else None), (text, pattern)
+    assert _overlap("abc", "") is None
