@@ -56,11 +56,19 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "adapters": ("amaris/integrations/_remote.py", ["tests/contract/test_adapters_unit.py"]),
     "memory_retrieval": ("tasks/retrieve_memory.py", ["tests/unit/test_memory_retrieval_unit.py"]),
     "offline_rules": ("amaris/offline/heuristics.py", ["tests/unit/test_offline_rules.py"]),
+    # issue 26: verl: fixture-free files (--noconftest); test_integrations_verl.py and the
+    # trainer-contract files (test_contract_verl*.py) still cover both in the suite.
+    "verl": ("amaris/integrations/verl.py", ["tests/contract/test_verl_unit.py"]),
+    "verl_manager": (
+        "amaris/integrations/verl_manager.py",
+        ["tests/contract/test_verl_manager_unit.py"],
+    ),
 }
 
 NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer", "reward"}
 NO_CONFTEST |= {"auth", "adapters", "memory_retrieval"}
 NO_CONFTEST |= {"rollout_log", "rubric_store", "step_lifecycle"}
+NO_CONFTEST |= {"verl", "verl_manager"}  # issue 26: verl
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
 
