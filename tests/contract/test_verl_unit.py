@@ -125,9 +125,8 @@ def test_the_prompt_is_prompt_else_question_rendered_and_none_is_an_error() -> N
             compute_score("ds", "r", None, None, url=url)
     rendered = "system: Be brief.\nuser: 6 * 7?"
     assert [b["prompts"] for _, b in script.requests] == [["Q? "], [rendered], [rendered]]
-    assert [b["query"] for _, b in script.requests] == [["Q? r"], [rendered + "r"]] + [
-        [rendered + "r"]
-    ]
+    queries = [["Q? r"], [rendered + "r"], [rendered + "r"]]
+    assert [b["query"] for _, b in script.requests] == queries
 
 
 def test_the_group_is_the_uid_else_source_and_index_else_none() -> None:
