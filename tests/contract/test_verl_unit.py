@@ -209,6 +209,5 @@ def test_an_outage_raises_or_gives_unscored_score(call: str) -> None:
 
 def test_a_refused_sample_is_raised_even_with_unscored_score() -> None:
     refused = {"detail": [{"field": "query[0]", "message": "too long"}]}
-    with server((422, refused)) as (url, _):
-        with pytest.raises(InvalidRequestError, match="too long"):
-            compute_score("ds", "r", "42", {"question": "Q"}, url=url, unscored_score=0.0)
+    with server((422, refused)) as (url, _), pytest.raises(InvalidRequestError, match="too long"):
+        compute_score("ds", "r", "42", {"question": "Q"}, url=url, unscored_score=0.0)
