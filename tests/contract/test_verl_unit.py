@@ -19,6 +19,7 @@ import pytest
 
 from amaris.client import STEP_HEADER, InvalidRequestError, ServerUnavailableError
 from amaris.integrations import verl
+from amaris.integrations._remote import DEFAULT_URL, Rewards, Target
 from amaris.integrations.verl import RewardUnavailableError, compute_score, compute_score_async
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "6 * 7?"}]
@@ -81,6 +82,69 @@ def no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 SCORED = {"rubric_version": 3, "status": "scored", "reason": "", "unscored": 0.0}
+
+
+# -- the request and the answer, without HTTP (first: the fast checks) ------------------
+
+
+def test_the_request_of_a_sample() -> None:
+    info = {"prompt": "P: ", "question": "Q", "uid": 0, "index": 2, "global_steps": 4}
+    run = {"high_level_goal": "g", "model_size": None, "total_steps": 9, "other_context": ""}
+    target, body, step = verl._request("ds", "r", "42", info, {"url": "http://h/", **run})
+    assert target == Target("http://h", None, 600.0, 60.0)
+    assert body == {
+        "query": ["P: r"],
+        "prompts": ["P: "],
+        "labels": ["42"],
+        "group_ids": ["0"],
+        "amaris_metadata": {"high_level_goal": "g", "total_steps": 9, "other_context": ""},
+    }
+    assert step == 4
+    kwargs = {"api_key": "k", "timeout": "5", "retry_seconds": 0, "step": 0, "model_size": "7B"}
+    target, body, step = verl._request("ds", "r", None, {"question": CHAT}, kwargs)
+    assert target == Target(DEFAULT_URL, "k", 5.0, 0.0)
+    assert body["group_ids"] is None and body["amaris_metadata"] == {"model_size": "7B"}
+    assert body["prompts"] == ["system: Be brief.\nuser: 6 * 7?"] and step == 0
+    _, body, step = verl._request("ds", "r", None, {"question": "Q", "index": 0}, {})
+    assert body["group_ids"] == ["ds/0"] and body["amaris_metadata"] is None and step is None
+    assert verl._step({"global_steps": 0}, {"step": None}) == 0
+    assert verl._group("ds", {"uid": None, "index": None}) is None
+    assert verl._prompt({"prompt": "", "question": "Q"}) == "Q"
+
+
+def test_the_answer_for_each_outcome() -> None:
+    assert verl._result(Rewards([0.75], ["scored"], [3])) == {"score": 0.75, **SCORED}
+    neutral = verl._result(Rewards([0.5], ["unscored"], [None]))
+    assert neutral == {
+        "score": 0.5,
+        "rubric_version": 0,
+        "status": "unscored",
+        "reason": verl.NEUTRAL_REASON,
+        "unscored": 1.0,
+    }
+    outage = RewardUnavailableError(Rewards([None], ["unscored"], [4]), {0: "judge down"})
+    with pytest.raises(RewardUnavailableError):
+        verl._fallback(outage, {})
+    assert verl._fallback(outage, {"unscored_score": "0.25"}) == {
+        "score": 0.25,
+        "rubric_version": 4,
+        "status": "unscored",
+        "reason": str(outage),
+        "unscored": 1.0,
+    }
+    unversioned = RewardUnavailableError(Rewards([None], ["unscored"], [None]), {0: "x"})
+    assert verl._fallback(unversioned, {"unscored_score": 0})["rubric_version"] == 0
+    down = ServerUnavailableError("amaris unreachable")
+    assert verl._fallback(down, {"unscored_score": 1}) == {
+        "score": 1.0,
+        "rubric_version": 0,
+        "status": "error",
+        "reason": "amaris unreachable",
+        "unscored": 1.0,
+    }
+
+
+# -- against a local /get_reward ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("call", ["sync", "async"])
