@@ -16,10 +16,17 @@ from omegaconf import OmegaConf
 
 from tests.support.trainer_env import byte_tokenizer, install_trainers, stub_gpu_modules
 
-install_trainers()
-stub_gpu_modules()
-manager = importlib.import_module("amaris.integrations.verl_manager")
-DataProto = importlib.import_module("verl.protocol").DataProto
+pytestmark = [pytest.mark.trainer_contract, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def manager() -> Any:
+    """amaris.integrations.verl_manager, once verl is installed (imported at first use, not
+    at collection: the quick loop collects this file too)."""
+    install_trainers()
+    stub_gpu_modules()
+    return importlib.import_module("amaris.integrations.verl_manager")
+
 
 CHAT = [{"role": "user", "content": "6 * 7?"}]
 
@@ -47,7 +54,7 @@ def config(
     )
 
 
-def test_no_padding_without_a_colocated_reward_model_or_with_whole_chunks() -> None:
+def test_no_padding_without_a_colocated_reward_model_or_with_whole_chunks(manager: Any) -> None:
     assert manager.padding_problems(config(enable=False, workers=3)) == []
     assert manager.padding_problems(config(pool=True, workers=3)) == []
     assert manager.padding_problems(config()) == []  # 4 x 2 = 8 samples, 8 agent workers
@@ -55,7 +62,7 @@ def test_no_padding_without_a_colocated_reward_model_or_with_whole_chunks() -> N
     assert manager.padding_problems(config(workers=4, prompts=6, n=2, agents=4)) == []
 
 
-def test_each_size_verl_would_pad_is_named() -> None:
+def test_each_size_verl_would_pad_is_named(manager: Any) -> None:
     (training,) = manager.padding_problems(config(prompts=3, n=1))
     assert training == (
         "reward.num_workers=8 does not divide the training batch "
@@ -70,7 +77,7 @@ def test_each_size_verl_would_pad_is_named() -> None:
     assert manager.padding_problems(config(prompts=3, gen=8, n=1)) == []
 
 
-def test_remax_baselines_are_one_per_prompt() -> None:
+def test_remax_baselines_are_one_per_prompt(manager: Any) -> None:
     remax = config(workers=4, prompts=6, n=2, agents=4, estimator="remax")
     (baselines,) = manager.padding_problems(remax)
     assert (
@@ -83,7 +90,7 @@ def test_remax_baselines_are_one_per_prompt() -> None:
     )
 
 
-def test_the_manager_refuses_a_padding_configuration_and_starts_otherwise() -> None:
+def test_the_manager_refuses_a_padding_configuration_and_starts_otherwise(manager: Any) -> None:
     with pytest.raises(ValueError, match=r"=3: with a colocated reward model.*reward\.num_workers"):
         manager.AmarisRewardManager(config(prompts=3, n=1), byte_tokenizer(), None)
     with pytest.raises(ValueError, match=r"=3; reward\.num_workers=8 does not divide actor"):
@@ -106,7 +113,7 @@ def sample(extra: Any, raw: list[dict[str, str]] | None = CHAT, size: int = 2) -
         prompts = np.empty(size, dtype=object)
         prompts[:] = [raw] * size
         non_tensors["raw_prompt"] = prompts
-    return DataProto.from_dict(
+    return importlib.import_module("verl.protocol").DataProto.from_dict(
         tensors={
             "prompts": torch.tensor([[1, 2]] * size),
             "responses": torch.tensor([ids] * size),
@@ -116,7 +123,7 @@ def sample(extra: Any, raw: list[dict[str, str]] | None = CHAT, size: int = 2) -
     )
 
 
-def test_with_prompt_takes_raw_prompt_only_when_extra_info_has_none() -> None:
+def test_with_prompt_takes_raw_prompt_only_when_extra_info_has_none(manager: Any) -> None:
     data = sample({"index": 1})
     last = manager.with_prompt(data)
     assert len(last) == 1
@@ -133,7 +140,7 @@ def test_with_prompt_takes_raw_prompt_only_when_extra_info_has_none() -> None:
     ] == {"index": 2}
 
 
-def test_run_single_scores_the_last_sample_with_its_prompt() -> None:
+def test_run_single_scores_the_last_sample_with_its_prompt(manager: Any) -> None:
     seen: list[dict[str, Any]] = []
 
     def score(**kwargs: Any) -> dict[str, Any]:
