@@ -2,7 +2,8 @@
 
 verl (0.9+) reads the function from ``reward.custom_reward_function`` (``path``, ``name``,
 ``reward_kwargs``); the top-level ``custom_reward_function`` of older versions is
-ignored there. Its reward managers call ``compute_score(data_source, solution_str,
+ignored by ``main_ppo`` and moved there by ``fully_async_main`` (docs/integrations.md).
+Its reward managers call ``compute_score(data_source, solution_str,
 ground_truth, extra_info, **kwargs)`` per sample (and await :func:`compute_score_async`),
 with ``reward_kwargs`` as keyword arguments. Every answer has the same keys, so any
 manager can batch them: ``{"score": float, "rubric_version": int, "status": "scored" |

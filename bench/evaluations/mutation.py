@@ -83,6 +83,13 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ["tests/contract/test_openrlhf_adapter_unit.py"],
     ),
     "prompt_split": ("amaris/text/prompt_split.py", ["tests/unit/test_prompt_split.py"]),
+    # issue 26: verl: fixture-free files (--noconftest); test_integrations_verl.py and the
+    # trainer-contract files (test_contract_verl*.py) still cover both in the suite.
+    "verl": ("amaris/integrations/verl.py", ["tests/contract/test_verl_unit.py"]),
+    "verl_manager": (
+        "amaris/integrations/verl_manager.py",
+        ["tests/contract/test_verl_manager_unit.py"],
+    ),
 }
 
 NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer", "reward"}
@@ -91,6 +98,7 @@ NO_CONFTEST |= {"rollout_log", "rubric_store", "step_lifecycle"}
 NO_CONFTEST |= {"precheck", "json_reply", "judge_protocol", "rollout_records"}
 NO_CONFTEST |= {"gateway", "attempt"}  # issue 26: gateway
 NO_CONFTEST |= {"trl", "openrlhf", "prompt_split"}  # issue 26: trl/openrlhf
+NO_CONFTEST |= {"verl", "verl_manager"}  # issue 26: verl
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
 

@@ -10,105 +10,25 @@ infos. Only ray is replaced (in process; tests/support/trainer_env.py).
 
 from __future__ import annotations
 
-import asyncio
 import importlib
-import json
-from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 import amaris.integrations.verl as adapter
 from amaris.integrations._remote import RewardUnavailableError
-from amaris.sim.judge_server import Reply
-from tests.support.app import in_memory_app
-from tests.support.fake_llm import FakeLLM, offline_reply, serve_in_thread
-from tests.support.settings import llm_settings
-from tests.support.trainer_env import byte_tokenizer, install_trainers, stub_gpu_modules
+from tests.support.fake_llm import FakeLLM
+from tests.support.trainer_env import RayInitCalled, byte_tokenizer
+from tests.support.verl_env import DOWN, RewardWorker, compose_config, compute_rm_score, documented
 
 pytestmark = [pytest.mark.trainer_contract, pytest.mark.slow]
 
 MANAGERS = ("naive", "dapo", "rate_limited", "amaris")
 QUESTION = "What is 6 * 7?"
 ANSWERS = ["The answer is 42.", "The answer is 41.", "6 * 7 = 42.", "It is 7."]
-DOWN = "(judge down)"  # a response holding this gets a 500 from the judge
-
-
-@pytest.fixture(scope="module")
-def verl() -> Iterator[SimpleNamespace]:
-    """verl's modules, imported once the pinned package is on sys.path, and the event loop
-    of the reward-loop worker (a ray actor has one for its life: the rate_limited manager
-    keeps class-level limiters bound to it)."""
-    install_trainers()
-    stub_gpu_modules()
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield SimpleNamespace(
-        event_loop=loop,
-        version=importlib.import_module("verl").__version__,
-        protocol=importlib.import_module("verl.protocol"),
-        reward=importlib.import_module("verl.trainer.ppo.reward"),
-        loop=importlib.import_module("verl.experimental.reward_loop.reward_loop"),
-        config_dir=Path(importlib.import_module("verl").__file__ or "").parent / "trainer/config",
-    )
-    asyncio.set_event_loop(None)
-    loop.close()
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    folder = tmp_path_factory.mktemp("tokenizer")
-    byte_tokenizer().save_pretrained(folder)
-    return str(folder)
-
-
-@pytest.fixture
-def amaris(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[tuple[str, Any, FakeLLM]]:
-    """amaris on uvicorn, judging through the fake LLM; responses holding DOWN fail."""
-
-    def judge(body: dict[str, Any]) -> Reply:
-        return Reply(status=500) if DOWN in json.dumps(body) else offline_reply(body)
-
-    fake_llm.default = judge
-    settings = llm_settings(
-        tmp_path, fake_llm, **{"gateway.max_attempts": 1, "scoring.retry_after_seconds": 0}
-    )
-    app = in_memory_app(settings)
-    with serve_in_thread(app) as url:
-        yield url, app.state.services, fake_llm
-
-
-def compose_config(verl: SimpleNamespace, overrides: list[str]) -> Any:
-    """``ppo_trainer.yaml`` as ``python -m verl.trainer.main_ppo <overrides>`` composes it."""
-    with initialize_config_dir(str(verl.config_dir), version_base=None):
-        return compose("ppo_trainer", overrides=overrides)
-
-
-def documented(manager: str, url: str, tokenizer: str, *more: str) -> list[str]:
-    """The overrides of docs/integrations.md (examples/verl/config.sh)."""
-    chosen = (
-        [
-            "reward.reward_manager.source=importlib",
-            "reward.reward_manager.name=AmarisRewardManager",
-            f"reward.reward_manager.module.path={Path(adapter.__file__).with_name('verl_manager.py')}",
-        ]
-        if manager == "amaris"
-        else [f"reward.reward_manager.name={manager}"]
-    )
-    return [
-        f"reward.custom_reward_function.path={adapter.__file__}",
-        "reward.custom_reward_function.name=compute_score_async",
-        f"+reward.custom_reward_function.reward_kwargs.url={url}",
-        "+reward.custom_reward_function.reward_kwargs.retry_seconds=0",
-        f"actor_rollout_ref.model.path={tokenizer}",
-        *chosen,
-        *more,
-    ]
 
 
 def batch(verl: SimpleNamespace, responses: list[str], with_question: bool) -> Any:
@@ -142,27 +62,9 @@ def batch(verl: SimpleNamespace, responses: list[str], with_question: bool) -> A
     )
 
 
-class InProcessWorker:
-    """A ``RewardLoopWorker`` handle whose ``.remote`` runs the call on the worker's loop."""
-
-    def __init__(self, worker_cls: type, config: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.worker = worker_cls(config)
-        self.compute_score_batch = SimpleNamespace(remote=self._run)
-
-    def _run(self, data: Any) -> Any:
-        return self.loop.run_until_complete(self.worker.compute_score_batch(data))
-
-
 def training_step(verl: SimpleNamespace, config: Any, data: Any) -> Any:
     """verl's own ``RewardLoopManager.compute_rm_score`` over one worker."""
-    handle = InProcessWorker(verl.loop.RewardLoopWorker, config, verl.event_loop)
-    manager = SimpleNamespace(
-        reward_model_manager=None,
-        reward_loop_workers=[handle],
-        reward_manager_cls=verl.reward.resolve_reward_manager_cls(config),
-    )
-    return verl.loop.RewardLoopManager.compute_rm_score(manager, data)
+    return compute_rm_score(verl, config, [RewardWorker(verl, config)], data)
 
 
 def rewards_of(out: Any) -> list[float]:
@@ -170,26 +72,114 @@ def rewards_of(out: Any) -> list[float]:
     return [float(row.sum()) for row in out.batch["rm_scores"]]
 
 
-def test_old_top_level_override_is_ignored_by_verl(verl: SimpleNamespace) -> None:
-    # verl < 0.9's form: composed without error, but get_custom_reward_fn never sees it,
-    # and verl falls back to its rule scorer: amaris would never be called
-    config = compose_config(
-        verl,
-        [
-            f"custom_reward_function.path={adapter.__file__}",
-            "custom_reward_function.name=compute_score",
-        ],
-    )
+def old_form(model: str, url: str) -> list[str]:
+    """verl < 0.9's top-level ``custom_reward_function.*``, and what ``main_ppo``'s config
+    checks need on a CPU (micro-batches, no critic)."""
+    return [
+        f"custom_reward_function.path={adapter.__file__}",
+        "custom_reward_function.name=compute_score_async",
+        f"+custom_reward_function.reward_kwargs.url={url}",
+        "+custom_reward_function.reward_kwargs.retry_seconds=0",
+        f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "data.train_batch_size=4",
+        "trainer.n_gpus_per_node=1",
+        "algorithm.adv_estimator=grpo",
+    ]
+
+
+def start(entry_point: Any, config: Any) -> None:
+    """Run a verl entry point's ``main`` on ``config`` up to ``ray.init`` (training)."""
+    with pytest.raises(RayInitCalled):
+        entry_point.main(config)
+
+
+def test_main_ppo_ignores_the_old_top_level_form(
+    verl: SimpleNamespace, verl_model: str, verl_amaris: tuple[str, Any, FakeLLM]
+) -> None:
+    # composed without error and passed every check up to ray.init, but get_custom_reward_fn
+    # never sees it: verl falls back to its rule scorer, amaris would never be called
+    url, _, _ = verl_amaris
+    config = compose_config(verl.config_dir, old_form(verl_model, url))
+    start(importlib.import_module("verl.trainer.main_ppo"), config)
     assert verl.version == "0.9.1"
     assert verl.reward.get_custom_reward_fn(config) is None
 
 
+def test_the_fully_async_entry_point_migrates_the_old_form_and_scores(
+    verl: SimpleNamespace, verl_model: str, verl_amaris: tuple[str, Any, FakeLLM]
+) -> None:
+    url, services, _ = verl_amaris
+    config = compose_config(
+        verl.async_config_dir, old_form(verl_model, url), name="fully_async_ppo_trainer"
+    )
+    assert verl.reward.get_custom_reward_fn(config) is None  # as composed
+    # fully_async_main.main moves the old form into reward.* (migrate_legacy_reward_impl)
+    start(importlib.import_module("verl.experimental.fully_async_policy.fully_async_main"), config)
+    assert config.reward.custom_reward_function.path == adapter.__file__
+    assert "custom_reward_function" not in config
+    out = training_step(verl, config, batch(verl, ANSWERS[:2], with_question=True))
+    assert rewards_of(out) == [1.0, 0.0]
+    assert sorted(r.rollout.output for r in services.rollouts.load_step(0)) == sorted(ANSWERS[:2])
+
+
+def reward_model(model: str, *more: str) -> list[str]:
+    """A colocated (generative) reward model beside the custom function: verl then scores
+    whole batches in ``compute_rm_score``; the router is where the model would answer."""
+    return [
+        "reward.reward_model.enable=True",
+        f"reward.reward_model.model_path={model}",
+        "reward.reward_model.rollout.name=vllm",
+        *more,
+    ]
+
+
+ROUTER = "127.0.0.1:9"
+
+
+def test_a_reward_model_batch_verl_would_pad_is_refused_before_anything_is_logged(
+    verl: SimpleNamespace, verl_model: str, verl_amaris: tuple[str, Any, FakeLLM]
+) -> None:
+    # 3 samples, verl's default 8 reward workers: compute_rm_score pads the batch to 8 with
+    # copies of samples 0, 1, 2, 0, 1 sent to workers 3-7, each a rollout to amaris
+    url, services, _ = verl_amaris
+    more = reward_model(verl_model, "data.train_batch_size=3")
+    config = compose_config(verl.config_dir, documented("amaris", url, verl_model, *more))
+    assert config.reward.num_workers == 8
+    with pytest.raises(
+        ValueError, match=r"reward\.num_workers=8 does not divide the training batch"
+    ):
+        workers = [RewardWorker(verl, config, ROUTER) for _ in range(config.reward.num_workers)]
+        compute_rm_score(verl, config, workers, batch(verl, ANSWERS[:3], with_question=False))
+    assert services.rollouts.load_step(0) == []
+
+
+def test_a_reward_model_batch_of_whole_chunks_logs_one_record_per_sample(
+    verl: SimpleNamespace, verl_model: str, verl_amaris: tuple[str, Any, FakeLLM]
+) -> None:
+    url, services, _ = verl_amaris
+    more = reward_model(verl_model, "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2")
+    config = compose_config(verl.config_dir, documented("amaris", url, verl_model, *more))
+    # verl's defaults: 8 reward workers, one sample each; the router address reaches the
+    # reward function as reward_router_address / reward_model_tokenizer, which it ignores
+    workers = [RewardWorker(verl, config, ROUTER) for _ in range(config.reward.num_workers)]
+    out = compute_rm_score(verl, config, workers, batch(verl, ANSWERS * 2, with_question=False))
+    assert rewards_of(out) == [1.0, 0.0, 1.0, 0.0] * 2
+    assert list(out.non_tensor_batch["status"]) == ["scored"] * 8
+    records = services.rollouts.load_step(0)
+    assert sorted(r.rollout.output for r in records) == sorted(ANSWERS * 2)
+
+
 @pytest.mark.parametrize("manager", MANAGERS)
 def test_every_manager_scores_a_step_through_amaris(
-    verl: SimpleNamespace, tokenizer_dir: str, amaris: tuple[str, Any, FakeLLM], manager: str
+    verl: SimpleNamespace, verl_model: str, verl_amaris: tuple[str, Any, FakeLLM], manager: str
 ) -> None:
-    url, services, _ = amaris
-    config = compose_config(verl, documented(manager, url, tokenizer_dir))
+    url, services, _ = verl_amaris
+    config = compose_config(verl.config_dir, documented(manager, url, verl_model))
     assert verl.reward.get_custom_reward_fn(config) is not None
     # verl's own datasets put no prompt in extra_info: amaris's manager takes raw_prompt
     out = training_step(verl, config, batch(verl, ANSWERS, with_question=manager != "amaris"))
@@ -207,20 +197,20 @@ def test_every_manager_scores_a_step_through_amaris(
 
 @pytest.mark.parametrize("manager", ["naive", "dapo", "amaris"])
 def test_judge_outage_fails_the_step_by_default(
-    verl: SimpleNamespace, tokenizer_dir: str, amaris: tuple[str, Any, FakeLLM], manager: str
+    verl: SimpleNamespace, verl_model: str, verl_amaris: tuple[str, Any, FakeLLM], manager: str
 ) -> None:
-    url, _, _ = amaris
-    config = compose_config(verl, documented(manager, url, tokenizer_dir))
+    url, _, _ = verl_amaris
+    config = compose_config(verl.config_dir, documented(manager, url, verl_model))
     data = batch(verl, [ANSWERS[0], ANSWERS[1] + DOWN], with_question=True)
     with pytest.raises(RewardUnavailableError, match=r"sample 0: judge_unavailable"):
         training_step(verl, config, data)
 
 
 def test_judge_outage_under_rate_limited_is_verls_zero_by_default(
-    verl: SimpleNamespace, tokenizer_dir: str, amaris: tuple[str, Any, FakeLLM]
+    verl: SimpleNamespace, verl_model: str, verl_amaris: tuple[str, Any, FakeLLM]
 ) -> None:
-    url, _, _ = amaris
-    config = compose_config(verl, documented("rate_limited", url, tokenizer_dir))
+    url, _, _ = verl_amaris
+    config = compose_config(verl.config_dir, documented("rate_limited", url, verl_model))
     # rate_limited catches the adapter's error and makes the reward 0.0 itself
     down = training_step(verl, config, batch(verl, [a + DOWN for a in ANSWERS[:2]], True))
     assert rewards_of(down) == [0.0, 0.0]
@@ -232,11 +222,11 @@ def test_judge_outage_under_rate_limited_is_verls_zero_by_default(
 
 @pytest.mark.parametrize("manager", MANAGERS)
 def test_unscored_score_keeps_the_step_with_the_same_keys(
-    verl: SimpleNamespace, tokenizer_dir: str, amaris: tuple[str, Any, FakeLLM], manager: str
+    verl: SimpleNamespace, verl_model: str, verl_amaris: tuple[str, Any, FakeLLM], manager: str
 ) -> None:
-    url, _, _ = amaris
+    url, _, _ = verl_amaris
     more = "+reward.custom_reward_function.reward_kwargs.unscored_score=0.5"
-    config = compose_config(verl, documented(manager, url, tokenizer_dir, more))
+    config = compose_config(verl.config_dir, documented(manager, url, verl_model, more))
     out = training_step(verl, config, batch(verl, [ANSWERS[0], ANSWERS[1] + DOWN], True))
     assert rewards_of(out) == [1.0, 0.5]
     assert list(out.non_tensor_batch["status"]) == ["scored", "unscored"]

@@ -87,6 +87,8 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__path__ = []
         if spec.name == "ray":
             _in_process_ray(module)
+        if spec.name == "ray._private.runtime_env.constants":  # read by verl's run_ppo
+            module.RAY_JOB_CONFIG_JSON_ENV_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # type: ignore[attr-defined]
         return module
 
     def exec_module(self, module: types.ModuleType) -> None:
