@@ -25,7 +25,8 @@ sets ``repetition_penalty``. ``usage`` (prompt and completion tokens) and
 decoded; a prompt that does not fit the context window gets vLLM's context-length 400.
 ``GET /stats`` returns the usage served so far, by mode, for tests to compare with
 amaris's own counters (and the model's forward passes, the tier's CPU time counted
-deterministically).
+deterministically); ``GET /requests/<mode>`` the last message of each request answered, in
+order, for tests to count the requests each rollout got.
 """
 
 from __future__ import annotations
@@ -151,6 +152,13 @@ class RealLLM:
         """The OpenAI base URL (``.../v1``) serving ``mode``."""
         return f"{self.url}/modes/{mode}/v1"
 
+    def requests(self, mode: str = "normal") -> list[str]:
+        """The last message of every request ``mode`` answered so far, in order."""
+        response = httpx.get(f"{self.url}/requests/{mode}", timeout=10)
+        response.raise_for_status()
+        served: list[str] = response.json()
+        return served
+
     def stats(self) -> dict[str, dict[str, Any]]:
         """The usage served so far, by mode (a :class:`Ledger` each)."""
         response = httpx.get(f"{self.url}/stats", timeout=10)
@@ -237,6 +245,9 @@ def create_app(engine: Engine, default_mode: str, repetition_penalty: float = 1.
     app = FastAPI(title="amaris real-model test server")
     lock = asyncio.Lock()
     ledgers = {mode: Ledger() for mode in MODES}
+    served: dict[str, list[str]] = {mode: [] for mode in MODES}
+    """The last message of each request answered, by mode: the tests count the requests
+    each rollout got (a cache or a dedup bug in amaris would send fewer)."""
 
     def error(status: int, message: str, param: str | None, code: str) -> JSONResponse:
         return JSONResponse(
@@ -290,6 +301,8 @@ def create_app(engine: Engine, default_mode: str, repetition_penalty: float = 1.
                 ledger.rejected += 1
                 return error(400, str(exc), exc.param, exc.code)
         ledger.requests += 1
+        last = messages[-1]
+        served[mode].append(str(last.get("content", "")) if isinstance(last, dict) else "")
         ledger.prompt_tokens += result.prompt_tokens
         ledger.completion_tokens += result.completion_tokens
         ledger.reasoning_tokens += result.reasoning_tokens
@@ -343,6 +356,12 @@ def create_app(engine: Engine, default_mode: str, repetition_penalty: float = 1.
 
     app.get("/v1/models")(models)
     app.get("/modes/{mode}/v1/models")(models)
+
+    @app.get("/requests/{mode}")
+    def requests(mode: str) -> JSONResponse:
+        if mode not in served:
+            return error(404, f"no mode {mode!r}; modes: {', '.join(MODES)}", None, "not_found")
+        return JSONResponse(served[mode])
 
     @app.get("/stats")
     def stats() -> dict[str, Any]:

@@ -131,7 +131,10 @@ class Engine:
         if kind == "text":
             return None
         if kind == "json_object":
-            return self._compiler.compile_builtin_json_grammar()
+            # An object, as vLLM's xgrammar backend compiles json_object now (its older
+            # builtin JSON grammar also let the reply be an array, a string or a number:
+            # the 135M model then answered the scorer with no object at all).
+            return self._compiler.compile_json_schema('{"type": "object"}', any_whitespace=False)
         if kind == "json_schema":
             spec = response_format.get("json_schema")
             schema = spec.get("schema") if isinstance(spec, dict) else None
