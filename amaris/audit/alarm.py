@@ -121,8 +121,9 @@ def evidence(
     """What the analyzer and updater are shown: the alarm's reason, the rollouts the two
     judges rewarded most differently (clipped) and the criteria they read most
     differently."""
+    # The rollouts the training judge paid more than the auditor: what it now pays for.
     graded = sorted(
-        (r for r in rollouts if r.audit is not None and r.gap > 0),
+        (r for r in rollouts if r.audit is not None and r.training > r.audit),
         key=lambda r: (-r.gap, r.rollout_id),
     )
     return AlarmEvidence(
