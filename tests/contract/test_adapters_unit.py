@@ -6,12 +6,7 @@ with ``--noconftest``: bench/evaluations/mutation.py ``adapters``)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -30,6 +25,7 @@ from amaris.integrations._remote import (
     get_rewards_async,
     optional_float,
 )
+from tests.support.reward_recorder import Recorder, recording_server
 
 BODY: dict[str, Any] = {
     "query": ["q0", "q1", "q2"],
@@ -266,45 +262,8 @@ def test_an_unreachable_server_is_retried_then_reported_without_credentials() ->
 # -- against a local HTTP server -----------------------------------------------------------------
 
 
-class Script:
-    """The answers a local server gives, in order, and the requests it took."""
-
-    def __init__(self, answers: list[tuple[int, dict[str, Any], dict[str, str]]]) -> None:
-        self.answers = answers
-        self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
-
-
-@contextmanager
-def server(script: Script) -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            script.requests.append((self.path, dict(self.headers), body))
-            code, data, headers = script.answers.pop(0)
-            raw = json.dumps(data).encode()
-            self.send_response(code)
-            for name, value in {**headers, "Content-Type": "application/json"}.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
-
-
-def _script() -> Script:
-    return Script(
+def _script() -> Recorder:
+    return Recorder(
         [
             (503, answer([0.5, None, 1.0], step=0), {"Retry-After": "0"}),
             (200, answer([0.25], step=0), {}),
@@ -312,7 +271,7 @@ def _script() -> Script:
     )
 
 
-def _check(script: Script, result: Rewards) -> None:
+def _check(script: Recorder, result: Rewards) -> None:
     assert result.values() == [0.5, 0.25, 1.0]
     assert result.step == 0
     assert [r[0] for r in script.requests] == ["/get_reward", "/get_reward"]
@@ -324,13 +283,13 @@ def _check(script: Script, result: Rewards) -> None:
 
 def test_get_rewards_retries_the_unscored_samples() -> None:
     script = _script()
-    with server(script) as url:
+    with recording_server(script) as url:
         _check(script, get_rewards(Target(url, "k", 30.0, 60.0), BODY, 0))
 
 
 def test_get_rewards_async_retries_the_unscored_samples() -> None:
     script = _script()
-    with server(script) as url:
+    with recording_server(script) as url:
         _check(script, asyncio.run(get_rewards_async(Target(url, "k", 30.0, 60.0), BODY, 0)))
 
 

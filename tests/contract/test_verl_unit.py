@@ -7,12 +7,8 @@ trainer-contract files cover the same against a real amaris."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
 from typing import Any
 
 import pytest
@@ -21,6 +17,7 @@ from amaris.client import STEP_HEADER, InvalidRequestError, ServerUnavailableErr
 from amaris.integrations import verl
 from amaris.integrations._remote import DEFAULT_URL, Rewards, Target
 from amaris.integrations.verl import RewardUnavailableError, compute_score, compute_score_async
+from tests.support.reward_recorder import Recorder, recording_server
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "6 * 7?"}]
 
@@ -37,42 +34,12 @@ def answer(
     }
 
 
-@dataclass
-class Script:
-    """The answers to give, in order, and the requests received (headers, body)."""
-
-    answers: list[tuple[int, dict[str, Any]]]
-    requests: list[tuple[dict[str, str], dict[str, Any]]] = field(default_factory=list)
-
-
 @contextmanager
-def server(*answers: tuple[int, dict[str, Any]]) -> Iterator[tuple[str, Script]]:
-    script = Script(list(answers))
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            script.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
-            code, data = script.answers.pop(0)
-            raw = json.dumps(data).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", script
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
+def server(*answers: tuple[int, dict[str, Any]]) -> Iterator[tuple[str, Recorder]]:
+    """A local ``/get_reward`` giving ``answers`` in order; the recorder of what it received."""
+    recorder = Recorder([(code, data, {}) for code, data in answers])
+    with recording_server(recorder) as url:
+        yield url, recorder
 
 
 @pytest.fixture(autouse=True)
@@ -166,7 +133,7 @@ def test_a_sample_is_sent_with_its_prompt_group_step_and_run(call: str) -> None:
         else:
             result = asyncio.run(compute_score_async(*args, **kwargs))
     assert result == {"score": 0.75, **SCORED}
-    ((headers, body),) = script.requests
+    ((headers, body),) = script.sent()
     assert body == {
         "query": ["P: resp"],
         "prompts": ["P: "],
@@ -188,18 +155,18 @@ def test_the_prompt_is_prompt_else_question_rendered_and_none_is_an_error() -> N
         with pytest.raises(ValueError, match="prompt"):
             compute_score("ds", "r", None, None, url=url)
     rendered = "system: Be brief.\nuser: 6 * 7?"
-    assert [b["prompts"] for _, b in script.requests] == [["Q? "], [rendered], [rendered]]
+    assert [b["prompts"] for _, b in script.sent()] == [["Q? "], [rendered], [rendered]]
     queries = [["Q? r"], [rendered + "r"], [rendered + "r"]]
-    assert [b["query"] for _, b in script.requests] == queries
+    assert [b["query"] for _, b in script.sent()] == queries
 
 
 def test_the_group_is_the_uid_else_source_and_index_else_none() -> None:
     with server(*[(200, answer(1.0))] * 4) as (url, script):
         for info in ({"uid": "u", "index": 1}, {"index": 0}, {"uid": None, "index": 7}, {}):
             compute_score("ds", "r", "42", {"question": "Q", **info}, url=url)
-    groups = [b.get("group_ids") for _, b in script.requests]
+    groups = [b.get("group_ids") for _, b in script.sent()]
     assert groups == [["u"], ["ds/0"], ["ds/7"], None]
-    assert all("amaris_metadata" not in b for _, b in script.requests)
+    assert all("amaris_metadata" not in b for _, b in script.sent())
 
 
 def test_the_step_is_the_argument_else_global_steps_else_the_environment(
@@ -212,7 +179,7 @@ def test_the_step_is_the_argument_else_global_steps_else_the_environment(
         monkeypatch.setenv("AMARIS_STEP", "6")
         compute_score("ds", "r", "42", {"question": "Q"}, url=url)
         compute_score("ds", "r", "42", {"question": "Q", "global_steps": "2"}, url=url)
-    steps = [h.get(STEP_HEADER.lower()) for h, _ in script.requests]
+    steps = [h.get(STEP_HEADER.lower()) for h, _ in script.sent()]
     assert steps == ["0", "0", None, "6", "2"]
 
 
@@ -221,7 +188,7 @@ def test_the_server_and_key_come_from_the_environment(monkeypatch: pytest.Monkey
         monkeypatch.setenv("AMARIS_URL", url)
         monkeypatch.setenv("AMARIS_API_KEY", "env-key")
         assert compute_score("ds", "r", "42", {"question": "Q"})["score"] == 1.0
-    assert script.requests[0][0]["authorization"] == "Bearer env-key"
+    assert script.sent()[0][0]["authorization"] == "Bearer env-key"
 
 
 def test_a_neutral_score_is_flagged_unscored_with_its_reason() -> None:

@@ -25,6 +25,10 @@ class Recorder:
     def bodies(self) -> list[Any]:
         return [body for _, _, body in self.requests]
 
+    def sent(self) -> list[tuple[dict[str, str], Any]]:
+        """Each request's headers (names lower-cased) and body."""
+        return [({k.lower(): v for k, v in h.items()}, body) for _, h, body in self.requests]
+
     def header(self, name: str) -> list[str | None]:
         """Header ``name`` of each request (None where it was not sent)."""
         return [headers.get(name) for _, headers, _ in self.requests]
