@@ -9,7 +9,7 @@ from pathlib import Path
 
 from amaris.cli.common import CommandError
 from amaris.cli.config import load
-from amaris.cli.simulate import reported
+from amaris.cli.reported import reported
 from amaris.cli.store import api_records
 from amaris.memory.qdrant import StoreLockedError, open_qdrant
 from amaris.sim.records import local_records

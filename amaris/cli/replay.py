@@ -16,7 +16,8 @@ import yaml
 
 from amaris.cli.common import CommandError, config_path
 from amaris.cli.config import load
-from amaris.cli.simulate import mode_overrides, record_run, reported, served
+from amaris.cli.reported import reported
+from amaris.cli.simulate import mode_overrides, record_run, served
 from amaris.jsonfile import JSONDict
 from amaris.manifest import ManifestError, read_manifest
 from amaris.settings import ConfigError, Settings, load_settings

@@ -24,8 +24,8 @@ from amaris.agents.prompts import load_prompts
 from amaris.cli.commands.simulate import MODES
 from amaris.cli.common import CommandError, config_path
 from amaris.cli.config import load, server_url
+from amaris.cli.reported import reported
 from amaris.cli.store import api_get, api_records
-from amaris.client import AmarisError
 from amaris.jsonfile import JSONDict
 from amaris.manifest import build_manifest, write_manifest
 from amaris.redact import redact_url
@@ -38,27 +38,17 @@ from amaris.sim.drift import (
     scenario_overrides,
     serve_judge,
 )
-from amaris.sim.driver import DriverError, RunResult, StepResult, StepSource, run
+from amaris.sim.driver import RunResult, StepResult, StepSource, run
 from amaris.sim.fidelity import fidelity_outcome
 from amaris.sim.judge_calls import judge_calls
 from amaris.sim.metrics import memory_outcomes
 from amaris.sim.policy import PlannedRollout, Policy
 from amaris.sim.progress import Progress
 from amaris.sim.report import write_report
-from amaris.sim.server import ServerError, managed_server, shared_prefect
+from amaris.sim.server import managed_server, shared_prefect
 
 DEFAULT_STATIC_STEPS = 5
 DEFAULT_DYNAMIC_LIMIT = 3
-
-
-@contextmanager
-def reported(name: str) -> Iterator[None]:
-    """A simulator command's failures (server, driver, I/O) as a :class:`CommandError`
-    naming the command."""
-    try:
-        yield
-    except (AmarisError, DriverError, ServerError, TimeoutError, OSError) as exc:
-        raise CommandError(f"{name}: {exc}", 1) from exc
 
 
 def mode_overrides(settings: Settings, mode: str) -> dict[str, int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from amaris.sim.metrics import RunMetrics
+from amaris.sim.plotting import figure, integer_steps, save
 
 
 def has_audit(metrics: RunMetrics) -> bool:
@@ -21,14 +22,8 @@ def _series(metrics: RunMetrics, key: str) -> list[float]:
 def plot_fidelity(metrics: RunMetrics, path: Path, drift_step: int | None = None) -> None:
     """Rank agreement (Kendall's tau), top-tail agreement and mean |reward gap| per audited
     step; a red line at each alarmed step, a dotted one at ``drift_step`` when given."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
     steps = [s["step"] for s in metrics["steps"]]
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = figure(9, 4)
     ax.plot(steps, _series(metrics, "agreement"), marker="o", label="agreement (Kendall's tau)")
     ax.plot(
         steps,
@@ -45,10 +40,7 @@ def plot_fidelity(metrics: RunMetrics, path: Path, drift_step: int | None = None
         ax.axvline(drift_step - 0.5, color="black", linestyle=":", label="judge drifts")
     ax.set_xlabel("training step")
     ax.set_ylabel("fidelity")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    integer_steps(ax)
     ax.set_ylim(-1.05, 1.1)
     ax.set_title(f"{metrics['label']}: audit judge vs served reward (red: alarm)")
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, ax, path)

@@ -18,6 +18,7 @@ from amaris.settings import ModelPrice
 from amaris.sim.driver import RunResult
 from amaris.sim.fidelity_plot import has_audit, plot_fidelity
 from amaris.sim.metrics import RunMetrics, run_metrics
+from amaris.sim.plotting import figure, integer_steps, save
 from amaris.sim.policy import CriterionJSON
 from amaris.sim.usage import UsageSummary
 
@@ -102,14 +103,8 @@ _STYLES = ("-", "--", "-.", ":")
 
 def plot_rewards(metrics: RunMetrics, path: Path) -> None:
     """Mean reward by behaviour over steps; dashed lines where a new rubric takes force."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
     steps = [s["step"] for s in metrics["steps"]]
-    fig, ax = plt.subplots(figsize=(9, 5))
+    fig, ax = figure(9, 5)
     for index, b in enumerate(metrics["behaviours"]):
         ys = [s["by_behaviour"][b]["mean_reward"] for s in metrics["steps"]]
         # Behaviours often share a value (1 or 0): markers and dashes keep each visible.
@@ -137,23 +132,15 @@ def plot_rewards(metrics: RunMetrics, path: Path) -> None:
         ax.text(x - 0.45, 1.02, f"v{change['version']}", fontsize=8, color="grey")
     ax.set_xlabel("training step")
     ax.set_ylabel("mean reward")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    integer_steps(ax)
     ax.set_ylim(-0.05, 1.1)
     ax.set_title(f"{metrics['label']}: reward by behaviour (dashed: new rubric version)")
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, ax, path)
 
 
 def plot_comparison(all_metrics: Sequence[RunMetrics], path: Path) -> None:
     """Mean reward per step, one line per run (the memory-mode ablation)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 5))
+    fig, ax = figure(9, 5)
     for metrics in all_metrics:
         steps = [s["step"] for s in metrics["steps"]]
         ys = [s["mean_reward"] for s in metrics["steps"]]
@@ -166,10 +153,7 @@ def plot_comparison(all_metrics: Sequence[RunMetrics], path: Path) -> None:
     ax.set_xlabel("training step")
     ax.set_ylabel("mean reward (re-scored)")
     ax.set_title("mean reward per step by run")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, ax, path, legend_outside=False)
 
 
 # -- page ------------------------------------------------------------------------------------
