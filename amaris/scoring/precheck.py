@@ -196,8 +196,22 @@ def degenerate(
     if not shown:
         return Degenerate("empty", f"{len(output)} whitespace characters" if output else "empty")
     norm = normalise(shown)
-    if _is_reference(norm, reference):
+    found = _finding(shown, norm, prompt, learned)
+    # The exemption is read only for a reply found degenerate: most replies are not, and
+    # the reference's answer extraction would cost each of them (a fifth of /score's CPU).
+    if found is not None and _is_reference(norm, reference):
         return None
+    return found
+
+
+def _finding(
+    shown: str,
+    norm: str,
+    prompt: str,
+    learned: Callable[[str, str], Degenerate | None] | None,
+) -> Degenerate | None:
+    """What makes the stripped reply ``shown`` (normalised: ``norm``) degenerate, before
+    the reference exemption."""
     quoted = repr(shown[:40] + ("..." if len(shown) > 40 else ""))
     if not norm:
         return Degenerate("no_content", f"no letter or digit: {quoted}")

@@ -8,6 +8,7 @@ answer: :mod:`amaris.scoring.judge_protocol`)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 from collections import Counter, OrderedDict
@@ -366,19 +367,21 @@ class Scorer:
         # takes them, each reply is validated and re-asked on its own, and the repeated
         # prompt is a prefix-cache hit. All k must succeed: the rewards of a group must come
         # from the same estimator.
-        replies = await asyncio.gather(
-            *(
-                self._gateway.structured_completion(
-                    self._agent,
-                    messages,
-                    JudgeVerdicts,
-                    step=step,
-                    check=check_ids(rubric),
-                    json_schema=self._schema(rubric),
-                    account=self._account,
-                )
-                for _ in range(self._samples)
-            )
+        call = functools.partial(
+            self._gateway.structured_completion,
+            self._agent,
+            messages,
+            JudgeVerdicts,
+            step=step,
+            check=check_ids(rubric),
+            json_schema=self._schema(rubric),
+            account=self._account,
+        )
+        # One sample (the default) is awaited as is: a gather would wrap it in a task.
+        replies = (
+            [await call()]
+            if self._samples == 1
+            else await asyncio.gather(*(call() for _ in range(self._samples)))
         )
         samples: dict[str, list[float]] = {c.id: [] for c in rubric.judged}
         from_logprobs = 0
