@@ -29,6 +29,8 @@ def manager() -> Any:
 
 
 CHAT = [{"role": "user", "content": "6 * 7?"}]
+REMAX = "remax"
+"""The literal: one interned object, the same as verl_manager's own."""
 
 
 def config(
@@ -88,6 +90,17 @@ def test_remax_baselines_are_one_per_prompt(manager: Any) -> None:
         manager.padding_problems(config(workers=4, prompts=8, n=1, agents=4, estimator="remax"))
         == []
     )
+    # the estimator as hydra reads it from YAML: a string built at run time, equal to the
+    # literal but not the same object
+    read = OmegaConf.merge(remax, OmegaConf.create("algorithm: {adv_estimator: remax}"))
+    assert read.algorithm.adv_estimator is not REMAX
+    assert manager.padding_problems(read) == [baselines]
+    # only REMAX scores baselines: not an estimator sorting after it (rloo) or before (grpo)
+    for other in ("rloo", "reinforce_plus_plus", "grpo"):
+        assert (
+            manager.padding_problems(config(workers=4, prompts=6, n=2, agents=4, estimator=other))
+            == []
+        )
 
 
 def test_the_manager_refuses_a_padding_configuration_and_starts_otherwise(manager: Any) -> None:
@@ -138,6 +151,14 @@ def test_with_prompt_takes_raw_prompt_only_when_extra_info_has_none(manager: Any
     assert manager.with_prompt(sample({"index": 2}, raw=None)).non_tensor_batch["extra_info"][
         0
     ] == {"index": 2}
+
+
+def test_with_prompt_of_a_batch_takes_its_last_sample_only(manager: Any) -> None:
+    data = sample({"index": 0}, size=3)
+    data.non_tensor_batch["extra_info"][:] = [{"index": i} for i in range(3)]
+    last = manager.with_prompt(data)
+    assert len(last) == 1
+    assert last.non_tensor_batch["extra_info"][0] == {"index": 2, "prompt": CHAT}
 
 
 def test_run_single_scores_the_last_sample_with_its_prompt(manager: Any) -> None:

@@ -76,6 +76,8 @@ QUESTION = "What is 6 * 7? Answer with the number."
         ("the answer is 42.", QUESTION, None),
         ("With the number. 42", QUESTION, None),  # its tail: 14 characters folded
         ("!!!", QUESTION, None),
+        # past 256 characters: the end of the folded prompt is compared by value
+        ("a" * 300, "A" * 300, ""),
     ],
 )
 def test_the_prompt_as_a_tokenizer_decoded_it(query: str, prompt: str, response: str) -> None:
@@ -87,6 +89,8 @@ def test_folded_keeps_where_each_character_came_from() -> None:
     assert folded("A b\u0301\ufffd\x00C") == ("abc", [0, 2, 6])
     assert folded("ß\ufb01") == ("ssfi", [0, 0, 1, 1])
     assert folded("\uff21\u00a0\u2028é") == ("ae", [0, 3])
+    # characters past U+FFFD (emoji, astral planes) are kept: only U+FFFD itself goes
+    assert folded("Ok \U0001f600\U0001f44d") == ("ok\U0001f600\U0001f44d", [0, 1, 3, 4])
 
 
 def reference(query: str, prompt: str) -> str | None:
@@ -143,13 +147,56 @@ def test_the_search_agrees_with_its_definition(alphabet: str) -> None:
         # as it is
         ("a" * 50_000, "a" * 49_999 + "b", "b"),
         ("ab" * 25_000, "ba" * 10_000 + "c", "ac"),
+        # a long query continuing a 16-character tail of a 1.5M-character prompt: the
+        # search tries every place the tail could start (each a copy of the prompt's rest,
+        # ~1e12 bytes in all) unless its budget hands it to Knuth-Morris-Pratt
+        ("a" * 1_500_000, "a" * MIN_PROMPT_TAIL + "b" * 400_000, "b" * 400_000),
     ],
-    ids=["folded-short", "folded-long", "folded-shifted", "folded-absent", "long", "shifted"],
+    ids=[
+        "folded-short",
+        "folded-long",
+        "folded-shifted",
+        "folded-absent",
+        "long",
+        "shifted",
+        "long-query-short-tail",
+    ],
 )
 def test_a_repetitive_prompt_is_found_in_linear_time(
     prompt: str, query: str, response: str | None
 ) -> None:
     assert finishes(lambda: response_of(query, prompt)) == response
+
+
+def longest_prefix_ending(text: str, pattern: str) -> int | None:
+    """The definition, by brute force: the longest prefix (16+ characters) of ``pattern``
+    that ``text`` ends with."""
+    lengths = [n for n in range(MIN_PROMPT_TAIL, len(pattern) + 1) if text.endswith(pattern[:n])]
+    return max(lengths) if lengths else None
+
+
+def runs(x: str, y: str) -> list[tuple[str, str]]:
+    """Texts and patterns made of runs of ``x`` and ``y``, where a wrong failure link or a
+    character matched by order instead of equality shows: a run after another character, a
+    run then a mismatch, a run the pattern starts one character off, two runs."""
+    cases = [
+        (x + y * 16, x + y * 15 + x),
+        (x * 16 + y + x, x * 16 + y + y),
+        (y * 16, x + y * 15),
+        (x * 15 + y + x * 15 + y, x * 15 + y + x * 16),
+    ]
+    return cases + [(x * r + y + x * (r + 1) + y, x * r + y + x * (r + 2)) for r in (15, 16)]
+
+
+@pytest.mark.parametrize(
+    ("x", "y"),
+    # both orders of two characters; and two past Latin-1, each of which Python makes a new
+    # string object when indexed (Latin-1 characters are one cached object each)
+    [("a", "b"), ("b", "a"), ("\u03b1", "\u03b2"), ("\u03b2", "\u03b1")],
+)
+def test_the_overlap_of_runs_agrees_with_its_definition(x: str, y: str) -> None:
+    for text, pattern in runs(x, y):
+        assert _overlap(text, pattern) == longest_prefix_ending(text, pattern), (text, pattern)
 
 
 def test_the_overlap_agrees_with_its_definition() -> None:
@@ -162,8 +209,5 @@ def test_the_overlap_agrees_with_its_definition() -> None:
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) + shared
         pattern = shared + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
         pattern = pattern[: len(text)]  # never longer than the text, as the search asks
-        lengths = [
-            n for n in range(MIN_PROMPT_TAIL, len(pattern) + 1) if text.endswith(pattern[:n])
-        ]
-        assert _overlap(text, pattern) == (max(lengths) if lengths else None), (text, pattern)
+        assert _overlap(text, pattern) == longest_prefix_ending(text, pattern), (text, pattern)
     assert _overlap("abc", "") is None
