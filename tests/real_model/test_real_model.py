@@ -323,7 +323,8 @@ def test_one_step_pipeline_runs_to_its_end_on_the_real_model(
 ) -> None:
     # Two rollouts in chunks of one: an analysis and a summary per chunk, then the
     # meta-summary, the memory queries and the update; every agent on the real model.
-    before = real_llm.stats()["normal"]["requests"]
+    before_stats = real_llm.stats()["normal"]
+    before = before_stats["requests"]
     settings = real_settings(
         tmp_path,
         real_llm,
@@ -348,14 +349,19 @@ def test_one_step_pipeline_runs_to_its_end_on_the_real_model(
         done = client.get("/rubric_status/wait", params={"timeout": 3600}).json()
         services = app.state.services
         stats = services.pipeline_gateway.stats + services.gateway.stats
-    served = real_llm.stats()["normal"]["requests"] - before
+    after_stats = real_llm.stats()["normal"]
+    served = after_stats["requests"] - before
+    passes = after_stats["forward_passes"] - before_stats["forward_passes"]
     calls = {agent: stats[f"{agent}.calls"] for agent in ("scorer", *PIPELINE_AGENTS)}
     log_lines = (settings.log_dir / "llm_calls.jsonl").read_text().splitlines()
     replies = [
         {k: r.get(k) for k in ("agent", "completion_tokens", "finish_reason", "latency_ms")}
         for r in map(json.loads, log_lines)
     ]
-    print("real-model step:", json.dumps({"calls": calls, "outcome": done}, indent=1))
+    print(
+        "real-model step:",
+        json.dumps({"calls": calls, "forward_passes": passes, "outcome": done}, indent=1),
+    )
     print("replies:", *map(json.dumps, replies), sep="\n")
     assert done["status"] == "updated", done
     outcome = done["scopes"]["global"]

@@ -19,11 +19,11 @@ from typing import Any
 
 from tests.support.no_deps import import_xgrammar
 
-THINK_TOKENS = 8
+THINK_TOKENS = 4
 """Reasoning tokens a reasoning mode decodes before it closes its think block (each is a
 forward pass of the whole model, ~0.15 s on a CPU core: the reasoning-style ``/score``
-test decodes 20 think blocks; 8 tokens, more than ``max_tokens=8``'s cut leaves room to
-close, keep that test's unterminated-block case)."""
+test decodes 20 think blocks). With the 5 tokens of its close, more than ``max_tokens=8``
+leaves room for: the tests' cut at 8 stays an unterminated block."""
 REPEAT_WINDOW = 64
 """Tokens the repeat penalty looks back over (Ollama's ``repeat_last_n``)."""
 
