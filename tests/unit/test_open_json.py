@@ -20,7 +20,7 @@ BUDGET = {
     "amaris/cli": 8,
     "amaris/integrations": 22,
     "amaris/llm": 46,
-    "amaris/memory": 9,
+    "amaris/memory": 7,
     "amaris/offline": 41,
     "amaris/scoring": 4,
     "amaris/settings": 13,
