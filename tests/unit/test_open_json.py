@@ -10,6 +10,7 @@ far below it; docs/architecture.md ("Open JSON") has the figures and what remain
 
 from __future__ import annotations
 
+from amaris.api.routes.openrlhf import RunMetadata, _Metadata
 from tests.support.open_json import open_json_aliases, open_json_uses, per_part
 
 BUDGET = {
@@ -70,3 +71,9 @@ def test_aliases_are_followed_through_imports_and_models_are_not_aliases() -> No
     ]
     # An imported alias counts where it is used: tasks/ writes no dict[str, Any] itself.
     assert any(u.path.startswith("tasks/") and u.text == "DataBlock" for u in uses)
+
+
+def test_the_get_reward_item_metadata_mirrors_run_metadata() -> None:
+    # /get_reward builds each item's metadata field by field (a TypedDict, not a dict of
+    # RunMetadata's dump): a field added to RunMetadata must be added there too.
+    assert set(_Metadata.__annotations__) == {*RunMetadata.model_fields, "current_step"}
