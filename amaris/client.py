@@ -91,7 +91,10 @@ class RewardClient:
         await self._http.aclose()
 
     async def score_async(
-        self, rollout: Mapping[str, object], metadata: Mapping[str, object]
+        self,
+        # The caller's JSON, sent as is: the server checks its shape (a 422 names the field).
+        rollout: Mapping[str, object],
+        metadata: Mapping[str, object],  # the caller's JSON, sent as is
     ) -> float:
         """The reward of one rollout.
 
@@ -105,8 +108,8 @@ class RewardClient:
 
     async def score_detailed_async(
         self,
-        rollout: Mapping[str, object],
-        metadata: Mapping[str, object],
+        rollout: Mapping[str, object],  # the caller's JSON, sent as is (see score_async)
+        metadata: Mapping[str, object],  # the caller's JSON, sent as is
         include_breakdown: bool = False,
     ) -> ScoreResponse:
         """The whole /score answer: score, status, rubric version, optional breakdown."""
@@ -115,7 +118,9 @@ class RewardClient:
         return ScoreResponse.model_validate(data)
 
     async def batch_score_async(
-        self, items: Sequence[Mapping[str, object]], include_breakdown: bool = False
+        self,
+        items: Sequence[Mapping[str, object]],  # the caller's JSON, sent as is (score_async)
+        include_breakdown: bool = False,
     ) -> list[ScoreResponse]:
         """Score ``[{"rollout":..., "metadata":...}, ...]``; one result per item, in order.
 
@@ -194,6 +199,7 @@ class RewardClient:
             timeout=_http_timeout(self._timeout, wait),
         )
 
+    # ``body``: a request's JSON around the caller's own (score_async).
     async def _post(self, path: str, body: Mapping[str, object], allow_503: bool = False) -> Any:
         try:
             response = await self._http.post(path, json=body)
@@ -253,6 +259,7 @@ def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(deadline - time.monotonic(), 0.001)
 
 
+# ``result``: a WaitAnswer, of which only ``status`` is read.
 def _ask_again(result: Mapping[str, object], deadline: float | None) -> bool:
     """A ``pending`` answer came before the caller's own deadline (the server's cap)."""
     return result.get("status") == "pending" and (deadline is None or time.monotonic() < deadline)

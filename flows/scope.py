@@ -20,7 +20,6 @@ from amaris.agents.schemas import BatchSummary, IndividualAnalysis, RubricUpdate
 from amaris.audit.models import AlarmEvidence
 from amaris.flows.artifacts import rubric_diff_artifact
 from amaris.memory.records import RolloutRecord
-from amaris.models import JSONObject
 from amaris.rubric.informativeness import (
     DueCriterion,
     ScopeStats,
@@ -89,7 +88,8 @@ class ScopeRun:
     records: list[RolloutRecord]
     rubric: RubricVersion
     criteria: list[AgentCriterion]
-    metadata: JSONObject
+    latest: RolloutRecord
+    """The scope's latest record: its ``metadata`` (the trainer's) is the scope's."""
     due: list[DueCriterion]
     informativeness: UpdaterView
     peers: dict[int, list[Peer]]
@@ -120,7 +120,7 @@ class ScopeRun:
             records=records,
             rubric=rubric,
             criteria=AgentCriterion.of(rubric),
-            metadata=dict(records[-1].metadata),
+            latest=records[-1],
             due=due,
             informativeness=updater_view(rubric, history, due),
             peers=group_peers(records),
@@ -174,7 +174,7 @@ class ScopeRun:
         parts = await split_for(
             "summarizer",
             {"criteria": dumped(self.criteria)},
-            summary_payload(self.step, self.metadata, []),
+            summary_payload(self.step, self.latest.metadata, []),
             "analyses",
             analyses,
         ) or [analyses]
@@ -185,7 +185,7 @@ class ScopeRun:
                     "summarizer",
                     f"chunk {name}",
                     summarize_chunk(
-                        self.step, self.scope, name, self.metadata, self.criteria, part
+                        self.step, self.scope, name, self.latest.metadata, self.criteria, part
                     ),
                 )
                 for name, part in zip(labels, parts, strict=True)
@@ -200,7 +200,9 @@ class ScopeRun:
         the step then has no summary of the whole."""
 
         def ask(part: str, group: list[BatchSummary]) -> Awaitable[BatchSummary | None]:
-            work = meta_summarize(self.step, self.scope, part, self.metadata, self.criteria, group)
+            work = meta_summarize(
+                self.step, self.scope, part, self.latest.metadata, self.criteria, group
+            )
             return self.or_dropped("meta_summarizer", part, work)
 
         level = 0
@@ -208,7 +210,7 @@ class ScopeRun:
             groups = await split_for(
                 "meta_summarizer",
                 {"criteria": dumped(self.criteria)},
-                {"step": self.step, "metadata": self.metadata},
+                {"step": self.step, "metadata": self.latest.metadata},
                 "summaries",
                 summaries,
             )
@@ -246,7 +248,9 @@ class ScopeRun:
             queries = await self.or_dropped(
                 "query_generator",
                 "queries",
-                generate_queries(self.step, self.scope, self.metadata, self.criteria, summary),
+                generate_queries(
+                    self.step, self.scope, self.latest.metadata, self.criteria, summary
+                ),
             )
             memory = await retrieve_memory(self.step, self.scope, queries or [])
         finally:
@@ -258,7 +262,7 @@ class ScopeRun:
                 self.step,
                 self.scope,
                 self.version,
-                self.metadata,
+                self.latest.metadata,
                 self.criteria,
                 summary,
                 memory,

@@ -20,6 +20,7 @@ from amaris.flows.artifacts import (
 )
 from amaris.flows.scope import ScopeRun, unwalked
 from amaris.memory.records import RolloutRecord
+from amaris.models import JSONValue
 from amaris.rubric.informativeness import ScopeStats
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import StepRun
@@ -39,9 +40,10 @@ class StepResult(BaseModel):
     rollouts: int
     scopes: dict[str, ScopeOutcome]
 
-    def scopes_json(self) -> dict[str, object]:
+    def scopes_json(self) -> JSONValue:
         """The outcome per scope as the step registry and ``GET /rubric_status/wait``
-        give it."""
+        give it: the JSON of each scope's :class:`ScopeOutcome`, which the coordinator
+        passes on without reading it (:attr:`StepRun.scopes`)."""
         return {scope: outcome.model_dump(mode="json") for scope, outcome in self.scopes.items()}
 
     def run(self) -> StepRun:

@@ -71,6 +71,7 @@ summarizers' tasks return their agents' models), so a result cached by older cod
 reused."""
 
 
+# Prefect's signature: a run's parameters by name, of any task, read only to be hashed.
 CacheKeyFn = Callable[[TaskRunContext, Mapping[str, object]], str]
 """A task's ``cache_key_fn``: its run's context and parameters (by name) to a key."""
 
@@ -79,7 +80,7 @@ def cache_key(agent: AgentName) -> CacheKeyFn:
     """A task cache key: the data folder, every parameter, and the agent's prompt and model
     fingerprint, so a re-run reuses a result only when nothing it depends on changed."""
 
-    def key(context: TaskRunContext, params: Mapping[str, object]) -> str:
+    def key(context: TaskRunContext, params: Mapping[str, object]) -> str:  # CacheKeyFn
         ctx = get_context()
         return f"{agent}-" + digest(
             ctx.namespace, params, ctx.prompt_fingerprint(agent), RESULT_FORMAT

@@ -5,8 +5,47 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from amaris.bootstrap.run import Result, summary
+from pydantic import BaseModel
+
+from amaris.bootstrap.run import Options, PoolCriterion, Result
 from amaris.bootstrap.search import Accuracy
+from amaris.rubric.model import Criterion
+
+
+class BootstrapJSON(BaseModel):
+    """``bootstrap.json``: the typed :class:`Result` for people and tools, with where its
+    data and verdicts came from."""
+
+    data: str
+    judge: str
+    rubric_version: int | None
+    accuracy: dict[str, dict[str, Accuracy]]
+    """``initial`` / ``bootstrap`` -> ``all`` / ``search`` / ``held_out``."""
+    adaptive: tuple[Criterion, ...]
+    candidates: list[PoolCriterion]
+    search_prompts: list[str]
+    held_out_prompts: list[str]
+    kept_initial: bool
+    unscored: list[str]
+    options: Options
+
+    @classmethod
+    def of(cls, result: Result, source: str, judge: str, version: int | None) -> BootstrapJSON:
+        """The document of ``result``, whose data came from ``source``, judged by ``judge``
+        against rubric ``version``."""
+        return cls(
+            data=source,
+            judge=judge,
+            rubric_version=version,
+            accuracy=result.accuracy,
+            adaptive=result.adaptive,
+            candidates=result.pool,
+            search_prompts=result.search_prompts,
+            held_out_prompts=result.held_out_prompts,
+            kept_initial=result.kept_initial,
+            unscored=result.unscored,
+            options=result.options,
+        )
 
 
 def _pct(value: float | None) -> str:
@@ -25,7 +64,7 @@ def _row(name: str, sets: dict[str, Accuracy]) -> str:
 def write_report(out: Path, result: Result, source: str, judge: str, version: int | None) -> Path:
     """Write ``out/report.md`` and ``out/bootstrap.json``; returns the report's path."""
     out.mkdir(parents=True, exist_ok=True)
-    document = {"data": source, "judge": judge, "rubric_version": version, **summary(result)}
+    document = BootstrapJSON.of(result, source, judge, version).model_dump(mode="json")
     (out / "bootstrap.json").write_text(
         json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )

@@ -17,7 +17,6 @@ import asyncio
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from amaris.agents.prompts import BOOTSTRAP_PROMPT, agent_messages, builtin_prompt
 from amaris.agents.schemas import BootstrapCandidates
@@ -290,21 +289,3 @@ async def bootstrap(
 
 def _accuracy(space: SearchSpace, genome: Genome, pairs: list[Pair]) -> Accuracy:
     return pairwise_accuracy(space.rewards(genome), pairs)
-
-
-# bootstrap.json: JSON for people and tools, built from the typed Result (Accuracy,
-# Criterion...) above, which is what the code reads.
-def summary(result: Result) -> dict[str, Any]:
-    """The result as JSON (``bootstrap.json``)."""
-    return {
-        "accuracy": {
-            name: {s: vars(a) for s, a in sets.items()} for name, sets in result.accuracy.items()
-        },
-        "adaptive": [c.model_dump(mode="json") for c in result.adaptive],
-        "candidates": [vars(c) for c in result.pool],
-        "search_prompts": result.search_prompts,
-        "held_out_prompts": result.held_out_prompts,
-        "kept_initial": result.kept_initial,
-        "unscored": result.unscored,
-        "options": vars(result.options),
-    }

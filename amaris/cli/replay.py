@@ -40,6 +40,7 @@ class ReplaySource:
     def steps(self) -> Sequence[int]:
         return sorted(self._by_step)
 
+    # The simulator's Planner protocol: ``rubric`` is a GET /rubrics answer, unread here.
     def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
         return [
             PlannedRollout(

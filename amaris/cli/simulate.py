@@ -114,6 +114,7 @@ class SimulatedSource:
     def steps(self) -> Sequence[int]:
         return self._steps
 
+    # The simulator's Planner protocol: ``rubric`` is a GET /rubrics answer as received.
     def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
         return self.policy.rollouts(step, rubric)
 

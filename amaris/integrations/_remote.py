@@ -155,6 +155,7 @@ class Exchange:
         self._pending = list(range(size))
         self._deadline = time.monotonic() + self.target.retry_seconds
 
+    # The body: GetRewardBody without its unset fields, narrowed to the pending samples.
     def request(self) -> tuple[dict[str, object], dict[str, str]] | None:
         """The next body and headers to post, or None when every sample has its answer."""
         if not self._pending:

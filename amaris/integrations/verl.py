@@ -52,6 +52,7 @@ __all__ = ["RewardUnavailableError", "compute_score", "compute_score_async"]
 _RUN_KEYS = ("high_level_goal", "model_size", "total_steps", "other_context")
 
 
+# extra_info: a row of the trainer's dataset, fields of its own making (open JSON).
 def _prompt(extra_info: Mapping[str, Any]) -> str:
     for key in ("prompt", "question"):
         value = extra_info.get(key)
@@ -64,7 +65,7 @@ def _prompt(extra_info: Mapping[str, Any]) -> str:
     )
 
 
-def _group(data_source: str, extra_info: Mapping[str, Any]) -> str | None:
+def _group(data_source: str, extra_info: Mapping[str, Any]) -> str | None:  # see _prompt
     if extra_info.get("uid") is not None:
         return str(extra_info["uid"])
     if extra_info.get("index") is not None:
@@ -72,6 +73,7 @@ def _group(data_source: str, extra_info: Mapping[str, Any]) -> str | None:
     return None
 
 
+# extra_info: see _prompt; kwargs: verl's reward_kwargs, of the trainer's configuration.
 def _step(extra_info: Mapping[str, Any], kwargs: Mapping[str, Any]) -> int | None:
     for value in (kwargs.get("step"), extra_info.get("global_steps")):
         if value is not None:
@@ -83,8 +85,8 @@ def _request(
     data_source: str,
     solution_str: str,
     ground_truth: Any,
-    extra_info: Mapping[str, Any] | None,
-    kwargs: Mapping[str, Any],
+    extra_info: Mapping[str, Any] | None,  # the dataset's row (see _prompt)
+    kwargs: Mapping[str, Any],  # verl's reward_kwargs (see _step)
 ) -> tuple[Target, GetRewardBody, int | None]:
     info = extra_info or {}
     prompt = _prompt(info)
@@ -127,7 +129,7 @@ def _result(result: Rewards) -> VerlScore:
     }
 
 
-def _fallback(error: AmarisError, kwargs: Mapping[str, Any]) -> VerlScore:
+def _fallback(error: AmarisError, kwargs: Mapping[str, Any]) -> VerlScore:  # see _step
     """``unscored_score`` for a judge outage (or unreachable amaris), else ``error`` again."""
     value = optional_float("unscored_score", kwargs.get("unscored_score"))
     if value is None:
@@ -147,7 +149,7 @@ def compute_score(
     data_source: str,
     solution_str: str,
     ground_truth: Any,
-    extra_info: Mapping[str, Any] | None = None,
+    extra_info: Mapping[str, Any] | None = None,  # the dataset's row (see _prompt)
     **kwargs: Any,
 ) -> VerlScore:
     """The amaris reward of one verl sample (blocking); see the module docstring.
@@ -169,7 +171,7 @@ async def compute_score_async(
     data_source: str,
     solution_str: str,
     ground_truth: Any,
-    extra_info: Mapping[str, Any] | None = None,
+    extra_info: Mapping[str, Any] | None = None,  # the dataset's row (see _prompt)
     **kwargs: Any,
 ) -> VerlScore:
     """Async :func:`compute_score`, for verl's reward loop."""

@@ -30,7 +30,6 @@ from qdrant_client import QdrantClient, models
 from amaris.memory.qdrant import delete_points, ensure_collection, ensure_payload_index
 from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import ID_NAMESPACE, write_archive
-from amaris.models import JSONObject
 
 _BATCH = 256
 
@@ -175,10 +174,10 @@ class QdrantRolloutLog:
         ``/steps`` and exports, and the largest is below :meth:`count`."""
         with self._lock:
             writers = self._step_writers(step)
-        records: list[tuple[int, JSONObject]] = []
+        records: list[RolloutRecord] = []
         offset = 0
         for writer in sorted(writers):
-            found: dict[int, JSONObject] = {}
+            found: dict[int, RolloutRecord] = {}
             total = writers[writer]
             for start in range(0, total, _BATCH):
                 ids = [
@@ -189,10 +188,13 @@ class QdrantRolloutLog:
                     points = self._qdrant.retrieve(self._collection, ids=ids, with_payload=True)
                 for point in points:
                     payload = point.payload or {}
-                    found[int(payload["seq"])] = payload["record"]
-            records.extend((offset + seq, found[seq]) for seq in sorted(found))
+                    seq = int(payload["seq"])
+                    found[seq] = RolloutRecord.model_validate(
+                        {**payload["record"], "seq": offset + seq}
+                    )
+            records.extend(found[seq] for seq in sorted(found))
             offset += total
-        return [RolloutRecord.model_validate({**record, "seq": seq}) for seq, record in records]
+        return records
 
     def drop_step(self, step: int) -> int:
         """Delete every record of ``step`` (retention), of every writer.

@@ -7,7 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from amaris.jsonfile import JSONDict
+from pydantic import BaseModel, ConfigDict
+
 from amaris.rubric.model import RubricVersion, adaptive_from_config, anchors_from_config
 from amaris.rubric.store import RubricStore, RubricStoreError
 from amaris.settings import RubricItem, Settings
@@ -19,6 +20,15 @@ def input_id(text: str) -> str:
     """The per-instance scope of a prompt: a short hash of its whitespace-normalised text."""
     normalised = " ".join(text.split())
     return "in-" + hashlib.sha256(normalised.encode("utf-8")).hexdigest()[:16]
+
+
+class _Preset(BaseModel):
+    """One input's entry of the per-instance rubrics file."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    anchor_rubrics: list[RubricItem] = []
+    adaptive_rubrics: list[RubricItem] = []
 
 
 def load_presets(path: Path | None) -> dict[str, dict[str, list[RubricItem]]]:
@@ -36,11 +46,12 @@ def load_presets(path: Path | None) -> dict[str, dict[str, list[RubricItem]]]:
     presets: dict[str, dict[str, list[RubricItem]]] = {}
     for key, value in raw.items():
         scope = key if key.startswith("in-") else input_id(key)
-        # The file's JSON for one input, before RubricItem checks each criterion.
-        entry: JSONDict = value if isinstance(value, dict) else {"adaptive_rubrics": value}
+        entry = _Preset.model_validate(
+            value if isinstance(value, dict) else {"adaptive_rubrics": value}
+        )
         presets[scope] = {
-            name: [RubricItem.model_validate(item) for item in entry.get(name, [])]
-            for name in ("anchor_rubrics", "adaptive_rubrics")
+            "anchor_rubrics": entry.anchor_rubrics,
+            "adaptive_rubrics": entry.adaptive_rubrics,
         }
     return presets
 

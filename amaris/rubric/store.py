@@ -13,11 +13,11 @@ import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel, ConfigDict
 from qdrant_client import QdrantClient, models
 
-from amaris.jsonfile import JSONDict
 from amaris.memory.qdrant import ensure_collection
 from amaris.rubric.model import (
     Criterion,
@@ -61,6 +61,27 @@ def _pointer_id(scope: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"pointer/{scope}"))
 
 
+class _Pointer(BaseModel):
+    """A scope's pointer point (its whole payload): the version in force, and the highest
+    version ever written, so that publishing needs no scan of the history."""
+
+    model_config = ConfigDict(extra="ignore")  # a newer store's fields: not this one's
+
+    kind: str = "pointer"
+    scope: str = "global"
+    current: int
+    latest: int | None = None
+    """Absent from the pointers of stores older than it: then ``current``."""
+
+    @property
+    def highest(self) -> int:
+        """The highest version of the scope ever written."""
+        return self.current if self.latest is None else self.latest
+
+
+_Stored = TypeVar("_Stored", bound=BaseModel)
+
+
 class RubricStore:
     """Rubric versions in Qdrant; reads of the version in force come from memory."""
 
@@ -82,10 +103,10 @@ class RubricStore:
         cached = self._current.get(scope)
         if cached is not None:
             return cached
-        pointer = self._retrieve(_pointer_id(scope))
+        pointer = self._read(_pointer_id(scope), _Pointer)
         if pointer is None:
             raise RubricStoreError(f"no rubric for scope {scope!r}; run `amaris rubrics init`")
-        version = self.get(int(pointer["current"]), scope)
+        version = self.get(pointer.current, scope)
         self._current[scope] = version
         return version
 
@@ -110,10 +131,10 @@ class RubricStore:
 
     def get(self, version: int, scope: str = "global") -> RubricVersion:
         """One version by number."""
-        payload = self._retrieve(_version_id(scope, version))
-        if payload is None:
+        found = self._read(_version_id(scope, version), RubricVersion)
+        if found is None:
             raise RubricStoreError(f"rubric version {version} does not exist (scope {scope!r})")
-        return RubricVersion.model_validate(payload)
+        return found
 
     def history(self, scope: str | None = "global") -> list[RubricVersion]:
         """Every version (of one scope, or all with ``scope=None``), oldest first."""
@@ -153,10 +174,9 @@ class RubricStore:
         """
         with self._lock:
             parent = self._current_or_none(scope)
-            pointer: JSONDict = self._retrieve(_pointer_id(scope)) or {}
+            pointer = self._read(_pointer_id(scope), _Pointer)
             # The pointer remembers the highest version ever written: no scan of history.
-            latest = pointer["latest"] if "latest" in pointer else pointer.get("current", 0)
-            number = int(latest) + 1
+            number = (pointer.highest if pointer else 0) + 1
             version = RubricVersion(
                 version=number,
                 scope=scope,
@@ -185,12 +205,7 @@ class RubricStore:
                     models.PointStruct(
                         id=_pointer_id(scope),
                         vector={},
-                        payload={
-                            "kind": "pointer",
-                            "scope": scope,
-                            "current": number,
-                            "latest": number,
-                        },
+                        payload=_Pointer(scope=scope, current=number, latest=number).model_dump(),
                     )
                 ],
             )
@@ -290,12 +305,11 @@ class RubricStore:
                     models.PointStruct(
                         id=_pointer_id(scope),
                         vector={},
-                        payload={
-                            "kind": "pointer",
-                            "scope": scope,
-                            "current": number,
-                            "latest": max(number, latest.get(scope, number)),
-                        },
+                        payload=_Pointer(
+                            scope=scope,
+                            current=number,
+                            latest=max(number, latest.get(scope, number)),
+                        ).model_dump(),
                     )
                     for scope, number in current.items()
                 ],
@@ -310,14 +324,13 @@ class RubricStore:
         except RubricStoreError:
             return None
 
-    # A point's Qdrant payload (or a version's stored rubric) as JSON, of any version of
-    # the store: the callers validate it (RubricVersion, the pointer's fields).
-    def _retrieve(self, point_id: str) -> JSONDict | None:
+    def _read(self, point_id: str, stored: type[_Stored]) -> _Stored | None:
+        """The point's payload as ``stored`` (a version point's: its ``rubric``); None when
+        there is no such point."""
         points = self._qdrant.retrieve(self._collection, ids=[point_id], with_payload=True)
         if not points:
             return None
         payload = points[0].payload or {}
-        if payload.get("kind") == "version":
-            rubric: JSONDict = payload["rubric"]
-            return rubric
-        return payload
+        return stored.model_validate(
+            payload["rubric"] if payload.get("kind") == "version" else payload
+        )

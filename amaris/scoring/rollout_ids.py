@@ -22,9 +22,8 @@ import asyncio
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from amaris.logs import loggable
 from amaris.memory.rollout_log import RolloutLog
@@ -47,29 +46,38 @@ class RolloutConflictError(ValueError):
         )
 
 
-def content_digest(rollout: Mapping[str, Any]) -> str:
-    """What identifies a rollout's content: its fields but the id, and its metadata.
+class _Content(Protocol):
+    """A rollout whose content :func:`content_digest` reads: a request's
+    (:class:`~amaris.models.Rollout`) or a logged one
+    (:class:`~amaris.memory.records.LoggedRollout`)."""
 
-    ``rollout`` is a rollout as the log stores it (``Rollout.model_dump``) or as
-    :func:`rollout_fields` gives it.
-    """
+    @property
+    def input(self) -> str: ...
+    @property
+    def output(self) -> str: ...
+    @property
+    def supplemental_context(self) -> str | None: ...
+    @property
+    def group_id(self) -> str | None: ...
+    @property
+    def metadata(self) -> object:
+        """The trainer's JSON, read only to be serialised."""
+
+
+def content_digest(rollout: _Content) -> str:
+    """What identifies a rollout's content: its fields but the id, and its metadata."""
     digest = hashlib.sha256()
     for name in _CONTENT:
-        value = rollout.get(name)
+        value = getattr(rollout, name)
         # Length-prefixed: no two different field lists give the same bytes. surrogatepass:
         # records logged before lone surrogates were refused must not fail the index.
         encoded = b"\xff" if value is None else str(value).encode("utf-8", "surrogatepass")
         digest.update(len(encoded).to_bytes(8, "big") + encoded)
-    metadata = rollout.get("metadata")
+    metadata = rollout.metadata
     if metadata is not None:
         text = json.dumps(metadata, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         digest.update(text.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()
-
-
-def rollout_fields(rollout: Rollout) -> dict[str, object]:
-    """The fields of ``rollout`` :func:`content_digest` reads."""
-    return {name: getattr(rollout, name) for name in (*_CONTENT, "metadata")}
 
 
 @dataclass
@@ -103,7 +111,7 @@ class RolloutIds:
         Raises:
             RolloutConflictError: the id is in the step with other content.
         """
-        digest = content_digest(rollout_fields(rollout))
+        digest = content_digest(rollout)
         index = await self._index(step)
         # From here to the return nothing awaits: concurrent claims of one id are decided
         # one after the other, so exactly one of two different contents gets in.
@@ -147,10 +155,7 @@ class RolloutIds:
                 raise
             finally:
                 self._loading.pop(step, None)
-            built = {
-                r.rollout.id: _Entry(content_digest(r.rollout.model_dump(mode="json")), stored=True)
-                for r in records
-            }
+            built = {r.rollout.id: _Entry(content_digest(r.rollout), stored=True) for r in records}
             self._steps[step] = built
             self._evict()
             loading.set_result(built)

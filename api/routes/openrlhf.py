@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import uuid
-from typing import Annotated, TypedDict
+from typing import Annotated, Required, TypedDict
 
 from fastapi import APIRouter, Header, Query
 from fastapi.encoders import jsonable_encoder
@@ -153,19 +153,38 @@ class _Rollout(TypedDict):
     group_id: str | None
 
 
+class _Metadata(TypedDict, total=False):
+    """An item's metadata: :class:`RunMetadata`'s fields (when the body has them) and the
+    step."""
+
+    high_level_goal: str | None
+    model_size: str | None
+    total_steps: int | None
+    other_context: str | None
+    current_step: Required[int]
+
+
 class _Item(TypedDict):
     """A sample as the JSON of a /batch_score item (validated as one)."""
 
     rollout: _Rollout
-    metadata: dict[str, object]  # RunMetadata's fields and current_step
+    metadata: _Metadata
 
 
 def _items(body: GetRewardRequest, step: int) -> list[_Item | ErrorDetail]:
     """Each sample as a /batch_score item, or what is wrong with it."""
-    metadata: dict[str, object] = {
-        **(body.amaris_metadata.model_dump() if body.amaris_metadata else {}),
-        "current_step": step,
-    }
+    run = body.amaris_metadata
+    metadata: _Metadata = (
+        {"current_step": step}
+        if run is None
+        else {
+            "high_level_goal": run.high_level_goal,
+            "model_size": run.model_size,
+            "total_steps": run.total_steps,
+            "other_context": run.other_context,
+            "current_step": step,
+        }
+    )
     items: list[_Item | ErrorDetail] = []
     for i, (query, prompt) in enumerate(zip(body.query, body.prompts, strict=True)):
         response = response_of(query, prompt)

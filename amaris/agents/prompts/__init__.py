@@ -146,6 +146,7 @@ def parse_data_message(text: str) -> DataBlock:
     raise ValueError(f"no {DATA_START} block in the message")
 
 
+# The chat messages of a request (the provider's wire JSON): only role and content read.
 def read_data(messages: Sequence[Mapping[str, object]]) -> DataBlock:
     """The data of an agent's messages (:func:`agent_messages`): the blocks of its system
     and user messages, merged in order (used by the offline judge).

@@ -1,0 +1,79 @@
+"""JSON left open in production code: ``dict[str, Any]`` and every alias of it (issue 24).
+
+The count (tests/support/open_json.py) takes each ``dict[str, Any]``, ``Mapping[str, Any]``
+or ``dict[str, object]`` as written and each use of an alias of one (``JSONDict``,
+``DataBlock``...): renaming the type does not close it. The budget below is a ratchet at
+the count this branch reached, per part, so a new open shape fails here and must be given a
+model or a TypedDict, or the budget raised with a reason. Issue 24's target (≤ 40 in all) is
+far below it; docs/architecture.md ("Open JSON") has the figures and what remains.
+"""
+
+from __future__ import annotations
+
+from amaris.api.routes.openrlhf import RunMetadata, _Metadata
+from tests.support.open_json import open_json_aliases, open_json_uses, per_part
+
+BUDGET = {
+    "amaris": 27,
+    "amaris/agents": 9,
+    "amaris/app": 2,
+    "amaris/bootstrap": 1,
+    "amaris/cli": 8,
+    "amaris/integrations": 22,
+    "amaris/llm": 46,
+    "amaris/memory": 7,
+    "amaris/offline": 41,
+    "amaris/scoring": 4,
+    "amaris/settings": 13,
+    "amaris/sim": 45,
+    "amaris/steps": 1,
+    "api": 4,
+    "tasks": 24,
+}
+"""Open JSON uses per part at most; a part not named has none (``flows`` among them)."""
+
+UNEXPLAINED_ALLOWED = ("amaris/sim", "amaris/offline")
+"""Parts whose uses may still lack their reason: other work in progress rewrites them."""
+
+
+def test_the_flows_leave_no_json_open() -> None:
+    # The step flow passes models: a scope's trainer metadata is its latest record's field,
+    # the outcome JSON is StepRun's (main had a JSONObject and a dict[str, object] here).
+    assert [use for use in open_json_uses() if use.part == "flows"] == []
+
+
+def test_each_part_stays_within_its_budget() -> None:
+    counts = per_part(open_json_uses())
+    over = {part: n for part, n in counts.items() if n > BUDGET.get(part, 0)}
+    assert over == {}, f"new open JSON (uses per part over BUDGET): {over}"
+    assert sum(counts.values()) <= sum(BUDGET.values())
+
+
+def test_each_use_says_why_its_shape_is_open() -> None:
+    silent = [
+        f"{use.path}:{use.line}: {use.text}"
+        for use in open_json_uses()
+        if not use.explained and use.part not in UNEXPLAINED_ALLOWED
+    ]
+    assert silent == [], "a comment on (or above) the line, or on the alias, says why"
+
+
+def test_aliases_are_followed_through_imports_and_models_are_not_aliases() -> None:
+    aliases = open_json_aliases()
+    # An alias of an alias, and a pydantic-checked Annotated one, are found...
+    assert {"amaris.jsonfile.JSONDict", "amaris.agents.prompts.DataBlock"} <= set(aliases)
+    assert "amaris.models.JSONObject" in aliases
+    # ...and a model that shares an alias's name elsewhere is not one.
+    assert "amaris.memory.records.RolloutRecord" not in aliases
+    uses = open_json_uses()
+    assert not [
+        u for u in uses if u.path == "amaris/memory/records.py" and u.text == "RolloutRecord"
+    ]
+    # An imported alias counts where it is used: tasks/ writes no dict[str, Any] itself.
+    assert any(u.path.startswith("tasks/") and u.text == "DataBlock" for u in uses)
+
+
+def test_the_get_reward_item_metadata_mirrors_run_metadata() -> None:
+    # /get_reward builds each item's metadata field by field (a TypedDict, not a dict of
+    # RunMetadata's dump): a field added to RunMetadata must be added there too.
+    assert set(_Metadata.__annotations__) == {*RunMetadata.model_fields, "current_step"}
