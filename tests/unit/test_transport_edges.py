@@ -114,13 +114,15 @@ async def test_every_2xx_answer_is_returned(status: bytes) -> None:
         assert await post(server.url) == b'{"a": 1}'
 
 
-async def test_a_300_answer_is_a_status_error() -> None:
-    async with raw_server(lambda request, _: answer(b"300 Choices", b'{"a": 1}')) as server:
+async def test_a_300_answer_is_a_status_error_its_body_cut_not_refused() -> None:
+    # Past max_bytes (not past the error cut): read as an error body, not as an answer.
+    long = b'{"a": "' + b"x" * (2 * LIMIT) + b'"}'
+    async with raw_server(lambda request, _: answer(b"300 Choices", long)) as server:
         with pytest.raises(openai.APIStatusError) as caught:
             await post(server.url)
     assert type(caught.value) is openai.APIStatusError
     assert caught.value.status_code == 300
-    assert caught.value.body == {"a": 1}
+    assert caught.value.body == {"a": "x" * (2 * LIMIT)}
 
 
 # -- the request ---------------------------------------------------------------------------
