@@ -153,10 +153,15 @@ def copy_tree(target: Path) -> None:
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
     ).stdout.split(b"\0")
     for raw in filter(None, files):
-        source = ROOT / raw.decode()
-        if source.is_file():
-            (target / raw.decode()).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / raw.decode())
+        source, copy = ROOT / raw.decode(), target / raw.decode()
+        if source.is_symlink():
+            # amaris/api -> ../api (flows, tasks...): a link to the copy, else the copy's
+            # ``amaris.api`` would be imported from the installed checkout, never mutated.
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.symlink_to(source.readlink())
+        elif source.is_file():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy)
 
 
 CARRIED = "carried over: not a survivor of the last run"
