@@ -10,6 +10,7 @@ OpenRLHF contract files still cover the route in the suite.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 from collections.abc import Iterator
@@ -20,12 +21,19 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from qdrant_client import QdrantClient
 
+from amaris.api.routes.openrlhf import current_step
 from amaris.client import STEP_HEADER
 from amaris.llm.gateway import build_providers
 from amaris.llm.providers import Completion
-from amaris.memory.rollout_log import RolloutRecord
+from amaris.memory.records import RolloutRecord
+from amaris.memory.rollout_log import StepRegistry
+from amaris.memory.sqlite_rollout_log import SqliteRolloutLog
 from amaris.services import Services
+from amaris.settings import load_settings
+from amaris.steps.coordinator import StepCoordinator
+from amaris.steps.outcomes import StepRun
 from tests.support.app import in_memory_app
 from tests.support.scripted_llm import Call, ScriptedProvider, verdicts
 from tests.support.settings import make_settings
@@ -212,6 +220,38 @@ def test_bad_run_metadata_is_named_once_for_the_batch(tmp_path: Path) -> None:
 
 
 # -- the step ------------------------------------------------------------------------------
+
+
+def never_ending(step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
+    """The coordinator's ``run_step`` seam: a run that never ends (its step stays
+    ``completing``)."""
+    return concurrent.futures.Future()
+
+
+async def test_the_step_of_a_request_without_one() -> None:
+    # The real coordinator over real stores; only the step's run is left pending.
+    qdrant = QdrantClient(":memory:")
+    log = SqliteRolloutLog(":memory:", "t")
+    coordinator = StepCoordinator(load_settings(None), log, StepRegistry(qdrant, "t"), never_ending)
+    record = RolloutRecord.model_validate({"rollout": {"id": "r", "input": "i", "output": "o"}})
+    try:
+        assert current_step(coordinator, 5) == 0  # none known: the first
+        await coordinator.record(1, record)
+        await coordinator.record(3, record)
+        assert coordinator.snapshot() == {1: "open", 3: "open"}
+        assert current_step(coordinator, 5) == 3  # the latest open step
+        await coordinator.complete(3)
+        assert current_step(coordinator, 5) == 1  # an open step, even before a completing one
+        await coordinator.complete(1)
+        assert coordinator.snapshot() == {1: "completing", 3: "completing"}
+        assert current_step(coordinator, 5) == 4  # none open: the one after the latest
+        await coordinator.record(5, record)
+        assert current_step(coordinator, 5) == 5  # at pipeline.max_step: counted
+        assert current_step(coordinator, 4) == 4  # over it: left out
+    finally:
+        await coordinator.close()
+        log.close()
+        qdrant.close()
 
 
 def test_the_header_else_the_query_else_the_open_step(tmp_path: Path) -> None:
