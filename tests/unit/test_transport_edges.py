@@ -9,9 +9,11 @@ tests/unit/test_transport.py has the protocol's cases through the provider.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import threading
 import time
+import warnings
 
 import openai
 import pytest
@@ -106,6 +108,14 @@ async def test_an_error_body_of_exactly_64_kib_is_kept_whole() -> None:
 
 
 # -- the 2xx range -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [b"201 Created", b"299 Odd"])
+async def test_every_2xx_answer_past_max_bytes_is_refused(status: bytes) -> None:
+    # Not cut to the error body's 64 KiB and returned: a 2xx answer is bounded by max_bytes.
+    async with raw_server(lambda request, _: answer(status, b"a" * (LIMIT + 1))) as server:
+        with pytest.raises(ResponseTooLargeError, match="declares 1001 bytes"):
+            await post(server.url)
 
 
 @pytest.mark.parametrize("status", [b"200 OK", b"201 Created", b"299 Odd"])
@@ -207,7 +217,12 @@ async def test_a_closed_endpoint_opens_a_new_session() -> None:
     async with raw_server(lambda request, _: ok(b"{}")) as server:
         client = endpoint(server.url)
         assert await client.post("chat/completions", {}, 5.0, LIMIT) == b"{}"
-        await client.close()
+        # Closed, not dropped for the collector to find open (aiohttp warns of that).
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            await client.close()
+            gc.collect()
+        assert [str(w.message) for w in caught if "Unclosed" in str(w.message)] == []
         assert await client.post("chat/completions", {}, 5.0, LIMIT) == b"{}"
         await client.close()
     assert server.connections == 2
