@@ -260,12 +260,13 @@ def test_the_header_else_the_query_else_the_open_step(tmp_path: Path) -> None:
             "/get_reward", json=body(" 4"), headers={STEP_HEADER: "2"}, params={"step": 5}
         )
         query = client.post("/get_reward", json=body(" 5"), params={"step": 1})
+        query_zero = client.post("/get_reward", json=body(" 8"), params={"step": 0})
         # Steps 1 and 2 are open: a request without a step goes to the latest.
         open_step = client.post("/get_reward", json=body(" 6"))
         zero = client.post("/get_reward", json=body(" 7"), headers={STEP_HEADER: "0"})
         logged = {step: [r.rollout.output for r in records(services, step)] for step in range(6)}
-    assert [a.json()["step"] for a in (both, query, open_step, zero)] == [2, 1, 2, 0]
-    assert logged == {0: [" 7"], 1: [" 5"], 2: [" 4", " 6"], 3: [], 4: [], 5: []}
+    assert [a.json()["step"] for a in (both, query, query_zero, open_step, zero)] == [2, 1, 0, 2, 0]
+    assert logged == {0: [" 8", " 7"], 1: [" 5"], 2: [" 4", " 6"], 3: [], 4: [], 5: []}
 
 
 @pytest.mark.parametrize(
@@ -274,8 +275,10 @@ def test_the_header_else_the_query_else_the_open_step(tmp_path: Path) -> None:
         ({STEP_HEADER: "9"}, {}, STEP_HEADER),
         ({}, {"step": 9}, "step"),
         ({STEP_HEADER: "9"}, {"step": 1}, STEP_HEADER),
+        ({}, {"step": -1}, "query.step"),
+        ({STEP_HEADER: "-1"}, {}, f"header.{STEP_HEADER}"),
     ],
-    ids=["header", "query", "both"],
+    ids=["header", "query", "both", "negative-query", "negative-header"],
 )
 def test_a_refused_step_names_where_it_came_from(
     tmp_path: Path, headers: dict[str, str], params: dict[str, int], field: str
@@ -306,6 +309,7 @@ def test_an_unscored_batch_is_a_503_unless_neutral(tmp_path: Path, on_failure: s
     answer = r.json()
     assert answer["statuses"] == ["unscored", "unscored"]
     assert answer["extra_logs"]["amaris_unscored"] == [1.0, 1.0]
+    assert answer["extra_logs"]["amaris_rubric_version"] == [1.0, 1.0]
     if on_failure == "neutral":
         assert r.status_code == 200
         assert answer["rewards"] == answer["scores"] == [0.25, 0.25]
