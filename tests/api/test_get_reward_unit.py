@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -109,7 +110,7 @@ def test_the_answer_openrlhf_reads_and_the_samples_logged(tmp_path: Path) -> Non
     ]
     assert [r.rollout.supplemental_context for r in logged] == ["4", '{"a": "é"}', "4"]
     assert [r.rollout.group_id for r in logged] == [None, None, None]
-    assert all(r.rollout.id.startswith("get_reward-") for r in logged)
+    assert all(re.fullmatch(r"get_reward-[0-9a-f]{16}", r.rollout.id) for r in logged)
     assert len({r.rollout.id for r in logged}) == 3
 
 
@@ -172,16 +173,17 @@ def test_prompts_up_to_the_limit_and_queries_up_to_twice_it(tmp_path: Path, over
     }
 
 
-def test_a_query_without_its_prompt_is_named(tmp_path: Path) -> None:
-    sent = body(" 4", " 5")
-    sent["query"][1] = "no prompt here"
+def test_every_query_without_its_prompt_is_named(tmp_path: Path) -> None:
+    sent = body(" 4", " 5", " 6")
+    sent["query"][0] = "no prompt here"
+    sent["query"][2] = "nor here"
     with serve(tmp_path) as (client, services):
         r = client.post("/get_reward", json=sent)
         assert records(services, 0) == []
     assert r.status_code == 422
-    [detail] = r.json()["detail"]
-    assert detail["field"] == "query[1]"
-    assert detail["message"].startswith("does not contain prompts[1]: a query is the prompt")
+    assert fields(r) == ["query[0]", "query[2]"]
+    for detail, i in zip(r.json()["detail"], (0, 2), strict=True):
+        assert detail["message"].startswith(f"does not contain prompts[{i}]: a query is the prompt")
 
 
 @pytest.mark.parametrize(
