@@ -16,6 +16,11 @@ and each survivor's line and operator, for docs/mutation.md.
 ``--survivors-only`` runs only the mutants that survived the module's last recorded run
 (same operator, occurrence and line; the module must be unchanged since) and carries the
 other outcomes over: the "after" figure of a triage without running every mutant again.
+
+    python -m bench.evaluations.mutation transport --workers 3  # three mutants at a time
+
+``--workers N`` splits a module's mutants between N processes, each in its own copy of the
+tree (:func:`exec_split`), for a loaded machine where one worker would take hours.
 """
 
 from __future__ import annotations
