@@ -16,6 +16,11 @@ and each survivor's line and operator, for docs/mutation.md.
 ``--survivors-only`` runs only the mutants that survived the module's last recorded run
 (same operator, occurrence and line; the module must be unchanged since) and carries the
 other outcomes over: the "after" figure of a triage without running every mutant again.
+
+    python -m bench.evaluations.mutation transport --workers 3  # three mutants at a time
+
+``--workers N`` splits a module's mutants between N processes, each in its own copy of the
+tree (:func:`exec_split`), for a loaded machine where one worker would take hours.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from cosmic_ray.work_db import use_db  # type: ignore[import-untyped]
+from cosmic_ray.work_item import WorkerOutcome, WorkResult  # type: ignore[import-untyped]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,6 +98,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "amaris/integrations/verl_manager.py",
         ["tests/contract/test_verl_manager_unit.py"],
     ),
+    # issue 26: the judge's HTTP client, output fitting and /get_reward (fixture-free files,
+    # --noconftest; test_transport_fake_llm.py, the output files with conftest and the
+    # OpenRLHF contract files still cover them in the suite).
+    "transport": (
+        "amaris/llm/transport.py",
+        ["tests/unit/test_transport_edges.py", "tests/unit/test_transport.py"],
+    ),
+    "openrlhf_route": ("api/routes/openrlhf.py", ["tests/api/test_get_reward_unit.py"]),
 }
 
 NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer", "reward"}
@@ -99,6 +115,7 @@ NO_CONFTEST |= {"precheck", "json_reply", "judge_protocol", "rollout_records"}
 NO_CONFTEST |= {"gateway", "attempt"}  # issue 26: gateway
 NO_CONFTEST |= {"trl", "openrlhf", "prompt_split"}  # issue 26: trl/openrlhf
 NO_CONFTEST |= {"verl", "verl_manager"}  # issue 26: verl
+NO_CONFTEST |= {"transport", "openrlhf_route"}  # issue 26: transport, output_fit, openrlhf_route
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
 
@@ -141,10 +158,15 @@ def copy_tree(target: Path) -> None:
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
     ).stdout.split(b"\0")
     for raw in filter(None, files):
-        source = ROOT / raw.decode()
-        if source.is_file():
-            (target / raw.decode()).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / raw.decode())
+        source, copy = ROOT / raw.decode(), target / raw.decode()
+        if source.is_symlink():
+            # amaris/api -> ../api (flows, tasks...): a link to the copy, else the copy's
+            # ``amaris.api`` would be imported from the installed checkout, never mutated.
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.symlink_to(source.readlink())
+        elif source.is_file():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy)
 
 
 CARRIED = "carried over: not a survivor of the last run"
@@ -157,9 +179,6 @@ def keep_only(session: Path, survivors: list[dict[str, Any]]) -> None:
     Raises:
         SystemExit: a survivor is not among the mutants: the module changed since.
     """
-    from cosmic_ray.work_db import use_db  # type: ignore[import-untyped]
-    from cosmic_ray.work_item import WorkerOutcome, WorkResult  # type: ignore[import-untyped]
-
     wanted = {(s["operator"], s["occurrence"], s["line"]) for s in survivors}
     found = set()
     with use_db(str(session)) as db:
@@ -176,10 +195,43 @@ def keep_only(session: Path, survivors: list[dict[str, Any]]) -> None:
         raise SystemExit(f"not found, the module changed since the last run: {wanted - found}")
 
 
+OTHER_WORKER = "run by another worker"
+
+
+def exec_split(cr: list[str], cfg: Path, session: Path, work: Path, workers: int) -> None:
+    """``cosmic-ray exec`` of ``session``'s pending mutants by ``workers`` processes side by
+    side, each in its own copy of the tree (a mutant is written into the module's file) and
+    of the session holding every ``workers``-th mutant; their results merged back."""
+    with use_db(str(session)) as db:
+        pending = sorted(item.job_id for item in db.pending_work_items)
+    shares = [set(pending[k::workers]) for k in range(workers)]
+    runs = []
+    for k, share in enumerate(shares):
+        tree = work / f"worker-{k}"
+        copy_tree(tree)
+        part = tree / session.name
+        shutil.copy2(session, part)
+        with use_db(str(part)) as db:
+            others = [job for job in pending if job not in share]
+            db.set_multiple_results(
+                others, WorkResult(output=OTHER_WORKER, worker_outcome=WorkerOutcome.SKIPPED)
+            )
+        runs.append(subprocess.Popen([*cr, "exec", str(cfg), str(part)], cwd=tree))
+    if any(run.wait() != 0 for run in runs):
+        raise SystemExit("cosmic-ray exec failed in a worker")
+    with use_db(str(session)) as db:
+        for k, share in enumerate(shares):
+            with use_db(str(work / f"worker-{k}" / session.name)) as part_db:
+                for job_id, result in part_db.results:
+                    if job_id in share:
+                        db.set_result(job_id, result)
+
+
 def run_module(
-    name: str, work: Path, timeout: float, last: dict[str, Any] | None = None
+    name: str, work: Path, timeout: float, last: dict[str, Any] | None = None, workers: int = 1
 ) -> dict[str, Any]:
-    """Mutate module ``name``; with ``last`` (its previous result), only that run's survivors."""
+    """Mutate module ``name``; with ``last`` (its previous result), only that run's survivors;
+    ``workers`` processes side by side (:func:`exec_split`)."""
     module, tests = MODULES[name]
     cfg, session = work / f"{name}.toml", work / f"{name}.sqlite"
     cfg.write_text(config(module, tests, timeout, conftest=name not in NO_CONFTEST))
@@ -194,7 +246,10 @@ def run_module(
     if last is not None:
         keep_only(session, last["survivors"])
     subprocess.run([*cr, "baseline", str(cfg)], cwd=work, check=True)
-    subprocess.run([*cr, "exec", str(cfg), str(session)], cwd=work, check=True)
+    if workers > 1:
+        exec_split(cr, cfg, session, work, workers)
+    else:
+        subprocess.run([*cr, "exec", str(cfg), str(session)], cwd=work, check=True)
     dump = subprocess.run(
         [*cr, "dump", str(session)], cwd=work, capture_output=True, text=True, check=True
     ).stdout
@@ -251,6 +306,12 @@ def main() -> None:
         action="store_true",
         help="run only the mutants that survived the last recorded run, carry the rest over",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="mutants run side by side, each worker in its own copy of the tree (default 1)",
+    )
     args = parser.parse_args()
     names = args.modules or list(MODULES)
     unknown = sorted(set(names) - set(MODULES))
@@ -264,7 +325,7 @@ def main() -> None:
             last = results.get(name) if args.survivors_only else None
             if args.survivors_only and last is None:
                 parser.error(f"--survivors-only: no last run of {name} in {args.out}")
-            result = run_module(name, work, args.timeout, last)
+            result = run_module(name, work, args.timeout, last, args.workers)
             results[name] = result
             args.out.write_text(json.dumps(results, indent=1) + "\n")
             print(

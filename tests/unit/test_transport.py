@@ -1,11 +1,11 @@
 """The judge's HTTP client (``amaris.llm.transport``, aiohttp) against real sockets on
 127.0.0.1.
 
-The fake LLM (the real ``amaris.sim.judge_server`` app under uvicorn) answers the
-protocol's cases: an answer with usage, reasoning and logprobs, 429 with retry-after, 5xx,
-a hang. A raw asyncio server answers with scripted bytes for what it cannot produce:
-keep-alive reuse, a server closing an idle connection, a connection lost mid-response,
-chunked, close-delimited and gzip bodies, malformed HTTP and JSON, TLS, a proxy.
+A raw asyncio server answers with scripted bytes: keep-alive reuse, a server closing an
+idle connection, a connection lost mid-response, chunked, close-delimited and gzip bodies,
+malformed HTTP and JSON, status errors, bounded bodies, TLS, a proxy. No conftest fixture
+(the mutation run of ``amaris/llm/transport.py`` uses ``--noconftest``); the fake LLM's
+protocol cases are in tests/unit/test_transport_fake_llm.py.
 """
 
 from __future__ import annotations
@@ -17,39 +17,19 @@ import ipaddress
 import json
 import math
 import ssl
-import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import openai
 import pytest
 
 from amaris.app.prefect_server import free_port
-from amaris.llm.gateway import is_transient
 from amaris.llm.providers import Completion, OpenAIProvider, parse_completion
 from amaris.llm.transport import ResponseTooLargeError
 from amaris.settings import Settings
-from amaris.sim.judge_server import Reply
-from tests.support.fake_llm import FakeLLM
+from tests.support.raw_http import ANSWER, RawServer, ok, raw_server
 
-ANSWER = {
-    "choices": [{"message": {"role": "assistant", "content": '{"ok": true}'}}],
-    "usage": {"prompt_tokens": 7, "completion_tokens": 3},
-}
 MESSAGES = [{"role": "user", "content": "hello"}]
-
-
-def ok(body: bytes = json.dumps(ANSWER).encode(), extra: bytes = b"") -> bytes:
-    """A 200 response with a Content-Length body."""
-    return (
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-        + extra
-        + b"Content-Length: %d\r\n\r\n" % len(body)
-        + body
-    )
 
 
 DEADLINE_S = 60.0
@@ -65,55 +45,6 @@ def client_holds(port: int) -> bool:
         if int(remote.rsplit(":", 1)[1], 16) == port and state in ("01", "08"):
             return True
     return False
-
-
-Handler = Callable[[bytes, asyncio.StreamWriter], bytes | None]
-"""Given one request's bytes, the response bytes (None: close without answering)."""
-
-
-@dataclass
-class RawServer:
-    """Answers each request on a connection with ``handler``; records what it saw."""
-
-    handler: Handler
-    url: str = ""
-    connections: int = 0
-    requests: list[bytes] = field(default_factory=list)
-
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                request = head + await reader.readexactly(length)
-                self.requests.append(request)
-                answer = self.handler(request, writer)
-                if answer is None:
-                    break
-                writer.write(answer)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass  # the client left, or the test is over
-        finally:
-            writer.close()
-
-
-@asynccontextmanager
-async def raw_server(handler: Handler) -> AsyncIterator[RawServer]:
-    state = RawServer(handler)
-    server = await asyncio.start_server(state.serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    state.url = f"http://127.0.0.1:{port}/v1"
-    try:
-        yield state
-    finally:
-        server.close()
-        await server.wait_closed()
 
 
 async def complete(url: str | None, timeout: float = 5.0) -> str:
@@ -417,83 +348,6 @@ async def test_malformed_http_is_a_connection_error() -> None:
             await complete(server.url)
 
 
-async def complete_via(fake: FakeLLM, timeout: float = 5.0) -> Completion:
-    provider = OpenAIProvider("sk-test", fake.url)
-    options = (
-        Settings()
-        .agents.for_agent("scorer")
-        .model_copy(update={"timeout": timeout, "logprobs": True})
-    )
-    try:
-        return await provider.complete("scorer", MESSAGES, options)
-    finally:
-        await provider.close()
-
-
-async def test_fake_llm_answer_keeps_usage_reasoning_finish_reason_and_logprobs(
-    fake_llm: FakeLLM,
-) -> None:
-    tokens = [
-        {
-            "token": "4",
-            "logprob": -0.1,
-            "top_logprobs": [{"token": "4", "logprob": -0.1}, {"token": "3", "logprob": -2.4}],
-        }
-    ]
-    fake_llm.push(
-        Reply(
-            content='{"ok": 1}',
-            reasoning="because",
-            finish_reason="length",
-            prompt_tokens=11,
-            completion_tokens=5,
-            reasoning_tokens=2,
-            cached_tokens=8,
-            logprobs=tokens,
-        )
-    )
-    got = await complete_via(fake_llm)
-    assert (got.content, got.reasoning, got.finish_reason) == ('{"ok": 1}', "because", "length")
-    assert (got.prompt_tokens, got.completion_tokens, got.reasoning_tokens, got.cached_tokens) == (
-        11,
-        5,
-        2,
-        8,
-    )
-    assert got.logprobs is not None and got.logprobs[0].top == (("4", -0.1), ("3", -2.4))
-    assert fake_llm.requests[-1]["messages"] == MESSAGES
-    assert fake_llm.requests[-1]["logprobs"] is True
-
-
-async def test_fake_llm_429_is_a_rate_limit_error_with_its_retry_after(
-    fake_llm: FakeLLM,
-) -> None:
-    fake_llm.push(Reply(status=429, content="slow down", headers={"Retry-After": "7"}))
-    with pytest.raises(openai.RateLimitError) as caught:
-        await complete_via(fake_llm)
-    assert caught.value.status_code == 429
-    assert caught.value.response.headers["retry-after"] == "7"
-    assert caught.value.body == {"message": "slow down", "type": "server_error"}
-    assert is_transient(caught.value)
-
-
-@pytest.mark.parametrize("status", [500, 503])
-async def test_fake_llm_5xx_is_an_internal_server_error(fake_llm: FakeLLM, status: int) -> None:
-    fake_llm.push(Reply(status=status, content="overloaded"))
-    with pytest.raises(openai.InternalServerError) as caught:
-        await complete_via(fake_llm)
-    assert caught.value.status_code == status
-    assert "overloaded" in str(caught.value)
-    assert is_transient(caught.value)
-
-
-async def test_fake_llm_hang_is_a_timeout(fake_llm: FakeLLM) -> None:
-    fake_llm.push(Reply(hang=True))
-    with pytest.raises(openai.APITimeoutError) as caught:
-        await complete_via(fake_llm, timeout=0.3)
-    assert is_transient(caught.value)
-
-
 async def test_malformed_json_body_of_a_200_is_a_value_error() -> None:
     # The gateway treats it as an unusable answer (not a transport error).
     answer = ok(b'{"choices": [{"message": ')
@@ -510,34 +364,6 @@ async def test_non_json_error_body_keeps_its_status_class() -> None:
             await complete(server.url)
     assert caught.value.status_code == 502
     assert caught.value.body == "<html>bad gateway</html>"
-
-
-def test_one_provider_serves_two_event_loops(fake_llm: FakeLLM) -> None:
-    # The scorer calls from the API's loop, the step agents from the pipeline's thread and
-    # loop: the same provider (one per endpoint) must work from both.
-    fake_llm.default = lambda body: Reply(content="ok")
-    provider = OpenAIProvider("k", fake_llm.url)
-    options = Settings().agents.for_agent("scorer")
-    contents: list[str] = []
-    pipeline = asyncio.new_event_loop()
-    thread = threading.Thread(target=pipeline.run_forever, daemon=True)
-    thread.start()
-    try:
-        asyncio.run_coroutine_threadsafe(
-            provider.complete("scorer", MESSAGES, options), pipeline
-        ).result(20)
-
-        async def on_api_loop() -> None:
-            contents.append((await provider.complete("scorer", MESSAGES, options)).content)
-            await provider.close()  # closes the pipeline loop's session on that loop
-
-        asyncio.run(on_api_loop())
-    finally:
-        pipeline.call_soon_threadsafe(pipeline.stop)
-        thread.join(10)
-        pipeline.close()
-    assert contents == ["ok"]
-    assert len(fake_llm.requests) == 2
 
 
 def test_parse_completion_reads_the_first_choice_and_usage() -> None:
