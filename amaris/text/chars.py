@@ -96,19 +96,20 @@ def spaced_words(text: str, fold: bool = False) -> str:
     the whole text first). ``str.casefold`` maps each character on its own (no context), so
     folding character by character folds the text.
     """
+    if text.isascii():  # str.translate's own fast path (ASCII's case folding is lower)
+        return " ".join((text.lower() if fold else text).translate(WORDS_ONLY).split())
     data = text.encode(*_UTF8)
-    if not text.isascii():
-        others = data.translate(None, _ASCII_BYTES).decode(*_UTF8)
-        replaced = {char: _words_of(char, fold) for char in set(others)}
-        changed = {char: out for char, out in replaced.items() if out != char}
-        made = "".join(changed.values())
-        if len(changed) > MAX_REPLACED or any(char in changed for char in made):
-            # Many distinct ones; or a replacement holds a character replaced too (folding
-            # is idempotent, so it should not happen): the whole text through str methods.
-            whole = text.casefold() if fold else text
-            return " ".join(whole.translate(WORDS_ONLY).split())
-        for char, out in changed.items():
-            data = data.replace(char.encode(*_UTF8), out.encode(*_UTF8))
+    others = data.translate(None, _ASCII_BYTES).decode(*_UTF8)
+    replaced = {char: _words_of(char, fold) for char in set(others)}
+    changed = {char: out for char, out in replaced.items() if out != char}
+    made = "".join(changed.values())
+    if len(changed) > MAX_REPLACED or any(char in changed for char in made):
+        # Many distinct ones; or a replacement holds a character replaced too (folding
+        # is idempotent, so it should not happen): the whole text through str methods.
+        whole = text.casefold() if fold else text
+        return " ".join(whole.translate(WORDS_ONLY).split())
+    for char, out in changed.items():
+        data = data.replace(char.encode(*_UTF8), out.encode(*_UTF8))
     data = data.translate(_ASCII_FOLDED_WORDS if fold else _ASCII_WORDS, _ASCII_DROPPED)
     return b" ".join(data.split()).decode(*_UTF8)
 
