@@ -1,5 +1,6 @@
-"""amaris.text.chars: ``spaced_words`` gives what its definition with ``str.translate`` gives,
-on every character, whether it replaces the changed ones one by one or falls back."""
+"""amaris.text.chars: ``spaced_words`` gives what its definition with ``str.translate`` gives
+(with ``fold``: of the case-folded text), on every character, whether it replaces the changed
+ones one by one or falls back."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def _by_translate(text: str) -> str:
 )
 def test_spaced_words_is_its_definition(text: str) -> None:
     assert spaced_words(text) == _by_translate(text)
+    assert spaced_words(text, fold=True) == _by_translate(text.casefold())
 
 
 def test_every_character_reads_as_its_definition() -> None:
@@ -39,6 +41,7 @@ def test_every_character_reads_as_its_definition() -> None:
         block = "".join(chr(code) for code in range(first, first + 8))
         text = f"a{block}b {block}c"
         assert spaced_words(text) == _by_translate(text), hex(first)
+        assert spaced_words(text, fold=True) == _by_translate(text.casefold()), hex(first)
 
 
 @pytest.mark.parametrize("count", [MAX_REPLACED, MAX_REPLACED + 1, 3 * MAX_REPLACED])
@@ -49,3 +52,17 @@ def test_many_distinct_punctuation_marks_read_the_same(count: int) -> None:
     text = "word".join(marks) * 3 + " \u00e9\u6f22"
     assert spaced_words(text) == _by_translate(text)
     assert spaced_words(text).startswith("word word")
+    assert spaced_words(text, fold=True) == _by_translate(text.casefold())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\u00c9COLE \u1e9e STRASSE \u0130stanbul \u03a3\u0391\u03a3 \ufb01",  # folds to more chars
+        "A" + " " * 100_000 + "B",  # one long run of spaces: halved until one
+        " \t\n  lead and trail \x1f ",
+        "\u00c9" * 3 + "\u2019" + "\u00e9",  # a folded letter beside a dropped apostrophe
+    ],
+)
+def test_folding_in_the_same_pass_is_casefold_first(text: str) -> None:
+    assert spaced_words(text, fold=True) == _by_translate(text.casefold())
