@@ -126,14 +126,14 @@ def fidelity_outcome(
         first, false = (after[0] if after else None), sum(s < drift_step for s in alarms)
     audit, canary = call_shares(s.usage for s in steps)
     before = during = None
-    after: Sequence[StepResult] = steps[-LAST_STEPS:]
+    response: Sequence[StepResult] = steps[-LAST_STEPS:]
     if drift_step is not None:
         settled = steps[SETTLE_STEPS:]
         before = reward_gap((s for s in settled if s.step < drift_step), hacked)
         end = first if first is not None else steps[-1].step if steps else drift_step
         during = reward_gap((s for s in steps if drift_step <= s.step <= end), hacked)
         if first is not None:
-            after = [s for s in steps if s.step > first][-LAST_STEPS:]
+            response = [s for s in steps if s.step > first][-LAST_STEPS:]
     return FidelityOutcome(
         drift_step=drift_step,
         first_alarm_step=first,
@@ -142,5 +142,5 @@ def fidelity_outcome(
         canary_call_share=canary,
         gap_before_drift=before,
         gap_during_drift=during,
-        gap_after_response=reward_gap(after, hacked),
+        gap_after_response=reward_gap(response, hacked),
     )

@@ -82,13 +82,12 @@ def test_steady_audits_with_a_noisy_auditor_and_counts_every_alarm_as_false(
 ) -> None:
     # Issue 25's "0 false alarms in 20 steady steps" is not met with a noisy auditor at 2
     # audited rollouts a step (docs/benchmarks.md, "Reward fidelity in simulation"): what
-    # holds, and is checked, is that the auditor disagrees with the scorer without a drift
-    # (the steady run no longer agrees by construction), that every alarm counts as false,
-    # and the cost.
+    # is checked here is that every alarm counts as false, and the cost. (Whether the
+    # noisy auditor disagrees within these few steps depends on the draws; that it reads
+    # verdicts the other way is tests/unit/test_sim_noisy_judge.py's.)
     fidelity = _simulate(tmp_path, STEADY_STEPS, "--scenario", "steady")
     audits = _audits(tmp_path)
     assert fidelity["drift_step"] is None
-    assert any(audit["gap"] > 0 for audit in audits)
     alarmed = [i for i, audit in enumerate(audits) if audit["alarm"] is not None]
     assert fidelity["false_alarms"] == len(alarmed)
     assert fidelity["first_alarm_step"] == (alarmed[0] if alarmed else None)
