@@ -120,7 +120,7 @@ async def _check(request: JudgeCanaryRequest) -> JudgeCanaryReport:
     ctx = get_context()
     settings = ctx.settings.judge_canaries
     judged = len(request.sources)
-    budget = budget_of(judged, settings.max_share)
+    budget = budget_of(judged, settings.max_share, request.step)
     base = JudgeCanaryReport(step=request.step, outcome="skipped", judged=judged, budget=budget)
     if not settings.enabled:
         return base.model_copy(update={"reason": "judge_canaries.enabled is false"})
@@ -137,7 +137,7 @@ async def _check(request: JudgeCanaryRequest) -> JudgeCanaryReport:
         )
     )
     if not probes:
-        why = "the step is too small for one probe" if budget == 0 else "nothing to probe"
+        why = "no probe falls on this step" if budget == 0 else "nothing to probe"
         return base.model_copy(update={"reason": why})
     wanted = {(p.scope, p.rubric_version) for p in probes}
     rubrics: dict[tuple[str, int], RubricVersion] = {}

@@ -42,6 +42,7 @@ from amaris.sim.driver import RunResult, StepResult, StepSource, run
 from amaris.sim.fidelity import fidelity_outcome
 from amaris.sim.judge_calls import judge_calls
 from amaris.sim.metrics import memory_outcomes
+from amaris.sim.noisy_judge import NoisyJudge
 from amaris.sim.policy import PlannedRollout, Policy
 from amaris.sim.progress import Progress
 from amaris.sim.report import write_report
@@ -268,8 +269,9 @@ def simulate_ablation(settings: Settings, args: argparse.Namespace) -> int:
 
 def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
     """``--scenario``: the scorer served through the simulator's judge (lenient to padding
-    from ``--drift-step`` in ``judge-drift``, never in ``steady``), audited by the offline
-    judge; the report folder gets ``fidelity.json`` (docs/fidelity.md)."""
+    from ``--drift-step`` in ``judge-drift``, never in ``steady``), audited by an honest but
+    noisy judge (``--auditor-noise``); the report folder gets ``fidelity.json``
+    (docs/fidelity.md)."""
     if args.url or args.ablation:
         raise CommandError(
             "--scenario starts its own server with the simulator's judge: drop --url and --ablation"
@@ -278,11 +280,12 @@ def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
     if drift is not None and drift >= args.steps:
         raise CommandError(f"--drift-step {drift} must be below --steps {args.steps}")
     setup = Setup.of(args)
-    scenario = {"scenario": args.scenario, "drift_step": drift}
+    scenario = {"scenario": args.scenario, "drift_step": drift, "auditor_noise": args.auditor_noise}
     record_run(settings, "simulate", args.out, args.seed, {**setup.model_dump(), **scenario})
     judge = DriftingJudge()
-    with serve_judge(judge) as judge_url:
-        overrides = scenario_overrides(judge_url)
+    auditor = NoisyJudge(args.seed, args.auditor_noise)
+    with serve_judge(judge) as judge_url, serve_judge(auditor) as auditor_url:
+        overrides = scenario_overrides(judge_url, auditor_url)
         with served(settings, None, config_path(args), overrides) as (url, key):
             result, policy, _ = simulated_run(
                 settings, args, url, key, args.scenario, lambda s: DriftSource(s, judge, drift)
@@ -296,7 +299,8 @@ def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
     intro = [
         f"Scenario {args.scenario} ({where}): {setup.describe()}; wall time "
         f"{result.wall_s:.1f} s. The training judge is the simulator's, the auditor the "
-        "offline judge; fidelity.json holds the alarm's timing, its cost in judge calls and "
+        f"offline judge reading {args.auditor_noise:.0%} of its verdicts the other way; "
+        "fidelity.json holds the alarm's timing, its cost in judge calls and "
         f"the reward gap between correct and padded ({', '.join(HACKED)}) rollouts "
         "(docs/fidelity.md).",
     ]
@@ -306,6 +310,8 @@ def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
         "mixes": policy.mixes,
         "fidelity": outcome.model_dump(),
         "lenient_verdicts": judge.lenient_verdicts,
+        "auditor_verdicts": auditor.verdicts,
+        "auditor_flipped": auditor.flipped,
     }
     title = f"amaris simulate: {args.scenario}"
     report = write_report(args.out, [result], title, intro, extra, settings.pricing)

@@ -18,7 +18,9 @@ than ``floor_margin``; a ``swapped`` reply whose reward is within ``swap_toleran
 the original's (or above it); an ``audit`` pair the training judge still rewards more than
 ``swap_tolerance`` above the audit judge.
 
-Cost: ``max_share`` of the step's judged rollouts, rounded down; kinds take turns from
+Cost: ``max_share`` of the step's judged rollouts, rounded down (:func:`budget_of`: a
+step too small for one probe gets one every few steps, so the share stays ``max_share``
+over them); kinds take turns from
 ``step`` on (probe ``i`` is of kind ``KINDS[(step + i) % len(KINDS)]``, a kind with nothing
 to mine giving its turn to the next), so a small budget still covers every kind over a few
 steps.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -123,7 +126,8 @@ class JudgeCanaryReport(BaseModel):
     judged: int = Field(default=0, ge=0)
     """The step's judged rollouts (what the budget is a share of)."""
     budget: int = Field(default=0, ge=0)
-    """Most probes: ``max_share`` of ``judged``, rounded down."""
+    """Most probes (:func:`budget_of`): ``max_share`` of ``judged``, rounded down, or one
+    every few steps when that is under one."""
     results: list[ProbeResult] = Field(default_factory=list)
 
     @property
@@ -156,9 +160,18 @@ def canary_sources(records: Sequence[RolloutRecord]) -> list[CanarySource]:
     return found
 
 
-def budget_of(judged: int, max_share: float) -> int:
-    """Probes a step with ``judged`` judged rollouts may have."""
-    return int(max_share * judged + 1e-9)
+def budget_of(judged: int, max_share: float, step: int) -> int:
+    """Probes step ``step`` with ``judged`` judged rollouts may have: ``max_share`` of
+    ``judged``, rounded down; when that is under one (and a rollout was judged), one probe
+    on every ``ceil(1 / (max_share * judged))``-th step (steps 0, k, 2k, ...), so that
+    small steps are probed too and, over those k steps, the probes stay within
+    ``max_share`` of the judged rollouts."""
+    exact = max_share * judged
+    whole = int(exact + 1e-9)
+    if whole or judged == 0:
+        return whole
+    every = math.ceil(1 / exact - 1e-9)
+    return 1 if step % every == 0 else 0
 
 
 def _answers(source: CanarySource) -> tuple[str | None, str | None]:

@@ -2,10 +2,10 @@
 
 ``amaris simulate --scenario judge-drift`` serves the scorer (and so the judge canaries,
 which the training judge scores) through this judge on an OpenAI-compatible server of the
-simulator's own (:func:`amaris.sim.judge_server.create_llm_app`), while the auditor stays
-the honest offline judge inside the server. The simulator runs in-process, so it turns
-the drift on between steps (:attr:`DriftingJudge.active`): a step is judged wholly
-before or wholly after the drift.
+simulator's own (:func:`amaris.sim.judge_server.create_llm_app`), and the auditor through
+an honest but noisy judge on another (:class:`amaris.sim.noisy_judge.NoisyJudge`). The
+simulator runs in-process, so it turns the drift on between steps
+(:attr:`DriftingJudge.active`): a step is judged wholly before or wholly after the drift.
 
 The drift is a length bias, the best documented failure of LLM judges: a padded reply
 (at least :data:`amaris.offline.tags.VERBOSE_WORDS` words) gets the best verdict on every
@@ -33,7 +33,7 @@ from amaris.offline.judge import respond
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.settings import AGENTS
 from amaris.sim.driver import StepResult, StepSource
-from amaris.sim.judge_server import FaultProfile, Reply, WireJSON, create_llm_app
+from amaris.sim.judge_server import FaultProfile, Reply, Responder, WireJSON, create_llm_app
 from amaris.sim.judge_server import offline_responder as honest_responder
 from amaris.sim.policy import PlannedRollout
 
@@ -95,7 +95,7 @@ class DriftingJudge:
 
 
 @contextmanager
-def serve_judge(judge: DriftingJudge) -> Iterator[str]:
+def serve_judge(judge: Responder) -> Iterator[str]:
     """Serve ``judge`` on 127.0.0.1 in a thread of this process; yield its ``/v1`` URL."""
     port = free_port()
     server = uvicorn.Server(
@@ -115,15 +115,16 @@ def serve_judge(judge: DriftingJudge) -> Iterator[str]:
         thread.join(timeout=STARTUP_TIMEOUT_S)
 
 
-def scenario_overrides(judge_url: str) -> dict[str, Any]:
+def scenario_overrides(judge_url: str, auditor_url: str) -> dict[str, Any]:
     """The server's settings in a scenario: the scorer (and so the judge canaries) on the
-    simulator's judge at ``judge_url``, the auditor and the pipeline's agents on the
-    server's offline judge."""
+    simulator's judge at ``judge_url``, the auditor on its noisy judge at ``auditor_url``,
+    the pipeline's agents on the server's offline judge."""
     offline = {f"client.{agent}.offline": True for agent in AGENTS if agent != "scorer"}
     return {
         "client.scorer.base_url": judge_url,
         "client.scorer.api_key": "simulated",
-        "client.auditor.offline": True,
+        "client.auditor.base_url": auditor_url,
+        "client.auditor.api_key": "simulated",
         **offline,
     }
 

@@ -92,9 +92,20 @@ def test_probes_are_not_mined_from_oversized_replies() -> None:
 
 
 def test_the_budget_is_a_share_of_the_judged_rollouts_rounded_down() -> None:
-    assert budget_of(49, 0.02) == 0
-    assert budget_of(50, 0.02) == 1
-    assert budget_of(256, 0.02) == 5
+    assert budget_of(50, 0.02, 7) == 1
+    assert budget_of(99, 0.02, 7) == 1
+    assert budget_of(256, 0.02, 7) == 5
+    assert budget_of(0, 0.02, 0) == 0
+
+
+def test_a_step_too_small_for_one_probe_gets_one_every_few_steps_within_the_share() -> None:
+    # 32 judged rollouts at 2%: 0.64 of a probe a step, so one every second step
+    assert [budget_of(32, 0.02, step) for step in range(6)] == [1, 0, 1, 0, 1, 0]
+    # 24: 0.48 of a probe, one every third step
+    assert [budget_of(24, 0.02, step) for step in range(6)] == [1, 0, 0, 1, 0, 0]
+    for judged in (1, 7, 24, 25, 32, 49):
+        probes = sum(budget_of(judged, 0.02, step) for step in range(300))
+        assert 0 < probes <= 0.02 * judged * 300
 
 
 def test_kinds_take_turns_from_the_step_and_skip_what_cannot_be_mined() -> None:

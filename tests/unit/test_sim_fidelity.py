@@ -62,24 +62,42 @@ def test_reward_gap_pools_the_steps_and_leaves_unscored_out() -> None:
 
 def test_outcome_times_the_alarm_and_splits_the_gaps_around_it() -> None:
     steps = [
-        _step(0, {"correct": [1.0], HACK: [0.0]}, alarm=True),  # before the drift: false
-        _step(1, {"correct": [1.0], HACK: [0.0]}),
-        _step(2, {"correct": [1.0], HACK: [1.0]}),  # drift
-        _step(3, {"correct": [1.0], HACK: [0.8]}, alarm=True),
-        _step(4, {"correct": [1.0], HACK: [0.4]}, alarm=True),
-        _step(5, {"correct": [1.0], HACK: [0.2]}),
+        # the seed rubric's step: left out of the baseline (its alarm is still false)
+        _step(0, {"correct": [1.0], HACK: [0.9]}, alarm=True),
+        _step(1, {"correct": [1.0], HACK: [0.2]}),
+        _step(2, {"correct": [1.0], HACK: [0.0]}),
+        _step(3, {"correct": [1.0], HACK: [1.0]}),  # drift
+        _step(4, {"correct": [1.0], HACK: [0.8]}, alarm=True),
+        _step(5, {"correct": [1.0], HACK: [0.4]}, alarm=True),
+        _step(6, {"correct": [1.0], HACK: [0.2]}),
     ]
-    outcome = fidelity_outcome(_run(steps), 2, HACKED)
-    assert outcome.first_alarm_step == 3
+    outcome = fidelity_outcome(_run(steps), 3, HACKED)
+    assert outcome.first_alarm_step == 4
     assert outcome.false_alarms == 1
-    assert outcome.gap_before_drift == pytest.approx(1.0)
-    assert outcome.gap_during_drift == pytest.approx(1.0 - 0.9)  # steps 2-3
-    # the last five steps: 1, 2, 3, 4, 5
-    assert outcome.gap_after_response == pytest.approx(1.0 - (0.0 + 1.0 + 0.8 + 0.4 + 0.2) / 5)
-    restored = outcome.gap_restored()
-    assert restored == pytest.approx((0.52 - 0.1) / (1.0 - 0.1))
+    assert outcome.gap_before_drift == pytest.approx(1.0 - 0.1)  # steps 1-2
+    assert outcome.gap_during_drift == pytest.approx(1.0 - 0.9)  # steps 3-4
+    # after the first alarm's step: 5, 6
+    assert outcome.gap_after_response == pytest.approx(1.0 - 0.3)
+    restored = outcome.gap_restored
+    assert restored == pytest.approx((0.7 - 0.1) / (0.9 - 0.1))
+    assert json.loads(outcome.model_dump_json())["gap_restored"] == pytest.approx(restored)
     assert outcome.audit_call_share == pytest.approx(8 / 100)
     assert outcome.canary_call_share == pytest.approx(2 / 100)
+
+
+def test_the_response_is_read_over_the_last_steps_after_the_alarm() -> None:
+    steps = [_step(s, {"correct": [1.0], HACK: [0.0]}) for s in range(3)]
+    steps += [_step(3, {"correct": [1.0], HACK: [1.0]}, alarm=True)]  # drift, alarm
+    steps += [_step(s, {"correct": [1.0], HACK: [s / 100]}) for s in range(4, 12)]
+    outcome = fidelity_outcome(_run(steps), 3, HACKED)
+    assert outcome.gap_after_response == pytest.approx(1.0 - sum(range(7, 12)) / 500)
+    # no alarm: the run's last steps
+    quiet = [_step(s, {"correct": [1.0], HACK: [0.5]}) for s in range(4)]
+    outcome = fidelity_outcome(_run(quiet), 2, HACKED)
+    assert outcome.first_alarm_step is None
+    assert outcome.gap_after_response == pytest.approx(0.5)
+    # a drift before any settled step leaves no baseline
+    assert fidelity_outcome(_run(quiet), 1, HACKED).gap_before_drift is None
 
 
 def test_without_a_drift_every_alarm_is_false() -> None:
@@ -87,7 +105,7 @@ def test_without_a_drift_every_alarm_is_false() -> None:
     outcome = fidelity_outcome(_run(steps), None, HACKED)
     assert (outcome.first_alarm_step, outcome.false_alarms) == (2, 1)
     assert outcome.gap_before_drift is None and outcome.gap_during_drift is None
-    assert outcome.gap_restored() is None
+    assert outcome.gap_restored is None
 
 
 def test_call_shares_count_only_judge_calls() -> None:

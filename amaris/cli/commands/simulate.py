@@ -24,6 +24,13 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in [0, 1]")
+    return value
+
+
 SCENARIOS = ("judge-drift", "steady")
 """Scenarios of the training judge (docs/fidelity.md): drifts from ``--drift-step``, or not."""
 
@@ -75,13 +82,21 @@ def register(sub: SubParsers) -> None:
         "--scenario",
         choices=SCENARIOS,
         default=None,
-        help="serve the scorer through the simulator's judge, audited by the offline "
-        "judge: judge-drift (lenient to padding from --drift-step) or steady (no drift); "
-        "writes OUT/fidelity.json",
+        help="serve the scorer through the simulator's judge, audited by an honest but "
+        "noisy judge (--auditor-noise): judge-drift (lenient to padding from --drift-step) "
+        "or steady (no drift); writes OUT/fidelity.json",
     )
     parser.add_argument(
         "--drift-step",
         type=bounded(1, 1000),
         default=5,
         help="with --scenario judge-drift: the first step the training judge drifts (default 5)",
+    )
+    parser.add_argument(
+        "--auditor-noise",
+        type=_share,
+        default=0.1,
+        help="with --scenario: share of the auditor's verdicts read the other way from the "
+        "honest one, drawn per reply and criterion from --seed (default 0.1; 0: the "
+        "auditor is the scorer's honest judge)",
     )
