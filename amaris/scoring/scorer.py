@@ -38,6 +38,8 @@ from amaris.scoring.judge_protocol import (
     JudgeVerdicts,
     check_ids,
     judge_messages,
+    known_verdicts,
+    verdicts_example,
     verdicts_schema,
 )
 from amaris.scoring.learned_rules import LearnedRules
@@ -124,6 +126,7 @@ class Scorer:
         self._cache: OrderedDict[str, _Judged] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[_Judged]] = {}
         self._schemas: OrderedDict[tuple[str, ...], JSONSchema] = OrderedDict()
+        self._examples: OrderedDict[tuple[str, ...], JudgeVerdicts] = OrderedDict()
         self._bare_tokens: OrderedDict[tuple[str, int], int] = OrderedDict()
         """Estimated tokens of the scorer's prompt with an empty rollout, per rubric version."""
         self.counters: Counter[str] = Counter()
@@ -376,6 +379,7 @@ class Scorer:
                     check=check_ids(rubric),
                     json_schema=self._schema(rubric),
                     account=self._account,
+                    example=self._example(rubric),
                 )
                 for _ in range(self._samples)
             )
@@ -394,8 +398,9 @@ class Scorer:
                 if expected is not None:
                     values, from_logprobs = list(expected), from_logprobs + 1
             for verdict, value in zip(result.verdicts, values, strict=True):
-                samples[verdict.id].append(value)
-        reasons = {v.id: v.reason for v in replies[0][0].verdicts}
+                if verdict.id in samples:  # a verdict on an id of the judge's own: ignored
+                    samples[verdict.id].append(value)
+        reasons = {v.id: v.reason for v in known_verdicts(replies[0][0], rubric)}
         combined = {cid: combine(values) for cid, values in samples.items()}
         sampled = self._samples > 1
         breakdown = tuple(
@@ -423,6 +428,16 @@ class Scorer:
             while len(self._schemas) > _SCHEMA_CACHE:
                 self._schemas.popitem(last=False)
         return schema
+
+    def _example(self, rubric: RubricVersion) -> JudgeVerdicts:
+        # Built once per rubric, as its schema is: the system message stays byte-identical.
+        ids = tuple(c.id for c in rubric.judged)
+        example = self._examples.get(ids)
+        if example is None:
+            example = self._examples[ids] = verdicts_example(ids)
+            while len(self._examples) > _SCHEMA_CACHE:
+                self._examples.popitem(last=False)
+        return example
 
     @staticmethod
     def _key(rubric: RubricVersion, fields: dict[str, str]) -> str:
