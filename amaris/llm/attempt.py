@@ -40,6 +40,7 @@ from amaris.llm.output_mode import ModeState, OutputMode, OutputModes, response_
 from amaris.llm.providers import ChatProvider, Completion, Failure
 from amaris.llm.reasoning import without_inline_reasoning
 from amaris.llm.reply_format import (
+    SHOWN_MODES,
     Examples,
     format_instructions,
     shown_example,
@@ -205,7 +206,7 @@ class Requests:
         """``call`` with the reply's shape in its system message when ``mode`` sends no
         schema (``json_object``, ``none``) to an endpoint; else ``call`` as it is (the
         ``json_schema`` prompt is never changed)."""
-        if mode not in ("json_object", "none") or call.provider.offline:
+        if mode not in SHOWN_MODES or call.provider.offline:
             return call
         example = (
             self._examples.of(call.output[1])

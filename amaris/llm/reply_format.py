@@ -25,6 +25,8 @@ from amaris.llm.schema import JsonSchema
 
 FORMAT_HEADING = "Your reply must be one JSON object of exactly this shape (your own values):"
 """The line before the example (no data block follows it: the example is amaris's own)."""
+SHOWN_MODES = frozenset({"json_object", "none"})
+"""The structured-output modes whose requests show the example (they send no schema)."""
 _EXAMPLES = 256
 """Examples kept (:class:`Examples`): one per schema object."""
 

@@ -29,6 +29,12 @@ from amaris.llm.gateway import (
     LLMTruncatedError,
     LLMUnavailableError,
 )
+from amaris.llm.reply_format import (
+    SHOWN_MODES,
+    format_instructions,
+    shown_example,
+    with_instructions,
+)
 from amaris.logs import loggable
 from amaris.models import CriterionResult, ScoreRequest, storable
 from amaris.rubric.model import RubricVersion
@@ -127,8 +133,9 @@ class Scorer:
         self._inflight: dict[str, asyncio.Future[_Judged]] = {}
         self._schemas: OrderedDict[tuple[str, ...], JSONSchema] = OrderedDict()
         self._examples: OrderedDict[tuple[str, ...], JudgeVerdicts] = OrderedDict()
-        self._bare_tokens: OrderedDict[tuple[str, int], int] = OrderedDict()
-        """Estimated tokens of the scorer's prompt with an empty rollout, per rubric version."""
+        self._bare_tokens: OrderedDict[tuple[str, int, bool], int] = OrderedDict()
+        """Estimated tokens of the scorer's prompt with an empty rollout, per rubric version
+        and whether the reply's example is shown."""
         self.counters: Counter[str] = Counter()
         """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``,
         ``truncated.<cause>`` (``max_field_chars``, ``context_window``); with logprobs,
@@ -348,14 +355,18 @@ class Scorer:
         return fit_texts(fields, room, json_chars)
 
     def _bare(self, rubric: RubricVersion, names: tuple[str, ...]) -> int:
-        # Built once per rubric version, not per request: the hot path only looks it up.
-        key = (rubric.scope, rubric.version)
+        # Built once per rubric version and mode, not per request: the hot path only looks
+        # it up. In the modes that send no schema the gateway ends the system message with
+        # the reply's example (amaris/llm/reply_format.py): counted here too.
+        shown = self._gateway.output_mode(self._agent).mode in SHOWN_MODES
+        key = (rubric.scope, rubric.version, shown)
         bare = self._bare_tokens.get(key)
         if bare is None:
-            empty = {name: "" for name in names}
-            bare = self._bare_tokens[key] = estimate_messages(
-                judge_messages(self._prompt, rubric, empty)
-            )
+            messages = judge_messages(self._prompt, rubric, {name: "" for name in names})
+            if shown:
+                example = format_instructions(shown_example(self._example(rubric)))
+                messages = with_instructions(messages, example)
+            bare = self._bare_tokens[key] = estimate_messages(messages)
             while len(self._bare_tokens) > _SCHEMA_CACHE:
                 self._bare_tokens.popitem(last=False)
         return bare

@@ -14,6 +14,7 @@ import pytest
 from pydantic import BaseModel, Field, ValidationError
 from qdrant_client import QdrantClient
 
+from amaris.llm.budget import estimate_messages
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway
 from amaris.llm.providers import Completion
@@ -209,6 +210,20 @@ def test_instructions_go_after_the_first_system_message() -> None:
         {"role": "system", "content": "t"},
     ]
     assert messages[1]["content"] == "s \n"  # not changed in place
+
+
+async def test_a_long_rollout_is_cut_so_the_prompt_with_its_example_fits(make: Any) -> None:
+    # The context budget counts the example the gateway adds: the prompt sent, example
+    # included, is within the window less max_tokens.
+    scorer, provider = make(
+        **JSON_OBJECT,
+        **{"agents.scorer.context_window": 3000, "agents.scorer.max_tokens": 200},
+    )
+    judgement = await scorer.judge(request("word " * 3000), RUBRIC)
+    assert judgement.truncated == ["rollout.output"]
+    (call,) = provider.calls
+    assert EXAMPLE in call.messages[0]["content"]
+    assert 2700 < estimate_messages(call.messages) <= 3000 - 200
 
 
 # -- how its reply is read --------------------------------------------------------------------
