@@ -226,7 +226,13 @@ def test_a_server_refusing_json_schema_gets_the_fallback_and_no_5xx(
     assert after["rejected"] - before["rejected"] == 1  # refused once, then remembered
     assert scored_share(results) >= 0.95, [r["reason"] for r in results]
     served = real_llm.requests("no-json-schema")[since:]
-    assert_one_request_per_scored_rollout(served, rollouts, results)
+    # A corrective re-ask's last message is the re-ask, not the rollout: one per rollout
+    # left judge_invalid, none for a scored one; the first asks, one per rollout.
+    reasks = [text for text in served if text.startswith("Your reply was invalid")]
+    invalid = [r for r in results if (r["reason"] or "").startswith("judge_invalid")]
+    assert len(reasks) == len(invalid), [r["reason"] for r in results]
+    asks = [text for text in served if not text.startswith("Your reply was invalid")]
+    assert_one_request_per_scored_rollout(asks, rollouts, results)
     for agent in ("scorer", "analyzer", "updater"):
         mode = health["structured_output"][agent]
         assert mode["mode"] == "json_object"
