@@ -11,6 +11,7 @@ context windows and the reasoning, each one step.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -18,6 +19,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
+
+from pydantic import BaseModel
 
 from amaris.llm.budget import ContextWindows, estimate_messages, stated_prompt_tokens
 from amaris.llm.call_log import CallLog, CallOutcome, CallRecord
@@ -36,6 +39,13 @@ from amaris.llm.output_fit import FittedSchemas
 from amaris.llm.output_mode import ModeState, OutputMode, OutputModes, response_format
 from amaris.llm.providers import ChatProvider, Completion, Failure
 from amaris.llm.reasoning import without_inline_reasoning
+from amaris.llm.reply_format import (
+    SHOWN_MODES,
+    Examples,
+    format_instructions,
+    shown_example,
+    with_instructions,
+)
 from amaris.llm.schema import JsonSchema
 from amaris.request_context import request_id_var
 from amaris.settings import GatewaySettings, ResolvedAgentOptions, Settings
@@ -63,6 +73,9 @@ class Call:
     reask: bool
     provider: ChatProvider
     options: ResolvedAgentOptions
+    example: BaseModel | None = None
+    """One reply of the expected shape, shown to the model in the modes that
+    send no schema (:mod:`amaris.llm.reply_format`); None: one made from the schema."""
 
     @property
     def ledger_agent(self) -> str:
@@ -120,6 +133,7 @@ class Requests:
         self._budget: GatewaySettings = settings.gateway
         self._limits = Limits(settings, providers)
         self._fits = FittedSchemas()
+        self._examples = Examples()
         self._modes = modes
         self._windows = windows
         self._ledger = ledger
@@ -160,6 +174,7 @@ class Requests:
     async def _attempt(self, call: Call, attempt: int) -> Attempt:
         """One request of ``call`` (its ``attempt``-th counted one)."""
         mode, request_format = self._request_format(call)
+        call = self._shown_format(call, mode)
         record = self._record(call, attempt, mode)
         started = time.perf_counter()
         try:
@@ -186,6 +201,20 @@ class Requests:
         if mode == "json_schema" and options.max_tokens is not None:
             schema = self._fits.fitted(call.agent, name, schema, options.max_tokens)
         return mode, response_format(mode, name, schema)
+
+    def _shown_format(self, call: Call, mode: Mode) -> Call:
+        """``call`` with the reply's shape in its system message when ``mode`` sends no
+        schema (``json_object``, ``none``) to an endpoint; else ``call`` as it is (the
+        ``json_schema`` prompt is never changed)."""
+        if mode not in SHOWN_MODES or call.provider.offline:
+            return call
+        example = (
+            self._examples.of(call.output[1])
+            if call.example is None
+            else shown_example(call.example)
+        )
+        messages = with_instructions(call.messages, format_instructions(example))
+        return dataclasses.replace(call, messages=messages)
 
     @staticmethod
     def _record(call: Call, attempt: int, mode: Mode) -> CallRecord:

@@ -185,13 +185,20 @@ class LLMGateway:
         step: int | None = None,
         check: Callable[[T], None] | None = None,
         json_schema: JsonSchema | None = None,
+        example: BaseModel | None = None,
     ) -> T:
         """One structured call: returns output validated by ``schema`` (and ``check``).
 
         See :meth:`structured_completion`.
         """
         result, _ = await self.structured_completion(
-            agent, messages, schema, step=step, check=check, json_schema=json_schema
+            agent,
+            messages,
+            schema,
+            step=step,
+            check=check,
+            json_schema=json_schema,
+            example=example,
         )
         return result
 
@@ -205,6 +212,7 @@ class LLMGateway:
         check: Callable[[T], None] | None = None,
         json_schema: JsonSchema | None = None,
         account: str | None = None,
+        example: BaseModel | None = None,
     ) -> tuple[T, Completion]:
         """One structured call: the output validated by ``schema`` (and ``check``), and the
         completion it was read from (its token logprobs, when asked for).
@@ -212,7 +220,10 @@ class LLMGateway:
         The request asks for ``json_schema`` (default: ``schema``'s strict JSON schema) in
         the agent's structured-output mode. ``account``: the ledger agent its usage is
         counted under (default ``agent``), e.g. ``canary`` for the rubric canary's scorer
-        calls, so a step's table tells them from its rollouts' own.
+        calls, so a step's table tells them from its rollouts' own. ``example``: one reply
+        of the expected shape, shown to the model in the modes that send no schema
+        (``json_object``, ``none``; :mod:`amaris.llm.reply_format`); by default one made
+        from the schema.
 
         Raises:
             LLMUnavailableError: transient failures outlasted the budget, or a permanent error.
@@ -222,7 +233,7 @@ class LLMGateway:
             schema.__name__,
             json_schema if json_schema is not None else strict_schema(schema),
         )
-        call = self._call(agent, messages, step, output, account, reask=False)
+        call = self._call(agent, messages, step, output, account, example, reask=False)
         while True:
             completion = await self._waited(call)
             answer = self._answer(agent, completion, step)
@@ -235,7 +246,7 @@ class LLMGateway:
                 if not self._settings.gateway.reask_on_invalid:
                     raise LLMOutputError(f"{agent}: invalid output: {short(exc)}") from exc
                 retry = _reask(messages, answer, exc)
-                call = self._call(agent, retry, step, output, account, reask=True)
+                call = self._call(agent, retry, step, output, account, example, reask=True)
 
     def _call(
         self,
@@ -244,10 +255,11 @@ class LLMGateway:
         step: int | None,
         output: tuple[str, JsonSchema],
         account: str | None,
+        example: BaseModel | None,
         reask: bool,
     ) -> Call:
         provider, options = self._providers[agent], self._agent_options(agent)
-        return Call(agent, account, messages, step, output, reask, provider, options)
+        return Call(agent, account, messages, step, output, reask, provider, options, example)
 
     def _answer(self, agent: str, completion: Completion, step: int | None) -> str:
         """The answer of ``completion`` (its reasoning already taken out).

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from amaris.agents.prompts import agent_messages
 from amaris.jsonfile import JSONDict
@@ -49,12 +49,36 @@ class Verdict(BaseModel):
 
 
 class JudgeVerdicts(BaseModel):
-    """The scorer agent's whole answer."""
+    """The scorer agent's whole answer.
+
+    Read tolerantly where a judge without a schema (``json_object``, ``none``) strays from
+    the shape but not from the meaning: a lone verdict object (``{"id", "reason",
+    "score"}``) or ``"verdicts"`` holding one verdict object instead of a list of them are
+    a list of that one verdict. Every verdict is still typed (an integer score on the
+    scale), and :func:`check_ids` still asks for each criterion once.
+    """
 
     verdicts: list[Verdict]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_verdict(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        if "verdicts" not in data and "id" in data and "score" in data:
+            return {"verdicts": [data]}
+        inner = data.get("verdicts")
+        if isinstance(inner, dict) and "id" in inner:
+            return {**data, "verdicts": [inner]}
+        return data
+
 
 def check_ids(rubric: RubricVersion) -> Callable[[JudgeVerdicts], None]:
+    """The check of a reply's verdicts: each of ``rubric``'s judged criterion ids exactly
+    once. A verdict on an id the rubric does not have is ignored (the scorer reads only
+    the rubric's ids, :func:`known_verdicts`) when every criterion has its one verdict: a
+    judge without a schema (``json_object``) sometimes adds one for a criterion of its own
+    (SmolLM2-135M: ``B1``), and the verdicts asked for are all there."""
     expected = [c.id for c in rubric.judged]
     known = frozenset(expected)
 
@@ -68,6 +92,8 @@ def check_ids(rubric: RubricVersion) -> Callable[[JudgeVerdicts], None]:
         missing = [i for i in expected if i not in counts]
         extra = [i for i in counts if i not in known]
         duplicated = sorted(i for i, n in counts.items() if n > 1)
+        if not missing and all(counts[i] == 1 for i in expected):
+            return
         raise ValueError(
             f"verdicts must cover each criterion id exactly once ({len(expected)}; the "
             f"reply has {len(result.verdicts)}); missing {_some(missing)}, unknown "
@@ -75,6 +101,27 @@ def check_ids(rubric: RubricVersion) -> Callable[[JudgeVerdicts], None]:
         )
 
     return check
+
+
+def known_verdicts(result: JudgeVerdicts, rubric: RubricVersion) -> list[Verdict]:
+    """``result``'s verdicts on ``rubric``'s judged criteria, in the reply's order (those
+    on ids it does not have left out; see :func:`check_ids`)."""
+    known = {c.id for c in rubric.judged}
+    return [v for v in result.verdicts if v.id in known]
+
+
+EXAMPLE_REASON = "One short sentence on this criterion."
+"""The reason of :func:`verdicts_example`'s verdicts."""
+EXAMPLE_SCORE = (SCALE_MIN + SCALE_MAX) // 2
+"""The score of :func:`verdicts_example`'s verdicts: the scale's middle."""
+
+
+def verdicts_example(criterion_ids: tuple[str, ...]) -> JudgeVerdicts:
+    """One reply of the exact shape asked for, with the rubric's criterion ids in order:
+    what a judge with no schema to decode to (``json_object``) is shown."""
+    return JudgeVerdicts(
+        verdicts=[Verdict(id=i, reason=EXAMPLE_REASON, score=EXAMPLE_SCORE) for i in criterion_ids]
+    )
 
 
 def _some(ids: list[str]) -> str:

@@ -30,6 +30,12 @@ from amaris.llm.gateway import (
     LLMTruncatedError,
     LLMUnavailableError,
 )
+from amaris.llm.reply_format import (
+    SHOWN_MODES,
+    format_instructions,
+    shown_example,
+    with_instructions,
+)
 from amaris.logs import loggable
 from amaris.models import CriterionResult, ScoreRequest, storable
 from amaris.rubric.model import RubricVersion
@@ -39,6 +45,8 @@ from amaris.scoring.judge_protocol import (
     JudgeVerdicts,
     check_ids,
     judge_messages,
+    known_verdicts,
+    verdicts_example,
     verdicts_schema,
 )
 from amaris.scoring.learned_rules import LearnedRules
@@ -125,8 +133,10 @@ class Scorer:
         self._cache: OrderedDict[str, _Judged] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[_Judged]] = {}
         self._schemas: OrderedDict[tuple[str, ...], JSONSchema] = OrderedDict()
-        self._bare_tokens: OrderedDict[tuple[str, int], int] = OrderedDict()
-        """Estimated tokens of the scorer's prompt with an empty rollout, per rubric version."""
+        self._examples: OrderedDict[tuple[str, ...], JudgeVerdicts] = OrderedDict()
+        self._bare_tokens: OrderedDict[tuple[str, int, bool], int] = OrderedDict()
+        """Estimated tokens of the scorer's prompt with an empty rollout, per rubric version
+        and whether the reply's example is shown."""
         self.counters: Counter[str] = Counter()
         """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``,
         ``truncated.<cause>`` (``max_field_chars``, ``context_window``); with logprobs,
@@ -346,14 +356,18 @@ class Scorer:
         return fit_texts(fields, room, json_chars)
 
     def _bare(self, rubric: RubricVersion, names: tuple[str, ...]) -> int:
-        # Built once per rubric version, not per request: the hot path only looks it up.
-        key = (rubric.scope, rubric.version)
+        # Built once per rubric version and mode, not per request: the hot path only looks
+        # it up. In the modes that send no schema the gateway ends the system message with
+        # the reply's example (amaris/llm/reply_format.py): counted here too.
+        shown = self._gateway.output_mode(self._agent).mode in SHOWN_MODES
+        key = (rubric.scope, rubric.version, shown)
         bare = self._bare_tokens.get(key)
         if bare is None:
-            empty = {name: "" for name in names}
-            bare = self._bare_tokens[key] = estimate_messages(
-                judge_messages(self._prompt, rubric, empty)
-            )
+            messages = judge_messages(self._prompt, rubric, {name: "" for name in names})
+            if shown:
+                example = format_instructions(shown_example(self._example(rubric)))
+                messages = with_instructions(messages, example)
+            bare = self._bare_tokens[key] = estimate_messages(messages)
             while len(self._bare_tokens) > _SCHEMA_CACHE:
                 self._bare_tokens.popitem(last=False)
         return bare
@@ -376,6 +390,7 @@ class Scorer:
             check=check_ids(rubric),
             json_schema=self._schema(rubric),
             account=self._account,
+            example=self._example(rubric),
         )
         # One sample (the default) is awaited as is: a gather would wrap it in a task.
         replies = (
@@ -397,8 +412,9 @@ class Scorer:
                 if expected is not None:
                     values, from_logprobs = list(expected), from_logprobs + 1
             for verdict, value in zip(result.verdicts, values, strict=True):
-                samples[verdict.id].append(value)
-        reasons = {v.id: v.reason for v in replies[0][0].verdicts}
+                if verdict.id in samples:  # a verdict on an id of the judge's own: ignored
+                    samples[verdict.id].append(value)
+        reasons = {v.id: v.reason for v in known_verdicts(replies[0][0], rubric)}
         combined = {cid: combine(values) for cid, values in samples.items()}
         sampled = self._samples > 1
         breakdown = tuple(
@@ -426,6 +442,16 @@ class Scorer:
             while len(self._schemas) > _SCHEMA_CACHE:
                 self._schemas.popitem(last=False)
         return schema
+
+    def _example(self, rubric: RubricVersion) -> JudgeVerdicts:
+        # Built once per rubric, as its schema is: the system message stays byte-identical.
+        ids = tuple(c.id for c in rubric.judged)
+        example = self._examples.get(ids)
+        if example is None:
+            example = self._examples[ids] = verdicts_example(ids)
+            while len(self._examples) > _SCHEMA_CACHE:
+                self._examples.popitem(last=False)
+        return example
 
     @staticmethod
     def _key(rubric: RubricVersion, fields: dict[str, str]) -> str:

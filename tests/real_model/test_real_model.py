@@ -209,20 +209,36 @@ def test_score_with_a_reasoning_model_scores_95_percent(tmp_path: Path, real_llm
 def test_a_server_refusing_json_schema_gets_the_fallback_and_no_5xx(
     tmp_path: Path, real_llm: RealLLM
 ) -> None:
+    # The json_object fallback scores as json_schema does: amaris shows the judge one
+    # filled example of the verdicts (the rubric's ids) at the end of the system message,
+    # and reads a lone verdict or a verdict on an id of the model's own tolerantly
+    # (amaris/llm/reply_format.py, docs/configuration.md "Structured outputs").
+    rollouts = sample_rollouts(ROLLOUTS, seed=3)
     before = real_llm.stats()["no-json-schema"]
+    since = len(real_llm.requests("no-json-schema"))
     with TestClient(
         create_app(real_settings(tmp_path, real_llm, "no-json-schema"), qdrant_location=":memory:")
     ) as client:
-        results = score_all(client, sample_rollouts(2, seed=3))
+        results = score_all(client, rollouts)
         health = client.get("/healthz").json()
     after = real_llm.stats()["no-json-schema"]
     assert_well_formed(results, ["A1"])
     assert after["rejected"] - before["rejected"] == 1  # refused once, then remembered
+    assert scored_share(results) >= 0.95, [r["reason"] for r in results]
+    served = real_llm.requests("no-json-schema")[since:]
+    # A corrective re-ask's last message is the re-ask, not the rollout: one per rollout
+    # left judge_invalid, none for a scored one; the first asks, one per rollout.
+    reasks = [text for text in served if text.startswith("Your reply was invalid")]
+    invalid = [r for r in results if (r["reason"] or "").startswith("judge_invalid")]
+    assert len(reasks) == len(invalid), [r["reason"] for r in results]
+    asks = [text for text in served if not text.startswith("Your reply was invalid")]
+    assert_one_request_per_scored_rollout(asks, rollouts, results)
     for agent in ("scorer", "analyzer", "updater"):
         mode = health["structured_output"][agent]
         assert mode["mode"] == "json_object"
         assert "json_schema refused with 400" in mode["reason"]
         assert "response_format" in mode["reason"]
+    assert health["counters"]["scored"] == sum(r["status"] == "scored" for r in results)
 
 
 def test_token_counters_match_the_servers_usage(tmp_path: Path, real_llm: RealLLM) -> None:

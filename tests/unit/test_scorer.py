@@ -179,8 +179,8 @@ async def test_verdicts_that_do_not_cover_each_criterion_once_are_asked_again(
 ) -> None:
     for bad, said in [
         (verdicts(("A1", 4)), "missing ['R1'], unknown [], duplicated []"),
-        (verdicts(("A1", 4), ("R1", 0), ("R9", 1)), "missing [], unknown ['R9'], duplicated []"),
         (verdicts(("A1", 4), ("A1", 3)), "missing ['R1'], unknown [], duplicated ['A1']"),
+        (verdicts(("A1", 4), ("R9", 1)), "missing ['R1'], unknown ['R9'], duplicated []"),
     ]:
         h = make(bad)
         judgement = await h.scorer.judge(request(), RUBRIC)
@@ -188,6 +188,13 @@ async def test_verdicts_that_do_not_cover_each_criterion_once_are_asked_again(
         assert [c.verdict for c in judgement.breakdown] == [4, 4, 0]
         _, again = h.provider.calls
         assert said in again.messages[-1]["content"]
+    # Every criterion once, and a verdict on an id the rubric lacks: that one is ignored,
+    # the reply read as it is (tests/unit/test_reply_format.py).
+    h = make(verdicts(("A1", 1), ("R1", 0), ("R9", 3)))
+    judgement = await h.scorer.judge(request(), RUBRIC)
+    assert judgement.breakdown is not None
+    assert [(c.id, c.verdict) for c in judgement.breakdown] == [("A1", 1), ("A2", 4), ("R1", 0)]
+    assert len(h.provider.calls) == 1
 
 
 def test_a_pitfall_is_told_by_its_negative_weight_alone() -> None:
