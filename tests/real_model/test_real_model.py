@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from amaris.app.wiring import create_app
+from amaris.scoring.judge_canaries import budget_of
 from amaris.sim.judge_server import Reply
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM, offline_reply
@@ -386,7 +387,11 @@ def test_one_step_pipeline_runs_to_its_end_on_the_real_model(
     assert [r for r in replies if r["finish_reason"] != "stop"] == [], replies
     assert all(stats[f"{agent}.truncated"] == 0 for agent in calls), stats
     assert outcome["dropped"] == [], outcome
-    assert calls["scorer"] == PIPELINE_ROLLOUTS
+    # The scorer judged each rollout once, and the judge canary probed it: two judged
+    # rollouts are under one probe at judge_canaries.max_share, so step 0 gets one
+    # (budget_of: one probe on every ceil(1 / (max_share * judged))-th step).
+    probes = budget_of(PIPELINE_ROLLOUTS, settings.judge_canaries.max_share, 0)
+    assert calls["scorer"] == PIPELINE_ROLLOUTS + probes, (calls, probes)
     assert calls["analyzer"] >= PIPELINE_ROLLOUTS and calls["summarizer"] >= PIPELINE_ROLLOUTS
     assert all(calls[agent] >= 1 for agent in PIPELINE_AGENTS), calls
     # The outcome accepted: ``published``, a new rubric version from the updater's valid

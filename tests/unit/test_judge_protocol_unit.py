@@ -20,6 +20,7 @@ from amaris.scoring.judge_protocol import (
     Verdict,
     check_ids,
     judge_messages,
+    known_verdicts,
     verdicts_schema,
 )
 from amaris.settings import RegexRule
@@ -88,8 +89,8 @@ def test_a_rubric_of_300_judged_criteria_is_checked_by_value() -> None:
         ((), "(3; the reply has 0); missing ['A1', 'A3', 'R1'], unknown [], duplicated []"),
         (("A1", "A3"), "(3; the reply has 2); missing ['R1'], unknown [], duplicated []"),
         (
-            ("A1", "A2", "A3", "R1"),  # a rule criterion is not the judge's
-            "(3; the reply has 4); missing [], unknown ['A2'], duplicated []",
+            ("A1", "A2", "A3"),  # a rule criterion is not the judge's
+            "(3; the reply has 3); missing ['R1'], unknown ['A2'], duplicated []",
         ),
         (
             ("A1", "A1", "R1"),  # as many as expected, one twice
@@ -113,20 +114,30 @@ def test_a_reply_missing_adding_or_repeating_ids_is_refused_naming_them(
     assert str(caught.value) == f"verdicts must cover each criterion id exactly once {message}"
 
 
+def test_verdicts_on_unknown_ids_beside_one_per_criterion_pass_and_are_not_read() -> None:
+    # A judge without a schema sometimes adds a verdict of its own (SmolLM2: B1); the
+    # rubric's criteria each have theirs, so the reply is read without them. A rule
+    # criterion's id (A2) is not the judge's: a verdict on it is left out too.
+    reply = verdicts("A1", "A2", "A3", "R1", "B1")
+    check_ids(RUBRIC)(reply)
+    assert [v.id for v in known_verdicts(reply, RUBRIC)] == ["A1", "A3", "R1"]
+
+
 def test_the_error_names_five_ids_of_a_kind_each_clipped_and_counts_the_rest() -> None:
+    # R1 missing: the reply is refused, and the error lists the unknown ids it holds.
     unknown = [f"X{i}" for i in range(7)]
     with pytest.raises(ValueError) as caught:
-        check_ids(RUBRIC)(verdicts("A1", "A3", "R1", *unknown))
+        check_ids(RUBRIC)(verdicts("A1", "A3", *unknown))
     assert str(caught.value).endswith(
         "unknown ['X0', 'X1', 'X2', 'X3', 'X4'] and 2 more, duplicated []"
     )
     five = [f"Y{i}" for i in range(5)]
     with pytest.raises(ValueError) as caught:
-        check_ids(RUBRIC)(verdicts("A1", "A3", "R1", *five))
+        check_ids(RUBRIC)(verdicts("A1", "A3", *five))
     assert str(caught.value).endswith("unknown ['Y0', 'Y1', 'Y2', 'Y3', 'Y4'], duplicated []")
     forty, long = "z" * 40, "z" * 41
     with pytest.raises(ValueError) as caught:
-        check_ids(RUBRIC)(verdicts("A1", "A3", "R1", forty, long))
+        check_ids(RUBRIC)(verdicts("A1", "A3", forty, long))
     assert str(caught.value).endswith(f"unknown ['{forty}', '{forty}...'], duplicated []")
 
 
