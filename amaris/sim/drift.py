@@ -17,7 +17,6 @@ of the reward gap the drift removed; nothing else in the loop does.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,14 +25,19 @@ from typing import Any
 
 import uvicorn
 
-from amaris.agents.prompts import read_data
 from amaris.app.prefect_server import free_port
 from amaris.offline import tags
-from amaris.offline.judge import respond
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.settings import AGENTS
 from amaris.sim.driver import StepResult, StepSource
-from amaris.sim.judge_server import FaultProfile, Reply, Responder, WireJSON, create_llm_app
+from amaris.sim.judge_server import (
+    FaultProfile,
+    Reply,
+    Responder,
+    WireJSON,
+    create_llm_app,
+    scorer_request,
+)
 from amaris.sim.judge_server import offline_responder as honest_responder
 from amaris.sim.policy import PlannedRollout
 
@@ -62,29 +66,19 @@ class DriftingJudge:
         honestly: drift off, another agent, or a reply without padding)."""
         if not self.active:
             return None
-        try:
-            data = read_data(body.get("messages") or [])
-        except ValueError:
-            return None
-        if data.get("agent") != "scorer":
-            return None
-        output = str((data.get("rollout") or {}).get("output") or "")
-        if tags.BY_TAG[LENIENT_TO].detect(output, None) is None:
+        ask = scorer_request(body)
+        if ask is None or tags.BY_TAG[LENIENT_TO].detect(ask.output, None) is None:
             return None
         if self.known is None:
-            self.known = frozenset(str(c["text"]) for c in data["criteria"])
-        honest = json.loads(respond(body["messages"]))
-        verdicts = []
-        for criterion, verdict in zip(data["criteria"], honest["verdicts"], strict=True):
-            pitfall = criterion.get("kind") == "pitfall"
-            if str(criterion["text"]) in self.known:
-                verdict = {
-                    "id": verdict["id"],
-                    "reason": "a thorough, detailed reply",
-                    "score": SCALE_MIN if pitfall else SCALE_MAX,
-                }
-            verdicts.append(verdict)
-        return json.dumps({"verdicts": verdicts})
+            self.known = frozenset(text for text, _ in ask.criteria)
+        paid = "a thorough, detailed reply"
+        return ask.answer(
+            {
+                i: (paid, SCALE_MIN if kind == "pitfall" else SCALE_MAX)
+                for i, (text, kind) in enumerate(ask.criteria)
+                if text in self.known
+            }
+        )
 
     async def __call__(self, body: WireJSON) -> Reply:
         content = self.lenient(body)

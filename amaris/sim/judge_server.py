@@ -8,6 +8,7 @@ load and fault tests. Tests build the same app around a scripted responder.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 import uuid
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from amaris.agents.prompts import read_data
 from amaris.jsonfile import JSONDict
 from amaris.offline.judge import OfflineJudgeError, respond
 from amaris.offline.sampling import TokenLogprob, VerdictSampler
@@ -68,6 +70,48 @@ class FaultProfile:
     timeout_rate: float = 0.0
     malformed_rate: float = 0.0
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class ScorerRequest:
+    """A scorer's request as the simulator's judges that answer it their own way read it
+    (:mod:`amaris.sim.drift`'s lenient judge, :mod:`amaris.sim.noisy_judge`'s auditor)."""
+
+    output: str
+    """The rollout's reply."""
+    criteria: tuple[tuple[str, str | None], ...]
+    """``(text, kind)`` of each criterion, in the request's order."""
+    honest: tuple[tuple[str, str | None, int], ...]
+    """The offline judge's ``(id, reason, score)`` for each criterion, in that order."""
+
+    def answer(self, changed: dict[int, tuple[str | None, int]]) -> str:
+        """The verdicts as JSON: the honest ones, but ``changed[i] = (reason, score)`` for
+        the ``i``-th criterion."""
+        verdicts = []
+        for i, (cid, reason, score) in enumerate(self.honest):
+            reason, score = changed.get(i, (reason, score))
+            verdicts.append({"id": cid, "reason": reason, "score": score})
+        return json.dumps({"verdicts": verdicts})
+
+
+def scorer_request(body: WireJSON) -> ScorerRequest | None:
+    """``body`` read as a scorer's request; None for another agent's, or a body without an
+    agent's data block."""
+    try:
+        data = read_data(body.get("messages") or [])
+    except ValueError:
+        return None
+    if data.get("agent") != "scorer":
+        return None
+    honest = json.loads(respond(body["messages"]))["verdicts"]
+    criteria = tuple((str(c["text"]), c.get("kind")) for c in data["criteria"])
+    if len(honest) != len(criteria):
+        raise ValueError(f"the offline judge gave {len(honest)} verdicts for {len(criteria)}")
+    return ScorerRequest(
+        output=str((data.get("rollout") or {}).get("output") or ""),
+        criteria=criteria,
+        honest=tuple((str(v["id"]), v.get("reason"), int(v["score"])) for v in honest),
+    )
 
 
 def offline_responder(profile: FaultProfile) -> Responder:

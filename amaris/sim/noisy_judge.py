@@ -20,13 +20,16 @@ of which the scorer's drift must show.
 from __future__ import annotations
 
 import hashlib
-import json
 import struct
 
-from amaris.agents.prompts import read_data
-from amaris.offline.judge import respond
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
-from amaris.sim.judge_server import FaultProfile, Reply, WireJSON, offline_responder
+from amaris.sim.judge_server import (
+    FaultProfile,
+    Reply,
+    WireJSON,
+    offline_responder,
+    scorer_request,
+)
 
 DEFAULT_RATE = 0.1
 """Share of verdicts the noisy auditor reads the other way (see the module's text)."""
@@ -69,26 +72,16 @@ class NoisyJudge:
     def noisy(self, body: WireJSON) -> str | None:
         """The verdicts of a scorer request, some read the other way; None for a request
         that is not a scorer's (answered honestly)."""
-        try:
-            data = read_data(body.get("messages") or [])
-        except ValueError:
+        ask = scorer_request(body)
+        if ask is None:
             return None
-        if data.get("agent") != "scorer":
-            return None
-        output = str((data.get("rollout") or {}).get("output") or "")
-        honest = json.loads(respond(body["messages"]))
-        verdicts = []
-        for criterion, verdict in zip(data["criteria"], honest["verdicts"], strict=True):
+        changed: dict[int, tuple[str | None, int]] = {}
+        for i, ((text, _), (_, _, score)) in enumerate(zip(ask.criteria, ask.honest, strict=True)):
             self.verdicts += 1
-            if disagrees(self.seed, output, str(criterion["text"]), self.rate):
+            if disagrees(self.seed, ask.output, text, self.rate):
                 self.flipped += 1
-                verdict = {
-                    "id": verdict["id"],
-                    "reason": "read the other way by the noisy auditor",
-                    "score": read_other_way(int(verdict["score"])),
-                }
-            verdicts.append(verdict)
-        return json.dumps({"verdicts": verdicts})
+                changed[i] = ("read the other way by the noisy auditor", read_other_way(score))
+        return ask.answer(changed)
 
     async def __call__(self, body: WireJSON) -> Reply:
         content = self.noisy(body)

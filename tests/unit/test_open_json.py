@@ -25,7 +25,7 @@ BUDGET = {
     "amaris/offline": 41,
     "amaris/scoring": 4,
     "amaris/settings": 13,
-    "amaris/sim": 47,  # the noisy auditor reads the chat request body (wire JSON) as drift.py does
+    "amaris/sim": 48,  # the simulated judges read the chat request body (wire JSON)
     "amaris/steps": 1,
     "api": 4,
     "tasks": 24,
