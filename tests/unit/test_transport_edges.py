@@ -204,7 +204,14 @@ def test_one_endpoint_serves_two_event_loops_and_closes_both() -> None:
         while server.ended < 2:
             assert time.monotonic() < deadline, f"{server.ended} of 2 connections closed"
             time.sleep(0.01)
-        listening.close()
+
+        async def stop_listening() -> None:
+            # On the server's own loop: asyncio.Server is not thread-safe, and closing it from
+            # here raced the loop detaching the last connection (CI, 2026-11-27).
+            listening.close()
+            await listening.wait_closed()
+
+        asyncio.run_coroutine_threadsafe(stop_listening(), other).result(DEADLINE_S)
     finally:
         other.call_soon_threadsafe(other.stop)
         thread.join(DEADLINE_S)
