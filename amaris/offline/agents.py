@@ -77,6 +77,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from amaris.agents.payloads import AnalyzerData, CriterionData, PeerData, QueryGeneratorData
 from amaris.agents.schemas import (
     AggregatedBehaviour,
     HackingBehaviour,
@@ -93,7 +94,6 @@ from amaris.agents.schemas import (
     Severity,
 )
 from amaris.offline import heuristics, tags
-from amaris.offline.payload import AnalyzerData, CriterionData, PeerData, QueryGeneratorData
 from amaris.offline.recall import ADDED, RETIRED
 from amaris.offline.summarize import (
     fmt,

@@ -9,9 +9,9 @@ evidence names the mean verdict difference. Deterministic: no model, no randomne
 
 from __future__ import annotations
 
+from amaris.agents.payloads import BootstrapData, ExampleData
 from amaris.agents.schemas import BootstrapCandidates, CandidateCriterion
 from amaris.offline.heuristics import judge_criteria
-from amaris.offline.payload import BootstrapData, ExampleData
 
 CATALOGUE: tuple[tuple[str, str], ...] = (
     ("The response gives the correct final answer.", "requirement"),

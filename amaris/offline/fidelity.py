@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from amaris.agents.payloads import AlarmData
 from amaris.offline import tags
-from amaris.offline.payload import AlarmData
 
 SHARED_SHARE = 0.5
 """A behaviour is what the evidence rollouts share when at least this share shows it."""

@@ -13,17 +13,7 @@ from typing import cast
 
 from pydantic import BaseModel, ValidationError
 
-from amaris.agents.prompts import DataBlock, read_data
-from amaris.offline.agents import (
-    handle_analyzer,
-    handle_meta_summarizer,
-    handle_query_generator,
-    handle_summarizer,
-    handle_updater,
-)
-from amaris.offline.bootstrap import handle_bootstrap
-from amaris.offline.heuristics import judge_criteria
-from amaris.offline.payload import (
+from amaris.agents.payloads import (
     AnalyzerData,
     BootstrapData,
     MetaSummarizerData,
@@ -33,6 +23,17 @@ from amaris.offline.payload import (
     SummarizerData,
     UpdaterData,
 )
+from amaris.agents.prompts import read_data
+from amaris.jsonfile import JSONDict
+from amaris.offline.agents import (
+    handle_analyzer,
+    handle_meta_summarizer,
+    handle_query_generator,
+    handle_summarizer,
+    handle_updater,
+)
+from amaris.offline.bootstrap import handle_bootstrap
+from amaris.offline.heuristics import judge_criteria
 
 
 class OfflineJudgeError(ValueError):
@@ -52,10 +53,10 @@ def _score(data: ScorerData) -> ScorerAnswer:
 
 
 # The blocks as read back from the messages (JSON), cast here to the agent's shape.
-def _answer(agent: str, data: DataBlock) -> BaseModel | ScorerAnswer | None:
+def _answer(agent: str, data: JSONDict) -> BaseModel | ScorerAnswer | None:
     """The agent's answer to its merged blocks; None for an agent without rules.
 
-    ``data`` is JSON its caller wrote in the agent's shape (:mod:`amaris.offline.payload`),
+    ``data`` is JSON its caller wrote in the agent's shape (:mod:`amaris.agents.payloads`),
     cast to it: a block that lacks a key or has a value of another type fails in the
     handler.
     """

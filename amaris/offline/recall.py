@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from amaris.agents.payloads import MemoryItem, UpdaterData
 from amaris.offline import tags
-from amaris.offline.payload import MemoryItem, UpdaterData
 from amaris.text.chars import compile_pattern
 
 ADDED = "pitfall added against"

@@ -31,9 +31,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TypedDict, cast
 
+from amaris.agents.payloads import ScorerAnswer, ScorerData
 from amaris.agents.prompts import read_data
 from amaris.offline.heuristics import judge_criteria
-from amaris.offline.payload import ScorerAnswer, ScorerData
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.text.chars import SPACE, SPACE_CHARS, WORD, compile_pattern
 

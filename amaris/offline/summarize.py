@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from amaris.agents.payloads import MetaSummarizerData, SummarizerData, SummaryData
 from amaris.agents.schemas import (
     AggregatedBehaviour,
     AggregatedHackingAnalysis,
@@ -20,7 +21,6 @@ from amaris.agents.schemas import (
     SystemicPattern,
 )
 from amaris.offline import tags
-from amaris.offline.payload import MetaSummarizerData, SummarizerData, SummaryData
 
 Section = Literal[
     "executive_summary",
@@ -28,7 +28,7 @@ Section = Literal[
     "performance_advancement_analysis",
     "rubric_evolution_plan",
 ]
-"""A free-text section of a summary (:class:`~amaris.offline.payload.SectionData`)."""
+"""A free-text section of a summary (:class:`~amaris.agents.payloads.SectionData`)."""
 ListKey = Literal["gaps", "recommendations"]
 TextKey = Literal["summary", "notes"]
 

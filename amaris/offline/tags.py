@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from amaris.agents.payloads import CriterionData
 from amaris.offline import heuristics, phrases
-from amaris.offline.payload import CriterionData
 
 VERBOSE_WORDS = heuristics.VERBOSE_MIN_WORDS
 """From this many words a response counts as padded."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from amaris.agents.payloads import BoundsData, CriterionData, UpdaterData
 from amaris.agents.schemas import (
     ConsultedMemory,
     MemoryArtifact,
@@ -19,7 +20,6 @@ from amaris.agents.schemas import (
 )
 from amaris.offline import recall, tags
 from amaris.offline.fidelity import REWORDED, shared_tag, sharpened_pitfall
-from amaris.offline.payload import BoundsData, CriterionData, UpdaterData
 from amaris.offline.recall import ADDED, RETIRED, TagHistory
 from amaris.offline.summarize import summary_behaviours
 

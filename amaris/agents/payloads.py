@@ -1,44 +1,49 @@
-"""What the offline agents read: each agent's data block, as its caller writes it.
+"""What each agent reads: its context and data blocks (:mod:`amaris.agents.prompts`).
 
-The offline agents stand in for an LLM, so they read the JSON an LLM agent would: the
-context and data blocks of the agent's messages, merged (:func:`amaris.agents.prompts.
-read_data`). Their shapes are amaris's own (the pipeline's tasks, the scorer, ``amaris
-bootstrap`` write them), so each is a ``TypedDict`` here, listing the keys the offline
-rules read (a block may carry more). A block that lacks a key or holds a value of another
-type makes the handler fail (``KeyError``, ``TypeError``), which the offline judge
-reports as a malformed block. The JSON of an agent's own output (an analysis, a summary)
-is read back through the agent's model (:mod:`amaris.agents.schemas`), never as a dict.
-Each agent answers with its model; the judge dumps it once (:mod:`amaris.offline.judge`).
+The blocks' shapes are amaris's own (the pipeline's tasks, the scorer, ``amaris
+bootstrap`` write them), so each is a ``TypedDict`` here. The analyzer's are written as
+such (``amaris.tasks.analyze``: :class:`AnalyzerContext`, :class:`AnalyzerInput`); the
+other writers still build theirs as JSON, and their ``TypedDict`` lists the keys the
+offline agents read (a block may carry more).
+
+The offline agents (:mod:`amaris.offline`) stand in for an LLM, so they read the JSON an
+LLM agent would: an agent's blocks, merged (:func:`amaris.agents.prompts.read_data`), as
+the ``*Data`` type of the agent. A block that lacks a key or holds a value of another type
+makes the handler fail (``KeyError``, ``TypeError``), which the offline judge reports as a
+malformed block. The JSON of an agent's own output (an analysis, a summary) is read back
+through the agent's model (:mod:`amaris.agents.schemas`), never as a dict. Each agent
+answers with its model; the judge dumps it once (:mod:`amaris.offline.judge`).
 """
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from amaris.jsonfile import JSONDict
 
 
-class CriterionData(TypedDict, total=False):
-    """A criterion as an agent is shown it: the pipeline's agents get every field, the
-    scorer no weight, ``amaris bootstrap``'s proposer only the text and kind."""
+class CriterionData(TypedDict):
+    """A criterion as an agent is shown it: the pipeline's agents get every field
+    (``amaris.tasks.models.AgentCriterion``), the scorer no weight, ``amaris bootstrap``'s
+    proposer only the text and kind."""
 
-    id: str
+    id: NotRequired[str]
     text: str
-    weight: float
+    weight: NotRequired[float]
     kind: str
-    is_anchor: bool
+    is_anchor: NotRequired[bool]
 
 
-class RolloutData(TypedDict, total=False):
-    """The rollout the scorer judges and the analyzer analyses."""
+class RolloutData(TypedDict):
+    """The rollout the scorer judges and the analyzer analyses (the scorer's has no id)."""
 
-    id: str
     input: str
-    output: str
     supplemental_context: str | None
+    id: NotRequired[str]
+    output: str
 
 
-class PeerData(TypedDict, total=False):
+class PeerData(TypedDict):
     """Another rollout of the analyzed one's group (``amaris.tasks.models.Peer``)."""
 
     id: str
@@ -83,17 +88,30 @@ class ScorerAnswer(TypedDict):
     verdicts: list[ScorerVerdict]
 
 
-class AnalyzerData(TypedDict, total=False):
-    """The analyzer's blocks (``amaris.tasks.analyze.analyze_one``)."""
+class AnalyzerContext(TypedDict):
+    """The analyzer's context block: the rubric in force, and a fidelity alarm's evidence
+    when one fired (shared by every analysis of the scope)."""
 
     criteria: list[CriterionData]
-    fidelity_alarm: AlarmData
+    fidelity_alarm: NotRequired[AlarmData]
+
+
+class AnalyzerInput(TypedDict):
+    """The analyzer's data block: one rollout, its reward and its group's other rollouts."""
+
     # The trainer's metadata of the rollout: whatever the trainer sent (it is open in the
     # API too, amaris.models.Rollout.metadata); the rules read current_step, total_steps.
     metadata: JSONDict | None
     rollout: RolloutData
     score: float | None
+    verdicts: list[object]
+    """Each the JSON of an ``amaris.memory.records.LoggedVerdict`` as logged (its set
+    fields); the offline rules do not read them."""
     group: list[PeerData]
+
+
+class AnalyzerData(AnalyzerContext, AnalyzerInput):
+    """The analyzer's blocks, merged (``amaris.tasks.analyze.analyze_one``)."""
 
 
 class ScoreStats(TypedDict, total=False):
