@@ -21,10 +21,11 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import cast
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from amaris.agents.prompts import DataBlock
+from amaris.agents.payloads import AlarmData, AnalyzerContext, AnalyzerInput, RolloutData
 from amaris.agents.schemas import IndividualAnalysis
 from amaris.audit.models import AlarmEvidence
 from amaris.llm.budget import CHARS_PER_TOKEN, MIN_FIELD_CHARS, fit_texts, json_chars
@@ -34,7 +35,7 @@ from amaris.memory.records import RolloutRecord
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped
 from amaris.steps.retry import digest
-from amaris.tasks._common import DROPS, ask, dumped, llm_task, prompt_tokens
+from amaris.tasks._common import DROPS, ask, llm_task, prompt_tokens
 from amaris.tasks.models import AgentCriterion, Peer
 
 log = logging.getLogger("amaris.pipeline")
@@ -86,7 +87,7 @@ async def analyze_one(
     # Most shared first: the step's metadata, then what a GRPO group shares (its prompt and
     # reference), then this rollout's own data. The analyzer reads JSON: the verdicts as
     # logged.
-    data: DataBlock = {
+    data: AnalyzerInput = {
         "metadata": record.metadata,
         "rollout": {
             "input": rollout.input,
@@ -96,12 +97,13 @@ async def analyze_one(
         },
         "score": record.score,
         "verdicts": [v.model_dump(mode="json", exclude_unset=True) for v in record.verdicts],
-        "group": dumped(group),
+        "group": [peer.data() for peer in group],
     }
-    context: DataBlock = {"criteria": dumped(criteria)}
+    context: AnalyzerContext = {"criteria": [c.data() for c in criteria]}
     if alarm is not None:
         # Shared by every analysis of the scope: in the context block, the cached prefix.
-        context["fidelity_alarm"] = alarm.model_dump(mode="json")
+        # AlarmData lists the keys of AlarmEvidence's JSON the agents read.
+        context["fidelity_alarm"] = cast(AlarmData, alarm.model_dump(mode="json"))
     budget = await get_context().gateway.prompt_budget("analyzer")
     if budget is not None:
         data = fit_analysis(context, data, budget, record.step)
@@ -109,7 +111,9 @@ async def analyze_one(
     return analysis.model_copy(update={"rollout_id": rollout.id})
 
 
-def fit_analysis(context: DataBlock, data: DataBlock, budget: int, step: int) -> DataBlock:
+def fit_analysis(
+    context: AnalyzerContext, data: AnalyzerInput, budget: int, step: int
+) -> AnalyzerInput:
     """The analyzer's ``data`` within ``budget`` prompt tokens (estimated, with ``context``
     in the system message): without the group's other rollouts first, then with the
     rollout's texts cut (head and tail kept)."""
@@ -120,22 +124,38 @@ def fit_analysis(context: DataBlock, data: DataBlock, budget: int, step: int) ->
     rollout = data["rollout"]
     if prompt_tokens("analyzer", context, data) > budget:
         texts = {
-            name: rollout.get(name) or "" for name in ("input", "output", "supplemental_context")
+            "input": rollout.get("input") or "",
+            "output": rollout.get("output") or "",
+            "supplemental_context": rollout.get("supplemental_context") or "",
         }
-        empty = {**data, "rollout": {**rollout, **dict.fromkeys(texts, "")}}
+        blank = {"input": "", "output": "", "supplemental_context": ""}
+        empty: AnalyzerInput = {**data, "rollout": _with_texts(rollout, blank)}
         room = int((budget - prompt_tokens("analyzer", context, empty)) * CHARS_PER_TOKEN)
         if room >= MIN_FIELD_CHARS:
             fitted, names = fit_texts(texts, room, json_chars)
-            data = {**data, "rollout": {**rollout, **{n: fitted[n] for n in names}}}
+            cut_texts = {n: fitted[n] for n in names}
+            data = {**data, "rollout": _with_texts(rollout, cut_texts)}
             cut += [f"rollout.{n}" for n in names]
     log.info(
         "step %s: rollout %s cut to fit the analyzer's context budget of %d tokens (%s)",
         step,
-        loggable(str(rollout["id"])),
+        loggable(str(rollout.get("id"))),
         budget,
         ", ".join(cut) or "no room",
     )
     return data
+
+
+def _with_texts(rollout: RolloutData, texts: dict[str, str]) -> RolloutData:
+    """``rollout`` with the texts named in ``texts`` replaced (in their places)."""
+    replaced = rollout.copy()
+    if "input" in texts:
+        replaced["input"] = texts["input"]
+    if "supplemental_context" in texts:
+        replaced["supplemental_context"] = texts["supplemental_context"]
+    if "output" in texts:
+        replaced["output"] = texts["output"]
+    return replaced
 
 
 @llm_task("analyzer", "analyze", "analyze-{index}")

@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
+from amaris.agents.payloads import CriterionData, PeerData
 from amaris.agents.schemas import AggregatedBehaviour, IndividualAnalysis, Strategy
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
@@ -48,6 +49,16 @@ class AgentCriterion(_Frozen):
             for c in rubric.criteria
         ]
 
+    def data(self) -> CriterionData:
+        """As the agents' blocks carry it (its JSON)."""
+        return {
+            "id": self.id,
+            "text": self.text,
+            "weight": self.weight,
+            "kind": self.kind,
+            "is_anchor": self.is_anchor,
+        }
+
 
 class Peer(_Frozen):
     """Another rollout answering the same prompt (its GRPO group), as the analyzer sees it."""
@@ -60,6 +71,10 @@ class Peer(_Frozen):
     @classmethod
     def of(cls, record: RolloutRecord) -> Peer:
         return cls(id=record.rollout.id, output=record.rollout.output[:1000], score=record.score)
+
+    def data(self) -> PeerData:
+        """As the analyzer's data block carries it (its JSON)."""
+        return {"id": self.id, "output": self.output, "score": self.score}
 
 
 class ScoredAnalysis(IndividualAnalysis):

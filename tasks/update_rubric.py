@@ -5,6 +5,7 @@ from __future__ import annotations
 from amaris.agents.prompts import DataBlock
 from amaris.agents.schemas import BatchSummary, RubricUpdateProposal
 from amaris.audit.models import AlarmEvidence
+from amaris.jsonfile import JSONDict
 from amaris.models import JSONObject
 from amaris.rubric.informativeness import UpdaterView
 from amaris.steps.context import get_context
@@ -41,7 +42,7 @@ async def propose_update(
             "max_modifications": bounds.max_modifications,
         },
     }
-    data: DataBlock = {
+    data: JSONDict = {  # the updater's blocks are still built as JSON (amaris.agents.payloads)
         "step": step,
         "metadata": metadata,
         "summary": summary.model_dump(mode="json"),

@@ -75,9 +75,11 @@ updater
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 
+from amaris.agents.payloads import AnalyzerData, CriterionData, PeerData, QueryGeneratorData
 from amaris.agents.schemas import (
+    AggregatedBehaviour,
     HackingBehaviour,
     IndividualAnalysis,
     MemoryQuery,
@@ -92,13 +94,16 @@ from amaris.agents.schemas import (
     Severity,
 )
 from amaris.offline import heuristics, tags
-from amaris.offline.payload import AgentJSON
 from amaris.offline.recall import ADDED, RETIRED
-from amaris.offline.summarize import fmt, handle_meta_summarizer, handle_summarizer
+from amaris.offline.summarize import (
+    fmt,
+    handle_meta_summarizer,
+    handle_summarizer,
+    summary_behaviours,
+)
 from amaris.offline.updater import handle_updater
 
 __all__ = [
-    "HANDLERS",
     "handle_analyzer",
     "handle_meta_summarizer",
     "handle_query_generator",
@@ -119,7 +124,8 @@ def _quality(score: float | None) -> Quality:
     return "good" if score >= 0.6 else "poor"
 
 
-def _stage(metadata: AgentJSON) -> tuple[str, str]:
+# The trainer's metadata of the rollout: JSON of the trainer's shape (open in the API too).
+def _stage(metadata: Mapping[str, object]) -> tuple[str, str]:
     """Returns the training stage and a "step N of M" label."""
     current, total = metadata.get("current_step"), metadata.get("total_steps")
     if not isinstance(current, int | float) or not isinstance(total, int | float) or total <= 0:
@@ -137,8 +143,8 @@ def _severity(found: Sequence[tags.HackingTag], score: float | None) -> Severity
     return "low"
 
 
-def _group_observation(score: float | None, group: Sequence[AgentJSON]) -> str:
-    scores = [float(other["score"]) for other in group if other.get("score") is not None]
+def _group_observation(score: float | None, group: Sequence[PeerData]) -> str:
+    scores = [float(s) for other in group if (s := other.get("score")) is not None]
     if not scores:
         return f"None of the {len(group)} other responses to the same prompt has a score."
     mean = sum(scores) / len(scores)
@@ -153,12 +159,13 @@ def _group_observation(score: float | None, group: Sequence[AgentJSON]) -> str:
     )
 
 
-def handle_analyzer(data: AgentJSON) -> AgentJSON:
+def handle_analyzer(data: AnalyzerData) -> IndividualAnalysis:
     """Analyses one rollout (rules in the module docstring)."""
     rollout, criteria = data["rollout"], data["criteria"]
     output = str(rollout.get("output") or "")
     reference = str(rollout.get("supplemental_context") or "") or None
-    score = None if data.get("score") is None else float(data["score"])
+    given = data.get("score")
+    score = None if given is None else float(given)
     detected = tags.detect_all(output, reference)
     found = [tag for tag, _ in detected]
     severity = _severity(found, score)
@@ -180,8 +187,9 @@ def handle_analyzer(data: AgentJSON) -> AgentJSON:
     if correct.strength == 0.0:
         advice.append("Get the final answer right: it does not match the reference.")
     observations = []
-    if data.get("group"):
-        observations.append(OtherObservation(observation=_group_observation(score, data["group"])))
+    group = data.get("group")
+    if group:
+        observations.append(OtherObservation(observation=_group_observation(score, group)))
     analysis = IndividualAnalysis(
         rollout_id=str(rollout["id"]),
         overall_assessment=OverallAssessment(
@@ -215,13 +223,15 @@ def handle_analyzer(data: AgentJSON) -> AgentJSON:
         ),
         other_observations=observations,
     )
-    return analysis.model_dump(mode="json")
+    return analysis
 
 
-def _history_tags(summary: AgentJSON, criteria: Sequence[AgentJSON]) -> list[str]:
+def _history_tags(
+    behaviours: Sequence[AggregatedBehaviour], criteria: Sequence[CriterionData]
+) -> list[str]:
     """Known tags whose rubric history the updater needs: this step's unpenalised behaviours
     (resurgent?) and the behaviours of adaptive pitfalls absent this step (retire them?)."""
-    present = [str(b["tag"]) for b in summary["aggregated_reward_hacking"]["behaviours"]]
+    present = [b.tag for b in behaviours]
     wanted = [t for t in present if t in tags.BY_TAG and not tags.penalising(criteria, t)]
     for c in criteria:
         if c.get("is_anchor") or str(c["id"]).startswith("A"):
@@ -236,23 +246,24 @@ def _history_tags(summary: AgentJSON, criteria: Sequence[AgentJSON]) -> list[str
     return list(dict.fromkeys(wanted))
 
 
-def handle_query_generator(data: AgentJSON) -> AgentJSON:
+def handle_query_generator(data: QueryGeneratorData) -> QueryPlan:
     """Plans semantic-memory queries (rules in the module docstring)."""
     summary, step = data["summary"], data["step"]
+    behaviours = summary_behaviours(summary)
     limit = max(1, min(int(data.get("max_queries") or 20), 20))
     queries = [
         MemoryQuery(
-            query=f"reward hacking {b['tag']}: {tags.describe(b['tag'], b.get('description', ''))}",
-            purpose=f"When {b['tag']} appeared before and how the rubric was changed against it",
+            query=f"reward hacking {b.tag}: {tags.describe(b.tag, b.description)}",
+            purpose=f"When {b.tag} appeared before and how the rubric was changed against it",
         )
-        for b in summary["aggregated_reward_hacking"]["behaviours"]
+        for b in behaviours
     ]
     queries += [
         MemoryQuery(
             query=f"rubric update: {ADDED} {tag}; {RETIRED} {tag}",
             purpose=f"Whether a pitfall against {tag} was added and retired before",
         )
-        for tag in _history_tags(summary, data.get("criteria") or [])
+        for tag in _history_tags(behaviours, data.get("criteria") or [])
     ]
     queries += [
         MemoryQuery(query=str(gap), purpose="Earlier rubric changes that addressed this gap")
@@ -268,14 +279,4 @@ def handle_query_generator(data: AgentJSON) -> AgentJSON:
     distinct: dict[str, MemoryQuery] = {}
     for query in queries:
         distinct.setdefault(query.query, query)
-    return QueryPlan(queries=list(distinct.values())[:limit]).model_dump(mode="json")
-
-
-HANDLERS: dict[str, Callable[[AgentJSON], AgentJSON]] = {
-    "analyzer": handle_analyzer,
-    "summarizer": handle_summarizer,
-    "meta_summarizer": handle_meta_summarizer,
-    "query_generator": handle_query_generator,
-    "updater": handle_updater,
-}
-"""The offline handler of each pipeline agent."""
+    return QueryPlan(queries=list(distinct.values())[:limit])

@@ -9,9 +9,9 @@ evidence names the mean verdict difference. Deterministic: no model, no randomne
 
 from __future__ import annotations
 
+from amaris.agents.payloads import BootstrapData, ExampleData
 from amaris.agents.schemas import BootstrapCandidates, CandidateCriterion
 from amaris.offline.heuristics import judge_criteria
-from amaris.offline.payload import AgentJSON
 
 CATALOGUE: tuple[tuple[str, str], ...] = (
     ("The response gives the correct final answer.", "requirement"),
@@ -29,7 +29,7 @@ CATALOGUE: tuple[tuple[str, str], ...] = (
 """(criterion text, kind): one or two per rule of :mod:`amaris.offline.heuristics`."""
 
 
-def _mean_gap(text: str, examples: list[AgentJSON]) -> float:
+def _mean_gap(text: str, examples: list[ExampleData]) -> float:
     """Mean verdict of the better responses minus that of the worse ones on ``text``."""
     gaps = []
     for example in examples:
@@ -43,7 +43,7 @@ def _mean_gap(text: str, examples: list[AgentJSON]) -> float:
     return sum(gaps) / len(gaps) if gaps else 0.0
 
 
-def handle_bootstrap(data: AgentJSON) -> AgentJSON:
+def handle_bootstrap(data: BootstrapData) -> BootstrapCandidates:
     """Candidate criteria for the ranked ``examples`` (rules in the module docstring)."""
     examples = list(data["examples"])
     have = {str(c["text"]).casefold() for c in data.get("criteria", [])}
@@ -60,4 +60,4 @@ def handle_bootstrap(data: AgentJSON) -> AgentJSON:
             )
             proposed.append(CandidateCriterion(evidence=evidence, text=text, kind=kind))
     proposed.sort(key=lambda c: -abs(_mean_gap(c.text, examples)))
-    return BootstrapCandidates(criteria=proposed[:limit]).model_dump(mode="json")
+    return BootstrapCandidates(criteria=proposed[:limit])

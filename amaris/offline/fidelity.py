@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from amaris.agents.payloads import AlarmData
 from amaris.offline import tags
-from amaris.offline.payload import AgentJSON
 
 SHARED_SHARE = 0.5
 """A behaviour is what the evidence rollouts share when at least this share shows it."""
@@ -27,7 +27,7 @@ SHARPENED = "(a fidelity alarm found the reward paying for it)"
 (a word such as "judge" would read as grader manipulation)."""
 
 
-def shared_tag(alarm: AgentJSON) -> str | None:
+def shared_tag(alarm: AlarmData) -> str | None:
     """The known behaviour most of the alarm's disagreeing rollouts show (at least
     :data:`SHARED_SHARE` of them; ties in :data:`amaris.offline.tags.TAGS` order), or None."""
     rollouts = alarm.get("rollouts") or []

@@ -2,26 +2,45 @@
 
 It reads the agent's data blocks (see :mod:`amaris.agents.prompts`: the context block of the system
 message and the data block of the user message, merged), dispatches on their ``agent`` field
-and returns the JSON the agent's schema asks for.
+and returns the JSON of the agent's own model (:mod:`amaris.agents.schemas`), dumped here
+once.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from typing import cast
 
+from pydantic import BaseModel, ValidationError
+
+from amaris.agents.payloads import (
+    AnalyzerData,
+    BootstrapData,
+    MetaSummarizerData,
+    QueryGeneratorData,
+    ScorerAnswer,
+    ScorerData,
+    SummarizerData,
+    UpdaterData,
+)
 from amaris.agents.prompts import read_data
-from amaris.offline.agents import HANDLERS
+from amaris.jsonfile import JSONDict
+from amaris.offline.agents import (
+    handle_analyzer,
+    handle_meta_summarizer,
+    handle_query_generator,
+    handle_summarizer,
+    handle_updater,
+)
 from amaris.offline.bootstrap import handle_bootstrap
 from amaris.offline.heuristics import judge_criteria
-from amaris.offline.payload import AgentJSON
 
 
 class OfflineJudgeError(ValueError):
     """The messages carry no data block the offline judge understands."""
 
 
-def _score(data: AgentJSON) -> AgentJSON:
+def _score(data: ScorerData) -> ScorerAnswer:
     criteria = [(str(c["id"]), str(c["text"])) for c in data["criteria"]]
     rollout = data["rollout"]
     verdicts = judge_criteria(
@@ -33,11 +52,30 @@ def _score(data: AgentJSON) -> AgentJSON:
     return {"verdicts": [{"id": v.id, "reason": v.reason, "score": v.score} for v in verdicts]}
 
 
-_HANDLERS: dict[str, Callable[[AgentJSON], AgentJSON]] = {
-    "scorer": _score,
-    **HANDLERS,
-    "bootstrap": handle_bootstrap,
-}
+# The blocks as read back from the messages (JSON), cast here to the agent's shape.
+def _answer(agent: str, data: JSONDict) -> BaseModel | ScorerAnswer | None:
+    """The agent's answer to its merged blocks; None for an agent without rules.
+
+    ``data`` is JSON its caller wrote in the agent's shape (:mod:`amaris.agents.payloads`),
+    cast to it: a block that lacks a key or has a value of another type fails in the
+    handler.
+    """
+    match agent:
+        case "scorer":
+            return _score(cast(ScorerData, data))
+        case "analyzer":
+            return handle_analyzer(cast(AnalyzerData, data))
+        case "summarizer":
+            return handle_summarizer(cast(SummarizerData, data))
+        case "meta_summarizer":
+            return handle_meta_summarizer(cast(MetaSummarizerData, data))
+        case "query_generator":
+            return handle_query_generator(cast(QueryGeneratorData, data))
+        case "updater":
+            return handle_updater(cast(UpdaterData, data))
+        case "bootstrap":
+            return handle_bootstrap(cast(BootstrapData, data))
+    return None
 
 
 def respond(messages: list[dict[str, str]]) -> str:
@@ -50,10 +88,11 @@ def respond(messages: list[dict[str, str]]) -> str:
         data = read_data(messages)
     except ValueError as exc:
         raise OfflineJudgeError(f"no amaris data in the messages: {exc}") from exc
-    handler = _HANDLERS.get(str(data.get("agent")))
-    if handler is None:
-        raise OfflineJudgeError(f"offline judge has no rules for agent {data.get('agent')!r}")
     try:
-        return json.dumps(handler(data), ensure_ascii=False)
-    except (KeyError, TypeError) as exc:
+        answer = _answer(str(data.get("agent")), data)
+    except (KeyError, TypeError, ValidationError) as exc:
         raise OfflineJudgeError(f"malformed data block: {exc!r}") from exc
+    if answer is None:
+        raise OfflineJudgeError(f"offline judge has no rules for agent {data.get('agent')!r}")
+    dumped = answer.model_dump(mode="json") if isinstance(answer, BaseModel) else answer
+    return json.dumps(dumped, ensure_ascii=False)

@@ -11,12 +11,11 @@ each modification's reason (and the step pipeline stores in the update's memory 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from amaris.agents.payloads import MemoryItem, UpdaterData
 from amaris.offline import tags
-from amaris.offline.payload import AgentJSON
 from amaris.text.chars import compile_pattern
 
 ADDED = "pitfall added against"
@@ -47,10 +46,10 @@ class TagHistory:
         return max(self.seen) if self.seen else None
 
 
-def memory_items(data: Mapping[str, Any]) -> list[AgentJSON]:
+def memory_items(data: UpdaterData) -> list[MemoryItem]:
     """The static items (typed ``static``) then the dynamic ones of an updater payload."""
-    items = [{"type": "static", **item} for item in data.get("static_memory", [])]
-    return items + [dict(item) for item in data.get("dynamic_memory", [])]
+    items: list[MemoryItem] = [{"type": "static", **item} for item in data.get("static_memory", [])]
+    return items + [item.copy() for item in data.get("dynamic_memory", [])]
 
 
 def _published(text: str) -> bool:
@@ -60,7 +59,7 @@ def _published(text: str) -> bool:
     return "published" in header
 
 
-def histories(items: Iterable[Mapping[str, Any]]) -> dict[str, TagHistory]:
+def histories(items: Iterable[MemoryItem]) -> dict[str, TagHistory]:
     """Per known tag, what the memory items show (tags memory never names are left out)."""
     found: dict[str, TagHistory] = {}
     for item in items:

@@ -29,11 +29,11 @@ import math
 import random
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import TypedDict, cast
 
+from amaris.agents.payloads import ScorerAnswer, ScorerData
 from amaris.agents.prompts import read_data
 from amaris.offline.heuristics import judge_criteria
-from amaris.offline.payload import AgentJSON
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.text.chars import SPACE, SPACE_CHARS, WORD, compile_pattern
 
@@ -119,7 +119,7 @@ class VerdictSampler:
         return {verdict: 1.0 - doubt, neighbour: doubt}
 
     def reply(
-        self, messages: list[AgentJSON], temperature: float, logprobs: bool, top_logprobs: int
+        self, messages: list[dict[str, str]], temperature: float, logprobs: bool, top_logprobs: int
     ) -> SampledReply | None:
         """The scorer's answer with sampled verdicts and/or logprobs; None when the
         messages are not a scorer request or neither is asked for (the plain offline
@@ -149,7 +149,7 @@ class VerdictSampler:
                         score = value
                         break
             items.append((cid, verdict.reason, score, distribution))
-        answer = {
+        answer: ScorerAnswer = {
             "verdicts": [
                 {"id": cid, "reason": reason, "score": score} for cid, reason, score, _ in items
             ]
@@ -172,7 +172,7 @@ class VerdictSampler:
         tokens += _text_tokens("]}")
         return SampledReply(content, tokens)
 
-    def _rng(self, messages: list[AgentJSON]) -> random.Random:  # the request's JSON
+    def _rng(self, messages: list[dict[str, str]]) -> random.Random:
         digest = hashlib.sha256(
             json.dumps(messages, sort_keys=True).encode("utf-8", "surrogatepass")
         ).hexdigest()
@@ -183,11 +183,12 @@ class VerdictSampler:
         return random.Random(f"{self.seed}/{digest}/{draw}")
 
 
-def _scorer_data(messages: list[AgentJSON]) -> AgentJSON | None:
+def _scorer_data(messages: list[dict[str, str]]) -> ScorerData | None:
     """The scorer's data (its context block's criteria and its data block's rollout,
     :func:`amaris.agents.prompts.read_data`); None for another agent's messages."""
     try:
         data = read_data(messages)
     except ValueError:
         return None
-    return data if data.get("agent") == "scorer" else None
+    # The scorer's blocks as amaris.scoring.judge_protocol writes them (see judge._answer).
+    return cast(ScorerData, data) if data.get("agent") == "scorer" else None

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
+from amaris.agents.payloads import MetaSummarizerData, SummarizerData, SummaryData
 from amaris.agents.schemas import (
     AggregatedBehaviour,
     AggregatedHackingAnalysis,
     BatchSummary,
     ExecutiveSummary,
+    IndividualAnalysis,
     MemoryEntry,
     PerformanceAdvancementAnalysis,
     RubricEvolutionPlan,
@@ -19,7 +21,16 @@ from amaris.agents.schemas import (
     SystemicPattern,
 )
 from amaris.offline import tags
-from amaris.offline.payload import AgentJSON
+
+Section = Literal[
+    "executive_summary",
+    "rubric_meta_evaluation",
+    "performance_advancement_analysis",
+    "rubric_evolution_plan",
+]
+"""A free-text section of a summary (:class:`~amaris.agents.payloads.SectionData`)."""
+ListKey = Literal["gaps", "recommendations"]
+TextKey = Literal["summary", "notes"]
 
 MAX_IDS = 10
 """Rollout ids kept per behaviour or pattern."""
@@ -103,7 +114,7 @@ def _recommendations(behaviours: Sequence[AggregatedBehaviour], gaps: Sequence[s
 
 
 def _memory(
-    step: Any, mean: float | None, behaviours: Sequence[AggregatedBehaviour], gaps: Sequence[str]
+    step: int, mean: float | None, behaviours: Sequence[AggregatedBehaviour], gaps: Sequence[str]
 ) -> MemoryEntry:
     text = (
         f"Step {step}: mean reward {fmt(mean)}; reward hacking: {_hacking_text(behaviours)}; "
@@ -112,9 +123,10 @@ def _memory(
     return MemoryEntry(text=text, keywords=[b.tag for b in behaviours])
 
 
-def handle_summarizer(data: AgentJSON) -> AgentJSON:
+def handle_summarizer(data: SummarizerData) -> BatchSummary:
     """Aggregates one step's analyses into a BatchSummary (rules in amaris.offline.agents)."""
-    step, analyses, stats = data["step"], data["analyses"], data["score_stats"]
+    step, stats = data["step"], data["score_stats"]
+    analyses = [IndividualAnalysis.model_validate(raw) for raw in data["analyses"]]
     total = len(analyses)
     mean = stats.get("mean")
     tallies: dict[str, _Tally] = {}
@@ -123,31 +135,29 @@ def handle_summarizer(data: AgentJSON) -> AgentJSON:
     next_steps: Counter[str] = Counter()
     over = under = 0
     for analysis in analyses:
-        rollout_id = str(analysis["rollout_id"])
-        for behaviour in analysis["reward_hacking_analysis"]["behaviours"]:
-            tally = tallies.setdefault(str(behaviour["tag"]), _Tally())
-            tally.description = tally.description or str(behaviour.get("description") or "")
+        rollout_id = analysis.rollout_id
+        for behaviour in analysis.reward_hacking_analysis.behaviours:
+            tally = tallies.setdefault(behaviour.tag, _Tally())
+            tally.description = tally.description or behaviour.description
             if rollout_id not in tally.ids:
                 tally.count += 1
                 tally.ids.append(rollout_id)
-        quality = str(analysis["overall_assessment"]["quality"])
+        quality = analysis.overall_assessment.quality
         qualities[quality] += 1
         if quality == "poor":
             poor.append(rollout_id)
-        evaluation = analysis["rubric_evaluation"]
-        over += bool(evaluation.get("over_rewarded"))
-        under += bool(evaluation.get("under_rewarded"))
-        next_steps.update(
-            analysis.get("performance_advancement_strategy", {}).get("next_steps", [])
-        )
+        evaluation = analysis.rubric_evaluation
+        over += evaluation.over_rewarded
+        under += evaluation.under_rewarded
+        next_steps.update(analysis.performance_advancement_strategy.next_steps)
     behaviours = _behaviours(tallies, total)
     patterns = _tag_patterns(behaviours)
     if len(poor) >= 2:
         patterns.append(
             SystemicPattern(pattern=WRONG_ANSWERS, frequency=len(poor), rollout_ids=poor[:MAX_IDS])
         )
-    gaps = _distinct(gap for a in analyses for gap in a["rubric_evaluation"].get("gaps", []))
-    hacked = sum(1 for a in analyses if a["reward_hacking_analysis"]["behaviours"])
+    gaps = _distinct(gap for a in analyses for gap in a.rubric_evaluation.gaps)
+    hacked = sum(1 for a in analyses if a.reward_hacking_analysis.behaviours)
     summary = (
         f"Step {step}: {total} rollouts analysed, mean reward {fmt(mean)} "
         f"(min {fmt(stats.get('min'))}, max {fmt(stats.get('max'))}). "
@@ -156,7 +166,7 @@ def handle_summarizer(data: AgentJSON) -> AgentJSON:
     histogram = ", ".join(f"{q} {qualities[q]}" for q in ("excellent", "good", "fair", "poor"))
     advice = next_steps.most_common(1)
     progress = f"Quality: {histogram}." + (f" Most needed: {advice[0][0]}" if advice else "")
-    result = BatchSummary(
+    return BatchSummary(
         executive_summary=ExecutiveSummary(
             summary=summary, trend=_trend(mean, behaviours, "unknown")
         ),
@@ -173,33 +183,41 @@ def handle_summarizer(data: AgentJSON) -> AgentJSON:
         ),
         memory_entry=_memory(step, mean, behaviours, gaps),
     )
-    return result.model_dump(mode="json")
 
 
-def _chunk_size(summary: AgentJSON) -> int | None:
+def summary_behaviours(summary: SummaryData) -> list[AggregatedBehaviour]:
+    """The behaviours of a summary's JSON, each read through its model."""
+    return [
+        AggregatedBehaviour.model_validate(raw)
+        for raw in summary["aggregated_reward_hacking"]["behaviours"]
+    ]
+
+
+def _chunk_size(behaviours: Sequence[AggregatedBehaviour]) -> int | None:
     """Rollouts in a chunk, from its first behaviour with a share (count / share)."""
-    for behaviour in summary["aggregated_reward_hacking"]["behaviours"]:
-        if float(behaviour["share"]) > 0:
-            return round(int(behaviour["count"]) / float(behaviour["share"]))
+    for behaviour in behaviours:
+        if behaviour.share > 0:
+            return round(behaviour.count / behaviour.share)
     return None
 
 
-def handle_meta_summarizer(data: AgentJSON) -> AgentJSON:
+def handle_meta_summarizer(data: MetaSummarizerData) -> BatchSummary:
     """Merges chunk summaries into one BatchSummary (rules in amaris.offline.agents)."""
     step, chunks = data["step"], data["summaries"]
+    found = [summary_behaviours(chunk) for chunk in chunks]
     stats = data.get("score_stats") or {}
-    sizes = [_chunk_size(chunk) for chunk in chunks]
+    sizes = [_chunk_size(behaviours) for behaviours in found]
     known = [size for size in sizes if size is not None]
     # Chunks hold chunk_size rollouts except the last: the largest known size is the best guess.
     total = int(stats.get("count") or sum(size or max(known, default=0) for size in sizes))
     mean = stats.get("mean")
     tallies: dict[str, _Tally] = {}
-    for chunk in chunks:
-        for behaviour in chunk["aggregated_reward_hacking"]["behaviours"]:
-            tally = tallies.setdefault(str(behaviour["tag"]), _Tally())
-            tally.description = tally.description or str(behaviour.get("description") or "")
-            tally.count += int(behaviour["count"])
-            tally.ids.extend(str(i) for i in behaviour.get("rollout_ids", []))
+    for chunk_behaviours in found:
+        for behaviour in chunk_behaviours:
+            tally = tallies.setdefault(behaviour.tag, _Tally())
+            tally.description = tally.description or behaviour.description
+            tally.count += behaviour.count
+            tally.ids.extend(behaviour.rollout_ids)
     behaviours = _behaviours(tallies, total)
     patterns = _tag_patterns(behaviours)
     # Hacking patterns are recounted from the merged behaviours; the chunks' own are dropped.
@@ -215,10 +233,10 @@ def handle_meta_summarizer(data: AgentJSON) -> AgentJSON:
             into.rollout_ids = (into.rollout_ids + pattern.rollout_ids)[:MAX_IDS]
     patterns.extend(merged.values())
 
-    def union(section: str, key: str) -> list[str]:
+    def union(section: Section, key: ListKey) -> list[str]:
         return _distinct(str(item) for c in chunks for item in c.get(section, {}).get(key, []))
 
-    def joined(section: str, key: str) -> str:
+    def joined(section: Section, key: TextKey) -> str:
         return " ".join(_distinct(str(c.get(section, {}).get(key) or "") for c in chunks))
 
     gaps = union("rubric_meta_evaluation", "gaps")
@@ -229,7 +247,7 @@ def handle_meta_summarizer(data: AgentJSON) -> AgentJSON:
         f"Step {step}: {len(chunks)} chunk summaries merged, about {total} rollouts, mean "
         f"reward {fmt(mean)}. Reward hacking: {_hacking_text(behaviours)}."
     )
-    result = BatchSummary(
+    return BatchSummary(
         executive_summary=ExecutiveSummary(summary=summary, trend=_trend(mean, behaviours, usual)),
         systemic_patterns=patterns,
         aggregated_reward_hacking=AggregatedHackingAnalysis(
@@ -251,4 +269,3 @@ def handle_meta_summarizer(data: AgentJSON) -> AgentJSON:
         ),
         memory_entry=_memory(step, mean, behaviours, gaps),
     )
-    return result.model_dump(mode="json")

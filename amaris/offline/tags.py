@@ -7,10 +7,10 @@ polarity), so a pitfall the offline updater adds really lowers the reward of tha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
+from amaris.agents.payloads import CriterionData
 from amaris.offline import heuristics, phrases
 
 VERBOSE_WORDS = heuristics.VERBOSE_MIN_WORDS
@@ -128,7 +128,7 @@ def targets(criterion: str, tag: str) -> bool:
     return behaviour.name == known.behaviour and not phrases.is_negated(criterion, start)
 
 
-def penalising(criteria: Iterable[Mapping[str, Any]], tag: str) -> list[str]:
+def penalising(criteria: Iterable[CriterionData], tag: str) -> list[str]:
     """Returns the ids of the pitfalls (negative weight) among criteria that target the tag."""
     return [
         str(criterion["id"])

@@ -7,8 +7,8 @@ The rules are described in :mod:`amaris.offline.agents`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from amaris.agents.payloads import BoundsData, CriterionData, UpdaterData
 from amaris.agents.schemas import (
     ConsultedMemory,
     MemoryArtifact,
@@ -20,8 +20,8 @@ from amaris.agents.schemas import (
 )
 from amaris.offline import recall, tags
 from amaris.offline.fidelity import REWORDED, shared_tag, sharpened_pitfall
-from amaris.offline.payload import AgentJSON
 from amaris.offline.recall import ADDED, RETIRED, TagHistory
+from amaris.offline.summarize import summary_behaviours
 
 ACT_SHARE = 0.1
 """The updater acts on a behaviour from this share of rollouts (or from ACT_COUNT of them)."""
@@ -32,7 +32,7 @@ QUIET_STEPS = 3
 """A pitfall is kept while memory shows its behaviour within this many steps."""
 
 
-def _consult(data: AgentJSON, acted: Sequence[str]) -> MemoryConsultation:
+def _consult(data: UpdaterData, acted: Sequence[str]) -> MemoryConsultation:
     items = recall.memory_items(data)
     consulted: list[ConsultedMemory] = []
     for item in items:
@@ -57,13 +57,13 @@ def _consult(data: AgentJSON, acted: Sequence[str]) -> MemoryConsultation:
     return MemoryConsultation(consulted=consulted, insights=insights)
 
 
-def _pitfall_weight(bounds: AgentJSON) -> float:
+def _pitfall_weight(bounds: BoundsData) -> float:
     """Returns PITFALL_WEIGHT clamped into [min_weight, max_weight] (each optional)."""
     weight = PITFALL_WEIGHT
-    if bounds.get("min_weight") is not None:
-        weight = max(weight, float(bounds["min_weight"]))
-    if bounds.get("max_weight") is not None:
-        weight = min(weight, float(bounds["max_weight"]))
+    if (low := bounds.get("min_weight")) is not None:
+        weight = max(weight, float(low))
+    if (high := bounds.get("max_weight")) is not None:
+        weight = min(weight, float(high))
     return weight
 
 
@@ -90,7 +90,7 @@ def _memory_reason(tag: str, seen: str, past: TagHistory | None, below: bool) ->
 
 
 def _retirements(
-    adaptive: Sequence[AgentJSON],
+    adaptive: Sequence[CriterionData],
     present: set[str],
     history: dict[str, TagHistory],
     step: int,
@@ -140,10 +140,10 @@ def _retirements(
     return retire, evidence
 
 
-def handle_updater(data: AgentJSON) -> AgentJSON:
+def handle_updater(data: UpdaterData) -> RubricUpdateProposal:
     """Proposes a rubric update (rules in :mod:`amaris.offline.agents`)."""
     step, criteria, bounds = data["step"], data["criteria"], data["bounds"]
-    behaviours = data["summary"]["aggregated_reward_hacking"]["behaviours"]
+    behaviours = summary_behaviours(data["summary"])
     adaptive = [c for c in criteria if not c.get("is_anchor") and not str(c["id"]).startswith("A")]
     room = min(
         _limit(bounds.get("max_adaptive")) - len(adaptive),
@@ -155,7 +155,7 @@ def handle_updater(data: AgentJSON) -> AgentJSON:
     acted: list[str] = []
     evidence: list[str] = []
     for b in behaviours:
-        tag, count, share = str(b["tag"]), int(b["count"]), float(b["share"])
+        tag, count, share = b.tag, b.count, b.share
         seen = f"{tag} in {count} rollouts ({share:.0%})"
         known = tags.BY_TAG.get(tag)
         holders = tags.penalising(criteria, tag)
@@ -172,7 +172,7 @@ def handle_updater(data: AgentJSON) -> AgentJSON:
         elif len(modifications) >= room:
             evidence.append(f"{seen}: unpenalised, but the bounds allow no further criterion")
         else:
-            examples = ", ".join(str(i) for i in b.get("rollout_ids", [])[:3])
+            examples = ", ".join(b.rollout_ids[:3])
             evidence.append(f"{seen}: unpenalised" + (f" (e.g. {examples})" if examples else ""))
             reason = remembered or f"{ADDED} {tag}: {seen} and no criterion penalises it."
             modifications.append(
@@ -185,7 +185,7 @@ def handle_updater(data: AgentJSON) -> AgentJSON:
         acted.append(str(shared_tag(data["fidelity_alarm"])))
     elif alarmed:
         evidence.append(alarmed)
-    present = {str(b["tag"]) for b in behaviours if int(b["count"]) > 0}
+    present = {b.tag for b in behaviours if b.count > 0}
     strategy: Strategy = "CORRECTIVE" if modifications else "MAINTENANCE"
     # Criteria measured flat for K steps (criterion statistics) first: their evidence is
     # measured; then the pitfalls memory finds idle.
@@ -213,7 +213,7 @@ def handle_updater(data: AgentJSON) -> AgentJSON:
         rationale=UpdateRationale(summary=summary, evidence=evidence),
         rubric_modifications=changes,
         memory_artifact=MemoryArtifact(text=f"Step {step} rubric update ({strategy}): {added}."),
-    ).model_dump(mode="json")
+    )
 
 
 def _change_text(change: RubricModification) -> str:
@@ -226,7 +226,7 @@ def _change_text(change: RubricModification) -> str:
 
 
 def _alarm_pitfall(
-    data: AgentJSON, criteria: Sequence[AgentJSON], weight: float, room: int
+    data: UpdaterData, criteria: Sequence[CriterionData], weight: float, room: int
 ) -> RubricModification | str | None:
     """The sharpened pitfall a fidelity alarm's evidence calls for
     (:mod:`amaris.offline.fidelity`), else why none is added (None: no alarm)."""
@@ -260,12 +260,14 @@ def _alarm_pitfall(
     return RubricModification(action="add", text=text, weight=weight, reason=reason)
 
 
-def room_left(bounds: AgentJSON, modifications: Sequence[RubricModification]) -> int:
+def room_left(bounds: BoundsData, modifications: Sequence[RubricModification]) -> int:
     """Modifications ``bounds`` still allow after ``modifications``."""
     return _limit(bounds.get("max_modifications")) - len(modifications)
 
 
-def retire_uninformative(data: AgentJSON, room: int) -> tuple[list[RubricModification], list[str]]:
+def retire_uninformative(
+    data: UpdaterData, room: int
+) -> tuple[list[RubricModification], list[str]]:
     """Retire the criteria the payload lists as ``uninformative`` (adaptive criteria
     saturated or with zero spread for ``rubric.retire_uninformative_after`` steps), at
     most ``room`` of them; the offline rules cannot reword one.
@@ -303,5 +305,5 @@ def retire_uninformative(data: AgentJSON, room: int) -> tuple[list[RubricModific
     return retired, evidence
 
 
-def _limit(value: Any) -> int:
+def _limit(value: int | None) -> int:
     return 10**9 if value is None else int(value)

@@ -67,7 +67,7 @@ def test_group_id_not_input_decides_the_peers(offline_client: TestClient) -> Non
             ],
             "group": [p.model_dump(mode="json") for p in peers["a"]],
         }
-    )
+    ).model_dump(mode="json")
     assert [o["observation"] for o in analysis["other_observations"]] == [
         "Score 1.00 is above the mean 0.00 of 1 other scored responses to the same prompt."
     ]
@@ -80,7 +80,7 @@ def test_group_id_not_input_decides_the_peers(offline_client: TestClient) -> Non
             "criteria": [],
             "group": peers["c"],
         }
-    )
+    ).model_dump(mode="json")
     assert alone["other_observations"] == []
 
 

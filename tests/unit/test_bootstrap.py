@@ -184,7 +184,7 @@ def test_offline_judge_proposes_what_separates_better_from_worse() -> None:
                 },
             ],
         }
-    )
+    ).model_dump(mode="json")
     proposed = {(c["text"], c["kind"]) for c in reply["criteria"]}
     assert ("The response offers several candidate answers.", "pitfall") in proposed
     assert ("The response commits to a single final answer.", "requirement") in proposed

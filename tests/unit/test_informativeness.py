@@ -218,7 +218,7 @@ def test_the_offline_updater_retires_uninformative_criteria_with_their_evidence(
         "summary": {"aggregated_reward_hacking": {"behaviours": []}},
         "uninformative": [due("A1").model_dump(), due("R1").model_dump()],
     }
-    proposal = handle_updater(data)
+    proposal = handle_updater(data).model_dump(mode="json")
     assert [(m["action"], m["criterion_id"]) for m in proposal["rubric_modifications"]] == [
         ("retire", "R1")
     ]
@@ -227,7 +227,7 @@ def test_the_offline_updater_retires_uninformative_criteria_with_their_evidence(
     assert "Retired uninformative R1" in proposal["rationale"]["summary"]
     # no room: kept, and said so
     data["bounds"] = {**data["bounds"], "max_modifications": 0}
-    proposal = handle_updater(data)
+    proposal = handle_updater(data).model_dump(mode="json")
     assert proposal["rubric_modifications"] == []
     assert "R1 flat: no room left to retire it" in proposal["rationale"]["evidence"]
 

@@ -68,9 +68,11 @@ def test_the_shared_behaviour_is_the_one_most_evidence_rollouts_show() -> None:
 
 
 def test_an_alarm_rewords_the_pitfall_the_judge_no_longer_reads_once() -> None:
-    without = handle_updater(_data(CRITERIA, None))
+    without = handle_updater(_data(CRITERIA, None)).model_dump(mode="json")
     assert without["rubric_modifications"] == []  # already penalised by R1: nothing to do
-    proposal = handle_updater(_data(CRITERIA, _alarm([PADDED, PADDED, SHORT])))
+    proposal = handle_updater(_data(CRITERIA, _alarm([PADDED, PADDED, SHORT]))).model_dump(
+        mode="json"
+    )
     # R1 is the pitfall the training judge pays anyway: it is edited to a fresh wording
     # (same id and meaning), not copied (an added near-duplicate the guardrails refuse)
     [edited] = proposal["rubric_modifications"]
@@ -82,7 +84,9 @@ def test_an_alarm_rewords_the_pitfall_the_judge_no_longer_reads_once() -> None:
     assert "reworded R1" in proposal["memory_artifact"]["text"]
     # once it is in the rubric, the next alarm rewords it no more, and says why
     sharpened = {**PADDING_PITFALL, "text": edited["text"]}
-    again = handle_updater(_data([CRITERIA[0], sharpened], _alarm([PADDED, PADDED])))
+    again = handle_updater(_data([CRITERIA[0], sharpened], _alarm([PADDED, PADDED]))).model_dump(
+        mode="json"
+    )
     assert again["rubric_modifications"] == []
     assert any(
         "already penalised by a sharpened pitfall" in e for e in again["rationale"]["evidence"]
@@ -90,13 +94,13 @@ def test_an_alarm_rewords_the_pitfall_the_judge_no_longer_reads_once() -> None:
     # no room: none, and said so
     full = _data(CRITERIA, _alarm([PADDED]))
     full["bounds"]["max_modifications"] = 0
-    assert handle_updater(full)["rubric_modifications"] == []
+    assert handle_updater(full).model_dump(mode="json")["rubric_modifications"] == []
 
 
 def test_an_alarm_adds_a_sharpened_pitfall_when_none_penalises_the_behaviour() -> None:
     data = _data([CRITERIA[0]], _alarm([PADDED, PADDED]))
     data["summary"]["aggregated_reward_hacking"]["behaviours"] = []
-    [added] = handle_updater(data)["rubric_modifications"]
+    [added] = handle_updater(data).model_dump(mode="json")["rubric_modifications"]
     assert added["action"] == "add" and added["weight"] == -1.0
     assert added["text"] == sharpened_pitfall("verbosity_padding")
     assert "no pitfall penalises it" in added["reason"]

@@ -15,24 +15,24 @@ from tests.support.open_json import open_json_aliases, open_json_uses, per_part
 
 BUDGET = {
     "amaris": 27,
-    "amaris/agents": 9,
+    "amaris/agents": 10,  # payloads.py: a rollout's trainer metadata in the analyzer's block
     "amaris/app": 2,
     "amaris/bootstrap": 1,
     "amaris/cli": 8,
     "amaris/integrations": 22,
     "amaris/llm": 51,  # reply_format.py: the example built from an agent's JSON schema
     "amaris/memory": 7,
-    "amaris/offline": 41,
+    "amaris/offline": 2,  # the trainer's metadata; the blocks as read back, before their cast
     "amaris/scoring": 4,
     "amaris/settings": 13,
     "amaris/sim": 48,  # the simulated judges read the chat request body (wire JSON)
     "amaris/steps": 1,
     "api": 4,
-    "tasks": 24,
+    "tasks": 19,
 }
 """Open JSON uses per part at most; a part not named has none (``flows`` among them)."""
 
-UNEXPLAINED_ALLOWED = ("amaris/sim", "amaris/offline")
+UNEXPLAINED_ALLOWED = ("amaris/sim",)
 """Parts whose uses may still lack their reason: other work in progress rewrites them."""
 
 

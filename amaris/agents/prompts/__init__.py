@@ -28,9 +28,9 @@ from typing import TypeAlias
 from amaris.jsonfile import JSONDict
 from amaris.settings import AGENTS, PromptsSettings
 
-DataBlock: TypeAlias = JSONDict
-"""An agent's data or context block: a JSON object of any shape its caller gives (a
-rollout, criteria, memories...), written as one JSON line: unknown shape is the point."""
+DataBlock: TypeAlias = Mapping[str, object]
+"""An agent's data or context block, of any agent, written as one JSON line: the analyzer's
+are TypedDicts (:mod:`amaris.agents.payloads`), the other callers' JSON they build."""
 
 DATA_START = "<<<AMARIS_DATA"
 DATA_END = "AMARIS_DATA>>>"
@@ -127,7 +127,7 @@ def agent_messages(
     ]
 
 
-def parse_data_message(text: str) -> DataBlock:
+def parse_data_message(text: str) -> JSONDict:  # parsed JSON: the caller reads its shape
     """Inverse of :func:`data_message` (used by the offline judge).
 
     Lines end at ``\n`` only, as :func:`data_message` writes them: a character other
@@ -147,14 +147,14 @@ def parse_data_message(text: str) -> DataBlock:
 
 
 # The chat messages of a request (the provider's wire JSON): only role and content read.
-def read_data(messages: Sequence[Mapping[str, object]]) -> DataBlock:
+def read_data(messages: Sequence[Mapping[str, object]]) -> JSONDict:
     """The data of an agent's messages (:func:`agent_messages`): the blocks of its system
     and user messages, merged in order (used by the offline judge).
 
     Raises:
         ValueError: no data block, blocks of different agents, or a key in two blocks.
     """
-    merged: DataBlock = {}
+    merged: JSONDict = {}  # parsed JSON, of the agent's shape
     for message in messages:
         if message.get("role") not in ("system", "user"):
             continue
