@@ -10,6 +10,7 @@ reply and the prompt whole (the rules need them), as it did for every reply befo
 from __future__ import annotations
 
 import random
+import unicodedata
 
 import pytest
 import re2
@@ -165,3 +166,12 @@ def test_the_sequence_pattern_is_the_former_one() -> None:
         matched += new
         assert not new or all(word in _ITEM_WORDS for word in text.split())
     assert matched > 1_000
+
+
+def test_no_character_composes_with_a_space_or_line_feed_after_it() -> None:
+    # Why a cut before one keeps NFKC whole (_normalised_head), on every code point.
+    for code in (*range(0xD800), *range(0xE000, 0x110000)):
+        char = chr(code)
+        norm = unicodedata.normalize("NFKC", char)
+        assert unicodedata.normalize("NFKC", char + " ") == norm + " "
+        assert unicodedata.normalize("NFKC", char + "\n") == norm + "\n"
