@@ -65,6 +65,7 @@ and gives the neutral score 2. Answer extraction and comparison are described in
 :mod:`amaris.text.answers`.
 """
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -281,11 +282,13 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
 """Every behaviour, grouped by rule in rule order (see the module docstring's table)."""
 
 
+@functools.lru_cache(maxsize=1_024)
 def select_behaviour(criterion: str) -> tuple[Behaviour, int] | None:
     """Returns the behaviour a criterion names and where its keyword starts, or None.
 
     The first rule (in ``BEHAVIOURS`` order) with any keyword in the criterion wins; inside it,
-    the behaviour whose keyword appears earliest in the criterion.
+    the behaviour whose keyword appears earliest in the criterion. Remembered per criterion
+    (a rubric's few criteria are judged on every rollout: eleven RE2 searches each).
     """
     for rule in dict.fromkeys(behaviour.rule for behaviour in BEHAVIOURS):
         hits = [

@@ -124,8 +124,10 @@ class VerdictSampler:
         """The scorer's answer with sampled verdicts and/or logprobs; None when the
         messages are not a scorer request or neither is asked for (the plain offline
         judge answers then)."""
+        if temperature <= 0 and not logprobs:
+            return None  # before reading the data: the plain judge reads it (once) then
         data = _scorer_data(messages)
-        if data is None or (temperature <= 0 and not logprobs):
+        if data is None:
             return None
         rollout = data["rollout"]
         output = str(rollout.get("output") or "")

@@ -77,6 +77,11 @@ class LearnedRules:
     def __init__(self, store: PrecheckRuleStore) -> None:
         self._store = store
 
+    def in_force(self) -> bool:
+        """Whether any rule is in force (else :meth:`match` matches nothing, and the
+        pre-check need not normalise a reply whole to ask it)."""
+        return bool(self._store.index())
+
     def match(self, norm: str, prompt: str) -> Degenerate | None:
         """Why the normalised reply ``norm`` to the normalised ``prompt`` is floored by a
         learned rule."""

@@ -134,21 +134,69 @@ _LABELS = (
     "الحل",
     "الجواب",
 )
-_OPENER = (
-    r"(?:(?:ok|okay|sure|alright|well|so|now) )?"
-    r"(?:lets|let us|i will|ill|we will|well|i shall|we shall|i am going to|im going to"
-    r"|we are going to|were going to|i need to|we need to|first)"
-    r" (?:solve|think|work|go|break|tackle|approach|figure|reason|analy[sz]e|look|start"
-    r"|begin|compute|calculate|find|answer|do|carefully solve|carefully think)"
-    r"(?: (?:about|through|out|down|at|on|with|into|over|it out))?"
-    r"(?: (?:this|it|that|the|a|our|each))?"
-    r"(?: (?:problem|question|task|one|math problem|equation|exercise|step|steps))?"
-    r"(?: (?:carefully|step by step|systematically|together|first|now|one step at a time))?"
-)
+_OPENER_SLOTS: tuple[tuple[bool, tuple[str, ...]], ...] = (
+    # (optional, alternatives): one alternative of each slot in turn, single spaces between.
+    (True, ("ok", "okay", "sure", "alright", "well", "so", "now")),
+    (
+        False,
+        (
+            "lets", "let us", "i will", "ill", "we will", "well", "i shall", "we shall",
+            "i am going to", "im going to", "we are going to", "were going to", "i need to",
+            "we need to", "first",
+        ),
+    ),
+    (
+        False,
+        (
+            "solve", "think", "work", "go", "break", "tackle", "approach", "figure", "reason",
+            "analyse", "analyze", "look", "start", "begin", "compute", "calculate", "find",
+            "answer", "do", "carefully solve", "carefully think",
+        ),
+    ),
+    (True, ("about", "through", "out", "down", "at", "on", "with", "into", "over", "it out")),
+    (True, ("this", "it", "that", "the", "a", "our", "each")),
+    (
+        True,
+        (
+            "problem", "question", "task", "one", "math problem", "equation", "exercise",
+            "step", "steps",
+        ),
+    ),
+    (
+        True,
+        ("carefully", "step by step", "systematically", "together", "first", "now",
+         "one step at a time"),
+    ),
+)  # fmt: skip
+"""The reasoning openers ("lets solve this problem step by step"), slot by slot."""
+
+
+def _alternatives(words: tuple[str, ...]) -> str:
+    return f"(?:{'|'.join(re2.escape(w) for w in words)})"
+
+
+def _opener() -> str:
+    (first_optional, first), *rest = _OPENER_SLOTS
+    assert first_optional  # the pattern below: "ok " before the subject
+    pattern = f"(?:{_alternatives(first)} )?"
+    for index, (optional, words) in enumerate(rest):
+        part = f"{' ' if index else ''}{_alternatives(words)}"
+        pattern += f"(?:{part})?" if optional else part
+    return pattern
+
+
+_OPENER = _opener()
 _ITEM = rf"(?:{_OPENER}|{'|'.join(re2.escape(label) for label in _LABELS)})"
 _SEQUENCE = compile_pattern(rf"{_ITEM}(?: {_ITEM})*")
 """One or more openers or labels, separated by single spaces (the normalised form). RE2: a
 backtracking engine took 89 s on "Let's think step by step. " x 26 + "The answer is 42."."""
+_ITEM_WORDS = frozenset(
+    word
+    for phrase in (*_LABELS, *(w for _, words in _OPENER_SLOTS for w in words))
+    for word in phrase.split()
+)
+"""Every word an opener or label holds: a normalised reply with another word is no
+``opener``."""
 _ECHO_LABELS = frozenset({"question", "problem", "prompt", "task", "q", "input"})
 
 
@@ -180,6 +228,11 @@ def _is_reference(norm: str, reference: str | None) -> bool:
     return norm in {normalise(reference), normalise(answer or "")}
 
 
+HEAD_CHARS = 1_024
+"""Characters of a reply (and of its prompt) normalised first: a reply that is neither an
+opener nor the prompt's echo usually shows it within them, and is not normalised whole."""
+
+
 def degenerate(
     output: str,
     prompt: str,
@@ -192,17 +245,67 @@ def degenerate(
     the final answer found in it) is never degenerate. ``learned`` matches the normalised
     reply and prompt against the rules judge canaries taught
     (:meth:`amaris.scoring.learned_rules.LearnedRules.match`).
+
+    Without ``learned``, a long reply is normalised whole only when its first
+    :data:`HEAD_CHARS` characters or so do not settle it (:func:`_settled_by_head`), and a
+    long prompt only as far as the comparison with the reply reads it: the same answer,
+    without normalising 100 KB twice (1-2 ms each) for a reply that says something.
     """
     shown = output.strip()
     if not shown:
         return Degenerate("empty", f"{len(output)} whitespace characters" if output else "empty")
-    norm = normalise(shown)
+    if learned is None:
+        head, whole = _normalised_head(shown, HEAD_CHARS)
+        if not whole and _settled_by_head(head, prompt):
+            return None
+        norm = head if whole else normalise(shown)
+    else:
+        norm = normalise(shown)
     found = _finding(shown, norm, prompt, learned)
     # The exemption is read only for a reply found degenerate: most replies are not, and
     # the reference's answer extraction would cost each of them (a fifth of /score's CPU).
     if found is not None and _is_reference(norm, reference):
         return None
     return found
+
+
+def _normalised_head(text: str, chars: int) -> tuple[str, bool]:
+    """``(normalise(text[:cut]), cut == len(text))``, ``cut`` the first space or line feed
+    of ``text`` at or after ``chars`` (the end if none).
+
+    ``normalise(text)`` starts with it, whole words (then a space if more follows): no
+    character composes with a space or line feed under NFKC, case folding and the word map
+    read one character at a time, and the space ends a word.
+    """
+    cut = len(text)
+    if cut > chars:
+        for mark in (" ", "\n"):
+            found = text.find(mark, chars, cut)
+            if found >= 0:
+                cut = found
+    return normalise(text[:cut]), cut == len(text)
+
+
+def _settled_by_head(head: str, prompt: str) -> bool:
+    """Whether a reply whose normalised text starts with ``head`` (whole words, and more
+    after them) is neither ``opener`` nor ``prompt_echo``, whatever follows: ``head`` has a
+    word no opener or label holds, and it differs from the prompt's normalised text before
+    either ends (also after an echo label)."""
+    if all(word in _ITEM_WORDS for word in head.split()):
+        return False
+    echoed, whole = _normalised_head(prompt, HEAD_CHARS)
+    if whole and not echoed:
+        return True  # nothing to echo
+    label, _, after = head.partition(" ")
+    starts = (head, after) if label in _ECHO_LABELS else (head,)
+    return all(_apart(start, echoed) for start in starts)
+
+
+def _apart(text: str, other: str) -> bool:
+    """Whether ``text`` and ``other`` differ before the shorter one ends (so no text that
+    starts with the one starts with the whole of a text that starts with the other)."""
+    shared = min(len(text), len(other))
+    return text[:shared] != other[:shared]
 
 
 def _finding(
@@ -218,7 +321,7 @@ def _finding(
         return Degenerate("no_content", f"no letter or digit: {quoted}")
     if _SEQUENCE.fullmatch(norm):
         return Degenerate("opener", f"only a reasoning opener or answer label: {quoted}")
-    echoed = normalise(prompt)
+    echoed = normalise(prompt) if learned is not None else _echo_head(prompt, len(norm))
     if echoed:
         label, space, after = norm.partition(" ")
         labelled = bool(space) and label in _ECHO_LABELS and not norm.startswith(echoed)
@@ -228,3 +331,10 @@ def _finding(
             if not tail or _SEQUENCE.fullmatch(tail):
                 return Degenerate("prompt_echo", "the prompt repeated, nothing else")
     return learned(norm, echoed) if learned is not None else None
+
+
+def _echo_head(prompt: str, chars: int) -> str:
+    """``normalise(prompt)``, or a start of it longer than ``chars`` (the normalised reply's
+    length): no reply starts with either then, so the echo check reads the same."""
+    head, whole = _normalised_head(prompt, 2 * chars + HEAD_CHARS)
+    return head if whole or len(head) > chars else normalise(prompt)

@@ -86,7 +86,8 @@ async def reward_of(
     precheck = scorer.settings.precheck
     if precheck.enabled:
         rollout = request.rollout
-        # Linear, yet 7-13 ms on 100 KB: a long rollout's pre-check runs in a thread.
+        rules = scorer.learned_rules
+        # Linear, yet milliseconds on 100 KB: a long rollout's pre-check runs in a thread.
         found = await off_loop_above(
             rollout_chars(request),
             OFF_LOOP_CHARS,
@@ -94,7 +95,8 @@ async def reward_of(
             rollout.output,
             rollout.input,
             rollout.supplemental_context,
-            scorer.learned_rules.match if scorer.learned_rules is not None else None,
+            # Only rules in force need the reply normalised whole (degenerate's docstring).
+            rules.match if rules is not None and rules.in_force() else None,
         )
         if found is not None:
             # A reward, not a failure: the trainer should push the policy away from it.

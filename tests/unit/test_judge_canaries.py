@@ -206,9 +206,11 @@ def opener_rule(
 def test_a_rule_from_an_opener_floors_that_opener_alone_not_an_answer_opening_with_it(
     store: PrecheckRuleStore,
 ) -> None:
+    rules = LearnedRules(store)
+    assert not rules.in_force()  # the pre-check is then asked without the rules
     rule = store.add(opener_rule())
     assert rule is not None and rule.any_prompt
-    rules = LearnedRules(store)
+    assert rules.in_force()
     found = degenerate(
         "  let me THINK about this, carefully! ", "What is 5 + 5?", None, rules.match
     )
