@@ -1,8 +1,9 @@
 """``kill -9`` of the server, then a restart with the same config: nothing is lost.
 
 Real processes: ``amaris offline-llm`` (a slow judge) and ``amaris serve`` with its
-own Prefect server, killed with SIGKILL while a step's flow runs and while /score
-traffic is in flight.
+own Prefect server (no scheduled-repair worker: the restart's coordinator resumes the
+step; ``tests/e2e/test_shutdown.py`` covers the worker), killed with SIGKILL while a
+step's flow runs and while /score traffic is in flight.
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ def test_kill_9_during_a_step_and_during_scoring(tmp_path: Path) -> None:
                 "concurrency": {"analyzer": 2, "scorer": 4},
                 "memory": {"path": str(data), "embedding_model": "hashing"},
                 "server": {"port": port},
-                "prefect": {"port": None},
+                # Its own Prefect server (an ephemeral port), killed with it; no repair
+                # worker: a third process booting beside the two at each of the three
+                # starts, and the resume is the coordinator's, not a scheduled repair's.
+                "prefect": {"port": None, "repair_interval_seconds": None},
                 "logging": {"level": "INFO"},
             }
         )
