@@ -16,9 +16,9 @@ small whatever the sample)."""
 AlarmKind = Literal["diverging", "gap_jump", "top_tail"]
 """``diverging``: over the window the training reward rose while the audit reward fell, and
 more of the window's rollouts were over-rewarded than the run's history makes likely;
-``gap_jump``: over the window the top tail's gap between the two rewards jumped, and one
-criterion was read against the training judge's payment on more of the sampled top tail
-than the run's history makes likely;
+``gap_jump``: over the window the top tail's mean gap between the two rewards reached
+``audit.max_gap_jump``, and one criterion was read against the training judge's payment on
+more of the sampled top tail than the run's history makes likely;
 ``top_tail``: the auditor keeps too little of the training judge's top tail there, less
 than the run's history makes likely (docs/fidelity.md, "What an alarm means")."""
 

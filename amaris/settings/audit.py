@@ -42,7 +42,7 @@ class AuditSettings(Section):
     the window that the ``diverging`` alarm asks for."""
     max_gap_jump: float = Field(default=0.25, gt=0, le=1)
     """The ``gap_jump`` alarm asks the window's mean top-tail ``|training - audit|`` gap
-    to exceed the history's (0 without one) by at least this."""
+    to be at least this (a disagreement too small to matter is no alarm)."""
     min_top_tail_agreement: float = Field(default=0.5, ge=0, le=1)
     """The ``top_tail`` alarm asks a smaller share of the sampled top tail to stay in the
     top tail for the auditor."""
