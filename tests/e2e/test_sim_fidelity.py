@@ -35,12 +35,14 @@ is under one probe), within MAX_SHARE; at 32 a step the two come to just over 7%
 FIXED_MIX = ("--learning-rate", "0")
 
 
-def _simulate(out: Path, steps: str, *scenario: str) -> dict[str, Any]:
+def _simulate(
+    out: Path, steps: str, *scenario: str, mix: tuple[str, ...] = FIXED_MIX
+) -> dict[str, Any]:
     from prefect.settings import PREFECT_API_URL
 
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PREFECT_API_URL", str(PREFECT_API_URL.value()))
-        args = ["--steps", steps, "--rollouts-per-step", PER_STEP, *FIXED_MIX, "--out", str(out)]
+        args = ["--steps", steps, "--rollouts-per-step", PER_STEP, *mix, "--out", str(out)]
         code = main(["simulate", *scenario, *args])
     assert code == 0
     fidelity: dict[str, Any] = json.loads((out / "fidelity.json").read_text())
@@ -80,8 +82,10 @@ def test_judge_drift_is_caught_within_two_steps_and_the_response_restores_the_ga
 def test_steady_with_a_noisy_auditor_raises_no_false_alarm(tmp_path: Path) -> None:
     # The noisy auditor reads 10% of its verdicts the other way; the alarm asks the
     # window's disagreement to beat that steady noise (audit.false_alarm_rate), so a run
-    # without a drift raises none (docs/benchmarks.md: 0 in 20 steady steps).
-    fidelity = _simulate(tmp_path, STEADY_STEPS, "--scenario", "steady")
+    # without a drift raises none (docs/benchmarks.md: 0 in 20 steady steps). The learning
+    # policy of the benchmark's steady runs: on seed 0 its auditor reads a top-tail reply
+    # otherwise at step 1, which the alarm before the binomial tests fired on.
+    fidelity = _simulate(tmp_path, STEADY_STEPS, "--scenario", "steady", mix=())
     audits = _audits(tmp_path)
     assert fidelity["drift_step"] is None
     assert [audit["alarm"] for audit in audits] == [None] * int(STEADY_STEPS)
