@@ -42,11 +42,21 @@ def sample_key(record: RolloutRecord) -> str:
 
 
 def _earlier(step: int) -> tuple[list[TrendPoint], list[tuple[int, int]]]:
-    """The sample means (and mean gap) of the audited steps before ``step``, oldest first,
+    """The sample figures of the audited steps before ``step``, oldest first,
     and each audited step's (judged rollouts, rollouts re-graded): what the budget spent."""
     history = audit_history(get_context().steps, step)
     points = [
-        TrendPoint(audit.step, audit.training_mean, audit.audit_mean, audit.top_tail_gap)
+        TrendPoint(
+            step=audit.step,
+            training=audit.training_mean,
+            audit=audit.audit_mean,
+            gap=audit.top_tail_gap,
+            graded=audit.sampled,
+            over_rewarded=audit.over_rewarded_count,
+            top_tail_sampled=audit.top_tail_sampled,
+            top_tail_kept=audit.top_tail_kept,
+            tally=tuple(audit.tally),
+        )
         for audit in history
         if audit.training_mean is not None and audit.audit_mean is not None
     ]
@@ -108,6 +118,10 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
         top_tail_agreement=whole.top_tail_agreement,
         gap=whole.gap,
         top_tail_gap=whole.top_tail_gap,
+        top_tail_sampled=whole.top_tail_sampled,
+        top_tail_kept=whole.top_tail_kept,
+        over_rewarded_count=whole.over_rewarded,
+        tally=whole.tally,
         alarm=alarm,
         training_mean=whole.training_mean,
         audit_mean=whole.audit_mean,

@@ -10,7 +10,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
-from amaris.audit.models import AuditedRollout, CriterionDisagreement, Fidelity
+from amaris.audit.models import AuditedRollout, CriterionDisagreement, CriterionTally, Fidelity
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 
 _EPSILON = 1e-9
@@ -63,6 +63,21 @@ def criterion_disagreement(rollouts: Sequence[AuditedRollout]) -> list[Criterion
     return sorted(found, key=lambda c: (-c.disagreement, c.id))
 
 
+def criterion_tally(top_tail: Sequence[AuditedRollout]) -> list[CriterionTally]:
+    """Per criterion (id and text) over graded top-tail rollouts: the pairs of verdicts,
+    and those whose training verdict paid more than the audit's, by id then text."""
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for rollout in top_tail:
+        for pair in rollout.criteria:
+            count = counts[(pair.id, pair.text)]
+            count[0] += 1
+            count[1] += int(pair.pays_more)
+    return [
+        CriterionTally(id=cid, text=text, pairs=pairs, paid_more=paid)
+        for (cid, text), (pairs, paid) in sorted(counts.items())
+    ]
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
@@ -84,6 +99,11 @@ def fidelity(rollouts: Sequence[AuditedRollout]) -> Fidelity:
         top_tail_agreement=round(len(kept) / len(tail), 4) if tail else None,
         top_tail_sampled=len(tail),
         top_tail_gap=_mean([r.gap for r in tail]),
+        top_tail_kept=len(kept),
+        over_rewarded=sum(
+            1 for r in graded if r.audit is not None and r.training > r.audit + _EPSILON
+        ),
+        tally=criterion_tally(tail),
         training_mean=_mean(training),
         audit_mean=_mean(audit),
         criteria=criterion_disagreement(graded),

@@ -7,15 +7,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
+
 OVER_REWARDED_KEPT = 32
 """Most over-rewarded sampled rollouts a step's audit keeps (its registry record stays
 small whatever the sample)."""
 
 AlarmKind = Literal["diverging", "gap_jump", "top_tail"]
-"""``diverging``: over the window the training reward rose while the audit reward fell;
-``gap_jump``: the top tail's mean gap between the two rewards jumped above its level over
-the window;
-``top_tail``: the auditor keeps too little of the training judge's top tail there."""
+"""``diverging``: over the window the training reward rose while the audit reward fell, and
+more of the window's rollouts were over-rewarded than the run's history makes likely;
+``gap_jump``: over the window the top tail's mean gap between the two rewards reached
+``audit.max_gap_jump``, and one criterion was read against the training judge's payment on
+more of the sampled top tail than the run's history makes likely;
+``top_tail``: the auditor keeps too little of the training judge's top tail there, less
+than the run's history makes likely (docs/fidelity.md, "What an alarm means")."""
 
 
 class CriterionPair(BaseModel):
@@ -27,6 +32,30 @@ class CriterionPair(BaseModel):
     text: str
     training: float
     audit: float
+    weight: float = 1.0
+    """The criterion's weight (negative: a pitfall, whose high verdict costs reward)."""
+
+    @property
+    def pays_more(self) -> bool:
+        """The training judge's verdict pays more than the auditor's by at least half the
+        scale (a met requirement read unmet, or an absent pitfall read present): the
+        direction a judge that turned lenient disagrees in."""
+        span = SCALE_MAX - SCALE_MIN
+        excess = (self.training - self.audit) if self.weight >= 0 else (self.audit - self.training)
+        return excess >= span / 2
+
+
+class CriterionTally(BaseModel):
+    """One criterion over a sample's graded top tail: how many of its rollouts both judges
+    gave it a verdict on, and on how many the training judge's verdict paid more
+    (:attr:`CriterionPair.pays_more`). What the ``gap_jump`` alarm pools over the window."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    text: str
+    pairs: int = Field(ge=0)
+    paid_more: int = Field(ge=0)
 
 
 class AuditedRollout(BaseModel):
@@ -93,6 +122,12 @@ class Fidelity(BaseModel):
     top_tail_gap: float | None = None
     """Mean ``|training - audit|`` reward of the sampled top tail (where a lenient judge's
     payments land); None when no top-tail rollout was graded."""
+    top_tail_kept: int = 0
+    """Graded top-tail rollouts the auditor also rewards at or above the threshold."""
+    over_rewarded: int = 0
+    """Graded rollouts the training judge rewarded above the auditor."""
+    tally: list[CriterionTally] = Field(default_factory=list)
+    """Per criterion, over the graded top tail (by id, then text)."""
     training_mean: float | None = None
     audit_mean: float | None = None
     criteria: list[CriterionDisagreement] = Field(default_factory=list)
@@ -171,6 +206,15 @@ class StepAudit(AuditSummary):
     failed: int = 0
     top_tail_gap: float | None = None
     """Mean ``|training - audit|`` reward of the sampled top tail."""
+    top_tail_sampled: int = 0
+    """Graded top-tail rollouts."""
+    top_tail_kept: int = 0
+    """Of them, those the auditor also rewards at or above the top tail's threshold."""
+    over_rewarded_count: int = 0
+    """Graded rollouts the training judge rewarded above the auditor (the alarm's history
+    reads it; ``over_rewarded`` keeps at most 32 of them)."""
+    tally: list[CriterionTally] = Field(default_factory=list)
+    """Per criterion, over the graded top tail: what the ``gap_jump`` alarm pools."""
     training_mean: float | None = None
     audit_mean: float | None = None
     judge_calls: int = 0

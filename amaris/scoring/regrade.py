@@ -64,7 +64,13 @@ async def regrade(
     reward = aggregate([c.weight for c in verdicts], [c.verdict for c in verdicts])
     served = {(v.id, v.text): float(v.verdict) for v in record.verdicts if v.kind == "judge"}
     pairs = [
-        CriterionPair(id=c.id, text=c.text, training=served[(c.id, c.text)], audit=c.verdict)
+        CriterionPair(
+            id=c.id,
+            text=c.text,
+            training=served[(c.id, c.text)],
+            audit=c.verdict,
+            weight=c.weight,
+        )
         for c in verdicts
         if c.kind == "judge" and (c.id, c.text) in served
     ]

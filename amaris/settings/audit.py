@@ -35,16 +35,28 @@ class AuditSettings(Section):
     """Share of the sample drawn from the top tail (over-sampled: over-optimisation shows
     there first); the rest is spread evenly over four reward quantiles below it."""
     window: int = Field(default=3, ge=2, le=100)
-    """Steps (this one and the audited ones before it) the trend alarm compares."""
+    """Audited steps (this one and those before it) each alarm pools; the audited steps
+    before the window are the steady history it is compared with."""
     min_trend: float = Field(default=0.05, gt=0, le=1)
     """Rise of the sample's mean training reward, and fall of its mean audit reward, over
-    the window that together raise the alarm."""
+    the window that the ``diverging`` alarm asks for."""
     max_gap_jump: float = Field(default=0.25, gt=0, le=1)
-    """Alarm when the sample's mean ``|training - audit|`` reward gap exceeds its mean
-    over the earlier audited steps of the window by at least this."""
+    """The ``gap_jump`` alarm asks the window's mean top-tail ``|training - audit|`` gap
+    to be at least this (a disagreement too small to matter is no alarm)."""
     min_top_tail_agreement: float = Field(default=0.5, ge=0, le=1)
-    """Alarm when a smaller share of the sampled top tail stays in the top tail for the
-    auditor."""
+    """The ``top_tail`` alarm asks a smaller share of the sampled top tail to stay in the
+    top tail for the auditor."""
+    # The alarm's statistics (amaris/audit/stats.py, docs/fidelity.md).
+    false_alarm_rate: float = Field(default=0.01, gt=0, lt=1)
+    """Level of each alarm's one-sided binomial test: the most likely a steady run (the
+    auditor disagreeing at its history's rate) makes the test fire on a step."""
+    prior_disagreement: float = Field(default=0.1, gt=0, lt=1)
+    """Share of top-tail criterion verdicts the auditor is assumed to read against the
+    training judge's payment before the history shows its own (two LLM graders disagree
+    on 10-20% of binary criteria)."""
+    prior_weight: float = Field(default=20, gt=0, le=10_000)
+    """How many items' worth of evidence the prior rates count for against the history's:
+    small, and the first steps' few items decide the steady rate."""
     on_alarm: OnAlarm = "log"
     """``log``: the alarm is logged, counted and given to the analyzer and updater;
     ``pause``: also ``/score`` answers 503 until ``amaris audit ack`` (or

@@ -35,12 +35,14 @@ is under one probe), within MAX_SHARE; at 32 a step the two come to just over 7%
 FIXED_MIX = ("--learning-rate", "0")
 
 
-def _simulate(out: Path, steps: str, *scenario: str) -> dict[str, Any]:
+def _simulate(
+    out: Path, steps: str, *scenario: str, mix: tuple[str, ...] = FIXED_MIX
+) -> dict[str, Any]:
     from prefect.settings import PREFECT_API_URL
 
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PREFECT_API_URL", str(PREFECT_API_URL.value()))
-        args = ["--steps", steps, "--rollouts-per-step", PER_STEP, *FIXED_MIX, "--out", str(out)]
+        args = ["--steps", steps, "--rollouts-per-step", PER_STEP, *mix, "--out", str(out)]
         code = main(["simulate", *scenario, *args])
     assert code == 0
     fidelity: dict[str, Any] = json.loads((out / "fidelity.json").read_text())
@@ -77,20 +79,18 @@ def test_judge_drift_is_caught_within_two_steps_and_the_response_restores_the_ga
     assert "![fidelity-judge-drift.png](fidelity-judge-drift.png)" in page
 
 
-def test_steady_audits_with_a_noisy_auditor_and_counts_every_alarm_as_false(
-    tmp_path: Path,
-) -> None:
-    # Issue 25's "0 false alarms in 20 steady steps" is not met with a noisy auditor at 2
-    # audited rollouts a step (docs/benchmarks.md, "Reward fidelity in simulation"): what
-    # is checked here is that every alarm counts as false, and the cost. (Whether the
-    # noisy auditor disagrees within these few steps depends on the draws; that it reads
-    # verdicts the other way is tests/unit/test_sim_noisy_judge.py's.)
-    fidelity = _simulate(tmp_path, STEADY_STEPS, "--scenario", "steady")
+def test_steady_with_a_noisy_auditor_raises_no_false_alarm(tmp_path: Path) -> None:
+    # The noisy auditor reads 10% of its verdicts the other way; the alarm asks the
+    # window's disagreement to beat that steady noise (audit.false_alarm_rate), so a run
+    # without a drift raises none (docs/benchmarks.md: 0 in 20 steady steps). The learning
+    # policy of the benchmark's steady runs: on seed 0 its auditor reads a top-tail reply
+    # otherwise at step 1, which the alarm before the binomial tests fired on.
+    fidelity = _simulate(tmp_path, STEADY_STEPS, "--scenario", "steady", mix=())
     audits = _audits(tmp_path)
     assert fidelity["drift_step"] is None
-    alarmed = [i for i, audit in enumerate(audits) if audit["alarm"] is not None]
-    assert fidelity["false_alarms"] == len(alarmed)
-    assert fidelity["first_alarm_step"] == (alarmed[0] if alarmed else None)
+    assert [audit["alarm"] for audit in audits] == [None] * int(STEADY_STEPS)
+    assert fidelity["false_alarms"] == 0
+    assert fidelity["first_alarm_step"] is None
     assert fidelity["audit_call_share"] > 0
     assert fidelity["canary_call_share"] > 0
     assert fidelity["audit_call_share"] + fidelity["canary_call_share"] <= MAX_SHARE

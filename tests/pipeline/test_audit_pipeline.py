@@ -126,13 +126,17 @@ def test_the_alarm_reaches_the_api_the_metrics_and_the_agents(
     assert audit["agreement"] < -0.5
     assert audit["top_tail_agreement"] == 0.0
     assert audit["gap"] == 0.625
-    assert audit["alarm"]["kind"] == "top_tail"
-    assert "top tail" in audit["alarm"]["reason"]
+    # On a first audited step (no history: the priors) every criterion paid in full on 4
+    # of 4 top-tail rollouts the auditor pays nothing is the gap_jump alarm's evidence
+    # (chance 1e-4 at the prior 10% disagreement); losing 4 of 4 from the top tail alone
+    # is not the top_tail alarm's (chance 0.06 at its uninformative prior).
+    assert audit["alarm"]["kind"] == "gap_jump"
+    assert "top tail" in audit["alarm"]["reason"] and "on 4 of 4" in audit["alarm"]["reason"]
     assert audit["criteria"][0]["disagreement"] > 0.5
     assert set(audit["scopes"]) == {"global"}
     evidence = audit["evidence"]["global"]
     assert evidence["rollouts"] and all("hack" in r["rollout_id"] for r in evidence["rollouts"])
-    assert listed[0]["audit"]["alarm"]["kind"] == "top_tail"
+    assert listed[0]["audit"]["alarm"]["kind"] == "gap_jump"
     assert set(listed[0]["audit"]) == {"sampled", "agreement", "top_tail_agreement", "gap", "alarm"}
     assert "amaris_fidelity_alarms_total 1.0" in metrics
     assert "amaris_audit_agreement -" in metrics
@@ -147,9 +151,9 @@ def test_the_alarm_reaches_the_api_the_metrics_and_the_agents(
     assert updater and all(ALARM_KEY in r["messages"][-1]["content"] for r in updater)
     # The step's run: the alarm logged, the fidelity artifact with its trend.
     logs, artifacts = asyncio.run(step_run_view(f"step-{STEP}", since))
-    assert any(f"step {STEP}: FIDELITY ALARM (top_tail)" in log.message for log in logs)
+    assert any(f"step {STEP}: FIDELITY ALARM (gap_jump)" in log.message for log in logs)
     (artifact,) = [a for a in artifacts if a.key == f"fidelity-step-{STEP}"]
-    assert "## Trend" in str(artifact.data) and "top_tail" in str(artifact.data)
+    assert "## Trend" in str(artifact.data) and "| gap_jump |" in str(artifact.data)
     hack_id = evidence["rollouts"][0]["rollout_id"]
     assert hack_id in analyzer[0]["messages"][0]["content"]
     assert hack_id in updater[0]["messages"][-1]["content"]

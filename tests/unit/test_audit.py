@@ -159,22 +159,30 @@ def test_criterion_disagreement_is_per_criterion_and_sorted() -> None:
 # -- alarm -------------------------------------------------------------------------------------
 
 
-def fid(training: float, audit: float, tail: float | None = 1.0, tail_n: int = 4) -> Fidelity:
+def fid(
+    training: float,
+    audit: float,
+    tail: float | None = 1.0,
+    tail_n: int = 4,
+    over: int = 8,
+) -> Fidelity:
     return Fidelity(
         sampled=8,
         training_mean=training,
         audit_mean=audit,
         top_tail_agreement=tail,
         top_tail_sampled=tail_n,
+        top_tail_kept=round((tail or 0.0) * tail_n),
+        over_rewarded=over,
     )
 
 
 def test_diverging_trends_over_the_window_raise_the_alarm() -> None:
     settings = AuditSettings(window=3, min_trend=0.05)
-    earlier = [TrendPoint(1, 0.60, 0.70), TrendPoint(2, 0.65, 0.66)]
+    earlier = [TrendPoint(1, 0.60, 0.70, graded=8, over_rewarded=6), TrendPoint(2, 0.65, 0.66)]
     alarm = check_alarm(fid(0.72, 0.60), 3, earlier, settings)
     assert alarm is not None and alarm.kind == "diverging"
-    assert "step 1 to step 3" in alarm.reason
+    assert "step 1 to step 3" in alarm.reason and "14 of the 16 rollouts" in alarm.reason
     # Both rising: no alarm; a fall smaller than min_trend: no alarm.
     assert check_alarm(fid(0.72, 0.75), 3, earlier, settings) is None
     assert check_alarm(fid(0.72, 0.68), 3, earlier, settings) is None
@@ -183,13 +191,27 @@ def test_diverging_trends_over_the_window_raise_the_alarm() -> None:
     assert check_alarm(fid(0.72, 0.69), 3, old, settings) is None
     # The first audited step has no trend.
     assert check_alarm(fid(0.9, 0.1), 0, [], settings) is None
+    # No more over-rewarded rollouts than the history's share: the trend is noise.
+    history = [TrendPoint(i - 10, 0.6, 0.6, graded=8, over_rewarded=7) for i in range(10)]
+    assert check_alarm(fid(0.72, 0.60), 3, [*history, *earlier], settings) is None
+    # Nor a trend on a few rollouts: two of two over-rewarded is no evidence.
+    few = [TrendPoint(2, 0.60, 0.70, graded=1, over_rewarded=1)]
+    current = fid(0.72, 0.60, over=1).model_copy(update={"sampled": 1})
+    assert check_alarm(current, 3, few, settings) is None
 
 
 def test_a_top_tail_the_auditor_does_not_keep_raises_the_alarm() -> None:
     settings = AuditSettings(min_top_tail_agreement=0.5)
-    alarm = check_alarm(fid(0.8, 0.8, tail=0.25), 4, [], settings)
+    # A history whose top tail the auditor kept: losing 6 of 8 is beyond its noise.
+    kept = [
+        TrendPoint(i, 0.8, 0.8, graded=8, over_rewarded=0, top_tail_sampled=8, top_tail_kept=8)
+        for i in range(10)
+    ]
+    alarm = check_alarm(fid(0.8, 0.8, tail=0.25, tail_n=8, over=0), 12, kept, settings)
     assert alarm is not None and alarm.kind == "top_tail"
-    assert check_alarm(fid(0.8, 0.8, tail=0.5), 4, [], settings) is None
+    assert check_alarm(fid(0.8, 0.8, tail=0.5, tail_n=8, over=0), 12, kept, settings) is None
+    # Without a history, 6 of 8 lost is within the prior's noise.
+    assert check_alarm(fid(0.8, 0.8, tail=0.25, tail_n=8, over=0), 4, [], settings) is None
     # One graded top-tail rollout is not evidence enough.
     assert check_alarm(fid(0.8, 0.8, tail=0.0, tail_n=MIN_TOP_TAIL - 1), 4, [], settings) is None
     assert check_alarm(fid(0.8, 0.8, tail=None, tail_n=0), 4, [], settings) is None

@@ -5,7 +5,7 @@ rollouts' arrival order, the top tail's ties and its longest reply, the ``gap_ju
 from __future__ import annotations
 
 from amaris.audit.alarm import TrendPoint, check_alarm
-from amaris.audit.models import Fidelity
+from amaris.audit.models import CriterionTally, Fidelity
 from amaris.audit.sampling import budget_left, sample_size, stratified_sample
 from amaris.memory.records import LoggedRollout, RolloutRecord
 from amaris.settings import AuditSettings
@@ -88,7 +88,16 @@ def test_the_top_tail_holds_its_ties_and_its_longest_reply_is_drawn_first() -> N
         assert {d.threshold for d in sample} == {1.0}
 
 
-def fid(gap: float | None) -> Fidelity:
+def paid(pairs: int, paid_more: int, others: int = 0) -> tuple[CriterionTally, ...]:
+    """A top tail's tally: criterion P1 paid more by the training judge on ``paid_more`` of
+    ``pairs`` rollouts, criterion A1 on ``others``."""
+    return (
+        CriterionTally(id="A1", text="correct", pairs=pairs, paid_more=others),
+        CriterionTally(id="P1", text="padding", pairs=pairs, paid_more=paid_more),
+    )
+
+
+def fid(gap: float | None, paid_more: int = 1) -> Fidelity:
     return Fidelity(
         sampled=2,
         training_mean=0.5,
@@ -96,21 +105,33 @@ def fid(gap: float | None) -> Fidelity:
         top_tail_gap=gap,
         top_tail_agreement=0.0,
         top_tail_sampled=1,
+        tally=list(paid(1, paid_more)),
     )
+
+
+def point(step: int, gap: float, paid_more: int, others: int = 0) -> TrendPoint:
+    return TrendPoint(step, 0.5, 0.5, gap, graded=2, tally=paid(1, paid_more, others))
 
 
 def test_a_jump_of_the_gap_over_the_window_raises_the_alarm() -> None:
     settings = AuditSettings(window=3, max_gap_jump=0.25)
-    earlier = [TrendPoint(1, 0.5, 0.5, 0.0), TrendPoint(2, 0.5, 0.5, 0.1)]
-    alarm = check_alarm(fid(0.5), 3, earlier, settings)
+    earlier = [point(1, 1.0, 1), point(2, 1.0, 1)]
+    alarm = check_alarm(fid(1.0), 3, earlier, settings)
     assert alarm is not None and alarm.kind == "gap_jump"
-    assert "top tail jumped to 0.500 from 0.050 over steps 1, 2" in alarm.reason
-    # Below the jump: none; the first audited step has nothing to jump from.
-    assert check_alarm(fid(0.29), 3, earlier, settings) is None
+    assert "over steps 1, 2, 3" in alarm.reason
+    assert "criterion P1 ('padding') where the auditor did not on 3 of 3" in alarm.reason
+    # One criterion read against the payment on 2 of the 3: within the prior's noise.
+    assert check_alarm(fid(1.0, paid_more=0), 3, earlier, settings) is None
+    # The first audited steps have too few items to tell from noise.
     assert check_alarm(fid(1.0), 0, [], settings) is None
-    # Only the window is read: an old step with a high gap does not lift the baseline.
-    old = [TrendPoint(0, 0.5, 0.5, 1.0), *earlier]
-    assert check_alarm(fid(0.5), 3, old, settings) is not None
-    # A steady gap (two judges that always differ a little) is no jump.
-    steady = [TrendPoint(1, 0.5, 0.5, 0.3), TrendPoint(2, 0.5, 0.5, 0.35)]
-    assert check_alarm(fid(0.4), 3, steady, settings) is None
+    assert check_alarm(fid(1.0), 1, earlier[:1], settings) is None
+    # A history where the two judges read every criterion differently as often: noise.
+    noisy = [point(i - 10, 1.0, 1, others=1) for i in range(10)]
+    assert check_alarm(fid(1.0), 3, [*noisy, *earlier], settings) is None
+    # A history that read P1 alone differently (a drift the window missed) does not
+    # raise the rate P1 is tested against: the other criteria's history sets it.
+    drifted = [point(i - 10, 1.0, 1) for i in range(10)]
+    assert check_alarm(fid(1.0), 3, [*drifted, *earlier], settings) is not None
+    # A window whose top-tail gap stays under max_gap_jump is no jump.
+    small = [point(1, 0.1, 1), point(2, 0.1, 1)]
+    assert check_alarm(fid(0.2), 3, small, settings) is None
