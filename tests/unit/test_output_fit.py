@@ -2,17 +2,16 @@
 request's json_schema allows fits the agent's ``max_tokens``, so a constrained decoder
 closes it before ``finish_reason: length``.
 
-The longest reply is built here from the schema sent, independently of the module's own
-estimate, and its tokens are counted on its text (xgrammar's separators) with the
-documented conservative rate: every punctuation character and space a token, runs of
-letters, digits and underscores at ``OUTPUT_CHARS_PER_TOKEN`` characters a token."""
+The longest reply is built from the schema sent (tests/support/output_tokens.py),
+independently of the module's own estimate, and its tokens are counted on its text
+(xgrammar's separators) with the documented conservative rate: every punctuation character
+and space a token, runs of letters, digits and underscores at ``OUTPUT_CHARS_PER_TOKEN``
+characters a token."""
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +21,6 @@ from amaris.agents import BatchSummary, IndividualAnalysis, QueryPlan, RubricUpd
 from amaris.agents.schemas import BootstrapCandidates
 from amaris.llm.output_fit import (
     MIN_STRING_CHARS,
-    OUTPUT_CHARS_PER_TOKEN,
     RESERVE_TOKENS,
     fit_schema,
     worst_case_tokens,
@@ -30,10 +28,8 @@ from amaris.llm.output_fit import (
 from amaris.llm.schema import strict_schema
 from amaris.scoring.judge_protocol import verdicts_schema
 from amaris.settings import Settings
-from amaris.sim.judge_server import Reply
-from tests.support.fake_llm import FakeLLM
-from tests.support.gateway import MESSAGES, open_gateway
 from tests.support.no_deps import import_xgrammar
+from tests.support.output_tokens import reply_tokens
 
 
 def _at_most(model: type[BaseModel], field: str, limit: int) -> dict[str, Any]:
@@ -56,47 +52,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "bootstrap": strict_schema(BootstrapCandidates),
 }
 CAPS = (640, 1024, 2048, 4096)
-
-
-def longest_reply(node: dict[str, Any]) -> Any:
-    """The longest value ``node`` allows: every string and list filled to its bound, every
-    number at its longest."""
-    if "enum" in node or "const" in node:
-        options = node.get("enum", [node.get("const")])
-        return max(options, key=lambda v: len(json.dumps(v)))
-    if "anyOf" in node:
-        branches = [longest_reply(b) for b in node["anyOf"]]
-        return max(branches, key=lambda v: tokens(json.dumps(v)))
-    kind = node["type"]
-    if kind == "object":
-        return {name: longest_reply(sub) for name, sub in node["properties"].items()}
-    if kind == "array":
-        return [longest_reply(node["items"]) for _ in range(node["maxItems"])]
-    if kind == "string":
-        return "x" * node["maxLength"]
-    if kind == "integer":
-        if "minimum" in node and "maximum" in node:
-            return max(node["minimum"], node["maximum"], key=lambda v: len(str(v)))
-        return -12345678901
-    if kind == "number":
-        return -0.1234567891
-    if kind == "boolean":
-        return False
-    assert kind == "null", node
-    return None
-
-
-def tokens(text: str) -> int:
-    """Conservative tokens of ``text``: a token per punctuation character or space, runs of
-    word characters at ``OUTPUT_CHARS_PER_TOKEN`` characters a token."""
-    words = re.findall(r"\w+", text)
-    punctuation = len(re.sub(r"\w+", "", text))
-    return punctuation + sum(math.ceil(len(w) / OUTPUT_CHARS_PER_TOKEN) for w in words)
-
-
-def reply_tokens(schema: dict[str, Any]) -> int:
-    """Tokens of the longest reply ``schema`` allows, as xgrammar writes JSON."""
-    return tokens(json.dumps(longest_reply(schema), separators=(", ", ": ")))
 
 
 @pytest.mark.parametrize("cap", CAPS)
@@ -164,33 +119,3 @@ def test_a_cap_below_the_shortest_reply_leaves_the_schema_unchanged() -> None:
     schema = verdicts_schema(tuple(f"A{i}" for i in range(10)))
     fitted, fit = fit_schema(schema, 64)
     assert fitted is schema and not fit.fits
-
-
-# -- the gateway sends the fitted schema ------------------------------------------------------
-
-
-async def test_requests_carry_the_schema_fitted_to_the_agents_max_tokens(
-    tmp_path: Path, fake_llm: FakeLLM
-) -> None:
-    reply = IndividualAnalysis.model_validate(
-        {
-            "rollout_id": "r1",
-            "overall_assessment": {"quality": "good"},
-            "performance_at_stage": {"meets_expectations": True},
-            "reward_hacking_analysis": {"detected": False, "severity": "none"},
-            "rubric_evaluation": {"score_justified": True},
-        }
-    ).model_dump_json()
-    fake_llm.push(Reply(content=reply), Reply(content=reply), Reply(content=reply))
-    overrides = {"agents.analyzer.max_tokens": 640, "agents.summarizer.structured_output": "none"}
-    async with open_gateway(tmp_path, fake_llm, **overrides) as gateway:
-        for agent in ("analyzer", "scorer", "summarizer"):
-            await gateway.structured(agent, MESSAGES, IndividualAnalysis)
-    capped, uncapped, unconstrained = fake_llm.requests
-    assert capped["max_tokens"] == 640
-    sent = capped["response_format"]["json_schema"]["schema"]
-    assert reply_tokens(sent) <= 640 - RESERVE_TOKENS
-    # no cap: the agent's own bounds; no schema sent: nothing to fit (the parse clips)
-    assert "max_tokens" not in uncapped
-    assert uncapped["response_format"]["json_schema"]["schema"] == strict_schema(IndividualAnalysis)
-    assert "response_format" not in unconstrained
