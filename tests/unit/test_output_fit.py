@@ -11,6 +11,7 @@ characters a token."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import Any
 
@@ -22,6 +23,7 @@ from amaris.agents.schemas import BootstrapCandidates
 from amaris.llm.output_fit import (
     MIN_STRING_CHARS,
     RESERVE_TOKENS,
+    FittedSchemas,
     fit_schema,
     worst_case_tokens,
 )
@@ -62,8 +64,6 @@ def test_the_longest_reply_of_a_fitted_schema_fits_the_cap(name: str, cap: int) 
     assert fit.fits
     assert reply_tokens(fitted) <= fit.after <= cap - RESERVE_TOKENS, (name, cap)
     assert worst_case_tokens(fitted) == fit.after <= cap - RESERVE_TOKENS
-    # still a schema a strict decoder compiles, of the same shape
-    import_xgrammar().Grammar.from_json_schema(json.dumps(fitted), strict_mode=True)
     assert _shape(fitted) == _shape(schema)
 
 
@@ -119,3 +119,73 @@ def test_a_cap_below_the_shortest_reply_leaves_the_schema_unchanged() -> None:
     schema = verdicts_schema(tuple(f"A{i}" for i in range(10)))
     fitted, fit = fit_schema(schema, 64)
     assert fitted is schema and not fit.fits
+    # what the floors would take (the warning quotes it): over the cap, not unbounded
+    assert fit.before == math.inf
+    assert 64 - RESERVE_TOKENS < fit.after < math.inf
+
+
+def test_fitted_schemas_fit_once_per_schema_object_and_cap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fits = FittedSchemas()
+    schema = SCHEMAS["analyzer"]
+    caplog.set_level(logging.INFO, logger="amaris.llm")
+    first = fits.fitted("analyzer", "IndividualAnalysis", schema, 1024)
+    assert first == fit_schema(schema, 1024)[0] != schema
+    assert fits.fitted("analyzer", "IndividualAnalysis", schema, 1024) is first
+    other_cap = fits.fitted("analyzer", "IndividualAnalysis", schema, 2048)
+    assert other_cap == fit_schema(schema, 2048)[0] != first
+    # another object with the same content is fitted anew (the cache holds objects)
+    same = json.loads(json.dumps(schema))
+    again = fits.fitted("analyzer", "IndividualAnalysis", same, 1024)
+    assert again == first and again is not first
+    # a roomy cap: the schema itself
+    assert fits.fitted("analyzer", "IndividualAnalysis", schema, 100_000) is schema
+    # the first fit of each agent, schema and cap is logged, once
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in messages] == [logging.INFO, logging.INFO]
+    factor = fit_schema(schema, 1024)[1]
+    assert messages[0][1] == (
+        f"analyzer: schema IndividualAnalysis bounds fitted to max_tokens 1024 (factor "
+        f"{factor.factor:.3f}; longest reply ~{factor.before:.0f} -> ~{factor.after:.0f} tokens)"
+    )
+    assert "max_tokens 2048" in messages[1][1]
+
+
+def test_a_cap_too_small_is_warned_about_once_per_agent(caplog: pytest.LogCaptureFixture) -> None:
+    fits = FittedSchemas()
+    schema = verdicts_schema(tuple(f"A{i}" for i in range(10)))
+    caplog.set_level(logging.INFO, logger="amaris.llm")
+    # each an object of its own: fitted each time, warned about once per agent
+    for agent in ("scorer", "scorer", "analyzer"):
+        fresh = json.loads(json.dumps(schema))
+        assert fits.fitted(agent, "verdicts", fresh, 64) is fresh
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    after = fit_schema(schema, 64)[1].after
+    assert warnings == [
+        f"{agent}: max_tokens 64 is below the shortest reply schema verdicts allows with its "
+        f"bounds at their floors (~{after:.0f} tokens): replies may be cut (judge_truncated)"
+        for agent in ("scorer", "analyzer")
+    ]
+    assert [r for r in caplog.records if r.levelno != logging.WARNING] == []
+
+
+def test_the_fitted_schemas_kept_are_bounded() -> None:
+    fits = FittedSchemas()
+    schema = SCHEMAS["analyzer"]
+    caps = range(600, 600 + 256)
+    kept = [fits.fitted("analyzer", "a", schema, cap) for cap in caps]
+    assert fits.fitted("analyzer", "a", schema, 600) is kept[0]  # 256 kept
+    fits.fitted("analyzer", "a", schema, 600 + 256)  # one more: the cache starts again
+    refitted = fits.fitted("analyzer", "a", schema, 600)
+    assert refitted == kept[0] and refitted is not kept[0]
+
+
+def test_every_fitted_schema_is_one_a_strict_decoder_compiles() -> None:
+    # Last in the file: importing xgrammar takes seconds (its mutation run stops at the
+    # first failing test, usually before this one).
+    xgrammar = import_xgrammar()
+    for schema in SCHEMAS.values():
+        for cap in CAPS:
+            fitted, _ = fit_schema(schema, cap)
+            xgrammar.Grammar.from_json_schema(json.dumps(fitted), strict_mode=True)
