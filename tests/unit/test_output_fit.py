@@ -23,6 +23,7 @@ from amaris.agents.schemas import BootstrapCandidates
 from amaris.llm.output_fit import (
     MIN_STRING_CHARS,
     RESERVE_TOKENS,
+    Fit,
     FittedSchemas,
     fit_schema,
     worst_case_tokens,
@@ -122,6 +123,107 @@ def test_a_cap_below_the_shortest_reply_leaves_the_schema_unchanged() -> None:
     # what the floors would take (the warning quotes it): over the cap, not unbounded
     assert fit.before == math.inf
     assert 64 - RESERVE_TOKENS < fit.after < math.inf
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [
+        # docs/pipeline.md's estimate: a number 12 tokens, a bounded integer its digits
+        ({"type": "number"}, 12),
+        ({"type": "integer"}, 12),
+        ({"type": "integer", "minimum": -5, "maximum": 100}, 3),
+        ({"type": "integer", "exclusiveMinimum": -1000, "exclusiveMaximum": 9}, 5),
+        ({"type": "number", "minimum": 0, "maximum": 1}, 12),
+        # true / false / null one token a character
+        ({"type": "boolean"}, 5),
+        ({"type": "null"}, 4),
+        ({"const": True}, 4),
+        ({"const": None}, 4),
+        ({"const": 12.5}, 4),
+        # free text at 2.5 characters a token, its quotes one each
+        ({"type": "string", "maxLength": 25}, 2 + 10),
+        ({"type": "string", "maxLength": 26}, 2 + 11),
+        ({"const": "abcdef"}, 2 + 3),
+        ({"enum": ["ab", "abcdef", "a"]}, 2 + 3),
+        ({"enum": []}, 0),
+        # a list: its brackets, maxItems of its item, a comma and a space between two
+        ({"type": "array", "items": {"type": "boolean"}, "maxItems": 3}, 2 + 3 * 5 + 2 * 2),
+        ({"type": "array", "items": {"type": "boolean"}, "maxItems": 1}, 2 + 5),
+        ({"type": "array", "items": {"type": "boolean"}, "maxItems": 0}, 2),
+        # an object: its braces, each property's quotes, colon and space, and its name
+        (
+            {
+                "type": "object",
+                "properties": {"abc": {"type": "null"}, "c": {"type": "boolean"}},
+            },
+            2 + 2 + (4 + 2 + 4) + (4 + 1 + 5),
+        ),
+        ({"type": "object", "properties": {}}, 2),
+        ({"type": "object"}, 2),
+        # the longest branch, the longest type
+        ({"anyOf": [{"type": "null"}, {"type": "boolean"}]}, 5),
+        ({"anyOf": []}, 0),
+        ({"type": ["string", "null"], "maxLength": 5}, 4),
+        ({"type": ["null", "boolean"]}, 5),
+        # no known type: unbounded
+        ({"type": "any"}, math.inf),
+        ({"type": "array"}, math.inf),
+        ({}, math.inf),
+        ({"type": "object", "properties": {"a": {"type": "string"}}}, math.inf),
+        (
+            {"type": "array", "items": {"type": "null"}, "maxItems": 2, "prefixItems": []},
+            2 + 2 * 4 + 2,
+        ),
+    ],
+)
+def test_the_estimate_counts_as_documented(node: dict[str, Any], expected: float) -> None:
+    assert worst_case_tokens(node) == expected
+
+
+def _two_strings(long: int, short: int) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "a": {"type": "string", "maxLength": long},
+            "b": {"type": "string", "maxLength": short},
+        },
+    }
+
+
+def test_the_cap_less_8_tokens_is_the_reply_budget() -> None:
+    schema = _two_strings(100, 20)
+    worst = worst_case_tokens(schema)
+    assert fit_schema(schema, int(worst) + 8) == (schema, Fit(1.0, worst, worst, True))
+    fitted, fit = fit_schema(schema, int(worst) + 7)
+    assert fit.fits and fit.factor < 1 and fit.after <= worst - 1
+    assert fitted["properties"]["a"]["maxLength"] < 100
+
+
+def test_a_fitted_string_keeps_16_characters_or_its_own_bound() -> None:
+    fitted, fit = fit_schema(_two_strings(1000, 20), 80)
+    assert fit.fits and fit.factor < 16 / 20
+    assert fitted["properties"]["b"]["maxLength"] == 16
+    assert 16 < fitted["properties"]["a"]["maxLength"] < 1000
+    short, _ = fit_schema(_two_strings(1000, 10), 80)
+    assert short["properties"]["b"]["maxLength"] == 10
+    floor = {**_two_strings(1000, 40), "required": ["a", "b"]}
+    floor["properties"]["b"]["minLength"] = 30
+    floored, _ = fit_schema(floor, 80)
+    assert floored["properties"]["b"]["maxLength"] == 30
+
+
+def test_a_fitted_list_keeps_one_item_or_its_min_items() -> None:
+    def listing(min_items: int) -> dict[str, Any]:
+        item = {"type": "string", "maxLength": 40}
+        return {"type": "array", "items": item, "maxItems": 50, "minItems": min_items}
+
+    # an item at its floor: 2 + 16 / 2.5 tokens; a budget of 15 holds one, 22 holds two
+    one, fit = fit_schema(listing(0), 8 + 15)
+    assert fit.fits and one["maxItems"] == 1
+    assert one["items"]["maxLength"] == 16
+    two, _ = fit_schema(listing(2), 8 + 22)
+    assert two["maxItems"] == 2
+    assert worst_case_tokens(two) == 22
 
 
 def test_fitted_schemas_fit_once_per_schema_object_and_cap(
