@@ -167,6 +167,7 @@ def test_a_cap_below_the_shortest_reply_leaves_the_schema_unchanged() -> None:
         ({"type": ["null", "boolean"]}, 5),
         # no known type: unbounded
         ({"type": "any"}, math.inf),
+        ({"type": "uint8"}, math.inf),
         ({"type": "array"}, math.inf),
         ({}, math.inf),
         ({"type": "object", "properties": {"a": {"type": "string"}}}, math.inf),
