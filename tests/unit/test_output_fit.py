@@ -26,6 +26,7 @@ from amaris.llm.output_fit import (
     Fit,
     FittedSchemas,
     fit_schema,
+    reply_budget,
     worst_case_tokens,
 )
 from amaris.llm.schema import strict_schema
@@ -134,6 +135,9 @@ def test_a_cap_below_the_shortest_reply_leaves_the_schema_unchanged() -> None:
         ({"type": "integer", "minimum": -5, "maximum": 100}, 3),
         ({"type": "integer", "exclusiveMinimum": -1000, "exclusiveMaximum": 9}, 5),
         ({"type": "number", "minimum": 0, "maximum": 1}, 12),
+        # a schema read from JSON (its strings are not the literals here)
+        (json.loads('{"type": "integer", "minimum": 0, "maximum": 100}'), 3),
+        ({"type": ["integer", "null"], "minimum": 0, "maximum": 5}, 12),
         # true / false / null one token a character
         ({"type": "boolean"}, 5),
         ({"type": "null"}, 4),
@@ -213,6 +217,19 @@ def test_a_fitted_string_keeps_16_characters_or_its_own_bound() -> None:
     assert floored["properties"]["b"]["maxLength"] == 30
 
 
+def test_the_fit_is_the_largest_that_fits() -> None:
+    # b at its 16-character floor; a as long as the budget (80 - 8) allows: one character
+    # more would not fit
+    fitted, fit = fit_schema(_two_strings(1000, 20), 80)
+    bigger = json.loads(json.dumps(fitted))
+    bigger["properties"]["a"]["maxLength"] += 1
+    assert worst_case_tokens(fitted) == fit.after <= 80 - 8 < worst_case_tokens(bigger)
+
+
+def test_the_reply_budget_is_the_cap_less_8_never_negative() -> None:
+    assert [reply_budget(n) for n in (0, 5, 8, 9, 640)] == [0, 0, 0, 1, 632]
+
+
 def test_a_fitted_list_keeps_one_item_or_its_min_items() -> None:
     def listing(min_items: int) -> dict[str, Any]:
         item = {"type": "string", "maxLength": 40}
@@ -225,6 +242,12 @@ def test_a_fitted_list_keeps_one_item_or_its_min_items() -> None:
     two, _ = fit_schema(listing(2), 8 + 22)
     assert two["maxItems"] == 2
     assert worst_case_tokens(two) == 22
+    # a list of at most no item stays so
+    empty = {"type": "array", "items": {"type": "boolean"}, "maxItems": 0}
+    schema = {"type": "object", "properties": {"a": empty, "b": listing(0)}}
+    fitted, fit = fit_schema(schema, 8 + 40)
+    assert fit.fits and fit.factor < 1
+    assert fitted["properties"]["a"]["maxItems"] == 0
 
 
 def test_fitted_schemas_fit_once_per_schema_object_and_cap(
