@@ -121,6 +121,7 @@ def test_a_cap_below_the_shortest_reply_leaves_the_schema_unchanged() -> None:
     schema = verdicts_schema(tuple(f"A{i}" for i in range(10)))
     fitted, fit = fit_schema(schema, 64)
     assert fitted is schema and not fit.fits
+    assert fit.factor == 1.0  # unchanged
     # what the floors would take (the warning quotes it): over the cap, not unbounded
     assert fit.before == math.inf
     assert 64 - RESERVE_TOKENS < fit.after < math.inf
@@ -215,6 +216,9 @@ def test_a_fitted_string_keeps_16_characters_or_its_own_bound() -> None:
     floor["properties"]["b"]["minLength"] = 30
     floored, _ = fit_schema(floor, 80)
     assert floored["properties"]["b"]["maxLength"] == 30
+    none = {**_two_strings(1000, 0)}
+    emptied, _ = fit_schema(none, 80)
+    assert emptied["properties"]["b"]["maxLength"] == 0  # a string of at most nothing stays so
 
 
 def test_the_fit_is_the_largest_that_fits() -> None:
