@@ -199,7 +199,8 @@ def _two_strings(long: int, short: int) -> dict[str, Any]:
 def test_the_cap_less_8_tokens_is_the_reply_budget() -> None:
     schema = _two_strings(100, 20)
     worst = worst_case_tokens(schema)
-    assert fit_schema(schema, int(worst) + 8) == (schema, Fit(1.0, worst, worst, True))
+    exact, fit = fit_schema(schema, int(worst) + 8)
+    assert exact is schema and fit == Fit(1.0, worst, worst, True)  # a reply at the budget fits
     fitted, fit = fit_schema(schema, int(worst) + 7)
     assert fit.fits and fit.factor < 1 and fit.after <= worst - 1
     assert fitted["properties"]["a"]["maxLength"] < 100
