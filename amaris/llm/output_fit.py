@@ -228,8 +228,11 @@ def fit_schema(schema: JsonSchema, max_tokens: int) -> tuple[JsonSchema, Fit]:
         # Only the unbounded strings and lists needed a bound: the cap's own.
         return _apply(schema, 1.0, budget), Fit(1.0, before, _cost(schema, 1.0, budget), True)
     low, high = math.ulp(0.0), 1.0
-    if _cost(schema, low, budget) > budget:
-        return schema, Fit(1.0, before, before, False)
+    floors = _cost(schema, low, budget)
+    if floors > budget:
+        # ``after``: the shortest reply the bounds allow at their floors (what the warning
+        # of :class:`FittedSchemas` quotes), not ``before`` (``inf`` for an unbounded one).
+        return schema, Fit(1.0, before, floors, False)
     for _ in range(_BISECTIONS):
         middle = (low + high) / 2
         if _cost(schema, middle, budget) <= budget:

@@ -106,6 +106,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ["tests/unit/test_transport_edges.py", "tests/unit/test_transport.py"],
     ),
     "openrlhf_route": ("api/routes/openrlhf.py", ["tests/api/test_get_reward_unit.py"]),
+    # test_output_fit_gateway.py (the fake LLM over HTTP, conftest) also covers it in the suite
+    "output_fit": ("amaris/llm/output_fit.py", ["tests/unit/test_output_fit.py"]),
 }
 
 NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer", "reward"}
@@ -115,7 +117,11 @@ NO_CONFTEST |= {"precheck", "json_reply", "judge_protocol", "rollout_records"}
 NO_CONFTEST |= {"gateway", "attempt"}  # issue 26: gateway
 NO_CONFTEST |= {"trl", "openrlhf", "prompt_split"}  # issue 26: trl/openrlhf
 NO_CONFTEST |= {"verl", "verl_manager"}  # issue 26: verl
-NO_CONFTEST |= {"transport", "openrlhf_route"}  # issue 26: transport, output_fit, openrlhf_route
+NO_CONFTEST |= {
+    "transport",
+    "openrlhf_route",
+    "output_fit",
+}  # issue 26: transport, output_fit, openrlhf_route
 """Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
 ~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
 

@@ -142,6 +142,28 @@ def test_a_list_not_as_long_as_query_is_named(tmp_path: Path, name: str, count: 
     assert r.json()["detail"] == [{"field": name, "message": f"has {count} items; query has 2"}]
 
 
+def test_an_empty_batch_is_refused_naming_query(tmp_path: Path) -> None:
+    with serve(tmp_path) as (client, _):
+        r = client.post("/get_reward", json={"query": [], "prompts": []})
+    assert r.status_code == 422
+    assert fields(r) == ["query"]
+
+
+def test_lists_as_long_as_query_past_256_samples_are_not_refused_for_length(
+    tmp_path: Path,
+) -> None:
+    # Lengths compared by value: 257 prompts for 257 queries pass the length check and are
+    # refused only by server.max_batch_items, naming query.
+    responses = [f" {i}" for i in range(257)]
+    with serve(tmp_path, **{"server.max_batch_items": 256}) as (client, services):
+        r = client.post("/get_reward", json=body(*responses, labels=["4"] * 257))
+        assert records(services, 0) == []
+    assert r.status_code == 413, r.text
+    assert r.json()["detail"] == [
+        {"field": "query", "message": "query has 257 items; the limit is 256"}
+    ]
+
+
 @pytest.mark.parametrize("oversize", ["reject", "truncate"])
 def test_prompts_up_to_the_limit_and_queries_up_to_twice_it(tmp_path: Path, oversize: str) -> None:
     limit = 200
@@ -219,6 +241,52 @@ def test_bad_run_metadata_is_named_once_for_the_batch(tmp_path: Path) -> None:
     assert r.status_code == 422
     assert fields(r) == ["amaris_metadata"]
     assert r.json()["detail"][0]["message"].startswith("items[0].metadata.other_context")
+
+
+def test_bad_run_metadata_is_named_after_a_query_without_its_prompt(tmp_path: Path) -> None:
+    sent = body(" 4", " 5", amaris_metadata={"other_context": "c" * 300})
+    sent["query"][0] = "no prompt here"
+    with serve(tmp_path, **{"scoring.max_field_chars": 200}) as (client, _):
+        r = client.post("/get_reward", json=sent)
+    assert r.status_code == 422
+    assert fields(r) == ["query[0]", "amaris_metadata"]
+
+
+def test_total_steps_zero_is_a_run_negative_is_refused(tmp_path: Path) -> None:
+    with serve(tmp_path) as (client, services):
+        zero = client.post("/get_reward", json=body(" 4", amaris_metadata={"total_steps": 0}))
+        negative = client.post("/get_reward", json=body(" 5", amaris_metadata={"total_steps": -1}))
+        logged = records(services, 0)
+    assert zero.status_code == 200, zero.text
+    assert negative.status_code == 422
+    assert negative.json()["detail"] == [
+        {
+            "field": "amaris_metadata.total_steps",
+            "message": "Input should be greater than or equal to 0",
+        }
+    ]
+    assert [(r.rollout.output, r.metadata["total_steps"]) for r in logged] == [(" 4", 0)]
+
+
+def test_a_sample_refused_while_scored_is_a_422_naming_its_label(tmp_path: Path) -> None:
+    # The global rubric has no rule; the prompt's own rubric (per_instance) compares with the
+    # reference answer: a sample without a label is refused as it is scored, not before.
+    presets = tmp_path / "presets.json"
+    rule = {"text": "The final answer is right.", "weight": 1.0, "rule": {"kind": "exact"}}
+    presets.write_text(json.dumps({PROMPT: [rule]}))
+    settings = {
+        "memory.rubrics_mode": "per_instance",
+        "memory.per_instance_rubrics_path": str(presets),
+    }
+    with serve(tmp_path, **settings) as (client, _):
+        refused = client.post("/get_reward", json=body(" 4", " 5"))
+        labelled = client.post("/get_reward", json=body(" 4", " 5", labels=["4", "4"]))
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"] == "invalid_request"
+    assert fields(refused) == ["labels[0]", "labels[1]"]
+    assert all("reference answer" in d["message"] for d in refused.json()["detail"])
+    assert labelled.status_code == 200, labelled.text
+    assert labelled.json()["rewards"] == [1.0, 0.0]
 
 
 # -- the step ------------------------------------------------------------------------------
@@ -323,3 +391,12 @@ def test_an_unscored_batch_is_a_503_unless_neutral(tmp_path: Path, on_failure: s
     assert answer["rewards"] == [None, None]
     assert fields(r) == ["query[0]", "query[1]"]
     assert all(d["message"] and d["message"] != "unscored" for d in answer["detail"])
+
+
+def test_the_openapi_schema_documents_the_503_body(tmp_path: Path) -> None:
+    # Clients generated from /openapi.json read the unscored batch's body from it.
+    with serve(tmp_path) as (client, _):
+        responses = client.get("/openapi.json").json()["paths"]["/get_reward"]["post"]["responses"]
+    unscored = responses["503"]["content"]["application/json"]["schema"]
+    assert unscored == {"$ref": "#/components/schemas/UnscoredBatchResponse"}
+    assert {"200", "422", "503"} <= set(responses)
