@@ -55,4 +55,5 @@ def batch_scoring(services: Services) -> BatchScoring:
         score_one=partial(score_one, services=services),
         max_items=services.settings.server.max_batch_items,
         max_pending=services.settings.scoring.max_pending,
+        scopes=services.scopes,
     )

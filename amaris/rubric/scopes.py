@@ -9,7 +9,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from amaris.rubric.model import RubricVersion, adaptive_from_config, anchors_from_config
+from amaris.rubric.model import (
+    Criterion,
+    RubricVersion,
+    adaptive_from_config,
+    anchors_from_config,
+)
 from amaris.rubric.store import RubricStore, RubricStoreError
 from amaris.settings import RubricItem, Settings
 
@@ -87,13 +92,35 @@ class ScopeResolver:
                 return self._store.current(scope)
             return await asyncio.to_thread(self._create, scope)
 
-    def _create(self, scope: str) -> RubricVersion:
+    async def criteria(self, scope: str) -> tuple[Criterion, ...]:
+        """The criteria a rollout of ``scope`` is scored with: its rubric's in force, or for
+        an input without one the criteria its first version will have. Creates nothing: a
+        batch checks with it before any of its items is scored (``/get_reward``)."""
+        try:
+            current = (
+                self._store.current(scope)
+                if self._store.is_cached(scope)
+                else await asyncio.to_thread(self._store.current, scope)
+            )
+        except RubricStoreError:
+            if scope == GLOBAL:
+                raise
+            anchors, adaptive = self._first(scope)
+            return (*anchors, *adaptive)
+        return current.criteria
+
+    def _first(self, scope: str) -> tuple[tuple[Criterion, ...], tuple[Criterion, ...]]:
+        """The anchors and adaptive criteria of ``scope``'s first version (its preset, or
+        the config's)."""
         preset = self._presets.get(scope, {})
         anchors_cfg = preset.get("anchor_rubrics") or self._settings.anchor_rubrics
         adaptive_cfg = preset.get("adaptive_rubrics") or self._settings.adaptive_rubrics
-        adaptive = adaptive_from_config(adaptive_cfg)
+        return anchors_from_config(anchors_cfg), adaptive_from_config(adaptive_cfg)
+
+    def _create(self, scope: str) -> RubricVersion:
+        anchors, adaptive = self._first(scope)
         return self._store.publish(
-            anchors=anchors_from_config(anchors_cfg),
+            anchors=anchors,
             adaptive=adaptive,
             origin="config",
             step=None,

@@ -20,9 +20,10 @@ from pydantic import ValidationError
 
 from amaris.logs import loggable
 from amaris.models import ScoreRequest, ScoreResponse, valid_text
+from amaris.rubric.scopes import ScopeResolver
 from amaris.scoring.refusals import OverloadedError, OversizeError
 from amaris.scoring.rollout_ids import RolloutConflictError
-from amaris.scoring.rules import RuleInputError
+from amaris.scoring.rules import RuleInputError, check_references
 from amaris.scoring.scorer import Scorer
 from amaris.steps.coordinator import StepRefusedError
 
@@ -109,6 +110,8 @@ class BatchScoring:
     """``server.max_batch_items``."""
     max_pending: int | None
     """``scoring.max_pending``."""
+    scopes: ScopeResolver
+    """Each item's scope and the criteria it is scored with (:meth:`check_scopes`)."""
 
     def admit(self, field: str, size: int) -> None:
         """Refuse a batch of ``size`` items (named ``field``) over the batch or queue bounds.
@@ -147,6 +150,23 @@ class BatchScoring:
         except (OversizeError, RuleInputError) as exc:
             return _invalid(index, rollout_id, exc.path, str(exc))
         return request
+
+    async def check_scopes(self, requests: Sequence[ScoreRequest]) -> list[InvalidItem]:
+        """The requests, checked already, whose own rubric (``per_instance`` mode: the
+        prompt's, maybe not created yet) has a rule criterion they give no reference for.
+
+        :meth:`check` reads the global rubric; for a batch answered as a whole
+        (``/get_reward``: one refused item refuses every item) this reads each item's own,
+        so that a refused batch has scored and logged nothing. Creates nothing.
+        """
+        invalid: list[InvalidItem] = []
+        for index, request in enumerate(requests):
+            scope = self.scopes.scope_of(request.rollout.input)
+            try:
+                check_references(await self.scopes.criteria(scope), request.rollout)
+            except RuleInputError as exc:
+                invalid.append(_invalid(index, request.rollout.id, exc.path, str(exc)))
+        return invalid
 
     async def score(self, checked: Sequence[Checked]) -> list[ScoreResponse | InvalidItem]:
         """Score the requests among ``checked`` concurrently; answers in order (an

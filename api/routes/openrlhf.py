@@ -322,6 +322,9 @@ async def get_reward(
     batch.admit("query", len(body.query))
     # Off the event loop: finding each prompt in its query reads every character.
     requests, errors = _checked(await asyncio.to_thread(_items, body, step), batch)
+    if not errors:
+        # Each sample against its own rubric too: a 422 here has scored and logged nothing.
+        errors = [_error(item) for item in await batch.check_scopes(requests)]
     if errors:
         return error_response(422, "invalid_request", errors)
     scored = await batch.score(requests)

@@ -289,6 +289,31 @@ def test_a_sample_refused_while_scored_is_a_422_naming_its_label(tmp_path: Path)
     assert labelled.json()["rewards"] == [1.0, 0.0]
 
 
+def test_a_batch_refused_for_one_samples_rubric_scores_and_logs_none(tmp_path: Path) -> None:
+    # One sample gives its label, the other does not: the prompt's own rubric (not created
+    # yet) needs one. The batch is refused as a whole, so nothing of it is judged, logged,
+    # or created, the other sample's rubric version included.
+    presets = tmp_path / "presets.json"
+    rule = {"text": "The final answer is right.", "weight": 1.0, "rule": {"kind": "exact"}}
+    presets.write_text(json.dumps({PROMPT: [rule]}))
+    settings = {
+        "memory.rubrics_mode": "per_instance",
+        "memory.per_instance_rubrics_path": str(presets),
+    }
+    scorer = ScriptedProvider(default=judge)
+    with serve(tmp_path, scorer, **settings) as (client, services):
+        refused = client.post("/get_reward", json=body(" 4", " 5", labels=["4", ""]))
+        logged = records(services, 0)
+        scope = services.scopes.scope_of(PROMPT)
+        created = services.store.is_cached(scope)
+    assert refused.status_code == 422, refused.text
+    assert fields(refused) == ["labels[1]"]
+    assert "reference answer" in refused.json()["detail"][0]["message"]
+    assert logged == []
+    assert not created
+    assert scorer.calls == []
+
+
 # -- the step ------------------------------------------------------------------------------
 
 
