@@ -54,7 +54,7 @@ class AuditSettings(Section):
     """Share of top-tail criterion verdicts the auditor is assumed to read against the
     training judge's payment before the history shows its own (two LLM graders disagree
     on 10-20% of binary criteria)."""
-    prior_weight: float = Field(default=20, gt=0, le=10_000)
+    prior_weight: float = Field(default=20.0, gt=0, le=10_000)
     """How many items' worth of evidence the prior rates count for against the history's:
     small, and the first steps' few items decide the steady rate."""
     on_alarm: OnAlarm = "log"
