@@ -77,15 +77,9 @@ class ScopeResolver:
 
     async def rubric(self, scope: str) -> RubricVersion:
         """The version in force for ``scope``; a new input gets its first version."""
-        try:
-            return (
-                self._store.current(scope)
-                if self._store.is_cached(scope)
-                else await asyncio.to_thread(self._store.current, scope)
-            )
-        except RubricStoreError:
-            if scope == GLOBAL:
-                raise
+        stored = await self._stored(scope)
+        if stored is not None:
+            return stored
         lock = self._creating.setdefault(scope, asyncio.Lock())
         async with lock:
             if self._store.is_cached(scope):
@@ -96,18 +90,27 @@ class ScopeResolver:
         """The criteria a rollout of ``scope`` is scored with: its rubric's in force, or for
         an input without one the criteria its first version will have. Creates nothing: a
         batch checks with it before any of its items is scored (``/get_reward``)."""
+        stored = await self._stored(scope)
+        if stored is not None:
+            return stored.criteria
+        anchors, adaptive = self._first(scope)
+        return (*anchors, *adaptive)
+
+    async def _stored(self, scope: str) -> RubricVersion | None:
+        """``scope``'s version in force (read off the loop unless cached), or None for an
+        input without one yet.
+
+        Raises:
+            RubricStoreError: the global rubric cannot be read.
+        """
         try:
-            current = (
-                self._store.current(scope)
-                if self._store.is_cached(scope)
-                else await asyncio.to_thread(self._store.current, scope)
-            )
+            if self._store.is_cached(scope):
+                return self._store.current(scope)
+            return await asyncio.to_thread(self._store.current, scope)
         except RubricStoreError:
             if scope == GLOBAL:
                 raise
-            anchors, adaptive = self._first(scope)
-            return (*anchors, *adaptive)
-        return current.criteria
+            return None
 
     def _first(self, scope: str) -> tuple[tuple[Criterion, ...], tuple[Criterion, ...]]:
         """The anchors and adaptive criteria of ``scope``'s first version (its preset, or
