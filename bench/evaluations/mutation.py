@@ -66,7 +66,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "offline_rules": ("amaris/offline/heuristics.py", ["tests/unit/test_offline_rules.py"]),
     # issue 26: precheck, parsing, scale (fixture-free unit files, --noconftest; the app's
     # files, tests/api/test_precheck.py, test_judge_replies.py, still cover them in the suite)
-    "precheck": ("amaris/scoring/precheck.py", ["tests/unit/test_precheck_unit.py"]),
+    "precheck": (
+        "amaris/scoring/precheck.py",
+        ["tests/unit/test_precheck_unit.py", "tests/unit/test_precheck_head.py"],
+    ),
     "json_reply": ("amaris/llm/json_reply.py", ["tests/unit/test_json_reply_unit.py"]),
     "judge_protocol": (
         "amaris/scoring/judge_protocol.py",

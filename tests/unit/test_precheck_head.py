@@ -175,3 +175,21 @@ def test_no_character_composes_with_a_space_or_line_feed_after_it() -> None:
         norm = unicodedata.normalize("NFKC", char)
         assert unicodedata.normalize("NFKC", char + " ") == norm + " "
         assert unicodedata.normalize("NFKC", char + "\n") == norm + "\n"
+
+
+def test_a_prompt_whose_head_has_no_word_is_still_echo_checked_whole() -> None:
+    # The prompt's first ~1,000 characters normalise to nothing: an empty head is no
+    # evidence that there is nothing to echo; the rest of the prompt is the question.
+    question = "What is the capital of France? Explain briefly. " * 40  # past the head
+    prompt = "-" * (2 * HEAD_CHARS) + " " + question
+    reply = question
+    found = degenerate(reply, prompt, None)
+    assert found is not None and found.kind == "prompt_echo"
+
+
+def test_an_opener_needs_its_subject() -> None:
+    # "lets", "i will"... before the verb: a bare verb phrase is a reply the judge reads.
+    assert degenerate("Think carefully.", PROMPT, None) is None
+    assert degenerate("Solve this problem step by step.", PROMPT, None) is None
+    found = degenerate("Let's solve this problem step by step.", PROMPT, None)
+    assert found is not None and found.kind == "opener"
