@@ -268,16 +268,22 @@ def test_total_steps_zero_is_a_run_negative_is_refused(tmp_path: Path) -> None:
     assert [(r.rollout.output, r.metadata["total_steps"]) for r in logged] == [(" 4", 0)]
 
 
-def test_a_sample_refused_while_scored_is_a_422_naming_its_label(tmp_path: Path) -> None:
-    # The global rubric has no rule; the prompt's own rubric (per_instance) compares with the
-    # reference answer: a sample without a label is refused as it is scored, not before.
+def exact_rule_per_prompt(tmp_path: Path) -> dict[str, str]:
+    """Settings of a ``per_instance`` service whose rubric for PROMPT is one ``exact`` rule
+    (the reference answer needed); the global rubric has none."""
     presets = tmp_path / "presets.json"
     rule = {"text": "The final answer is right.", "weight": 1.0, "rule": {"kind": "exact"}}
     presets.write_text(json.dumps({PROMPT: [rule]}))
-    settings = {
+    return {
         "memory.rubrics_mode": "per_instance",
         "memory.per_instance_rubrics_path": str(presets),
     }
+
+
+def test_a_sample_refused_while_scored_is_a_422_naming_its_label(tmp_path: Path) -> None:
+    # The global rubric has no rule; the prompt's own rubric (per_instance) compares with the
+    # reference answer: a sample without a label is refused as it is scored, not before.
+    settings = exact_rule_per_prompt(tmp_path)
     with serve(tmp_path, **settings) as (client, _):
         refused = client.post("/get_reward", json=body(" 4", " 5"))
         labelled = client.post("/get_reward", json=body(" 4", " 5", labels=["4", "4"]))
@@ -293,13 +299,7 @@ def test_a_batch_refused_for_one_samples_rubric_scores_and_logs_none(tmp_path: P
     # One sample gives its label, the other does not: the prompt's own rubric (not created
     # yet) needs one. The batch is refused as a whole, so nothing of it is judged, logged,
     # or created, the other sample's rubric version included.
-    presets = tmp_path / "presets.json"
-    rule = {"text": "The final answer is right.", "weight": 1.0, "rule": {"kind": "exact"}}
-    presets.write_text(json.dumps({PROMPT: [rule]}))
-    settings = {
-        "memory.rubrics_mode": "per_instance",
-        "memory.per_instance_rubrics_path": str(presets),
-    }
+    settings = exact_rule_per_prompt(tmp_path)
     scorer = ScriptedProvider(default=judge)
     with serve(tmp_path, scorer, **settings) as (client, services):
         refused = client.post("/get_reward", json=body(" 4", " 5", labels=["4", ""]))
