@@ -143,6 +143,7 @@ class TrainingMetadata(BaseModel):
     """Where the trainer is (AMARIS ``metadata``)."""
 
     model_config = ConfigDict(extra="allow")
+    # Keys a trainer adds beyond AMARIS's fields: their shape is the trainer's, open.
     __pydantic_extra__: dict[str, JSONValue] = Field(init=False)
 
     high_level_goal: Text | None = Field(default=None, description="Training objective.")

@@ -5,8 +5,9 @@ use saying so. An alias (``JSONDict = dict[str, Any]``, ``DataBlock = JSONDict``
 renames it, so this counts, in every module of ``amaris``, ``api``, ``flows``, ``tasks`` and
 ``deployments``:
 
-- each ``dict``, ``Dict``, ``Mapping`` or ``MutableMapping`` subscripted ``[str, Any]`` or
-  ``[str, object]`` (a literal), wherever it is written (annotation, alias, ``cast``);
+- each ``dict``, ``Dict``, ``Mapping`` or ``MutableMapping`` subscripted ``[str, Any]``,
+  ``[str, object]`` or ``[str, JsonValue]`` (a literal), wherever it is written
+  (annotation, alias, ``cast``);
 - each use of a name that is such a type: a module-level alias of one, of another alias,
   or of ``Annotated[<one of them>, ...]``, followed through ``from ... import``.
 
@@ -35,7 +36,8 @@ PACKAGES = ("amaris", "api", "flows", "tasks", "deployments")
 _LINKED = ("api", "flows", "tasks", "deployments")
 """``amaris/<name>`` symlinks to the folder at the root: counted there, once."""
 _MAPPINGS = frozenset({"dict", "Dict", "Mapping", "MutableMapping"})
-_OPEN_VALUES = frozenset({"Any", "object"})
+_OPEN_VALUES = frozenset({"Any", "object", "JsonValue", "JSONValue"})
+"""Value types that leave an object's shape open: pydantic's ``JsonValue`` (any JSON) too."""
 
 
 @dataclass(frozen=True)
