@@ -24,7 +24,7 @@ import subprocess
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Required, TypedDict
 
 from pydantic import BaseModel, SecretStr
 
@@ -58,11 +58,6 @@ ConfigJSON = JSONDict
 the open ``extra`` ones, so JSON of open shape."""
 
 
-ManifestJSON = JSONDict
-"""A run manifest as written (:func:`build_manifest`) and read back (:func:`read_manifest`):
-a file of any manifest version, read leniently, so JSON of open shape."""
-
-
 class AgentRecord(TypedDict):
     """What a manifest records of one agent (:func:`agents`)."""
 
@@ -71,6 +66,39 @@ class AgentRecord(TypedDict):
     base_url: str | None
     prompt_fingerprint: str | None
     prompt_sha256: str | None
+
+
+class Manifest(TypedDict, total=False):
+    """A run manifest as written (:func:`build_manifest`: every field) and read back
+    (:func:`read_manifest`, which checks ``config`` only: a file of another manifest version
+    may lack the others)."""
+
+    manifest_version: int
+    kind: str
+    run_id: str
+    """``<kind>-<start, %Y%m%dT%H%M%S%fZ>-<pid>``."""
+    started_at: str
+    seed: int | None
+    config_hash: str
+    config: Required[ConfigJSON]
+    secrets_removed: list[str]
+    versions: dict[str, str | None]
+    git_commit: str | None
+    agents: dict[str, AgentRecord]
+    extra: JSONDict  # what the run adds (its arguments, its source): JSON of its kind
+
+
+ManifestJSON = Manifest
+"""The name importers knew :class:`Manifest` by."""
+
+
+def _secret(key: object, item: object, where: str, removed: list[str]) -> bool:
+    """Whether ``key: item`` is a secret (a string under a secret's name), then recorded
+    in ``removed`` as ``where``."""
+    if _SECRET_NAME.search(str(key)) and isinstance(item, str):
+        removed.append(where)
+        return True
+    return False
 
 
 def _clean(value: Any, path: str, removed: list[str]) -> Any:
@@ -84,14 +112,12 @@ def _clean(value: Any, path: str, removed: list[str]) -> Any:
             for name in type(value).model_fields
         }
     if isinstance(value, dict):
-        out: ConfigJSON = {}
-        for key, item in value.items():
-            where = f"{path}.{key}".lstrip(".")
-            if _SECRET_NAME.search(str(key)) and isinstance(item, str):
-                removed.append(where)
-                continue
-            out[str(key)] = _clean(item, where, removed)
-        return out
+        # Per entry in order: the secret's check (recording it), then the value's cleaning.
+        return {
+            str(key): _clean(item, f"{path}.{key}".lstrip("."), removed)
+            for key, item in value.items()
+            if not _secret(key, item, f"{path}.{key}".lstrip("."), removed)
+        }
     if isinstance(value, list | tuple):
         return [_clean(item, f"{path}[{i}]", removed) for i, item in enumerate(value)]
     if isinstance(value, Path):
@@ -106,8 +132,7 @@ def _clean(value: Any, path: str, removed: list[str]) -> Any:
 def redacted_config(settings: Settings) -> tuple[ConfigJSON, list[str]]:
     """The whole configuration as JSON without secrets, and the keys that were removed."""
     removed: list[str] = []
-    config: ConfigJSON = _clean(settings, "", removed)
-    return config, removed
+    return _clean(settings, "", removed), removed
 
 
 def config_hash(config: ConfigJSON) -> str:
@@ -184,7 +209,7 @@ def build_manifest(
     *,
     seed: int | None = None,
     extra: JSONDict | None = None,  # what the run adds: its own JSON
-) -> ManifestJSON:
+) -> Manifest:
     """The manifest of a run of ``kind`` (``serve``, ``simulate``, ``replay``...) that starts
     now; ``extra``: what the run adds (its arguments, its source manifest)."""
     config, removed = redacted_config(settings)
@@ -205,7 +230,7 @@ def build_manifest(
     }
 
 
-def write_manifest(manifest: ManifestJSON, folder: Path, name: str | None = None) -> Path:
+def write_manifest(manifest: Manifest, folder: Path, name: str | None = None) -> Path:
     """Write ``manifest`` into ``folder`` (atomically) as ``name`` or
     ``manifest-<start>-<kind>.json``; returns its path."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -223,14 +248,14 @@ def manifests(folder: Path) -> list[Path]:
     return sorted(folder.glob("manifest-*.json"))
 
 
-def read_manifest(path: Path) -> ManifestJSON:
+def read_manifest(path: Path) -> Manifest:
     """A manifest file, checked for the fields a replay takes from it.
 
     Raises:
         ManifestError: unreadable, not JSON, or without ``config``.
     """
     try:
-        loaded = read_json(path, "--manifest")
+        loaded: Manifest = read_json(path, "--manifest")  # checked below
     except JsonFileError as exc:
         raise ManifestError(str(exc)) from exc
     if not isinstance(loaded, dict) or not isinstance(loaded.get("config"), dict):
@@ -238,7 +263,7 @@ def read_manifest(path: Path) -> ManifestJSON:
     return loaded
 
 
-def markdown(manifest: ManifestJSON) -> str:
+def markdown(manifest: Manifest) -> str:
     """The manifest as a short Markdown page (the Prefect artifact, ``amaris manifest``)."""
     lines = [
         f"# Run manifest: {manifest['run_id']}",
