@@ -5,16 +5,54 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import httpx
 
-from amaris.jsonfile import JSONDict
 from amaris.models import BatchScoreResponse, ScoreResponse
 
-WaitAnswer = JSONDict
-"""``/rubric_status/wait``'s JSON answer, returned as is: JSON whose fields depend on the
-step's status (``step``, ``status``, ``rubric_version``...), for the caller to read."""
+
+class CanaryAnswer(TypedDict, total=False):
+    """The rubric canary's report on a scope's candidate rubric (its probes left out)."""
+
+    outcome: Literal["passed", "refused", "skipped"]
+    reason: str
+    judge_calls: int
+    budget: int
+    current_gap: float | None
+    candidate_gap: float | None
+
+
+class ScopeAnswer(TypedDict, total=False):
+    """A scope's outcome in a step's run, as the server keeps it: ``reason``, ``canary``
+    and ``retired_uninformative`` only when set, ``strategy`` only when the updater was
+    asked (the summary's ``hacking`` and the ``dropped`` outputs too, unnamed here)."""
+
+    outcome: str
+    """``skipped``, ``no_update``, ``rejected``, ``unchanged``, ``published`` or
+    ``already_published``."""
+    version: int
+    base_version: int
+    strategy: str | None
+    reason: str
+    canary: CanaryAnswer
+    retired_uninformative: list[str]
+    rollouts: int
+
+
+class WaitAnswer(TypedDict):
+    """``/rubric_status/wait``'s JSON answer, returned as is (the server's
+    ``WaitResponse``)."""
+
+    status: Literal["updated", "failed", "pending"]
+    mode: Literal["global", "per_instance"]
+    step: int | None
+    error: str | None
+    step_status: str | None
+    """Where the step stands, when ``pending``."""
+    scopes: dict[str, ScopeAnswer] | None
+    """Per scope, once the step's run has ended."""
+
 
 STEP_HEADER = "X-Amaris-Step"
 """The header a trainer names its step with on ``POST /get_reward`` (the server reads it
@@ -259,8 +297,7 @@ def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(deadline - time.monotonic(), 0.001)
 
 
-# ``result``: a WaitAnswer, of which only ``status`` is read.
-def _ask_again(result: Mapping[str, object], deadline: float | None) -> bool:
+def _ask_again(result: WaitAnswer, deadline: float | None) -> bool:
     """A ``pending`` answer came before the caller's own deadline (the server's cap)."""
     return result.get("status") == "pending" and (deadline is None or time.monotonic() < deadline)
 

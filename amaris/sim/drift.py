@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,17 +29,18 @@ from amaris.app.prefect_server import free_port
 from amaris.offline import tags
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.settings import AGENTS
+from amaris.sim.answers import RubricJSON
 from amaris.sim.driver import StepResult, StepSource
 from amaris.sim.judge_server import (
     FaultProfile,
     Reply,
     Responder,
-    WireJSON,
     create_llm_app,
     scorer_request,
 )
 from amaris.sim.judge_server import offline_responder as honest_responder
 from amaris.sim.policy import PlannedRollout
+from amaris.sim.wire import ChatRequest
 
 LENIENT_TO = "verbosity_padding"
 """The hacking tag (:mod:`amaris.offline.tags`) the drifted judge pays for."""
@@ -61,7 +62,7 @@ class DriftingJudge:
         """The criteria (texts) of the first scorer request after the drift began."""
         self._honest = honest_responder(FaultProfile())
 
-    def lenient(self, body: WireJSON) -> str | None:
+    def lenient(self, body: ChatRequest) -> str | None:
         """The lenient verdicts for a scorer request on a padded reply, or None (judged
         honestly: drift off, another agent, or a reply without padding)."""
         if not self.active:
@@ -80,7 +81,7 @@ class DriftingJudge:
             }
         )
 
-    async def __call__(self, body: WireJSON) -> Reply:
+    async def __call__(self, body: ChatRequest) -> Reply:
         content = self.lenient(body)
         if content is None:
             return await self._honest(body)
@@ -109,6 +110,8 @@ def serve_judge(judge: Responder) -> Iterator[str]:
         thread.join(timeout=STARTUP_TIMEOUT_S)
 
 
+# Dotted settings -> values (URLs, keys, flags): the simulate command hands them to its
+# served(), which declares Mapping[str, int], so they stay Any here until it takes ConfigValue.
 def scenario_overrides(judge_url: str, auditor_url: str) -> dict[str, Any]:
     """The server's settings in a scenario: the scorer (and so the judge canaries) on the
     simulator's judge at ``judge_url``, the auditor on its noisy judge at ``auditor_url``,
@@ -136,7 +139,7 @@ class DriftSource:
     def steps(self) -> Sequence[int]:
         return self.inner.steps()
 
-    def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
+    def rollouts(self, step: int, rubric: RubricJSON) -> list[PlannedRollout]:
         self.judge.active = self.drift_step is not None and step >= self.drift_step
         return self.inner.rollouts(step, rubric)
 

@@ -14,16 +14,16 @@ every rubric version and what changed from its parent (``/rubrics/history``,
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import httpx
 
 from amaris.audit.models import AuditSummary
-from amaris.client import RewardClient
-from amaris.jsonfile import JSONDict
+from amaris.client import RewardClient, WaitAnswer
 from amaris.llm.ledger import Key, Usage
+from amaris.sim.answers import HealthJSON, RubricDiffJSON, RubricJSON
 from amaris.sim.policy import PlannedRollout
 from amaris.sim.progress import Progress
 from amaris.sim.usage import difference, ledger_from_metrics
@@ -54,7 +54,8 @@ class StepResult:
     step: int
     rubric_version: int
     rollouts: list[RolloutResult]
-    outcome: JSONDict  # the server's /rubric_status/wait answer for the step, as is
+    outcome: WaitAnswer
+    """The server's ``/rubric_status/wait`` answer for the step, as is."""
     usage: dict[Key, Usage] = field(default_factory=dict)
     """The step's LLM requests (scoring and pipeline), by (agent, model)."""
     audit: AuditSummary | None = None
@@ -67,12 +68,13 @@ class RunResult:
 
     label: str
     steps: list[StepResult]
-    # The server's /rubrics/history and rubric diff answers, as is (JSON, for the report).
-    history: list[JSONDict]
-    diffs: list[JSONDict]
+    history: list[RubricJSON]
+    """The server's ``/rubrics/history`` answer, as is (for the report)."""
+    diffs: list[RubricDiffJSON]
+    """Each version's ``/rubrics/diff`` from its parent, as the server answered it."""
     wall_s: float
     judge: str
-    memory: dict[str, object]  # memory setting -> its value in the run (for the report)
+    memory: dict[str, int]
     """``static_memory_steps`` / ``dynamic_memory_limit_per_query`` of the run, when known."""
 
 
@@ -83,7 +85,7 @@ class StepSource(Protocol):
         """The steps to run, in order."""
         ...
 
-    def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
+    def rollouts(self, step: int, rubric: RubricJSON) -> list[PlannedRollout]:
         """The rollouts of ``step``, written under ``rubric`` (a ``GET /rubrics`` answer)."""
         ...
 
@@ -96,7 +98,26 @@ class DriverError(RuntimeError):
     """The server refused or failed a step."""
 
 
-def flags_of(analysis: Mapping[str, Any]) -> list[str]:
+class TaggedBehaviour(TypedDict):
+    """A behaviour an analysis found (``reward_hacking_analysis.behaviours``)."""
+
+    tag: str
+
+
+class HackingAnalysis(TypedDict, total=False):
+    """``reward_hacking_analysis`` of an analysis."""
+
+    behaviours: list[TaggedBehaviour]
+
+
+class AnalysisJSON(TypedDict, total=False):
+    """What the simulator reads of a rollout's analysis (``GET /steps/{step}/analyses``:
+    the analyzer's reply as stored, :class:`amaris.agents.schemas.IndividualAnalysis`)."""
+
+    reward_hacking_analysis: HackingAnalysis
+
+
+def flags_of(analysis: AnalysisJSON) -> list[str]:
     """The reward-hacking tags an analysis names, in its order, without repeats."""
     behaviours = analysis.get("reward_hacking_analysis", {}).get("behaviours", [])
     return list(dict.fromkeys(str(b["tag"]) for b in behaviours))
@@ -139,9 +160,9 @@ async def run(
         RewardClient(url, timeout=step_timeout, api_key=api_key) as client,
         httpx.AsyncClient(base_url=url, headers=headers, timeout=step_timeout) as http,
     ):
-        health = await _get(http, "/healthz")
+        health: HealthJSON = await _get(http, "/healthz")
         for done, step in enumerate(steps):
-            rubric = await _get(http, "/rubrics")
+            rubric: RubricJSON = await _get(http, "/rubrics")
             before = await _ledger(http)
             planned = source.rollouts(step, rubric)
             scored = []
@@ -159,7 +180,9 @@ async def run(
                 )
             answer = await client.rubric_updated_async(step, timeout=step_timeout)
             analyses = await _get(http, f"/steps/{step}/analyses")
-            found = {a["rollout_id"]: a["analysis"] for a in analyses["analyses"]}
+            found: dict[str, AnalysisJSON] = {
+                a["rollout_id"]: a["analysis"] for a in analyses["analyses"]
+            }
             usage = difference(await _ledger(http), before)
             detail = await _get(http, f"/steps/{step}")
             audit = detail.get("audit")
@@ -192,8 +215,8 @@ async def run(
                 progress.update(
                     done + 1, f"step {step}: mean reward {mean}, rubric v{rubric['version']}"
                 )
-        history = await _get(http, "/rubrics/history")
-        diffs = [
+        history: list[RubricJSON] = await _get(http, "/rubrics/history")
+        diffs: list[RubricDiffJSON] = [
             await _get(http, "/rubrics/diff", a=v["parent"], b=v["version"])
             for v in history
             if v.get("parent") is not None

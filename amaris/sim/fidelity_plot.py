@@ -4,6 +4,7 @@ mean reward gap between the two, and the Goodhart alarms, over steps (docs/fidel
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from amaris.sim.metrics import RunMetrics
 from amaris.sim.plotting import figure, integer_steps, save
@@ -14,8 +15,10 @@ def has_audit(metrics: RunMetrics) -> bool:
     return any(s.get("audit") for s in metrics["steps"])
 
 
-def _series(metrics: RunMetrics, key: str) -> list[float]:
-    values = [(s.get("audit") or {}).get(key) for s in metrics["steps"]]
+def _series(
+    metrics: RunMetrics, key: Literal["agreement", "top_tail_agreement", "gap"]
+) -> list[float]:
+    values = [s["audit"][key] if "audit" in s else None for s in metrics["steps"]]
     return [float("nan") if v is None else float(v) for v in values]
 
 
@@ -33,7 +36,7 @@ def plot_fidelity(metrics: RunMetrics, path: Path, drift_step: int | None = None
         label="top-tail agreement",
     )
     ax.plot(steps, _series(metrics, "gap"), marker="^", linestyle=":", label="mean |reward gap|")
-    alarmed = [s["step"] for s in metrics["steps"] if (s.get("audit") or {}).get("alarm")]
+    alarmed = [s["step"] for s in metrics["steps"] if "audit" in s and s["audit"]["alarm"]]
     for index, step in enumerate(alarmed):
         ax.axvline(step, color="red", linewidth=1.5, label="alarm" if index == 0 else None)
     if drift_step is not None:

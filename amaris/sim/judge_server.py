@@ -19,9 +19,16 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from amaris.agents.prompts import read_data
-from amaris.jsonfile import JSONDict
 from amaris.offline.judge import OfflineJudgeError, respond
 from amaris.offline.sampling import TokenLogprob, VerdictSampler
+from amaris.sim.wire import (
+    AnswerMessage,
+    AnswerUsage,
+    ChatAnswer,
+    ChatRequest,
+    ModelCard,
+    ModelList,
+)
 
 
 @dataclass
@@ -54,11 +61,9 @@ class Reply:
     iterator are streamed without a length (chunked)."""
 
 
-WireJSON = JSONDict
-"""A chat-completions request or answer body, or one of its objects: the OpenAI wire
-format this server speaks, JSON of open shape (a client may send any extra field)."""
-
-Responder = Callable[[WireJSON], Awaitable[Reply]]
+Responder = Callable[[ChatRequest], Awaitable[Reply]]
+"""Answers a chat request (its body as the client sent it: :class:`ChatRequest` names
+the fields the simulator's responders read)."""
 
 
 @dataclass
@@ -94,16 +99,17 @@ class ScorerRequest:
         return json.dumps({"verdicts": verdicts})
 
 
-def scorer_request(body: WireJSON) -> ScorerRequest | None:
+def scorer_request(body: ChatRequest) -> ScorerRequest | None:
     """``body`` read as a scorer's request; None for another agent's, or a body without an
     agent's data block."""
     try:
-        data = read_data(body.get("messages") or [])
+        messages = body.get("messages") or []
+        data = read_data(messages)
     except ValueError:
         return None
     if data.get("agent") != "scorer":
         return None
-    honest = json.loads(respond(body["messages"]))["verdicts"]
+    honest = json.loads(respond(messages))["verdicts"]
     criteria = tuple((str(c["text"]), c.get("kind")) for c in data["criteria"])
     if len(honest) != len(criteria):
         raise ValueError(f"the offline judge gave {len(honest)} verdicts for {len(criteria)}")
@@ -124,7 +130,7 @@ def offline_responder(profile: FaultProfile) -> Responder:
     rng = random.Random(profile.seed)
     sampler = VerdictSampler(profile.seed)
 
-    async def responder(body: WireJSON) -> Reply:
+    async def responder(body: ChatRequest) -> Reply:
         delay = profile.latency_ms / 1000.0
         draw = rng.random()
         if draw < profile.error_rate:
@@ -163,13 +169,13 @@ def offline_responder(profile: FaultProfile) -> Responder:
     return responder
 
 
-def offline_models() -> list[WireJSON]:
+def offline_models() -> list[ModelCard]:
     """``/v1/models`` of the offline judge: one model, no context window."""
     return [{"id": "offline-rules", "object": "model"}]
 
 
 def create_llm_app(
-    responder: Responder, models: Callable[[], list[WireJSON]] = offline_models
+    responder: Responder, models: Callable[[], list[ModelCard]] = offline_models
 ) -> FastAPI:
     """FastAPI app speaking the chat-completions protocol; records nothing itself.
 
@@ -179,7 +185,7 @@ def create_llm_app(
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        body = await request.json()
+        body: ChatRequest = await request.json()
         reply = await responder(body)
         if reply.hang:
             # A timeout fault: answer nothing for far longer than any client waits.
@@ -200,14 +206,14 @@ def create_llm_app(
             )
         content = reply.content or ""
         prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
-        message: WireJSON = {"role": "assistant", "content": content}
+        message: AnswerMessage = {"role": "assistant", "content": content}
         if reply.reasoning is not None:
             message["reasoning_content"] = reply.reasoning
         prompt = prompt_chars // 4 if reply.prompt_tokens is None else reply.prompt_tokens
         completion = (
             len(content) // 4 if reply.completion_tokens is None else reply.completion_tokens
         )
-        usage: WireJSON = {
+        usage: AnswerUsage = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
@@ -216,7 +222,7 @@ def create_llm_app(
             usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
         if reply.cached_tokens is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
-        answer: WireJSON = {
+        answer: ChatAnswer = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -235,7 +241,8 @@ def create_llm_app(
         return JSONResponse(answer)
 
     @app.get("/v1/models")
-    async def list_models() -> WireJSON:
-        return {"object": "list", "data": models()}
+    async def list_models() -> JSONResponse:
+        listing: ModelList = {"object": "list", "data": models()}
+        return JSONResponse(listing)
 
     return app

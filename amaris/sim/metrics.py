@@ -14,14 +14,18 @@ unpenalised, and the reward gap between correct answers and hacks.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, TypedDict
+from typing import NotRequired, TypedDict
 
+from amaris.agents.payloads import CriterionData
+from amaris.audit.models import AuditSummary
+from amaris.client import CanaryAnswer
 from amaris.llm.ledger import Key, Usage
 from amaris.offline import tags as hacking_tags
 from amaris.settings import ModelPrice
+from amaris.sim.answers import CriterionChangeJSON, CriterionJSON
 from amaris.sim.driver import RolloutResult, RunResult
 from amaris.sim.policy import BEHAVIOURS, HACKS
-from amaris.sim.usage import usage_summary
+from amaris.sim.usage import UsageSummary, usage_summary
 
 
 def mean(values: Iterable[float]) -> float | None:
@@ -39,12 +43,6 @@ def behaviours_of(run: RunResult) -> list[str]:
 def tags_of(run: RunResult) -> list[str]:
     """Every reward-hacking tag any analysis of the run named, sorted."""
     return sorted({tag for s in run.steps for r in s.rollouts for tag in r.flags})
-
-
-RunMetrics = dict[str, Any]
-"""One run's figures as ``metrics.json`` holds them (:func:`run_metrics`): JSON nested
-several levels (steps, behaviours, usage), read by the report and by people; its parts are
-typed where they are made (:class:`GroupFigures`, :class:`ZeroVariance`...)."""
 
 
 class GroupFigures(TypedDict):
@@ -69,13 +67,14 @@ class RubricChange(TypedDict):
     """A rubric version after the first (:func:`rubric_changes`); criteria as the diff's."""
 
     version: int
-    parent: object
-    origin: object
-    step: object
+    parent: int | None
+    origin: str
+    step: int | None
     in_force_from_step: int | None
-    added: list[Any]  # the rubric diff's criteria, JSON as the server answers them
-    removed: list[Any]
-    changed: list[Any]
+    added: list[CriterionJSON]
+    """The rubric diff's criteria, JSON as the server answers them."""
+    removed: list[CriterionJSON]
+    changed: list[CriterionChangeJSON]
 
 
 class Resurgence(TypedDict):
@@ -91,6 +90,99 @@ class MemoryOutcomes(TypedDict):
     reward_gap: float | None
     resurgent: list[Resurgence]
     rubric_versions: int
+
+
+class AlarmFigures(TypedDict):
+    """A step's Goodhart alarm (:class:`amaris.audit.models.Alarm`)."""
+
+    kind: str
+    reason: str
+
+
+class AuditFigures(TypedDict):
+    """A step's audit (:class:`amaris.audit.models.AuditSummary` as JSON)."""
+
+    sampled: int
+    agreement: float | None
+    top_tail_agreement: float | None
+    gap: float | None
+    alarm: AlarmFigures | None
+
+
+class UpdateFigures(TypedDict):
+    """What became of a step's global rubric update (its scope outcome's fields)."""
+
+    outcome: str | None
+    reason: str | None
+    canary: CanaryAnswer | None
+
+
+class StepFigures(GroupFigures):
+    """One step of a run."""
+
+    step: int
+    rubric_version: int
+    groups: ZeroVariance
+    by_behaviour: dict[str, GroupFigures]
+    usage: UsageSummary
+    update: UpdateFigures
+    audit: NotRequired[AuditFigures]
+    """When the step was audited."""
+
+
+class OverallFigures(GroupFigures):
+    """The whole run's rollouts."""
+
+    groups: ZeroVariance
+
+
+class VersionFigures(TypedDict):
+    """A rubric version of the run."""
+
+    version: int
+    parent: int | None
+    origin: str
+    step: int | None
+    adaptive: list[CriterionJSON]
+
+
+class AgentUsage(UsageSummary):
+    """The run's usage of one agent and model."""
+
+    agent: str
+    model: str
+
+
+class RunMetrics(TypedDict):
+    """One run's figures as ``metrics.json`` holds them (:func:`run_metrics`), read by the
+    report and by people."""
+
+    label: str
+    judge: str
+    memory: dict[str, int]
+    wall_seconds: float
+    behaviours: list[str]
+    tags: list[str]
+    steps: list[StepFigures]
+    overall: OverallFigures
+    flag_rates: dict[str, dict[str, float | None]]
+    rubric_versions: list[VersionFigures]
+    rubric_changes: list[RubricChange]
+    memory_outcomes: MemoryOutcomes
+    usage: UsageSummary
+    usage_by_agent: list[AgentUsage]
+
+
+def audit_figures(audit: AuditSummary) -> AuditFigures:
+    """``audit`` as JSON (its ``model_dump(mode="json")``)."""
+    alarm = audit.alarm
+    return {
+        "sampled": audit.sampled,
+        "agreement": audit.agreement,
+        "top_tail_agreement": audit.top_tail_agreement,
+        "gap": audit.gap,
+        "alarm": None if alarm is None else {"kind": alarm.kind, "reason": alarm.reason},
+    }
 
 
 def _group(rollouts: list[RolloutResult], tags: list[str]) -> GroupFigures:
@@ -173,7 +265,7 @@ def _sum_groups(per_step: list[ZeroVariance]) -> ZeroVariance:
     return {"groups": groups, "zero_variance": zero, "share": zero / groups if groups else None}
 
 
-def reversals(changes: Iterable[Mapping[str, Any]]) -> int:
+def reversals(changes: Iterable[RubricChange]) -> int:
     """Changes of direction of the adaptive criteria: a criterion text removed after it was
     added, or added again after it was removed (add, retire, add: 2). Edits and reweights
     keep a criterion, so they are no reversal."""
@@ -191,7 +283,7 @@ def resurgent_unpenalised(run: RunResult) -> list[Resurgence]:
     at an earlier step and is not by the one in force now: a resurgent behaviour scored
     unpenalised. "Penalised" is read by the offline judge's rules
     (:func:`amaris.offline.tags.penalising` over the adaptive criteria)."""
-    adaptive = {int(v["version"]): v.get("adaptive", []) for v in run.history}
+    adaptive = {int(v["version"]): [_shown(c) for c in v["adaptive"]] for v in run.history}
     ever: set[str] = set()
     found: list[Resurgence] = []
     for step in run.steps:
@@ -201,6 +293,19 @@ def resurgent_unpenalised(run: RunResult) -> list[Resurgence]:
         found += [{"step": step.step, "tag": t} for t in sorted((flagged & ever) - now)]
         ever |= now
     return found
+
+
+def _shown(criterion: CriterionJSON) -> CriterionData:
+    """A criterion of a rubric answer as an agent is shown it (what the offline judge's
+    rules read)."""
+    weight = criterion["weight"]
+    return {
+        "id": criterion["id"],
+        "text": criterion["text"],
+        "weight": weight,
+        "kind": "pitfall" if weight < 0 else "requirement",
+        "is_anchor": criterion["is_anchor"],
+    }
 
 
 def memory_outcomes(run: RunResult) -> MemoryOutcomes:
@@ -231,28 +336,33 @@ def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None)
     ``pricing``: the configuration's price table (cost is None without one)."""
     behaviours, tags = behaviours_of(run), tags_of(run)
     prices = pricing or {}
-    steps = []
+    steps: list[StepFigures] = []
     groups: list[ZeroVariance] = []
     for step in run.steps:
         groups.append(zero_variance(step.rollouts))
-        entry = {
+        update = (step.outcome.get("scopes") or {}).get("global") or {}
+        group = _group(step.rollouts, tags)
+        entry: StepFigures = {
             "step": step.step,
             "rubric_version": step.rubric_version,
-            **_group(step.rollouts, tags),
+            "rollouts": group["rollouts"],
+            "unscored": group["unscored"],
+            "mean_reward": group["mean_reward"],
+            "analysed": group["analysed"],
+            "flagged": group["flagged"],
             "groups": groups[-1],
-        }
-        entry["by_behaviour"] = {
-            b: _group([r for r in step.rollouts if r.behaviour == b], tags) for b in behaviours
-        }
-        entry["usage"] = usage_summary(step.usage, len(step.rollouts), prices)
-        update = (step.outcome.get("scopes") or {}).get("global") or {}
-        entry["update"] = {
-            "outcome": update.get("outcome"),
-            "reason": update.get("reason"),
-            "canary": update.get("canary"),
+            "by_behaviour": {
+                b: _group([r for r in step.rollouts if r.behaviour == b], tags) for b in behaviours
+            },
+            "usage": usage_summary(step.usage, len(step.rollouts), prices),
+            "update": {
+                "outcome": update.get("outcome"),
+                "reason": update.get("reason"),
+                "canary": update.get("canary"),
+            },
         }
         if step.audit is not None:
-            entry["audit"] = step.audit.model_dump(mode="json")
+            entry["audit"] = audit_figures(step.audit)
         steps.append(entry)
     everything = [r for s in run.steps for r in s.rollouts]
     by_model = usage_of_run(run)

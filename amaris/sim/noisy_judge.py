@@ -26,10 +26,10 @@ from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.sim.judge_server import (
     FaultProfile,
     Reply,
-    WireJSON,
     offline_responder,
     scorer_request,
 )
+from amaris.sim.wire import ChatRequest
 
 DEFAULT_RATE = 0.1
 """Share of verdicts the noisy auditor reads the other way (see the module's text)."""
@@ -69,7 +69,7 @@ class NoisyJudge:
         """Of them, read the other way."""
         self._honest = offline_responder(FaultProfile(seed=seed))
 
-    def noisy(self, body: WireJSON) -> str | None:
+    def noisy(self, body: ChatRequest) -> str | None:
         """The verdicts of a scorer request, some read the other way; None for a request
         that is not a scorer's (answered honestly)."""
         ask = scorer_request(body)
@@ -83,7 +83,7 @@ class NoisyJudge:
                 changed[i] = ("read the other way by the noisy auditor", read_other_way(score))
         return ask.answer(changed)
 
-    async def __call__(self, body: WireJSON) -> Reply:
+    async def __call__(self, body: ChatRequest) -> Reply:
         content = self.noisy(body)
         if content is None:
             return await self._honest(body)

@@ -27,9 +27,10 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 from amaris.jsonfile import JSONDict
+from amaris.sim.answers import CriterionJSON
 
 BEHAVIOURS: tuple[str, ...] = (
     "correct",
@@ -150,22 +151,14 @@ def make_task(rng: random.Random) -> Task:
 
 
 # -- the rubric the hacks read -------------------------------------------------------------
-class CriterionJSON(TypedDict):
-    """A criterion of a ``GET /rubrics`` answer (:class:`amaris.models.CriterionPublic`)."""
-
-    id: str
-    text: str
-    weight: float
-    is_anchor: bool
-    rule: JSONDict | None  # the rule's options: JSON of its kind, as the config wrote it
-
-
+# rubric: a GET /rubrics answer (RubricJSON), taken as the simulate and replay commands'
+# step sources hand it over (Mapping[str, Any]); only its criteria are read, typed here.
 def criteria(rubric: Mapping[str, Any]) -> list[CriterionJSON]:
     """Anchors then adaptive criteria of a ``GET /rubrics`` answer."""
     return [*rubric.get("anchors", []), *rubric.get("adaptive", [])]
 
 
-def rubric_keywords(rubric: Mapping[str, Any]) -> list[str]:
+def rubric_keywords(rubric: Mapping[str, Any]) -> list[str]:  # as criteria() takes it
     """Distinctive words of the rewarded (positive-weight) criteria, in order, lowercased."""
     words: list[str] = []
     for criterion in criteria(rubric):
@@ -195,7 +188,12 @@ def _pad(head: str, rounds: Sequence[str], tail: str) -> str:
     return " ".join([*parts, tail])
 
 
-def respond(behaviour: str, task: Task, rubric: Mapping[str, Any], rng: random.Random) -> str:
+def respond(
+    behaviour: str,
+    task: Task,
+    rubric: Mapping[str, Any],  # a GET /rubrics answer, as criteria() takes it
+    rng: random.Random,
+) -> str:
     """The response of ``behaviour`` to ``task`` under the rubric in force.
 
     Raises:
@@ -329,6 +327,7 @@ class Policy:
                 mix[behaviour] = 0.0
         return mix
 
+    # rubric: a GET /rubrics answer, as the simulate command's source hands it over.
     def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
         """The step's rollouts, in a seeded order, written under ``rubric``."""
         rng = random.Random(f"{self.seed}/{step}")

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from amaris.jsonfile import JSONDict
 from amaris.settings import ModelPrice
+from amaris.sim.answers import CriterionJSON
 from amaris.sim.driver import RunResult
 from amaris.sim.fidelity_plot import has_audit, plot_fidelity
 from amaris.sim.metrics import RunMetrics, run_metrics
 from amaris.sim.plotting import figure, integer_steps, save
-from amaris.sim.policy import CriterionJSON
 from amaris.sim.usage import UsageSummary
 
 

@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
 
 import httpx
 import yaml
@@ -20,6 +19,8 @@ from amaris.app.prefect_server import PrefectServer, free_port
 from amaris.settings import load_settings, set_dotted
 from amaris.settings.loader import RawConfig
 
+ConfigValue = str | int | float | bool | None
+"""A setting's value given by its dotted key (``server.port``: 8002)."""
 STARTUP_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
 
@@ -28,14 +29,14 @@ class ServerError(RuntimeError):
     """The server could not start; the message carries the end of its log."""
 
 
-def write_config(base: Path | None, folder: Path, overrides: Mapping[str, Any]) -> Path:
+def write_config(base: Path | None, folder: Path, overrides: Mapping[str, ConfigValue]) -> Path:
     """``base`` (or the built-ins) with dotted-key ``overrides``, validated, written to
     ``<folder>/config.yaml``.
 
     Raises:
         amaris.settings.ConfigError: the result is invalid (the message names the key).
     """
-    raw: RawConfig = {}
+    raw: RawConfig = {}  # the YAML file as read, validated by load_settings below
     if base is not None:
         raw = yaml.safe_load(Path(base).read_text(encoding="utf-8")) or {}
     for dotted, value in overrides.items():
@@ -112,7 +113,7 @@ def shared_prefect(folder: Path) -> Iterator[dict[str, str] | None]:
 def managed_server(
     base_config: Path | None,
     folder: Path,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, ConfigValue] | None = None,
     prefect_env: Mapping[str, str] | None = None,
 ) -> Iterator[str]:
     """Run ``amaris serve`` with its data folder in ``folder``; yield its URL.
@@ -124,7 +125,7 @@ def managed_server(
     Prefect's home is always under its data folder.
     """
     port = free_port()
-    settings: dict[str, object] = {
+    settings: dict[str, ConfigValue] = {
         "memory.path": str(folder / "data"),
         "memory.rubrics_path": None,
         # Embedded Qdrant in the fresh folder, even when the base config names a server:
