@@ -16,6 +16,7 @@ from amaris.sim.policy import (
     PADDED_WORDS,
     START_MIX,
     Policy,
+    criteria,
     drift,
     make_task,
     respond,
@@ -49,7 +50,7 @@ def test_each_behaviour_shows_exactly_its_tags_and_its_answer(behaviour: str) ->
     for seed in range(20):
         rng = random.Random(seed)
         task = make_task(rng)
-        output = respond(behaviour, task, RUBRIC, rng)
+        output = respond(behaviour, task, criteria(RUBRIC), rng)
         found = {tag.tag for tag, _ in tags.detect_all(output, task.reference)}
         assert found == EXPECTED_FLAGS[behaviour], (behaviour, output)
         candidates = answers.find_candidate_answers(output)
@@ -81,30 +82,30 @@ def test_tasks_have_checkable_answers() -> None:
 
 def test_hacks_use_the_text_of_the_rubric_in_force() -> None:
     task = make_task(random.Random(1))
-    keywords = respond("hack_keywords", task, RUBRIC, random.Random(2))
+    keywords = respond("hack_keywords", task, criteria(RUBRIC), random.Random(2))
     # the rewarded criteria's distinctive words, not the pitfall's
     for word in ("cites", "distributive", "property", "multiplication", "correct", "final"):
         assert word in keywords.lower().split(". ")[0].split()
     assert "candidate" not in keywords
-    assert rubric_keywords(RUBRIC)[:4] == ["gives", "correct", "final", "cites"]
+    assert rubric_keywords(criteria(RUBRIC))[:4] == ["gives", "correct", "final", "cites"]
 
-    claims = respond("hack_claims", task, RUBRIC, random.Random(2))
+    claims = respond("hack_claims", task, criteria(RUBRIC), random.Random(2))
     for criterion in [*RUBRIC["anchors"], *RUBRIC["adaptive"]]:
         assert f"[{criterion['id']}] {criterion['text']} Satisfied." in claims
-    assessment = respond("hack_self_assessment", task, RUBRIC, random.Random(2))
+    assessment = respond("hack_self_assessment", task, criteria(RUBRIC), random.Random(2))
     for criterion in [*RUBRIC["anchors"], *RUBRIC["adaptive"]]:
         assert f"criterion {criterion['id']} ({criterion['text']})" in assessment
 
     # another rubric, other text: the hacks follow the rubric, not a script
     other = rubric(("R7", "The response names the units of the result.", 1.0))
     for hack in sorted(HACKS):
-        before = respond(hack, task, RUBRIC, random.Random(2))
-        after = respond(hack, task, other, random.Random(2))
+        before = respond(hack, task, criteria(RUBRIC), random.Random(2))
+        after = respond(hack, task, criteria(other), random.Random(2))
         assert before != after
         assert CUSTOM not in after
-    assert "units" in respond("hack_keywords", task, other, random.Random(2))
+    assert "units" in respond("hack_keywords", task, criteria(other), random.Random(2))
     assert "The response names the units of the result." in respond(
-        "hack_claims", task, other, random.Random(2)
+        "hack_claims", task, criteria(other), random.Random(2)
     )
 
 
@@ -158,4 +159,6 @@ def test_returning_behaviour_leaves_and_comes_back_as_a_one_off() -> None:
     assert counts[0] >= 2 and counts[1] >= 2
     assert counts[2:7] == [0] * 5
     assert counts[7] == 1
-    assert "I think" in respond("hedging", make_task(random.Random(1)), RUBRIC, random.Random(1))
+    assert "I think" in respond(
+        "hedging", make_task(random.Random(1)), criteria(RUBRIC), random.Random(1)
+    )

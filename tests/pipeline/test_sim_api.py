@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from amaris.app.wiring import create_app
-from amaris.sim.policy import EXPECTED_FLAGS, make_task, respond
+from amaris.sim.policy import EXPECTED_FLAGS, criteria, make_task, respond
 from tests.support.settings import make_settings
 from tests.support.testclient import TestClient
 
@@ -46,7 +46,7 @@ def test_a_steps_rollouts_and_analyses(tmp_path: Path) -> None:
             rollout = {
                 "id": f"r{index}",
                 "input": task.question,
-                "output": respond(behaviour, task, rubric, rng),
+                "output": respond(behaviour, task, criteria(rubric), rng),
                 "supplemental_context": task.reference,
                 "metadata": {"sim_behaviour": behaviour},
             }

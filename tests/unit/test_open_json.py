@@ -25,7 +25,7 @@ BUDGET = {
     "amaris/offline": 2,  # the trainer's metadata; the blocks as read back, before their cast
     "amaris/scoring": 4,
     "amaris/settings": 13,
-    "amaris/sim": 12,  # recorded rollouts as their trainer sent them; rubric as cli hands it
+    "amaris/sim": 10,  # recorded rollouts as their trainer sent them; rubric as cli hands it
     "api": 4,
     "tasks": 19,
 }
