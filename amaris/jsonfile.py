@@ -11,7 +11,7 @@ JSONDict: TypeAlias = dict[str, Any]
 """A JSON object whose shape is not amaris's to know, declared once here: a trainer's
 metadata, a judge's or an agent's raw reply before its schema checks it, the provider's
 wire format, a JSON schema, a file of any version read leniently. The aliases built on it
-(``DataBlock``, ``WireJSON``, ``ManifestJSON``...) say which JSON each is; a shape amaris
+(``DataBlock``, ``RawConfig``, ``ConfigJSON``...) say which JSON each is; a shape amaris
 knows gets a model or a TypedDict instead."""
 
 
