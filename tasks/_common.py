@@ -15,7 +15,7 @@ from amaris.agents.prompts import DataBlock, agent_messages
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
 from amaris.llm.gateway import LLMContextOverflowError, LLMOutputError
-from amaris.llm.schema import JsonSchema, strict_schema
+from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.rubric.guardrails import AppliedUpdate, apply_modifications
 from amaris.rubric.informativeness import DueCriterion, retirements
 from amaris.rubric.model import RubricVersion
@@ -145,7 +145,7 @@ async def ask(
     data: DataBlock,
     schema: type[T],
     step: int,
-    json_schema: JsonSchema | None = None,
+    json_schema: SchemaNode | None = None,
 ) -> T:
     """One structured call of ``agent``: its template and ``context`` (amaris's state that
     many calls share: the rubric, bounds) first, the per-call ``data`` last, so a provider's
@@ -161,7 +161,7 @@ async def ask(
     )
 
 
-def at_most_items(schema: type[BaseModel], field: str, limit: int) -> JsonSchema:
+def at_most_items(schema: type[BaseModel], field: str, limit: int) -> SchemaNode:
     """``schema``'s strict JSON schema with its list ``field`` held to ``limit`` items: a
     per-call bound (the queries or modifications the configuration allows), so that a
     constrained decoder writes no more than the caller keeps."""

@@ -61,7 +61,7 @@ from amaris.llm.providers import (
     is_transient,
 )
 from amaris.llm.reasoning import cut_short
-from amaris.llm.schema import JsonSchema, strict_schema
+from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.settings import ResolvedAgentOptions, Settings
 from amaris.text.offload import off_loop
 
@@ -184,7 +184,7 @@ class LLMGateway:
         *,
         step: int | None = None,
         check: Callable[[T], None] | None = None,
-        json_schema: JsonSchema | None = None,
+        json_schema: SchemaNode | None = None,
         example: BaseModel | None = None,
     ) -> T:
         """One structured call: returns output validated by ``schema`` (and ``check``).
@@ -210,7 +210,7 @@ class LLMGateway:
         *,
         step: int | None = None,
         check: Callable[[T], None] | None = None,
-        json_schema: JsonSchema | None = None,
+        json_schema: SchemaNode | None = None,
         account: str | None = None,
         example: BaseModel | None = None,
     ) -> tuple[T, Completion]:
@@ -253,7 +253,7 @@ class LLMGateway:
         agent: str,
         messages: list[dict[str, str]],
         step: int | None,
-        output: tuple[str, JsonSchema],
+        output: tuple[str, SchemaNode],
         account: str | None,
         example: BaseModel | None,
         reask: bool,
