@@ -153,7 +153,8 @@ class ChatProvider(Protocol):
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        # The provider's JSON (a RequestFormat): implementations elsewhere take it so.
+        # The request's response_format, as the provider's JSON of any shape: the
+        # recording provider of amaris/app/check_judge.py takes and passes it on so.
         response_format: JSONDict | None = None,
     ) -> Completion: ...
 
@@ -220,8 +221,7 @@ class OpenAIProvider:
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        # The provider's JSON (a RequestFormat): implementations elsewhere take it so.
-        response_format: JSONDict | None = None,
+        response_format: RequestFormat | None = None,
     ) -> Completion:
         body = chat_body(messages, options, response_format)
         raw = await self._endpoint.post(
@@ -352,8 +352,7 @@ class OfflineProvider:
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        # The provider's JSON (a RequestFormat): implementations elsewhere take it so.
-        response_format: JSONDict | None = None,
+        response_format: RequestFormat | None = None,
     ) -> Completion:
         chars = sum(len(m.get("content") or "") for m in messages if m.get("role") != "system")
         return await off_loop_above(chars, OFFLINE_ON_LOOP_CHARS, self._answer, messages, options)

@@ -14,7 +14,8 @@ from functools import cache
 from typing import Literal, TypedDict
 
 from pydantic import BaseModel
-from pydantic.json_schema import JsonSchemaValue
+
+from amaris.jsonfile import JSONDict
 
 JsonScalar = str | int | float | bool | None
 """A JSON value that is not an array or an object (an enumeration's option)."""
@@ -95,38 +96,32 @@ def strict_schema(model: type[BaseModel]) -> SchemaNode:
     Cached per model; callers that change it must copy it first (:func:`copy.deepcopy`).
     """
     schema = model.model_json_schema(mode="validation")
-    return _strict(schema, schema.get("$defs", {}), ())
+    definitions = schema.get("$defs", {})
 
+    # A node of pydantic's JSON schema as it writes it: any keyword, $ref among them.
+    def strict(node: JSONDict, seen: tuple[str, ...]) -> SchemaNode:
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            name = ref.rsplit("/", 1)[-1]
+            if name in seen:
+                raise ValueError(f"recursive schema {name!r} cannot be inlined")
+            return strict(definitions[name], (*seen, name))
+        out: SchemaNode = {}
+        for key, value in node.items():
+            copied = _COPIED.get(key)
+            if copied is not None:
+                out[copied] = copy.deepcopy(value)
+            elif key == "properties":
+                out["properties"] = {name: strict(sub, seen) for name, sub in value.items()}
+            elif key == "items":
+                out["items"] = strict(value, seen)
+            elif key == "anyOf":
+                out["anyOf"] = [strict(branch, seen) for branch in value]
+        if "properties" in out or out.get("type") == "object":
+            out["type"] = "object"
+            out.setdefault("properties", {})
+            out["required"] = list(out["properties"])
+            out["additionalProperties"] = False
+        return out
 
-def _strict(
-    node: JsonSchemaValue, definitions: JsonSchemaValue, seen: tuple[str, ...]
-) -> SchemaNode:
-    """``node`` of pydantic's schema (``definitions``: its ``$defs``) in the strict subset.
-
-    Both are pydantic's JSON schema as it writes it (its ``JsonSchemaValue``): any keyword,
-    ``$ref`` among them, before this function keeps those of :class:`SchemaNode`."""
-    ref = node.get("$ref")
-    if isinstance(ref, str):
-        name = ref.rsplit("/", 1)[-1]
-        if name in seen:
-            raise ValueError(f"recursive schema {name!r} cannot be inlined")
-        return _strict(definitions[name], definitions, (*seen, name))
-    out: SchemaNode = {}
-    for key, value in node.items():
-        copied = _COPIED.get(key)
-        if copied is not None:
-            out[copied] = copy.deepcopy(value)
-        elif key == "properties":
-            out["properties"] = {
-                name: _strict(sub, definitions, seen) for name, sub in value.items()
-            }
-        elif key == "items":
-            out["items"] = _strict(value, definitions, seen)
-        elif key == "anyOf":
-            out["anyOf"] = [_strict(branch, definitions, seen) for branch in value]
-    if "properties" in out or out.get("type") == "object":
-        out["type"] = "object"
-        out.setdefault("properties", {})
-        out["required"] = list(out["properties"])
-        out["additionalProperties"] = False
-    return out
+    return strict(schema, ())
