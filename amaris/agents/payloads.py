@@ -118,6 +118,7 @@ class ScoreStats(TypedDict, total=False):
     """The statistics of a step's rewards the summarizers read."""
 
     count: int
+    scored: int
     mean: float | None
     min: float | None
     max: float | None

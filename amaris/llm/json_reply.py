@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TypeAlias, TypeVar
+from typing import TypeVar
 
 import json_repair
 from pydantic import BaseModel
@@ -26,10 +26,6 @@ from amaris.models import storable
 
 T = TypeVar("T", bound=BaseModel)
 
-JsonObject: TypeAlias = JSONDict
-"""A JSON object as a model or an endpoint wrote it: JSON of unknown shape is the point
-(it is read by a schema, or by code that checks every field it uses)."""
-
 INLINE_PARSE_CHARS = 16_384
 """Longest answer parsed and validated on the event loop; a longer one is read in a
 worker thread (``json.loads`` and validation of 256 KB take milliseconds)."""
@@ -38,7 +34,9 @@ REPAIR_MAX_CHARS = 65_536
 longer answer that is not JSON is an invalid output."""
 
 
-def strict_json_object(text: str) -> JsonObject | None:
+# A JSON object as a model or an endpoint wrote it: JSON of unknown shape is the point (it
+# is read by a schema, or by code that checks every field it uses).
+def strict_json_object(text: str) -> JSONDict | None:
     """``text`` as a JSON object, if it is exactly one, its strings made storable; None
     when it is not JSON or not an object.
 
@@ -59,7 +57,8 @@ def strict_json_object(text: str) -> JsonObject | None:
     return value
 
 
-def parse_json_object(text: str) -> tuple[JsonObject, bool]:
+# A JSON object as a model wrote it (or as repaired): read by a schema after.
+def parse_json_object(text: str) -> tuple[JSONDict, bool]:
     """Parse a JSON object from model output; returns (object, repaired).
 
     Strings in it are made storable (:func:`~amaris.models.storable`: a ``"\\ud800"``
