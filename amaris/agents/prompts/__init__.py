@@ -29,8 +29,10 @@ from amaris.jsonfile import JSONDict
 from amaris.settings import AGENTS, PromptsSettings
 
 DataBlock: TypeAlias = Mapping[str, object]
-"""An agent's data or context block, of any agent, written as one JSON line: the analyzer's
-are TypedDicts (:mod:`amaris.agents.payloads`), the other callers' JSON they build."""
+"""An agent's data or context block, of any agent, written as one JSON line: the pipeline
+tasks' are TypedDicts (``amaris.tasks.blocks``, the analyzer's :mod:`amaris.agents.payloads`),
+the scorer's and ``amaris bootstrap``'s the JSON they build; a model in one is written as
+its JSON."""
 
 DATA_START = "<<<AMARIS_DATA"
 DATA_END = "AMARIS_DATA>>>"
