@@ -5,25 +5,27 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Generic, ParamSpec, TypeVar
+from typing import Generic, Literal, ParamSpec, TypeVar
 
 from prefect import Task, task
 from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
-from amaris.agents.prompts import DataBlock, agent_messages
+from amaris.agents.prompts import agent_messages
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
 from amaris.llm.gateway import LLMContextOverflowError, LLMOutputError
-from amaris.llm.schema import JsonSchema, strict_schema
+from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.rubric.guardrails import AppliedUpdate, apply_modifications
 from amaris.rubric.informativeness import DueCriterion, retirements
 from amaris.rubric.model import RubricVersion
 from amaris.settings import AgentName
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest, retry_on_transient
+from amaris.tasks.blocks import CriteriaContext, SummaryInput, TaskContext, TaskData
 
 T = TypeVar("T", bound=BaseModel)
+M = TypeVar("M", bound=BaseModel)
 Item = TypeVar("Item")
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -59,9 +61,11 @@ def apply_proposal(
     return proposal, [str(m.criterion_id) for m in extra], applied
 
 
-def dumped(items: Sequence[BaseModel]) -> list[DataBlock]:
-    """``items`` as the JSON objects an agent's prompt carries."""
-    return [item.model_dump(mode="json") for item in items]
+def dumped(items: Sequence[M]) -> list[M]:
+    """``items`` as an agent's block carries them: a list of the models, each written as
+    its JSON (``model_dump(mode="json")``) with the block
+    (:func:`amaris.agents.prompts.data_message`)."""
+    return list(items)
 
 
 RESULT_FORMAT = 3
@@ -80,13 +84,12 @@ def cache_key(agent: AgentName) -> CacheKeyFn:
     """A task cache key: the data folder, every parameter, and the agent's prompt and model
     fingerprint, so a re-run reuses a result only when nothing it depends on changed."""
 
-    def key(context: TaskRunContext, params: Mapping[str, object]) -> str:  # CacheKeyFn
-        ctx = get_context()
-        return f"{agent}-" + digest(
-            ctx.namespace, params, ctx.prompt_fingerprint(agent), RESULT_FORMAT
+    return lambda context, params: (
+        f"{agent}-"
+        + digest(
+            get_context().namespace, params, get_context().prompt_fingerprint(agent), RESULT_FORMAT
         )
-
-    return key
+    )
 
 
 class LLMTask(Generic[P, T_co]):
@@ -141,11 +144,11 @@ def llm_task(
 
 async def ask(
     agent: str,
-    context: DataBlock,
-    data: DataBlock,
+    context: TaskContext,
+    data: TaskData,
     schema: type[T],
     step: int,
-    json_schema: JsonSchema | None = None,
+    json_schema: SchemaNode | None = None,
 ) -> T:
     """One structured call of ``agent``: its template and ``context`` (amaris's state that
     many calls share: the rubric, bounds) first, the per-call ``data`` last, so a provider's
@@ -161,7 +164,7 @@ async def ask(
     )
 
 
-def at_most_items(schema: type[BaseModel], field: str, limit: int) -> JsonSchema:
+def at_most_items(schema: type[BaseModel], field: str, limit: int) -> SchemaNode:
     """``schema``'s strict JSON schema with its list ``field`` held to ``limit`` items: a
     per-call bound (the queries or modifications the configuration allows), so that a
     constrained decoder writes no more than the caller keeps."""
@@ -171,7 +174,7 @@ def at_most_items(schema: type[BaseModel], field: str, limit: int) -> JsonSchema
     return tightened
 
 
-def prompt_tokens(agent: str, context: DataBlock, data: DataBlock) -> int:
+def prompt_tokens(agent: str, context: TaskContext, data: TaskData) -> int:
     """Estimated prompt tokens of :func:`ask`'s request for ``agent`` with ``context`` and
     ``data``."""
     return estimate_messages(agent_messages(agent, get_context().prompts[agent], context, data))
@@ -187,9 +190,9 @@ def item_tokens(item: object) -> int:
 
 async def split_for(
     agent: str,
-    context: DataBlock,
-    data: DataBlock,
-    field: str,
+    context: CriteriaContext,
+    data: SummaryInput,
+    field: Literal["analyses", "summaries"],
     items: Sequence[Item],
     max_count: int | None = None,
 ) -> list[list[Item]]:
@@ -202,5 +205,7 @@ async def split_for(
     budget = await get_context().gateway.prompt_budget(agent)
     if budget is None:
         return split_by_budget(items, item_tokens, None, max_count)
-    room = budget - prompt_tokens(agent, context, {**data, field: []})
+    emptied = data.copy()
+    emptied[field] = []
+    room = budget - prompt_tokens(agent, context, emptied)
     return split_by_budget(items, item_tokens, room, max_count)

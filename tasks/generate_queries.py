@@ -6,6 +6,7 @@ from amaris.agents.schemas import BatchSummary, QueryPlan
 from amaris.models import JSONObject
 from amaris.steps.context import get_context
 from amaris.tasks._common import ask, at_most_items, dumped, llm_task
+from amaris.tasks.blocks import QueryInput
 from amaris.tasks.models import AgentCriterion
 
 
@@ -21,18 +22,18 @@ def adaptive_query_budget(summary: BatchSummary) -> int:
 async def generate_queries(
     step: int,
     scope: str,
-    metadata: JSONObject,
+    metadata: JSONObject,  # the trainer's metadata: JSON of its making
     criteria: list[AgentCriterion],
     summary: BatchSummary,
 ) -> list[str]:
     """Queries to search past analyses and updates with."""
     ctx = get_context()
     limit = ctx.settings.memory.max_queries or adaptive_query_budget(summary)
-    data = {
+    data: QueryInput = {
         "step": step,
         "metadata": metadata,
         "max_queries": limit,
-        "summary": summary.model_dump(mode="json"),
+        "summary": summary,
     }
     plan = await ask(
         "query_generator",

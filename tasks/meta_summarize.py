@@ -5,6 +5,7 @@ from __future__ import annotations
 from amaris.agents.schemas import BatchSummary
 from amaris.models import JSONObject
 from amaris.tasks._common import ask, dumped, llm_task
+from amaris.tasks.blocks import SummaryInput
 from amaris.tasks.models import AgentCriterion
 
 
@@ -13,12 +14,12 @@ async def meta_summarize(
     step: int,
     scope: str,
     part: str,
-    metadata: JSONObject,
+    metadata: JSONObject,  # the trainer's metadata: JSON of its making
     criteria: list[AgentCriterion],
     summaries: list[BatchSummary],
 ) -> BatchSummary:
     """One summary of ``summaries``: the step's chunk summaries (``part`` ``all``), or a
     group of them when they do not fit the meta-summarizer's context budget together
     (``<level>.<group>``: the flow then consolidates those summaries in turn)."""
-    data = {"step": step, "metadata": metadata, "summaries": dumped(summaries)}
+    data: SummaryInput = {"step": step, "metadata": metadata, "summaries": dumped(summaries)}
     return await ask("meta_summarizer", {"criteria": dumped(criteria)}, data, BatchSummary, step)

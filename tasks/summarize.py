@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import logging
 
-from amaris.agents.prompts import DataBlock
+from amaris.agents.payloads import ScoreStats
 from amaris.agents.schemas import BatchSummary
 from amaris.models import JSONObject
 from amaris.tasks._common import ask, dumped, llm_task
+from amaris.tasks.blocks import SummaryInput
 from amaris.tasks.models import AgentCriterion, ScoredAnalysis
 
 log = logging.getLogger("amaris.pipeline")
 
 
-def summary_payload(step: int, metadata: JSONObject, analyses: list[ScoredAnalysis]) -> DataBlock:
+def summary_payload(
+    step: int,
+    metadata: JSONObject,  # the trainer's metadata: JSON of its making
+    analyses: list[ScoredAnalysis],
+) -> SummaryInput:
     """The summarizer's per-call data: the analyses and their scores' statistics (the
     criteria are its context)."""
     scores = [a.score for a in analyses if a.score is not None]
-    stats = {
+    stats: ScoreStats = {
         "count": len(analyses),
         "scored": len(scores),
         "mean": round(sum(scores) / len(scores), 4) if scores else None,
@@ -32,7 +37,7 @@ async def summarize_chunk(
     step: int,
     scope: str,
     chunk: str,
-    metadata: JSONObject,
+    metadata: JSONObject,  # the trainer's metadata: JSON of its making
     criteria: list[AgentCriterion],
     analyses: list[ScoredAnalysis],
 ) -> BatchSummary:

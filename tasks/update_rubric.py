@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from amaris.agents.prompts import DataBlock
 from amaris.agents.schemas import BatchSummary, RubricUpdateProposal
 from amaris.audit.models import AlarmEvidence
-from amaris.jsonfile import JSONDict
 from amaris.models import JSONObject
 from amaris.rubric.informativeness import UpdaterView
 from amaris.steps.context import get_context
 from amaris.tasks._common import ask, at_most_items, dumped, llm_task
+from amaris.tasks.blocks import UpdaterContext, UpdaterInput
 from amaris.tasks.models import AgentCriterion, RetrievedMemory
 
 
@@ -18,7 +17,7 @@ async def propose_update(
     step: int,
     scope: str,
     rubric_version: int,
-    metadata: JSONObject,
+    metadata: JSONObject,  # the trainer's metadata: JSON of its making
     criteria: list[AgentCriterion],
     summary: BatchSummary,
     memory: RetrievedMemory,
@@ -33,7 +32,7 @@ async def propose_update(
     alarm and its evidence in this scope (the judge now misreads something), when fired."""
     ctx = get_context()
     bounds = ctx.bounds
-    context: DataBlock = {
+    context: UpdaterContext = {
         "criteria": dumped(criteria),
         "bounds": {
             "max_adaptive": bounds.max_adaptive,
@@ -42,17 +41,17 @@ async def propose_update(
             "max_modifications": bounds.max_modifications,
         },
     }
-    data: JSONDict = {  # the updater's blocks are still built as JSON (amaris.agents.payloads)
+    data: UpdaterInput = {
         "step": step,
         "metadata": metadata,
-        "summary": summary.model_dump(mode="json"),
+        "summary": summary,
         "static_memory": dumped(memory.static),
         "dynamic_memory": dumped(memory.dynamic),
         "criterion_stats": dumped(informativeness.criterion_stats),
         "uninformative": dumped(informativeness.uninformative),
     }
     if alarm is not None:
-        data["fidelity_alarm"] = alarm.model_dump(mode="json")
+        data["fidelity_alarm"] = alarm
     return await ask(
         "updater",
         context,

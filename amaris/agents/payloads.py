@@ -3,8 +3,9 @@
 The blocks' shapes are amaris's own (the pipeline's tasks, the scorer, ``amaris
 bootstrap`` write them), so each is a ``TypedDict`` here. The analyzer's are written as
 such (``amaris.tasks.analyze``: :class:`AnalyzerContext`, :class:`AnalyzerInput`); the
-other writers still build theirs as JSON, and their ``TypedDict`` lists the keys the
-offline agents read (a block may carry more).
+other pipeline tasks write theirs with amaris's models in them (``amaris.tasks.blocks``),
+the scorer and ``amaris bootstrap`` build theirs as JSON; the ``TypedDict`` here lists
+the keys the offline agents read of their JSON (a block may carry more).
 
 The offline agents (:mod:`amaris.offline`) stand in for an LLM, so they read the JSON an
 LLM agent would: an agent's blocks, merged (:func:`amaris.agents.prompts.read_data`), as
@@ -118,6 +119,7 @@ class ScoreStats(TypedDict, total=False):
     """The statistics of a step's rewards the summarizers read."""
 
     count: int
+    scored: int
     mean: float | None
     min: float | None
     max: float | None

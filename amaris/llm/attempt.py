@@ -32,11 +32,16 @@ from amaris.llm.errors import (
     LLMUnavailableError,
     short,
 )
-from amaris.llm.json_reply import JsonObject
 from amaris.llm.ledger import OFFLINE_MODEL, TokenLedger, usage_of
 from amaris.llm.limits import Limits
 from amaris.llm.output_fit import FittedSchemas
-from amaris.llm.output_mode import ModeState, OutputMode, OutputModes, response_format
+from amaris.llm.output_mode import (
+    ModeState,
+    OutputMode,
+    OutputModes,
+    RequestFormat,
+    response_format,
+)
 from amaris.llm.providers import ChatProvider, Completion, Failure
 from amaris.llm.reasoning import without_inline_reasoning
 from amaris.llm.reply_format import (
@@ -46,7 +51,7 @@ from amaris.llm.reply_format import (
     shown_example,
     with_instructions,
 )
-from amaris.llm.schema import JsonSchema
+from amaris.llm.schema import SchemaNode
 from amaris.request_context import request_id_var
 from amaris.settings import GatewaySettings, ResolvedAgentOptions, Settings
 
@@ -68,7 +73,7 @@ class Call:
     """The ledger agent its usage is counted under, when not ``agent``."""
     messages: list[dict[str, str]]
     step: int | None
-    output: tuple[str, JsonSchema]
+    output: tuple[str, SchemaNode]
     """The reply schema's name and its JSON schema."""
     reask: bool
     provider: ChatProvider
@@ -183,13 +188,17 @@ class Requests:
             ):
                 started = time.perf_counter()
                 completion = await call.provider.complete(
-                    call.agent, call.messages, call.options, request_format
+                    call.agent,
+                    call.messages,
+                    call.options,
+                    # The provider's seam takes its JSON: a shallow copy, same fields.
+                    None if request_format is None else dict(request_format),
                 )
         except Exception as exc:
             return self._failed(call, record, mode, attempt, exc, started)
         return Ok(self._answered(call, record, completion, time.perf_counter() - started))
 
-    def _request_format(self, call: Call) -> tuple[Mode, JsonObject | None]:
+    def _request_format(self, call: Call) -> tuple[Mode, RequestFormat | None]:
         """The structured-output mode of the next request, and its ``response_format``."""
         if call.provider.offline:
             return "none", None

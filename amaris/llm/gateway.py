@@ -24,8 +24,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -45,9 +45,8 @@ from amaris.llm.errors import (
 from amaris.llm.json_reply import (
     INLINE_PARSE_CHARS,
     REPAIR_MAX_CHARS,
-    JsonObject,
-    inline_object,
     parse_json_object,
+    read_inline,
     read_reply,
     strict_json_object,
 )
@@ -61,7 +60,7 @@ from amaris.llm.providers import (
     is_transient,
 )
 from amaris.llm.reasoning import cut_short
-from amaris.llm.schema import JsonSchema, strict_schema
+from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.settings import ResolvedAgentOptions, Settings
 from amaris.text.offload import off_loop
 
@@ -184,7 +183,7 @@ class LLMGateway:
         *,
         step: int | None = None,
         check: Callable[[T], None] | None = None,
-        json_schema: JsonSchema | None = None,
+        json_schema: SchemaNode | None = None,
         example: BaseModel | None = None,
     ) -> T:
         """One structured call: returns output validated by ``schema`` (and ``check``).
@@ -210,7 +209,7 @@ class LLMGateway:
         *,
         step: int | None = None,
         check: Callable[[T], None] | None = None,
-        json_schema: JsonSchema | None = None,
+        json_schema: SchemaNode | None = None,
         account: str | None = None,
         example: BaseModel | None = None,
     ) -> tuple[T, Completion]:
@@ -253,7 +252,7 @@ class LLMGateway:
         agent: str,
         messages: list[dict[str, str]],
         step: int | None,
-        output: tuple[str, JsonSchema],
+        output: tuple[str, SchemaNode],
         account: str | None,
         example: BaseModel | None,
         reask: bool,
@@ -285,12 +284,25 @@ class LLMGateway:
         check: Callable[[T], None] | None,
         step: int | None,
     ) -> T:
-        """:meth:`_validate`, on the event loop for a short answer that is JSON, else in a
-        worker thread (a long answer's parse, any repair): amaris's text thread."""
-        inline = inline_object(answer)
+        """:meth:`_validate`, on the event loop for a short answer that is JSON
+        (:func:`~amaris.llm.json_reply.read_inline`), else in a worker thread (a long
+        answer's parse, any repair): amaris's text thread."""
+        with self._invalid_counted(agent, step):
+            inline = read_inline(answer, schema, check)
         if inline is not None:
-            return self._validate(agent, answer, schema, check, step, inline)
+            return inline[0]  # strict JSON: never repaired
         return await off_loop(self._validate, agent, answer, schema, check, step)
+
+    @contextmanager
+    def _invalid_counted(self, agent: str, step: int | None) -> Iterator[None]:
+        """An invalid output raised within (``ValueError``, ``ValidationError``) counted
+        and logged, then raised on."""
+        try:
+            yield
+        except (ValueError, ValidationError) as exc:
+            self.stats[f"{agent}.invalid_output"] += 1
+            log.warning("%s: invalid output (step %s): %s", agent, step, short(exc))
+            raise
 
     def _validate(
         self,
@@ -299,15 +311,10 @@ class LLMGateway:
         schema: type[T],
         check: Callable[[T], None] | None,
         step: int | None,
-        parsed: JsonObject | None = None,
     ) -> T:
         """:func:`~amaris.llm.json_reply.read_reply`, counted and logged."""
-        try:
-            result, repaired = read_reply(answer, schema, check, parsed)
-        except (ValueError, ValidationError) as exc:
-            self.stats[f"{agent}.invalid_output"] += 1
-            log.warning("%s: invalid output (step %s): %s", agent, step, short(exc))
-            raise
+        with self._invalid_counted(agent, step):
+            result, repaired = read_reply(answer, schema, check)
         if repaired:
             self.stats[f"{agent}.repaired_json"] += 1
         return result

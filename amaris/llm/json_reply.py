@@ -1,6 +1,11 @@
 """Reading a model's answer: one JSON object, parsed strictly, repaired when short enough,
 its strings made storable, then validated by the agent's schema.
 
+Its strings (keys too) are made storable (:func:`~amaris.models.storable`) in one pass
+over its JSON written out again (a lone surrogate as itself): strings never touch in that
+text (quotes part them), so only a surrogate pair within one string is joined, as
+:func:`~amaris.models.storable` of each string would.
+
 A reply is untrusted text: its JSON is parsed on the event loop only when it is short
 (:data:`INLINE_PARSE_CHARS`), repaired only up to :data:`REPAIR_MAX_CHARS` and always off
 the loop, and any failure to read it (nesting too deep, a number too long) is an invalid
@@ -11,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, TypeAlias, TypeVar
+from typing import TypeVar
 
 import json_repair
 from pydantic import BaseModel
@@ -21,10 +26,6 @@ from amaris.models import storable
 
 T = TypeVar("T", bound=BaseModel)
 
-JsonObject: TypeAlias = JSONDict
-"""A JSON object as a model or an endpoint wrote it: JSON of unknown shape is the point
-(it is read by a schema, or by code that checks every field it uses)."""
-
 INLINE_PARSE_CHARS = 16_384
 """Longest answer parsed and validated on the event loop; a longer one is read in a
 worker thread (``json.loads`` and validation of 256 KB take milliseconds)."""
@@ -33,7 +34,9 @@ REPAIR_MAX_CHARS = 65_536
 longer answer that is not JSON is an invalid output."""
 
 
-def strict_json_object(text: str) -> JsonObject | None:
+# A JSON object as a model or an endpoint wrote it: JSON of unknown shape is the point (it
+# is read by a schema, or by code that checks every field it uses).
+def strict_json_object(text: str) -> JSONDict | None:
     """``text`` as a JSON object, if it is exactly one, its strings made storable; None
     when it is not JSON or not an object.
 
@@ -42,17 +45,20 @@ def strict_json_object(text: str) -> JsonObject | None:
     """
     try:
         value = json.loads(text)
+        # A lone surrogate can only come from a \\u escape: text without one is storable.
+        if isinstance(value, dict) and "\\u" in text:
+            value = json.loads(storable(json.dumps(value, ensure_ascii=False)))
     except json.JSONDecodeError:
         return None
     except RecursionError:
         raise ValueError("output nests too deep to parse") from None
     if not isinstance(value, dict):
         return None
-    # A lone surrogate can only come from a \\u escape: text without one is storable.
-    return _storable(value) if "\\u" in text else value
+    return value
 
 
-def parse_json_object(text: str) -> tuple[JsonObject, bool]:
+# A JSON object as a model wrote it (or as repaired): read by a schema after.
+def parse_json_object(text: str) -> tuple[JSONDict, bool]:
     """Parse a JSON object from model output; returns (object, repaired).
 
     Strings in it are made storable (:func:`~amaris.models.storable`: a ``"\\ud800"``
@@ -81,57 +87,47 @@ def parse_json_object(text: str) -> tuple[JsonObject, bool]:
         # does not parse (an invalid output), never an error of the request.
         raise ValueError(f"output is not a JSON object ({type(exc).__name__} in repair)") from exc
     if isinstance(repaired, dict) and repaired:
-        return _storable(repaired), True
+        try:
+            return json.loads(storable(json.dumps(repaired, ensure_ascii=False))), True
+        except RecursionError:
+            raise ValueError("output is not a JSON object, and nests too deep to read") from None
     raise ValueError("output is not a JSON object")
 
 
-def inline_object(answer: str) -> JsonObject | None:
-    """``answer``'s JSON object when it is short enough to read on the event loop and is
-    exactly one; else None (read it with :func:`read_reply` in a worker thread)."""
+def read_inline(
+    answer: str, schema: type[T], check: Callable[[T], None] | None
+) -> tuple[T, bool] | None:
+    """:func:`read_reply` of ``answer`` when it is short enough to read on the event loop
+    and is exactly one JSON object (never repaired: ``repaired`` is False); else None
+    (read it with :func:`read_reply` in a worker thread).
+
+    Raises:
+        ValueError: refused by ``check``.
+        ValidationError: refused by ``schema``.
+    """
     if len(answer) > INLINE_PARSE_CHARS:
         return None
     try:
-        return strict_json_object(answer.strip())
+        data = strict_json_object(answer.strip())
     except ValueError:
         return None
+    if data is None:
+        return None
+    return _checked(schema.model_validate(data), check), False
 
 
-def read_reply(
-    answer: str,
-    schema: type[T],
-    check: Callable[[T], None] | None,
-    parsed: JsonObject | None = None,
-) -> tuple[T, bool]:
-    """``answer`` (or ``parsed``, its JSON object when already read) validated by
-    ``schema`` and ``check``; returns (result, repaired).
+def read_reply(answer: str, schema: type[T], check: Callable[[T], None] | None) -> tuple[T, bool]:
+    """``answer`` validated by ``schema`` and ``check``; returns (result, repaired).
 
     Raises:
         ValueError: not a JSON object, or refused by ``check``.
         ValidationError: refused by ``schema``.
     """
-    data, repaired = (parsed, False) if parsed is not None else parse_json_object(answer)
-    result = schema.model_validate(data)
+    data, repaired = parse_json_object(answer)
+    return _checked(schema.model_validate(data), check), repaired
+
+
+def _checked(result: T, check: Callable[[T], None] | None) -> T:
     if check is not None:
         check(result)
-    return result, repaired
-
-
-def _storable(value: JsonObject) -> JsonObject:
-    """``value`` with every string in it (keys too) storable; iterative (no recursion)."""
-    root: JsonObject = {}
-    stack: list[tuple[Any, JsonObject | list[Any]]] = [(value, root)]
-    while stack:
-        source, target = stack.pop()
-        items = source.items() if isinstance(source, dict) else ((None, v) for v in source)
-        for key, child in items:
-            if isinstance(child, dict | list):
-                copy: JsonObject | list[Any] = {} if isinstance(child, dict) else []
-                stack.append((child, copy))
-                child = copy
-            elif isinstance(child, str):
-                child = storable(child)
-            if isinstance(target, dict):
-                target[storable(str(key))] = child
-            else:
-                target.append(child)
-    return root
+    return result

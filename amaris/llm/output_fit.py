@@ -31,14 +31,12 @@ schema is returned unchanged (:attr:`Fit.fits` False): the caller says so.
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any
 
-from amaris.llm.schema import JsonSchema
+from amaris.llm.schema import JsonScalar, SchemaNode
 
 OUTPUT_CHARS_PER_TOKEN = 2.5
 """Characters per token of a reply's free text and key names. BPE tokenizers write English
@@ -83,14 +81,14 @@ def _text_tokens(characters: int) -> int:
     return math.ceil(characters / OUTPUT_CHARS_PER_TOKEN)
 
 
-def _literal_tokens(value: Any) -> int:
+def _literal_tokens(value: JsonScalar) -> int:
     if isinstance(value, str):
         return _PUNCTUATION["string"] + _text_tokens(len(value))
     # Numbers, booleans and null: one token per character.
     return len(str(value).lower() if isinstance(value, bool) else str(value))
 
 
-def _number_tokens(node: JsonSchema) -> int:
+def _number_tokens(node: SchemaNode) -> int:
     low = node.get("minimum", node.get("exclusiveMinimum"))
     high = node.get("maximum", node.get("exclusiveMaximum"))
     if node.get("type") == "integer" and low is not None and high is not None:
@@ -98,14 +96,14 @@ def _number_tokens(node: JsonSchema) -> int:
     return NUMBER_TOKENS
 
 
-def _types(node: JsonSchema) -> list[str]:
+def _types(node: SchemaNode) -> list[str]:
     kind = node.get("type")
     if isinstance(kind, list):
         return [str(k) for k in kind]
     return [str(kind)] if kind is not None else []
 
 
-def _fitted_length(node: JsonSchema, factor: float, cap_chars: int) -> int:
+def _fitted_length(node: SchemaNode, factor: float, cap_chars: int) -> int:
     bound = int(node.get("maxLength", cap_chars))
     floor = int(node.get("minLength", 0))
     if factor >= 1.0:
@@ -115,7 +113,7 @@ def _fitted_length(node: JsonSchema, factor: float, cap_chars: int) -> int:
     return max(floor, min(bound, max(MIN_STRING_CHARS, math.floor(bound * factor))))
 
 
-def _fitted_items(node: JsonSchema, factor: float, cap_items: int) -> int:
+def _fitted_items(node: SchemaNode, factor: float, cap_items: int) -> int:
     bound = int(node.get("maxItems", cap_items))
     floor = int(node.get("minItems", 0))
     if factor >= 1.0:
@@ -125,15 +123,13 @@ def _fitted_items(node: JsonSchema, factor: float, cap_items: int) -> int:
     return max(floor, min(bound, math.ceil(bound * factor)))
 
 
-def _free_text(node: JsonSchema) -> bool:
+def _free_text(node: SchemaNode) -> bool:
     return "string" in _types(node) and "enum" not in node and "const" not in node
 
 
-def _cost(node: Any, factor: float, cap: int) -> float:
+def _cost(node: SchemaNode, factor: float, cap: int) -> float:
     """Worst-case tokens of a value of ``node`` with its bounds scaled by ``factor``
     (unbounded strings and lists bounded by ``cap`` tokens first)."""
-    if not isinstance(node, dict):
-        return math.inf
     if "enum" in node:
         return max((_literal_tokens(v) for v in node["enum"]), default=0)
     if "const" in node:
@@ -144,9 +140,9 @@ def _cost(node: Any, factor: float, cap: int) -> float:
     return max(costs) if costs else math.inf
 
 
-def _cost_of_type(node: JsonSchema, kind: str, factor: float, cap: int) -> float:
+def _cost_of_type(node: SchemaNode, kind: str, factor: float, cap: int) -> float:
     if kind == "object":
-        properties: JsonSchema = node.get("properties", {})
+        properties = node.get("properties", {})
         total: float = _PUNCTUATION["object"] + _SEPARATOR * max(0, len(properties) - 1)
         for name, sub in properties.items():
             total += _PROPERTY + _text_tokens(len(name)) + _cost(sub, factor, cap)
@@ -169,17 +165,13 @@ def _cost_of_type(node: JsonSchema, kind: str, factor: float, cap: int) -> float
     return math.inf
 
 
-def worst_case_tokens(schema: JsonSchema) -> float:
+def worst_case_tokens(schema: SchemaNode) -> float:
     """Estimated tokens of the longest reply ``schema`` allows, compact JSON (``inf`` when
     a string or list has no bound, or a value is of no known type)."""
     return _cost(schema, 1.0, 0) if _bounded(schema) else math.inf
 
 
-def _bounded(node: Any) -> bool:
-    if isinstance(node, list):
-        return all(_bounded(n) for n in node)
-    if not isinstance(node, dict):
-        return True
+def _bounded(node: SchemaNode) -> bool:
     if _free_text(node) and "maxLength" not in node:
         return False
     if "array" in _types(node) and "maxItems" not in node:
@@ -190,20 +182,26 @@ def _bounded(node: Any) -> bool:
     return all(_bounded(c) for c in children)
 
 
-def _apply(node: Any, factor: float, cap: int) -> Any:
+def _apply(node: SchemaNode, factor: float, cap: int) -> SchemaNode:
     """A copy of ``node`` with its string and list bounds scaled by ``factor``."""
-    if isinstance(node, list):
-        return [_apply(n, factor, cap) for n in node]
-    if not isinstance(node, dict):
-        return copy.deepcopy(node)
-    out: JsonSchema = {}
-    for key, value in node.items():
-        if key == "properties":
-            out[key] = {name: _apply(sub, factor, cap) for name, sub in value.items()}
-        elif key in ("items", "anyOf"):
-            out[key] = _apply(value, factor, cap)
-        else:
-            out[key] = copy.deepcopy(value)
+    # A shallow copy keeps the keywords' order; the values that are lists are copied
+    # (their items are names or JSON scalars), the child schemas rebuilt.
+    out = node.copy()
+    if "properties" in node:
+        out["properties"] = {
+            name: _apply(sub, factor, cap) for name, sub in node["properties"].items()
+        }
+    if "items" in node:
+        out["items"] = _apply(node["items"], factor, cap)
+    if "anyOf" in node:
+        out["anyOf"] = [_apply(branch, factor, cap) for branch in node["anyOf"]]
+    if "enum" in node:
+        out["enum"] = list(node["enum"])
+    if "required" in node:
+        out["required"] = list(node["required"])
+    kind = node.get("type")
+    if isinstance(kind, list):
+        out["type"] = list(kind)
     if _free_text(node):
         out["maxLength"] = _fitted_length(node, factor, math.ceil(cap * OUTPUT_CHARS_PER_TOKEN))
     if "array" in _types(node):
@@ -216,7 +214,7 @@ def reply_budget(max_tokens: int) -> int:
     return max(0, max_tokens - RESERVE_TOKENS)
 
 
-def fit_schema(schema: JsonSchema, max_tokens: int) -> tuple[JsonSchema, Fit]:
+def fit_schema(schema: SchemaNode, max_tokens: int) -> tuple[SchemaNode, Fit]:
     """``schema`` with its bounds lowered so that its longest reply fits ``max_tokens``
     (:func:`reply_budget`), and what was done. ``schema`` itself is not changed; it is
     returned as is when its longest reply already fits, or when no factor makes it fit."""
@@ -249,11 +247,11 @@ class FittedSchemas:
     warned about."""
 
     def __init__(self) -> None:
-        self._fits: dict[tuple[int, int], tuple[JsonSchema, JsonSchema]] = {}
+        self._fits: dict[tuple[int, int], tuple[SchemaNode, SchemaNode]] = {}
         self._logged: set[tuple[str, str, int]] = set()
         self._lock = threading.Lock()
 
-    def fitted(self, agent: str, name: str, schema: JsonSchema, max_tokens: int) -> JsonSchema:
+    def fitted(self, agent: str, name: str, schema: SchemaNode, max_tokens: int) -> SchemaNode:
         """``schema`` with its bounds fitted to ``max_tokens``."""
         key = (id(schema), max_tokens)
         with self._lock:

@@ -12,13 +12,22 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import openai
+from openai.types.shared_params import ResponseFormatJSONObject, ResponseFormatJSONSchema
 
-from amaris.llm.schema import JsonSchema
+from amaris.llm.schema import SchemaNode
 
 OutputMode = Literal["json_schema", "json_object", "none"]
+
+RequestFormat = (
+    ResponseFormatJSONSchema
+    | ResponseFormatJSONObject
+    | dict[str, Any]  # an agent's configured one: the provider's JSON, sent as written
+)
+"""The ``response_format`` of a chat request: the one a mode asks for
+(:func:`response_format`), or the agent's configured one."""
 
 _NEXT: dict[str, OutputMode] = {"json_schema": "json_object", "json_object": "none"}
 _RANK = {"json_schema": 0, "json_object": 1, "none": 2}
@@ -48,13 +57,16 @@ def refuses_format(exc: BaseException) -> bool:
     return any(word in text for word in _REFUSAL)
 
 
-def response_format(mode: OutputMode, name: str, schema: JsonSchema) -> JsonSchema | None:
-    """The ``response_format`` field of a request in ``mode`` (None: not sent); a JSON
-    object like the agent's configured ``response_format``, the schema inside it."""
+def response_format(
+    mode: OutputMode, name: str, schema: SchemaNode
+) -> ResponseFormatJSONSchema | ResponseFormatJSONObject | None:
+    """The ``response_format`` field of a request in ``mode`` (None: not sent), the schema
+    inside it."""
     if mode == "json_schema":
         return {
             "type": "json_schema",
-            "json_schema": {"name": name, "strict": True, "schema": schema},
+            # The SDK types a schema as a dict of JSON values: a shallow copy, same keys.
+            "json_schema": {"name": name, "strict": True, "schema": dict(schema)},
         }
     if mode == "json_object":
         return {"type": "json_object"}

@@ -15,9 +15,9 @@ from typing import Any, Literal, Protocol
 
 import openai
 
-from amaris.llm.json_reply import JsonObject
-from amaris.llm.output_mode import refuses_format
-from amaris.llm.transport import JsonEndpoint, ResponseTooLargeError
+from amaris.jsonfile import JSONDict
+from amaris.llm.output_mode import RequestFormat, refuses_format
+from amaris.llm.transport import ChatBody, JsonEndpoint, ResponseTooLargeError
 from amaris.models import storable
 from amaris.offline.judge import respond
 from amaris.offline.sampling import VerdictSampler
@@ -153,7 +153,9 @@ class ChatProvider(Protocol):
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        response_format: JsonObject | None = None,
+        # The request's response_format, as the provider's JSON of any shape: the
+        # recording provider of amaris/app/check_judge.py takes and passes it on so.
+        response_format: JSONDict | None = None,
     ) -> Completion: ...
 
     def failure(self, exc: BaseException) -> Failure:
@@ -172,14 +174,14 @@ class ChatProvider(Protocol):
 def chat_body(
     messages: list[dict[str, str]],
     options: ResolvedAgentOptions,
-    response_format: JsonObject | None = None,
-) -> JsonObject:
-    """The JSON body of a chat-completion request with an agent's options.
+    response_format: RequestFormat | None = None,
+) -> ChatBody:
+    """The JSON body of a chat-completion request with an agent's options, but for its
+    ``extra_body`` (:meth:`~amaris.llm.transport.JsonEndpoint.post` adds it).
 
     ``response_format`` is the one the gateway chose (see :mod:`amaris.llm.output_mode`).
-    A :data:`JsonObject`: ``extra_body`` adds fields of any shape the endpoint takes.
     """
-    body: JsonObject = {"model": options.model, "messages": messages}
+    body: ChatBody = {"model": options.model, "messages": messages}
     if options.temperature is not None:
         body["temperature"] = options.temperature
     if options.max_tokens is not None:
@@ -191,8 +193,6 @@ def chat_body(
     if options.logprobs:
         body["logprobs"] = True
         body["top_logprobs"] = TOP_LOGPROBS
-    if options.extra_body is not None:
-        body.update(options.extra_body)
     return body
 
 
@@ -221,11 +221,15 @@ class OpenAIProvider:
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        response_format: JsonObject | None = None,
+        response_format: RequestFormat | None = None,
     ) -> Completion:
         body = chat_body(messages, options, response_format)
         raw = await self._endpoint.post(
-            "chat/completions", body, options.timeout, options.max_response_bytes
+            "chat/completions",
+            body,
+            options.timeout,
+            options.max_response_bytes,
+            options.extra_body,
         )
         return parse_completion(raw)
 
@@ -348,7 +352,7 @@ class OfflineProvider:
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        response_format: JsonObject | None = None,
+        response_format: RequestFormat | None = None,
     ) -> Completion:
         chars = sum(len(m.get("content") or "") for m in messages if m.get("role") != "system")
         return await off_loop_above(chars, OFFLINE_ON_LOOP_CHARS, self._answer, messages, options)

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from amaris.llm.schema import JsonSchema
+from amaris.llm.schema import SchemaNode
 
 FORMAT_HEADING = "Your reply must be one JSON object of exactly this shape (your own values):"
 """The line before the example (no data block follows it: the example is amaris's own)."""
@@ -31,7 +31,7 @@ _EXAMPLES = 256
 """Examples kept (:class:`Examples`): one per schema object."""
 
 
-def example_of(schema: JsonSchema) -> Any:
+def example_of(schema: SchemaNode) -> Any:
     """One value of ``schema`` (a strict schema, :func:`~amaris.llm.schema.strict_schema`):
     every property in order; a list with ``minItems`` items (at least one); of an
     enumeration, the item's position in its list picks the option (distinct ids in a list
@@ -40,9 +40,7 @@ def example_of(schema: JsonSchema) -> Any:
     return _example(schema, "...", 0)
 
 
-def _example(node: Any, name: str, index: int) -> Any:
-    if not isinstance(node, dict):
-        return None
+def _example(node: SchemaNode, name: str, index: int) -> Any:
     if "const" in node:
         return node["const"]
     if node.get("enum"):
@@ -53,14 +51,14 @@ def _example(node: Any, name: str, index: int) -> Any:
     kind = node.get("type")
     kind = kind[0] if isinstance(kind, list) and kind else kind
     if kind == "object":
-        properties: JsonSchema = node.get("properties", {})
+        properties = node.get("properties", {})
         return {key: _example(sub, f"<{key}>", index) for key, sub in properties.items()}
     if kind == "array":
         count = max(1, int(node.get("minItems", 1)))
         return [_example(node.get("items", {}), "...", i) for i in range(count)]
     if kind in ("integer", "number"):
-        low = _bound(node, "minimum", "exclusiveMinimum", 0.0)
-        middle = (low + _bound(node, "maximum", "exclusiveMaximum", low)) / 2
+        low = _bound(node, False, 0.0)
+        middle = (low + _bound(node, True, low)) / 2
         return int(middle) if kind == "integer" else middle
     if kind == "boolean":
         return True
@@ -75,8 +73,12 @@ def shown_example(example: BaseModel) -> str:
     return json.dumps(example.model_dump(mode="json"), ensure_ascii=False)
 
 
-def _bound(node: JsonSchema, key: str, exclusive: str, default: float) -> float:
-    value = node.get(key, node.get(exclusive))
+def _bound(node: SchemaNode, high: bool, default: float) -> float:
+    """``node``'s upper (``high``) or lower bound, inclusive or not; else ``default``."""
+    if high:
+        value = node.get("maximum", node.get("exclusiveMaximum"))
+    else:
+        value = node.get("minimum", node.get("exclusiveMinimum"))
     return float(value) if isinstance(value, int | float) else default
 
 
@@ -105,10 +107,10 @@ class Examples:
     and the agents' cached ones are the same object call after call); shared by threads."""
 
     def __init__(self) -> None:
-        self._examples: dict[int, tuple[JsonSchema, str]] = {}
+        self._examples: dict[int, tuple[SchemaNode, str]] = {}
         self._lock = threading.Lock()
 
-    def of(self, schema: JsonSchema) -> str:
+    def of(self, schema: SchemaNode) -> str:
         """The JSON of :func:`example_of` ``schema``, compact but for spaces after ``,``
         and ``:`` (as a model writes JSON)."""
         with self._lock:

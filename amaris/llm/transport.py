@@ -32,14 +32,31 @@ import asyncio
 import json
 import ssl
 import urllib.request
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import aiohttp
 import httpx2
 import openai
 import yarl
 
-from amaris.llm.json_reply import JsonObject
+from amaris.jsonfile import JSONDict
+from amaris.llm.output_mode import RequestFormat
+
+
+class ChatBody(TypedDict, total=False):
+    """The JSON body of a chat-completion request, as amaris writes it
+    (:func:`amaris.llm.providers.chat_body`); the agent's ``extra_body`` is added to it
+    when it is sent (:meth:`JsonEndpoint.post`)."""
+
+    model: Required[str]
+    messages: Required[list[dict[str, str]]]
+    temperature: float
+    max_tokens: int
+    response_format: RequestFormat
+    service_tier: str
+    logprobs: bool
+    top_logprobs: int
+
 
 READ_CHUNK_BYTES = 65_536
 """Bytes asked of the socket buffer at a time while a body is read."""
@@ -169,9 +186,17 @@ class JsonEndpoint:
         return session
 
     async def post(
-        self, path: str, body: JsonObject, timeout: float | None, max_bytes: int
+        self,
+        path: str,
+        body: ChatBody,
+        timeout: float | None,
+        max_bytes: int,
+        extra: JSONDict | None = None,  # an agent's extra_body: any fields the endpoint takes
     ) -> bytes:
         """POST ``body`` as JSON to ``<base_url>/<path>``; the response body of a 2xx.
+
+        ``extra``'s fields are added to ``body``'s (a field of both takes ``extra``'s
+        value, in ``body``'s place).
 
         ``timeout`` bounds the whole attempt (connect, wait, body), and each wait for
         response bytes; at most ``max_bytes`` of the body are read (an error body's first
@@ -184,7 +209,8 @@ class JsonEndpoint:
         # A query in the base URL (``?tenant=...``, ``?api-version=...``) stays a query.
         base = self._base_url
         url = str(base.with_path(f"{base.path.rstrip('/')}/{path}").with_query(base.query))
-        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        sent = {**body, **extra} if extra else body
+        payload = json.dumps(sent, ensure_ascii=False).encode("utf-8")
         limits = self._timeouts.get(timeout)
         if limits is None:
             limits = aiohttp.ClientTimeout(total=timeout, sock_connect=timeout, sock_read=timeout)

@@ -75,7 +75,7 @@ updater
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from amaris.agents.payloads import AnalyzerData, CriterionData, PeerData, QueryGeneratorData
 from amaris.agents.schemas import (
@@ -124,9 +124,10 @@ def _quality(score: float | None) -> Quality:
     return "good" if score >= 0.6 else "poor"
 
 
-# The trainer's metadata of the rollout: JSON of the trainer's shape (open in the API too).
-def _stage(metadata: Mapping[str, object]) -> tuple[str, str]:
-    """Returns the training stage and a "step N of M" label."""
+def _stage(data: AnalyzerData) -> tuple[str, str]:
+    """Returns the training stage and a "step N of M" label of the analysed rollout, read
+    from its trainer's metadata."""
+    metadata = data.get("metadata") or {}
     current, total = metadata.get("current_step"), metadata.get("total_steps")
     if not isinstance(current, int | float) or not isinstance(total, int | float) or total <= 0:
         return "unknown", "an unknown step" if current is None else f"step {current}"
@@ -171,7 +172,7 @@ def handle_analyzer(data: AnalyzerData) -> IndividualAnalysis:
     severity = _severity(found, score)
     quality = _quality(score)
     correct = heuristics.correct_answer(output, reference)
-    stage, where = _stage(data.get("metadata") or {})
+    stage, where = _stage(data)
     expected = _EXPECTED[stage]
     meets = score is not None and score >= expected and severity in ("none", "low")
     over = bool(found) and score is not None and score >= FOOLED_SCORE

@@ -24,7 +24,6 @@ from amaris.agents.payloads import (
     UpdaterData,
 )
 from amaris.agents.prompts import read_data
-from amaris.jsonfile import JSONDict
 from amaris.offline.agents import (
     handle_analyzer,
     handle_meta_summarizer,
@@ -52,34 +51,13 @@ def _score(data: ScorerData) -> ScorerAnswer:
     return {"verdicts": [{"id": v.id, "reason": v.reason, "score": v.score} for v in verdicts]}
 
 
-# The blocks as read back from the messages (JSON), cast here to the agent's shape.
-def _answer(agent: str, data: JSONDict) -> BaseModel | ScorerAnswer | None:
-    """The agent's answer to its merged blocks; None for an agent without rules.
-
-    ``data`` is JSON its caller wrote in the agent's shape (:mod:`amaris.agents.payloads`),
-    cast to it: a block that lacks a key or has a value of another type fails in the
-    handler.
-    """
-    match agent:
-        case "scorer":
-            return _score(cast(ScorerData, data))
-        case "analyzer":
-            return handle_analyzer(cast(AnalyzerData, data))
-        case "summarizer":
-            return handle_summarizer(cast(SummarizerData, data))
-        case "meta_summarizer":
-            return handle_meta_summarizer(cast(MetaSummarizerData, data))
-        case "query_generator":
-            return handle_query_generator(cast(QueryGeneratorData, data))
-        case "updater":
-            return handle_updater(cast(UpdaterData, data))
-        case "bootstrap":
-            return handle_bootstrap(cast(BootstrapData, data))
-    return None
-
-
 def respond(messages: list[dict[str, str]]) -> str:
-    """The JSON reply to a chat request made of amaris agent messages.
+    """The JSON reply to a chat request made of amaris agent messages: the agent's answer
+    to its merged blocks.
+
+    The blocks are JSON their caller wrote in the agent's shape
+    (:mod:`amaris.agents.payloads`), cast to it: a block that lacks a key or has a value of
+    another type fails in the handler (a malformed block).
 
     Raises:
         OfflineJudgeError: no data block, or an agent this judge does not know.
@@ -88,11 +66,28 @@ def respond(messages: list[dict[str, str]]) -> str:
         data = read_data(messages)
     except ValueError as exc:
         raise OfflineJudgeError(f"no amaris data in the messages: {exc}") from exc
+    answer: BaseModel | ScorerAnswer
     try:
-        answer = _answer(str(data.get("agent")), data)
+        match str(data.get("agent")):
+            case "scorer":
+                answer = _score(cast(ScorerData, data))
+            case "analyzer":
+                answer = handle_analyzer(cast(AnalyzerData, data))
+            case "summarizer":
+                answer = handle_summarizer(cast(SummarizerData, data))
+            case "meta_summarizer":
+                answer = handle_meta_summarizer(cast(MetaSummarizerData, data))
+            case "query_generator":
+                answer = handle_query_generator(cast(QueryGeneratorData, data))
+            case "updater":
+                answer = handle_updater(cast(UpdaterData, data))
+            case "bootstrap":
+                answer = handle_bootstrap(cast(BootstrapData, data))
+            case _:
+                raise OfflineJudgeError(
+                    f"offline judge has no rules for agent {data.get('agent')!r}"
+                )
     except (KeyError, TypeError, ValidationError) as exc:
         raise OfflineJudgeError(f"malformed data block: {exc!r}") from exc
-    if answer is None:
-        raise OfflineJudgeError(f"offline judge has no rules for agent {data.get('agent')!r}")
     dumped = answer.model_dump(mode="json") if isinstance(answer, BaseModel) else answer
     return json.dumps(dumped, ensure_ascii=False)

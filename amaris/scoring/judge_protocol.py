@@ -13,14 +13,10 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from amaris.agents.prompts import agent_messages
-from amaris.jsonfile import JSONDict
-from amaris.llm.schema import strict_schema
+from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.models import storable
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
-
-JSONSchema = JSONDict
-"""A JSON Schema document (the judge's ``response_format``): JSON of open shape."""
 
 MAX_REASON_CHARS = 2_000
 """Longest reason kept of a verdict: a longer one is clipped (not refused), so a judge
@@ -131,7 +127,7 @@ def _some(ids: list[str]) -> str:
     return f"{shown}{more}"
 
 
-def verdicts_schema(criterion_ids: tuple[str, ...]) -> JSONSchema:
+def verdicts_schema(criterion_ids: tuple[str, ...]) -> SchemaNode:
     """The scorer's strict JSON schema for one rubric: one verdict per criterion, ids from
     the rubric's, scores on the integer scale."""
     schema = copy.deepcopy(strict_schema(JudgeVerdicts))

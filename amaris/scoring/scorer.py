@@ -36,12 +36,12 @@ from amaris.llm.reply_format import (
     shown_example,
     with_instructions,
 )
+from amaris.llm.schema import SchemaNode
 from amaris.logs import loggable
 from amaris.models import CriterionResult, ScoreRequest, storable
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.store import RubricStore
 from amaris.scoring.judge_protocol import (
-    JSONSchema,
     JudgeVerdicts,
     check_ids,
     judge_messages,
@@ -132,7 +132,7 @@ class Scorer:
         self._prompt = prompt
         self._cache: OrderedDict[str, _Judged] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[_Judged]] = {}
-        self._schemas: OrderedDict[tuple[str, ...], JSONSchema] = OrderedDict()
+        self._schemas: OrderedDict[tuple[str, ...], SchemaNode] = OrderedDict()
         self._examples: OrderedDict[tuple[str, ...], JudgeVerdicts] = OrderedDict()
         self._bare_tokens: OrderedDict[tuple[str, int, bool], int] = OrderedDict()
         """Estimated tokens of the scorer's prompt with an empty rollout, per rubric version
@@ -433,7 +433,7 @@ class Scorer:
         )
         return _Judged(breakdown=breakdown)
 
-    def _schema(self, rubric: RubricVersion) -> JSONSchema:
+    def _schema(self, rubric: RubricVersion) -> SchemaNode:
         # Built once per rubric (a few hundred rubrics in per_instance mode, at most).
         ids = tuple(c.id for c in rubric.judged)
         schema = self._schemas.get(ids)

@@ -1,8 +1,8 @@
 """Reading a model's answer (amaris/llm/json_reply.py), fixture-free (``--noconftest``: the
 mutation run of ``json_reply``, issue 26): strict parsing, the repair and its bounds, the
 inline bound, lone surrogates made storable at any depth, keys too, and the schema and
-check of :func:`read_reply`. tests/unit/test_gateway.py and tests/api/test_judge_replies.py
-read replies through the gateway and the app."""
+check of :func:`read_reply` and :func:`read_inline`. tests/unit/test_gateway.py and
+tests/api/test_judge_replies.py read replies through the gateway and the app."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pydantic import BaseModel, ValidationError
 from amaris.llm.json_reply import (
     INLINE_PARSE_CHARS,
     REPAIR_MAX_CHARS,
-    inline_object,
     parse_json_object,
+    read_inline,
     read_reply,
     strict_json_object,
 )
@@ -102,14 +102,19 @@ def test_the_repair_bound_is_on_the_stripped_reply() -> None:
     )
 
 
+class A(BaseModel):
+    a: Any
+
+
 def test_a_short_answer_is_read_inline_a_long_one_is_left_to_a_thread() -> None:
     assert INLINE_PARSE_CHARS == 16_384  # the bound in characters, as documented
-    assert inline_object(padded(16_384)) == {"a": "x" * (16_384 - 9)}
-    assert inline_object(padded(16_385)) is None
-    assert inline_object(' {"a": 1}\n') == {"a": 1}
-    assert inline_object('{"a": 1,}') is None  # not strict JSON: repaired off the loop
-    assert inline_object("[" * 10_000 + "]" * 6_000) is None  # too deep: not an error here
-    assert inline_object(f'{{"a": {LONE}}}') == {"a": "\ufffd"}
+    assert read_inline(padded(16_384), A, None) == (A(a="x" * (16_384 - 9)), False)
+    assert read_inline(padded(16_385), A, None) is None
+    assert read_inline(' {"a": 1}\n', A, None) == (A(a=1), False)
+    assert read_inline('{"a": 1,}', A, None) is None  # not strict JSON: repaired off the loop
+    too_deep = "[" * 10_000 + "]" * 6_000
+    assert read_inline(too_deep, A, None) is None  # too deep: not an error here
+    assert read_inline(f'{{"a": {LONE}}}', A, None) == (A(a="\ufffd"), False)
 
 
 class Reply(BaseModel):
@@ -132,9 +137,23 @@ def test_read_reply_validates_by_the_schema_and_the_check() -> None:
         read_reply('{"score": 4}', Reply, refuse)
 
 
-def test_read_reply_uses_the_object_already_read() -> None:
-    # the answer is not read again: it is the parsed object that is validated
-    reply, repaired = read_reply("not json", Reply, None, parsed={"score": 1, "reason": "r"})
-    assert (reply, repaired) == (Reply(score=1, reason="r"), False)
+def test_read_inline_validates_by_the_schema_and_the_check() -> None:
+    # the object read on the loop is validated there, by the schema and the check
+    checked: list[Reply] = []
+    assert read_inline('{"score": 1, "reason": "r"}', Reply, checked.append) == (
+        Reply(score=1, reason="r"),
+        False,
+    )
+    assert checked == [Reply(score=1, reason="r")]
+    with pytest.raises(ValidationError):
+        read_inline('{"score": "high"}', Reply, None)
+
+    def refuse(reply: Reply) -> None:
+        raise ValueError(f"score {reply.score} refused")
+
+    with pytest.raises(ValueError, match=r"^score 4 refused$"):
+        read_inline('{"score": 4}', Reply, refuse)
+    # what is not strict JSON is left to read_reply (off the loop), not refused here
+    assert read_inline("not json", Reply, None) is None
     with pytest.raises(ValueError, match=r"^output is not a JSON object$"):
         read_reply("not json", Reply, None)

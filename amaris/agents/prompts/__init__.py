@@ -29,8 +29,10 @@ from amaris.jsonfile import JSONDict
 from amaris.settings import AGENTS, PromptsSettings
 
 DataBlock: TypeAlias = Mapping[str, object]
-"""An agent's data or context block, of any agent, written as one JSON line: the analyzer's
-are TypedDicts (:mod:`amaris.agents.payloads`), the other callers' JSON they build."""
+"""An agent's data or context block, of any agent, written as one JSON line: the pipeline
+tasks' are TypedDicts (``amaris.tasks.blocks``, the analyzer's :mod:`amaris.agents.payloads`),
+the scorer's and ``amaris bootstrap``'s the JSON they build; a model in one is written as
+its JSON."""
 
 DATA_START = "<<<AMARIS_DATA"
 DATA_END = "AMARIS_DATA>>>"
@@ -100,7 +102,12 @@ def data_message(agent: str, payload: DataBlock, heading: str = DATA_HEADING) ->
     every character that could end its line or spell a marker (``_ESCAPES``):
     ``json.loads`` of the line gives back exactly ``payload``, keys in their order.
     """
-    body = json.dumps({"agent": agent, **payload}, ensure_ascii=False)
+    # A model in a block (the pipeline's tasks put theirs there) is written as its JSON.
+    body = json.dumps(
+        {"agent": agent, **payload},
+        ensure_ascii=False,
+        default=lambda model: model.model_dump(mode="json"),
+    )
     # One str.replace per escaped string, only when it occurs (a memchr-speed scan): the
     # keys never overlap and no replacement spells a key, so the order does not matter.
     # A regex alternation over the whole line cost ~0.7 ms on a 100 KB rollout.
@@ -146,15 +153,16 @@ def parse_data_message(text: str) -> JSONDict:  # parsed JSON: the caller reads 
     raise ValueError(f"no {DATA_START} block in the message")
 
 
-# The chat messages of a request (the provider's wire JSON): only role and content read.
-def read_data(messages: Sequence[Mapping[str, object]]) -> JSONDict:
+# The blocks' JSON as parsed: their writer's shape, which the offline agents read.
+def read_data(messages: Sequence[Mapping[str, str]]) -> JSONDict:
     """The data of an agent's messages (:func:`agent_messages`): the blocks of its system
-    and user messages, merged in order (used by the offline judge).
+    and user messages, merged in order (used by the offline judge). Only a message's
+    ``role`` and ``content`` are read.
 
     Raises:
         ValueError: no data block, blocks of different agents, or a key in two blocks.
     """
-    merged: JSONDict = {}  # parsed JSON, of the agent's shape
+    blocks = []
     for message in messages:
         if message.get("role") not in ("system", "user"):
             continue
@@ -162,7 +170,13 @@ def read_data(messages: Sequence[Mapping[str, object]]) -> JSONDict:
             block = parse_data_message(str(message.get("content") or ""))
         except ValueError:
             continue  # instructions only, or a re-ask
-        if merged and block.get("agent") != merged.get("agent"):
+        if block:  # an empty block adds nothing, and is checked against nothing
+            blocks.append(block)
+    if not blocks:
+        raise ValueError(f"no {DATA_START} block in the messages")
+    merged = blocks[0].copy()
+    for block in blocks[1:]:
+        if block.get("agent") != merged.get("agent"):
             raise ValueError(
                 f"data blocks of two agents: {merged.get('agent')!r} and {block.get('agent')!r}"
             )
@@ -170,6 +184,4 @@ def read_data(messages: Sequence[Mapping[str, object]]) -> JSONDict:
         if twice:
             raise ValueError(f"data keys given twice: {twice}")
         merged.update(block)
-    if not merged:
-        raise ValueError(f"no {DATA_START} block in the messages")
     return merged
