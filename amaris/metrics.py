@@ -97,20 +97,35 @@ class Metrics:
         )
         for outcome in ("done", "failed"):
             self.steps.labels(outcome)
+        self._http_children: dict[
+            tuple[str, str, int], tuple[CounterInstrument, HistogramInstrument]
+        ] = {}
         self._state: Collector | None = None
         self._judge_canaries: Collector | None = None
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count and time one HTTP request."""
-        labels = (method, route, str(status))
-        self.http_requests.labels(*labels).inc()
-        self.http_duration.labels(*labels).observe(seconds)
+        key = (method, route, status)
+        children = self._http_children.get(key)
+        if children is None:
+            # ``labels`` validates and locks on every call: each combination's two
+            # children are looked up once (the instruments never drop a child).
+            labels = (method, route, str(status))
+            children = (self.http_requests.labels(*labels), self.http_duration.labels(*labels))
+            self._http_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def llm_observer(self, path: str) -> Callable[[str, float], None]:
         """The gateway callback of ``path`` (``score`` or ``pipeline``): agent, seconds."""
 
+        children: dict[str, HistogramInstrument] = {}
+
         def observe(agent: str, seconds: float) -> None:
-            self.llm_call_duration.labels(agent, path).observe(seconds)
+            child = children.get(agent)
+            if child is None:
+                child = children[agent] = self.llm_call_duration.labels(agent, path)
+            child.observe(seconds)
 
         return observe
 

@@ -43,8 +43,9 @@ class ScoringPausedError(RuntimeError):
 
 
 class AuditPause:
-    """The pause file of one data folder. :meth:`current` costs one ``stat`` while the
-    file is absent or unchanged (it is on the ``/score`` path)."""
+    """The pause file of one data folder. :meth:`current` costs one ``access`` while the
+    file is absent, and a ``stat`` more while it is unchanged (it is on the ``/score``
+    path)."""
 
     def __init__(self, folder: Path) -> None:
         self.path = folder / PAUSE_FILE
@@ -53,9 +54,14 @@ class AuditPause:
 
     def current(self) -> PauseRecord | None:
         """The pause in force, None when scoring runs."""
+        # ``access`` answers "absent" (the usual case, on every /score) without the
+        # exception a ``stat`` of a missing file raises; a file removed in between is
+        # absent all the same.
         try:
-            stat = os.stat(self.path)
+            stat = os.stat(self.path) if os.access(self.path, os.F_OK) else None
         except FileNotFoundError:
+            stat = None
+        if stat is None:
             self._seen, self._record = None, None
             return None
         seen = (stat.st_mtime_ns, stat.st_size)

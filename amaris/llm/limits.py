@@ -8,8 +8,8 @@ Three limits, each optional: per agent (``concurrency.<agent>``), per endpoint (
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Mapping
+from types import TracebackType
 
 from amaris.llm.providers import ChatProvider
 from amaris.settings import Settings
@@ -44,8 +44,7 @@ class Limits:
             key: asyncio.Semaphore(slots) for key, slots in endpoint_limits.items()
         }
 
-    @asynccontextmanager
-    async def slot(self, agent: str, endpoint: str, timeout: float) -> AsyncIterator[None]:
+    def slot(self, agent: str, endpoint: str, timeout: float) -> Slot:
         """Hold a slot of every limit ``agent``'s request to ``endpoint`` is under, then
         bound the body by ``timeout`` (plus :data:`TIMEOUT_GRACE_SECONDS`): the wait for a
         slot does not count against it.
@@ -53,13 +52,61 @@ class Limits:
         Raises:
             TimeoutError: the body outlasted the backstop.
         """
-        async with AsyncExitStack() as stack:
-            # The agent's own limit first, then its endpoint's: a call queued behind one
-            # must not hold a slot of the next that another agent's call could use.
-            for limit in (self._per_agent.get(agent), self._per_endpoint.get(endpoint)):
-                if limit is not None:
-                    await stack.enter_async_context(limit)
-            if self._total is not None:
-                await stack.enter_async_context(self._total)
-            async with asyncio.timeout(timeout + TIMEOUT_GRACE_SECONDS):
-                yield
+        # The agent's own limit first, then its endpoint's, then the total: a call queued
+        # behind one must not hold a slot of the next that another agent's call could use.
+        held = tuple(
+            limit
+            for limit in (
+                self._per_agent.get(agent),
+                self._per_endpoint.get(endpoint),
+                self._total,
+            )
+            if limit is not None
+        )
+        return Slot(held, timeout + TIMEOUT_GRACE_SECONDS)
+
+
+class Slot:
+    """The context manager of :meth:`Limits.slot`: its semaphores taken in order (those
+    taken released if a later wait is cancelled), then the backstop's timeout.
+
+    A class rather than a generator in an exit stack: it is entered once per judge call,
+    on the event loop, so each attempt's cost is kept to the waits themselves.
+    """
+
+    __slots__ = ("_limits", "_seconds", "_taken", "_timeout")
+
+    def __init__(self, limits: tuple[asyncio.Semaphore, ...], seconds: float) -> None:
+        self._limits = limits
+        self._taken = 0
+        self._seconds = seconds
+        self._timeout: asyncio.Timeout | None = None
+
+    async def __aenter__(self) -> None:
+        try:
+            for limit in self._limits:
+                await limit.acquire()
+                self._taken += 1
+            self._timeout = asyncio.timeout(self._seconds)
+            await self._timeout.__aenter__()
+        except BaseException:
+            self._release()
+            raise
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            assert self._timeout is not None
+            await self._timeout.__aexit__(exc_type, exc, tb)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        # In reverse order, as an exit stack would.
+        while self._taken:
+            self._taken -= 1
+            self._limits[self._taken].release()

@@ -164,6 +164,8 @@ class JsonEndpoint:
         self._headers = headers
         self._proxy = environment_proxy(self._base)
         self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
+        self._urls: dict[str, str] = {}
+        """The URL of each path posted to (a few: built once each)."""
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._ssl: ssl.SSLContext | None = None
 
@@ -206,14 +208,20 @@ class JsonEndpoint:
             ResponseTooLargeError: a 2xx body longer than ``max_bytes``: the connection is
                 dropped, the rest unread.
         """
-        # A query in the base URL (``?tenant=...``, ``?api-version=...``) stays a query.
-        base = self._base_url
-        url = str(base.with_path(f"{base.path.rstrip('/')}/{path}").with_query(base.query))
+        url = self._urls.get(path)
+        if url is None:
+            # A query in the base URL (``?tenant=...``, ``?api-version=...``) stays a query.
+            base = self._base_url
+            url = str(base.with_path(f"{base.path.rstrip('/')}/{path}").with_query(base.query))
+            self._urls[path] = url
         sent = {**body, **extra} if extra else body
         payload = json.dumps(sent, ensure_ascii=False).encode("utf-8")
         limits = self._timeouts.get(timeout)
         if limits is None:
-            limits = aiohttp.ClientTimeout(total=timeout, sock_connect=timeout, sock_read=timeout)
+            # ``total`` alone: a connect or a wait for bytes starts after the attempt does,
+            # so a ``sock_connect`` or ``sock_read`` of the same seconds would end after it
+            # (and each chunk received would re-arm the read timer for nothing).
+            limits = aiohttp.ClientTimeout(total=timeout)
             self._timeouts[timeout] = limits
         try:
             async with self._session().post(url, data=payload, timeout=limits) as response:
