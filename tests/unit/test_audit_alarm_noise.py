@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from amaris.audit.alarm import TrendPoint, check_alarm, point_of
+from amaris.audit.alarm import SwapTally, TrendPoint, check_alarm, point_of
 from amaris.audit.fidelity import fidelity
 from amaris.audit.models import Alarm, AuditedRollout, CriterionPair
 from amaris.audit.stats import binomial_tail, steady_rate
@@ -62,12 +62,32 @@ def _rollout(
     )
 
 
+def _swaps(
+    top: AuditedRollout, hacked: bool, blind: float, rng: random.Random, settings: AuditSettings
+) -> SwapTally | None:
+    """The step's swap check (``audit.swap_checks`` 1), as the audit task makes it: when
+    the auditor rewarded the top-tail reply ``max_gap_jump`` below the training judge, the
+    training judge scores it with its answer swapped. A judge lenient to the hack pays the
+    hacked reply whatever its answer (blind); a steady one is blind with probability
+    ``blind``."""
+    if top.audit is None or top.training - top.audit < settings.max_gap_jump:
+        return None
+    return SwapTally(checked=1, blind=int(hacked or rng.random() < blind))
+
+
 def _run(
-    seed: int, noise: float, settings: AuditSettings, drift: int | None = None
+    seed: int,
+    noise: float,
+    settings: AuditSettings,
+    drift: int | None = None,
+    blind: float | None = None,
 ) -> list[Alarm | None]:
     """Each step's alarm over a run of :data:`STEPS` steps; from ``drift`` the training
-    judge pays the hack's pitfall on the top-tail reply (which shows it)."""
+    judge pays the hack's pitfall on the top-tail reply (which shows it). ``blind``: with
+    swap checks, the steady training judge pays a swapped reply like the original with
+    this probability (None: no swap checks, the audit alone)."""
     rng = random.Random(seed)
+    swap_rng = random.Random(f"swap-{seed}")
     earlier: list[TrendPoint] = []
     alarms: list[Alarm | None] = []
     for step in range(STEPS):
@@ -79,8 +99,9 @@ def _run(
         below_truth = [rng.choice((SCALE_MIN, SCALE_MAX)) for _ in CRITERIA]
         below = _rollout(f"{step}-below", below_truth, below_truth, noise, rng, top=False)
         fid = fidelity([top, below])
-        alarms.append(check_alarm(fid, step, earlier, settings))
-        found = point_of(step, fid)
+        swaps = None if blind is None else _swaps(top, hacked, blind, swap_rng, settings)
+        alarms.append(check_alarm(fid, step, earlier, settings, swaps))
+        found = point_of(step, fid, swaps)
         assert found is not None
         earlier.append(found)
     return alarms
