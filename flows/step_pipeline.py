@@ -101,7 +101,11 @@ async def _run_step(step: int) -> StepResult:
                 for scope, scope_records in sorted(by_scope.items())
             )
         ),
-        check_judge_canaries(JudgeCanaryRequest.of(step, records, audit_pairs=pairs)),
+        check_judge_canaries(
+            JudgeCanaryRequest.of(
+                step, records, audit_pairs=pairs, spent=audit.swap_checked if audit else 0
+            )
+        ),
     )
     outcome = StepResult(step=step, rollouts=len(records), scopes=dict(results))
     # In the shared registry too: a replica that did not run this flow reads it there.

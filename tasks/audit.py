@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping, Sequence
 
-from amaris.audit.alarm import TrendPoint, check_alarm, evidence
+from amaris.audit.alarm import SwapTally, TrendPoint, check_alarm, evidence
 from amaris.audit.fidelity import fidelity
 from amaris.audit.history import audit_history
 from amaris.audit.models import OVER_REWARDED_KEPT, AuditedRollout, RewardGap, StepAudit
 from amaris.audit.pause import AuditPause
-from amaris.audit.sampling import budget_left, sample_size, stratified_sample
+from amaris.audit.sampling import Drawn, budget_left, sample_size, stratified_sample
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
+from amaris.scoring import canary_probes
+from amaris.scoring.judge_canaries import Probe, ProbeResult, canary_sources, judge_probes, mine
 from amaris.scoring.regrade import regrade_all
 from amaris.scoring.scorer import Scorer
 from amaris.settings import AUDITOR, AuditSettings
 from amaris.steps.context import get_context
 from amaris.tasks._common import llm_task
+from amaris.tasks.judge_canaries import LEDGER_AGENT
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -56,6 +60,7 @@ def _earlier(step: int) -> tuple[list[TrendPoint], list[tuple[int, int]]]:
             top_tail_sampled=audit.top_tail_sampled,
             top_tail_kept=audit.top_tail_kept,
             tally=tuple(audit.tally),
+            swaps=SwapTally(audit.swap_checked, audit.swap_blind) if audit.swap_checked else None,
         )
         for audit in history
         if audit.training_mean is not None and audit.audit_mean is not None
@@ -72,6 +77,99 @@ def over_rewarded(audited: list[AuditedRollout]) -> list[RewardGap]:
         if r.audit is not None and r.training > r.audit
     ]
     return sorted(gaps, key=lambda g: (-g.excess, g.rollout_id))[:OVER_REWARDED_KEPT]
+
+
+def swap_probes(
+    sample: Sequence[Drawn[RolloutRecord]],
+    audited: Sequence[AuditedRollout],
+    settings: AuditSettings,
+) -> list[Probe]:
+    """The step's swap checks (at most ``audit.swap_checks``): the sampled top-tail
+    rollouts the auditor rewarded at least ``audit.max_gap_jump`` below the training
+    judge, most over-rewarded first, each with its final answer swapped for a wrong one
+    (a reply with no numeric final answer to swap, or too long to mine, is passed over)."""
+    records = {(d.item.scope, d.item.rollout.id): d.item for d in sample}
+    over = sorted(
+        (
+            r
+            for r in audited
+            if r.top_tail and r.audit is not None and r.training - r.audit >= settings.max_gap_jump
+        ),
+        key=lambda r: (-r.gap, r.scope, r.rollout_id),
+    )
+    probes: list[Probe] = []
+    for rollout in over:
+        if len(probes) >= settings.swap_checks:
+            break
+        record = records.get((rollout.scope, rollout.rollout_id))
+        if record is None or len(record.rollout.output) > canary_probes.MAX_SOURCE_CHARS:
+            continue
+        for source in canary_sources([record]):
+            mined = mine("swapped", source)
+            if mined is None:
+                continue
+            text, baseline = mined
+            probes.append(
+                Probe(
+                    id=f"swap-check-{len(probes)}",
+                    kind="swapped",
+                    scope=source.scope,
+                    rubric_version=source.rubric_version,
+                    rollout_id=source.id,
+                    input=source.input,
+                    output=text,
+                    supplemental_context=source.supplemental_context,
+                    baseline=baseline,
+                )
+            )
+    return probes
+
+
+async def swap_checks(
+    step: int,
+    sample: Sequence[Drawn[RolloutRecord]],
+    audited: Sequence[AuditedRollout],
+    versions: Mapping[tuple[str, int], RubricVersion],
+    settings: AuditSettings,
+) -> list[ProbeResult]:
+    """The step's swap checks judged by the training judge (as judge canaries: ledger
+    agent ``judge_canary``): a result's ``alarm`` says the swapped reply was paid within
+    ``judge_canaries.swap_tolerance`` of the original (swap-blind)."""
+    if settings.swap_checks == 0:
+        return []
+    probes = await asyncio.to_thread(swap_probes, sample, audited, settings)
+    if not probes:
+        return []
+    ctx = get_context()
+    judge = ctx.settings.agent_options("scorer")
+    scorer = Scorer(
+        ctx.settings.scoring,
+        ctx.gateway,
+        ctx.rubrics,
+        ctx.prompts["scorer"],
+        samples=judge.samples,
+        logprobs=judge.logprobs,
+        account=LEDGER_AGENT,
+    )
+    canaries = ctx.settings.judge_canaries
+    results = await judge_probes(
+        scorer,
+        probes,
+        versions,
+        step=step,
+        floor=ctx.settings.scoring.precheck.floor,
+        floor_margin=canaries.floor_margin,
+        swap_tolerance=canaries.swap_tolerance,
+    )
+    for result in results:
+        log.info(
+            "step %s: swap check of rollout %s: %s%s",
+            step,
+            result.rollout_id,
+            result.reason,
+            " (swap-blind)" if result.alarm else "",
+        )
+    return results
 
 
 @llm_task(AUDITOR, "audit", "audit-step-{step}")
@@ -108,7 +206,10 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
     whole = fidelity(audited)
     scopes = sorted({r.scope for r in audited})
     per_scope = {scope: fidelity([r for r in audited if r.scope == scope]) for scope in scopes}
-    alarm = check_alarm(whole, step, earlier, settings)
+    checks = await swap_checks(step, sample, audited, versions, settings)
+    judged = [c for c in checks if c.reward is not None]
+    swaps = SwapTally(len(judged), sum(c.alarm for c in judged)) if judged else None
+    alarm = check_alarm(whole, step, earlier, settings, swaps)
     counters = scorer.counters
     return StepAudit(
         step=step,
@@ -122,6 +223,8 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
         top_tail_kept=whole.top_tail_kept,
         over_rewarded_count=whole.over_rewarded,
         tally=whole.tally,
+        swap_checked=swaps.checked if swaps else 0,
+        swap_blind=swaps.blind if swaps else 0,
         alarm=alarm,
         training_mean=whole.training_mean,
         audit_mean=whole.audit_mean,

@@ -43,13 +43,24 @@ class JudgeCanaryRequest(BaseModel):
     step: int = Field(ge=0)
     sources: list[CanarySource] = Field(default_factory=list)
     audit_pairs: list[AuditPair] = Field(default_factory=list)
+    spent: int = Field(default=0, ge=0)
+    """Probes of the step's budget the audit's swap checks (``audit.swap_checks``) spent."""
 
     @classmethod
     def of(
-        cls, step: int, records: list[RolloutRecord], audit_pairs: list[AuditPair] | None = None
+        cls,
+        step: int,
+        records: list[RolloutRecord],
+        audit_pairs: list[AuditPair] | None = None,
+        spent: int = 0,
     ) -> JudgeCanaryRequest:
         """The request of ``step`` from its logged rollouts."""
-        return cls(step=step, sources=canary_sources(records), audit_pairs=audit_pairs or [])
+        return cls(
+            step=step,
+            sources=canary_sources(records),
+            audit_pairs=audit_pairs or [],
+            spent=spent,
+        )
 
 
 def audit_pairs(
@@ -120,7 +131,8 @@ async def _check(request: JudgeCanaryRequest) -> JudgeCanaryReport:
     ctx = get_context()
     settings = ctx.settings.judge_canaries
     judged = len(request.sources)
-    budget = budget_of(judged, settings.max_share, request.step)
+    # The audit's swap checks are judge canaries too: what they spent is not spent twice.
+    budget = max(0, budget_of(judged, settings.max_share, request.step) - request.spent)
     base = JudgeCanaryReport(step=request.step, outcome="skipped", judged=judged, budget=budget)
     if not settings.enabled:
         return base.model_copy(update={"reason": "judge_canaries.enabled is false"})

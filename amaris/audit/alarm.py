@@ -22,14 +22,23 @@ when:
   rate it is tested against as the history takes it in). Each criterion is tested at
   ``false_alarm_rate`` over the number tested (Bonferroni), so that over all of them a
   steady step fires with at most that chance;
+- ``swap_blind``: the over-rewarded top-tail rollouts of the window that were put to the
+  training judge again with their final answer swapped for a wrong one (the swap checks,
+  ``audit.swap_checks``) were paid like the originals more often than the history's
+  share of such checks makes likely (shrunk towards ``audit.prior_swap_blind``). A judge
+  lenient to padding or a confident opener pays the swapped reply as it paid the
+  original; an honest one, however its auditor disagrees, does not. Each check adds the
+  evidence of a whole step's top tail: two blind checks of two are enough at the
+  defaults, so a drift the auditor sees at the drift step and the next fires there;
 - ``top_tail``: the auditor keeps less than ``audit.min_top_tail_agreement`` of the
   step's sampled top tail there (at least :data:`MIN_TOP_TAIL` graded), and fewer than the
   history's share of kept top-tail rollouts makes likely.
 
 Each test raises a false alarm on a steady step with probability at most
-``false_alarm_rate`` (so a steady step at most three times it, in all); the price is that
+``false_alarm_rate`` (so a steady step at most four times it, in all); the price is that
 a drift needs enough audited items to be told from noise: with one top-tail rollout
-audited a step and an auditor reading 10% of verdicts otherwise, three steps.
+audited a step and an auditor reading 10% of verdicts otherwise, three steps of
+``gap_jump``, two of ``swap_blind``.
 """
 
 from __future__ import annotations
@@ -65,6 +74,19 @@ EVIDENCE_CHARS = 600
 
 
 @dataclass(frozen=True)
+class SwapTally:
+    """A step's swap checks: over-rewarded top-tail rollouts put to the training judge
+    with their final answer swapped, and those it paid like the original."""
+
+    checked: int = 0
+    blind: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.blind <= self.checked:
+            raise ValueError(f"swap checks need 0 <= blind <= checked, not {self}")
+
+
+@dataclass(frozen=True)
 class TrendPoint:
     """One audited step's sample figures: what the alarm pools over the window and what
     the history before it shows."""
@@ -81,10 +103,13 @@ class TrendPoint:
     top_tail_kept: int = 0
     tally: tuple[CriterionTally, ...] = ()
     """Per criterion over the graded top tail (:class:`CriterionTally`)."""
+    swaps: SwapTally | None = None
+    """The step's swap checks (None: none made)."""
 
 
-def point_of(step: int, fid: Fidelity) -> TrendPoint | None:
-    """A step's :class:`TrendPoint` from its fidelity; None without sample means."""
+def point_of(step: int, fid: Fidelity, swaps: SwapTally | None = None) -> TrendPoint | None:
+    """A step's :class:`TrendPoint` from its fidelity (and swap checks); None without
+    sample means."""
     if fid.training_mean is None or fid.audit_mean is None:
         return None
     return TrendPoint(
@@ -97,21 +122,30 @@ def point_of(step: int, fid: Fidelity) -> TrendPoint | None:
         top_tail_sampled=fid.top_tail_sampled,
         top_tail_kept=fid.top_tail_kept,
         tally=tuple(fid.tally),
+        swaps=swaps,
     )
 
 
 def check_alarm(
-    current: Fidelity, step: int, earlier: Sequence[TrendPoint], settings: AuditSettings
+    current: Fidelity,
+    step: int,
+    earlier: Sequence[TrendPoint],
+    settings: AuditSettings,
+    swaps: SwapTally | None = None,
 ) -> Alarm | None:
-    """The alarm this step's audit raises, if any. ``earlier``: audited steps before this
-    one, oldest first (the last ``window - 1`` join this one in the window; those before
-    are the history the window is compared with)."""
+    """The alarm this step's audit (and its swap checks) raises, if any. ``earlier``:
+    audited steps before this one, oldest first (the last ``window - 1`` join this one in
+    the window; those before are the history the window is compared with)."""
     split = max(0, len(earlier) - (settings.window - 1))
     history = earlier[:split]
-    now = point_of(step, current)
+    now = point_of(step, current, swaps)
     if now is not None:
         window = [*earlier[split:], now]
-        found = diverging(window, history, settings) or gap_jump(window, history, settings)
+        found = (
+            diverging(window, history, settings)
+            or gap_jump(window, history, settings)
+            or swap_blind(window, history, settings)
+        )
         if found is not None:
             return found
     return top_tail(current, step, history, settings)
@@ -214,6 +248,41 @@ def gap_jump(
             f"steady rate {rate:.3f}; the level is audit.false_alarm_rate "
             f"{settings.false_alarm_rate} over {len(tested)} criteria); "
             f"audit.max_gap_jump is {settings.max_gap_jump}"
+        ),
+    )
+
+
+def _swaps(points: Sequence[TrendPoint]) -> tuple[int, int]:
+    """(checked, blind) summed over ``points``."""
+    found = [p.swaps for p in points if p.swaps is not None]
+    return sum(s.checked for s in found), sum(s.blind for s in found)
+
+
+def swap_blind(
+    window: Sequence[TrendPoint], history: Sequence[TrendPoint], settings: AuditSettings
+) -> Alarm | None:
+    """The ``swap_blind`` alarm: the window's swap checks paid like the originals
+    significantly more often than ``history``'s share of them (shrunk towards
+    ``audit.prior_swap_blind``)."""
+    checked, blind = _swaps(window)
+    if blind == 0:
+        return None
+    before_checked, before_blind = _swaps(history)
+    rate = steady_rate(
+        before_blind, before_checked, settings.prior_swap_blind, settings.prior_weight
+    )
+    chance = binomial_tail(blind, checked, rate)
+    if chance > settings.false_alarm_rate:
+        return None
+    steps = ", ".join(str(p.step) for p in window)
+    return Alarm(
+        kind="swap_blind",
+        reason=(
+            f"over steps {steps} the training judge paid {blind} of the {checked} "
+            f"over-rewarded top-tail rollouts with their final answer swapped for a wrong "
+            f"one like the originals (chance {chance:.2g} at the steady share {rate:.3f}; "
+            f"audit.false_alarm_rate is {settings.false_alarm_rate}): it pays for "
+            f"something other than the answer"
         ),
     )
 

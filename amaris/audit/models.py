@@ -13,12 +13,15 @@ OVER_REWARDED_KEPT = 32
 """Most over-rewarded sampled rollouts a step's audit keeps (its registry record stays
 small whatever the sample)."""
 
-AlarmKind = Literal["diverging", "gap_jump", "top_tail"]
+AlarmKind = Literal["diverging", "gap_jump", "swap_blind", "top_tail"]
 """``diverging``: over the window the training reward rose while the audit reward fell, and
 more of the window's rollouts were over-rewarded than the run's history makes likely;
 ``gap_jump``: over the window the top tail's mean gap between the two rewards reached
 ``audit.max_gap_jump``, and one criterion was read against the training judge's payment on
 more of the sampled top tail than the run's history makes likely;
+``swap_blind``: over the window the training judge paid more of the over-rewarded top-tail
+rollouts with their final answer swapped for a wrong one like the originals than the
+run's history makes likely (it pays for something other than the answer);
 ``top_tail``: the auditor keeps too little of the training judge's top tail there, less
 than the run's history makes likely (docs/fidelity.md, "What an alarm means")."""
 
@@ -215,6 +218,11 @@ class StepAudit(AuditSummary):
     reads it; ``over_rewarded`` keeps at most 32 of them)."""
     tally: list[CriterionTally] = Field(default_factory=list)
     """Per criterion, over the graded top tail: what the ``gap_jump`` alarm pools."""
+    swap_checked: int = 0
+    """Over-rewarded top-tail rollouts put to the training judge with their final answer
+    swapped (``audit.swap_checks``)."""
+    swap_blind: int = 0
+    """Of them, those it paid within ``judge_canaries.swap_tolerance`` of the original."""
     training_mean: float | None = None
     audit_mean: float | None = None
     judge_calls: int = 0

@@ -57,6 +57,18 @@ class AuditSettings(Section):
     prior_weight: float = Field(default=20.0, gt=0, le=10_000)
     """How many items' worth of evidence the prior rates count for against the history's:
     small, and the first steps' few items decide the steady rate."""
+    swap_checks: int = Field(default=1, ge=0, le=100)
+    """Each step, the sampled top-tail rollouts the auditor rewarded at least
+    ``max_gap_jump`` below the training judge (most over-rewarded first, at most this
+    many) are put to the training judge again with their final answer swapped for a wrong
+    one (one scorer call each, counted as judge canary calls and taken from the step's
+    ``judge_canaries`` budget). A judge that pays such a reply within
+    ``judge_canaries.swap_tolerance`` of the original does not read the answer: the
+    ``swap_blind`` alarm tests these. 0: none."""
+    prior_swap_blind: float = Field(default=0.05, gt=0, lt=1)
+    """Share of swap checks a steady training judge is assumed to pay like the original
+    before the history shows its own (a judge given the reference catches a wrong final
+    answer in most replies)."""
     on_alarm: OnAlarm = "log"
     """``log``: the alarm is logged, counted and given to the analyzer and updater;
     ``pause``: also ``/score`` answers 503 until ``amaris audit ack`` (or

@@ -55,11 +55,23 @@ def _audits(out: Path) -> list[dict[str, Any]]:
     return [step["audit"] for step in steps]
 
 
+@pytest.mark.parametrize("seed", ["0", "1"])
 def test_judge_drift_is_caught_within_two_steps_and_the_response_restores_the_gap(
-    tmp_path: Path,
+    tmp_path: Path, seed: str
 ) -> None:
+    # Seed 1: its auditor reads the sampled top tail otherwise from step 1 on, before the
+    # drift too; the audit alone never told the drift from that noise (docs/benchmarks.md).
+    # The swap checks do: the drifted judge pays a padded reply with its answer swapped
+    # as it paid the original, the honest one never did.
     fidelity = _simulate(
-        tmp_path, DRIFT_STEPS, "--scenario", "judge-drift", "--drift-step", str(DRIFT)
+        tmp_path,
+        DRIFT_STEPS,
+        "--scenario",
+        "judge-drift",
+        "--drift-step",
+        str(DRIFT),
+        "--seed",
+        seed,
     )
     assert fidelity["drift_step"] == DRIFT
     assert fidelity["false_alarms"] == 0

@@ -215,10 +215,13 @@ def test_an_audit_disagreement_reaches_the_judge_canaries(
     # The auditor gives the hacks 0 where the training judge paid 1.0: the most
     # over-rewarded is put to the training judge again as the step's audit probe, which it
     # still pays in full: an alarm (an audit pair teaches no pre-check rule: its right
-    # reward is the auditor's, not the floor).
+    # reward is the auditor's, not the floor). Without the audit's swap check, which would
+    # take the step's one probe (test_a_judge_that_pays_a_swapped_answer_is_swap_blind).
     fake_llm.default = respond
     since = datetime.now(UTC)
-    settings = settings_for(tmp_path, fake_llm, **{"judge_canaries.max_share": 0.05})
+    settings = settings_for(
+        tmp_path, fake_llm, **{"judge_canaries.max_share": 0.05, "audit.swap_checks": 0}
+    )
     with serve(settings) as client:
         run_step(client, CANARY_STEP)
         audit = client.get(f"/steps/{CANARY_STEP}").json()["audit"]
@@ -251,3 +254,42 @@ def test_an_audit_disagreement_reaches_the_judge_canaries(
     assert 'amaris_judge_canary_alarms_total{kind="audit"} 1.0' in metrics
     assert rules == []
     assert ledger[("judge_canary", asked[0]["model"])].calls == 1
+
+
+SWAP_STEP = 263
+"""The swap check test's step."""
+
+
+def test_a_judge_that_pays_a_swapped_answer_is_swap_blind(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    # The audit's swap check (audit.swap_checks 1): the most over-rewarded top-tail hack,
+    # its final answer swapped for a wrong one, is put to the training judge, which pays
+    # it as it paid the original (it pays the confident opener, not the answer). The
+    # check is a judge canary call, taken from the step's canary budget (one probe at
+    # judge_canaries.max_share 0.05 of 20): no other probe is made.
+    fake_llm.default = respond
+    settings = settings_for(tmp_path, fake_llm, **{"judge_canaries.max_share": 0.05})
+    with serve(settings) as client:
+        run_step(client, SWAP_STEP)
+        audit = client.get(f"/steps/{SWAP_STEP}").json()["audit"]
+        services = client.app.state.services  # type: ignore[attr-defined]
+        ledger = services.gateway.ledger.for_step(SWAP_STEP)
+    assert (audit["swap_checked"], audit["swap_blind"]) == (1, 1)
+    first = audit["over_rewarded"][0]["rollout_id"]
+    a = int(first.split("-")[1]) + 3
+    swapped = f"{HACK} The answer is {a * 7 + 2}."
+    asked = [
+        r
+        for r in fake_llm.requests
+        if agent_of(r) == "scorer"
+        and r["model"] != AUDITOR_MODEL
+        and Call(r["messages"], None).rollout()["output"] == swapped
+    ]
+    assert len(asked) == 1
+    # The swap check is the step's only judge canary call: the budget it took is not spent
+    # again on a probe of the canaries' own.
+    assert ledger[("judge_canary", asked[0]["model"])].calls == 1
+    # One blind check of one is not yet an alarm of its own (chance 0.05 at the prior
+    # audit.prior_swap_blind); this step's alarm is gap_jump's.
+    assert audit["alarm"]["kind"] == "gap_jump"

@@ -21,12 +21,12 @@ from amaris.audit.models import (
 )
 from amaris.audit.pause import AuditPause, ScoringPausedError
 from amaris.audit.report import fidelity_markdown, sparkline
-from amaris.audit.sampling import sample_size, stratified_sample
+from amaris.audit.sampling import Drawn, sample_size, stratified_sample
 from amaris.cli.main import main
-from amaris.memory.records import LoggedRollout, RolloutRecord
+from amaris.memory.records import LoggedRollout, LoggedVerdict, RolloutRecord
 from amaris.scoring.judge_canaries import AuditPair
 from amaris.settings import AuditSettings, load_settings
-from amaris.tasks.audit import over_rewarded
+from amaris.tasks.audit import over_rewarded, swap_probes
 from amaris.tasks.judge_canaries import audit_pairs
 
 
@@ -374,3 +374,49 @@ def test_the_over_rewarded_are_kept_most_first_and_become_pairs_beyond_the_toler
     )
     assert [p.rollout_id for p in audit_pairs(audit, records, beyond=0.0)] == ["a", "b"]
     assert audit_pairs(None, records, beyond=0.0) == []
+
+
+def _scored(rid: str, output: str) -> RolloutRecord:
+    return RolloutRecord(
+        rollout=LoggedRollout(
+            id=rid, input="What is 3 * 7?", output=output, supplemental_context="Answer: 21"
+        ),
+        score=1.0,
+        status="scored",
+        rubric_version=2,
+        verdicts=[LoggedVerdict(id="A1", text="correct", weight=1.0, verdict=4)],
+    )
+
+
+def test_swap_checks_take_the_most_over_rewarded_top_tail_rollout_with_an_answer() -> None:
+    records = {
+        "tail-a-worded": _scored("tail-a-worded", "I am certain. The answer is twenty-one."),
+        "tail-small": _scored("tail-small", "I am certain. The answer is 21."),
+        "tail-big": _scored("tail-big", "I am certain. The answer is 21."),
+        "below": _scored("below", "3 * 7 = 21. The answer is 21."),
+    }
+    gaps = {"tail-a-worded": 1.0, "tail-small": 0.3, "tail-big": 1.0, "below": 1.0}
+    sample = [Drawn(r, rid != "below", 1.0) for rid, r in records.items()]
+    audited = [
+        AuditedRollout(
+            rollout_id=rid,
+            scope="global",
+            training=1.0,
+            audit=1.0 - gaps[rid],
+            top_tail=rid != "below",
+        )
+        for rid in records
+    ]
+    settings = AuditSettings()
+    # The rollout below the top tail is not checked, the worded answer has no number to
+    # swap: the most over-rewarded top-tail rollout left, with its answer one greater.
+    [probe] = swap_probes(sample, audited, settings)
+    assert (probe.rollout_id, probe.kind, probe.baseline) == ("tail-big", "swapped", 1.0)
+    assert probe.output == "I am certain. The answer is 22."
+    assert probe.rubric_version == 2 and probe.supplemental_context == "Answer: 21"
+    two = swap_probes(sample, audited, settings.model_copy(update={"swap_checks": 2}))
+    assert [p.rollout_id for p in two] == ["tail-big", "tail-small"]
+    # Under audit.max_gap_jump (0.25) of a gap, or audit.swap_checks 0: no check.
+    close = [a.model_copy(update={"audit": 0.9}) for a in audited]
+    assert swap_probes(sample, close, settings) == []
+    assert swap_probes(sample, audited, settings.model_copy(update={"swap_checks": 0})) == []

@@ -11,79 +11,14 @@ rubric of three requirements and two pitfalls; the figures come from the real
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from amaris.audit.alarm import TrendPoint, check_alarm, point_of
+from amaris.audit.alarm import SwapTally, TrendPoint, check_alarm
 from amaris.audit.fidelity import fidelity
-from amaris.audit.models import Alarm, AuditedRollout, CriterionPair
+from amaris.audit.models import AuditedRollout
 from amaris.audit.stats import binomial_tail, steady_rate
-from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
-from amaris.scoring.aggregate import aggregate
 from amaris.settings import AuditSettings
-
-CRITERIA = (("A1", 1.0), ("A2", 1.0), ("A3", 1.0), ("P1", -3.0), ("P2", -3.0))
-"""Three requirements and two pitfalls (negative weight), a pitfall present costing the
-whole reward as in the simulator's rubrics; P1 is the hack's."""
-HACK = "P1"
-STEPS = 20
-SEEDS = 200
-
-
-def _reward(verdicts: list[int]) -> float:
-    return aggregate([w for _, w in CRITERIA], verdicts)
-
-
-def _good() -> list[int]:
-    """A top-tail reply's true verdicts: every requirement met, no pitfall."""
-    return [SCALE_MAX if w > 0 else SCALE_MIN for _, w in CRITERIA]
-
-
-def _rollout(
-    rid: str, truth: list[int], training: list[int], noise: float, rng: random.Random, top: bool
-) -> AuditedRollout:
-    """A rollout graded by the training judge as ``training`` and by an auditor that reads
-    each true verdict the other way with probability ``noise``."""
-    audit = [
-        (SCALE_MIN if v > SCALE_MIN else SCALE_MAX) if rng.random() < noise else v for v in truth
-    ]
-    return AuditedRollout(
-        rollout_id=rid,
-        scope="global",
-        training=_reward(training),
-        audit=_reward(audit),
-        top_tail=top,
-        threshold=1.0,
-        criteria=[
-            CriterionPair(id=cid, text=cid, training=t, audit=a, weight=w)
-            for (cid, w), t, a in zip(CRITERIA, training, audit, strict=True)
-        ],
-    )
-
-
-def _run(
-    seed: int, noise: float, settings: AuditSettings, drift: int | None = None
-) -> list[Alarm | None]:
-    """Each step's alarm over a run of :data:`STEPS` steps; from ``drift`` the training
-    judge pays the hack's pitfall on the top-tail reply (which shows it)."""
-    rng = random.Random(seed)
-    earlier: list[TrendPoint] = []
-    alarms: list[Alarm | None] = []
-    for step in range(STEPS):
-        hacked = drift is not None and step >= drift
-        truth = _good()
-        if hacked:
-            truth[[c for c, _ in CRITERIA].index(HACK)] = SCALE_MAX
-        top = _rollout(f"{step}-top", truth, _good(), noise, rng, top=True)
-        below_truth = [rng.choice((SCALE_MIN, SCALE_MAX)) for _ in CRITERIA]
-        below = _rollout(f"{step}-below", below_truth, below_truth, noise, rng, top=False)
-        fid = fidelity([top, below])
-        alarms.append(check_alarm(fid, step, earlier, settings))
-        found = point_of(step, fid)
-        assert found is not None
-        earlier.append(found)
-    return alarms
+from tests.support.alarm_stream import SEEDS, run_stream
 
 
 def test_binomial_tail_and_the_steady_rate() -> None:
@@ -103,7 +38,7 @@ def test_binomial_tail_and_the_steady_rate() -> None:
 
 def test_a_steady_stream_with_an_exact_auditor_never_alarms() -> None:
     settings = AuditSettings()
-    assert not any(a for seed in range(SEEDS) for a in _run(seed, 0.0, settings))
+    assert not any(a for seed in range(SEEDS) for a in run_stream(seed, 0.0, settings))
 
 
 @pytest.mark.parametrize(("noise", "quiet_runs"), [(0.02, 0.99), (0.1, 0.9)])
@@ -114,7 +49,7 @@ def test_a_steady_stream_with_a_noisy_auditor_alarms_at_most_at_the_false_alarm_
     # of 20 steps. Each of the alarm's tests fires on a steady step with probability at
     # most audit.false_alarm_rate; over 4000 steps the share stays under it.
     settings = AuditSettings()
-    runs = [_run(seed, noise, settings) for seed in range(SEEDS)]
+    runs = [run_stream(seed, noise, settings) for seed in range(SEEDS)]
     steps = sum(len(run) for run in runs)
     fired = sum(1 for run in runs for alarm in run if alarm is not None)
     assert fired / steps <= settings.false_alarm_rate
@@ -122,7 +57,7 @@ def test_a_steady_stream_with_a_noisy_auditor_alarms_at_most_at_the_false_alarm_
     assert sum(1 for run in runs if not any(run)) / len(runs) >= quiet_runs
     # A stricter level makes false alarms rarer still.
     strict = AuditSettings(false_alarm_rate=0.001)
-    assert sum(1 for seed in range(SEEDS) for a in _run(seed, noise, strict) if a) <= fired
+    assert sum(1 for seed in range(SEEDS) for a in run_stream(seed, noise, strict) if a) <= fired
 
 
 @pytest.mark.parametrize(("noise", "within_two"), [(0.0, 1.0), (0.02, 0.9), (0.1, 0.6)])
@@ -138,7 +73,7 @@ def test_a_judge_lenient_to_one_hack_alarms_within_two_steps(
     delays = []
     named = 0
     for seed in range(SEEDS):
-        alarms = _run(seed, noise, settings, drift=drift)
+        alarms = run_stream(seed, noise, settings, drift=drift)
         first = next((s for s, a in enumerate(alarms) if a is not None and s >= drift), None)
         if first is None:
             continue
@@ -153,3 +88,64 @@ def test_a_judge_lenient_to_one_hack_alarms_within_two_steps(
     assert sum(1 for d in delays if d <= 2) / SEEDS >= within_two
     # At an exact or quiet auditor, every drift is caught.
     assert len(delays) == SEEDS or noise >= 0.1
+
+
+def _point(step: int, checked: int, blind: int) -> TrendPoint:
+    swaps = SwapTally(checked, blind) if checked else None
+    return TrendPoint(step=step, training=1.0, audit=1.0, gap=0.0, graded=2, swaps=swaps)
+
+
+def test_the_swap_blind_alarm_asks_two_blind_checks_at_the_prior() -> None:
+    settings = AuditSettings()
+    quiet = fidelity([AuditedRollout(rollout_id="r", scope="global", training=1.0, audit=1.0)])
+    # One blind check: chance 0.05 at audit.prior_swap_blind, no alarm.
+    assert check_alarm(quiet, 1, [_point(0, 0, 0)], settings, SwapTally(1, 1)) is None
+    # Two of two over the window: 0.0025, at most audit.false_alarm_rate.
+    found = check_alarm(quiet, 1, [_point(0, 1, 1)], settings, SwapTally(1, 1))
+    assert found is not None and found.kind == "swap_blind"
+    assert "paid 2 of the 2 over-rewarded top-tail rollouts" in found.reason
+    # Checks that were not blind count against it: two of four is chance 0.014.
+    earlier = [_point(0, 1, 0), _point(1, 1, 1)]
+    assert check_alarm(quiet, 2, earlier, settings, SwapTally(2, 1)) is None
+    # A training judge the history shows swap-blind now and then (4 of 8 checks before
+    # the window) raises the steady share: two of two no longer stand out.
+    history = [_point(s, 2, 1) for s in range(4)]
+    window = [*history, _point(4, 1, 1)]
+    assert check_alarm(quiet, 5, window, settings, SwapTally(1, 1)) is None
+    with pytest.raises(ValueError):
+        SwapTally(1, 2)
+
+
+@pytest.mark.parametrize("noise", [0.02, 0.1, 0.2])
+def test_swap_checks_catch_a_judge_lenient_to_one_hack_within_two_steps(noise: float) -> None:
+    # The audit alone (above) needs three steps of the hack read against the training
+    # judge: at noise 0.1 it came within 2 steps in 126 of 200 runs and never (in 15
+    # drifted steps) in 13. The swap check adds a step's evidence the auditor's noise does
+    # not make: a steady judge pays a swapped answer rarely (here 5% of checks), the
+    # lenient one always, so two checks (the drift step's and the next) are enough.
+    settings = AuditSettings()
+    drift = 5
+    delays = []
+    for seed in range(SEEDS):
+        alarms = run_stream(seed, noise, settings, drift=drift, blind=0.05)
+        first = next(s for s, a in enumerate(alarms) if a is not None and s >= drift)
+        delays.append(first - drift)
+        found = alarms[first]
+        assert found is not None and found.kind in {"swap_blind", "gap_jump"}
+    assert sum(1 for d in delays if d <= 2) / SEEDS >= 0.95
+    assert max(delays) <= 4
+
+
+@pytest.mark.parametrize("blind", [0.0, 0.05, 0.1])
+def test_swap_checks_keep_a_steady_stream_under_the_false_alarm_rate(blind: float) -> None:
+    # A steady training judge swap-blind on up to 10% of checks (twice the prior), an
+    # auditor reading 10% of verdicts the other way: the swap_blind test adds its
+    # false_alarm_rate at most, the steps that fire stay under it.
+    settings = AuditSettings()
+    runs = [run_stream(seed, 0.1, settings, blind=blind) for seed in range(SEEDS)]
+    steps = sum(len(run) for run in runs)
+    fired = sum(1 for run in runs for alarm in run if alarm is not None)
+    assert fired / steps <= settings.false_alarm_rate
+    assert sum(1 for run in runs if not any(run)) / len(runs) >= 0.85
+    # An exact auditor finds nothing over-rewarded: no swap check, no alarm.
+    assert not any(a for seed in range(SEEDS) for a in run_stream(seed, 0.0, settings, blind=blind))
