@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
+from typing_extensions import TypedDict  # pydantic reads it (ReplayRecord) on Python 3.11
 
 from amaris.cli.common import CommandError, config_path
 from amaris.cli.config import load
 from amaris.cli.reported import reported
 from amaris.cli.simulate import mode_overrides, record_run, served
-from amaris.jsonfile import JSONDict
 from amaris.manifest import ManifestError, read_manifest
 from amaris.settings import ConfigError, Settings, load_settings
 from amaris.sim.driver import RunResult, StepResult, run
@@ -55,9 +56,24 @@ class ReplaySource:
         """A replay does not learn."""
 
 
-ManifestOrigin = JSONDict
-"""The run ``--manifest`` describes, as the replay's own manifest records it: fields copied
-from the manifest file as they are (JSON its writer shaped; only ``config`` is checked)."""
+class ManifestOrigin(TypedDict, total=False):
+    """The run ``--manifest`` describes, as the replay's own manifest records it: fields
+    copied from the manifest file as they are (only ``config`` is checked)."""
+
+    manifest: str
+    """The manifest file's path."""
+    run_id: str | None
+    config_hash: str | None
+    seed: int | None
+
+
+class ReplayRecord(BaseModel):
+    """What a replay's manifest records of it (``extra``)."""
+
+    rollouts: str
+    modes: list[str]
+    source: ManifestOrigin
+    """The run ``--manifest`` named; empty without one."""
 
 
 def from_manifest(args: argparse.Namespace, folder: Path) -> tuple[Settings, ManifestOrigin]:
@@ -116,7 +132,7 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
             "replay",
             args.out,
             origin.get("seed"),
-            {"rollouts": str(args.rollouts), "modes": list(args.modes), "source": origin},
+            ReplayRecord(rollouts=str(args.rollouts), modes=list(args.modes), source=origin),
         )
         source = ReplaySource(records)
         results: list[RunResult] = []

@@ -18,7 +18,7 @@ BUDGET = {
     "amaris/agents": 10,  # payloads.py: a rollout's trainer metadata in the analyzer's block
     "amaris/app": 2,
     "amaris/bootstrap": 1,
-    "amaris/cli": 8,
+    "amaris/cli": 2,  # the simulator's StepSource protocol: a GET /rubrics answer
     "amaris/integrations": 2,  # a tool call's arguments; a body narrowed key by key
     "amaris/llm": 51,  # reply_format.py: the example built from an agent's JSON schema
     "amaris/memory": 7,
