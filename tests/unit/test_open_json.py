@@ -24,7 +24,7 @@ BUDGET = {
     "amaris/memory": 7,
     "amaris/offline": 2,  # the trainer's metadata; the blocks as read back, before their cast
     "amaris/scoring": 4,
-    "amaris/settings": 13,
+    "amaris/settings": 9,  # raw YAML before validation; the provider's JSON sent as is
     "amaris/sim": 48,  # the simulated judges read the chat request body (wire JSON)
     "amaris/steps": 1,
     "api": 4,
