@@ -21,7 +21,7 @@ BUDGET = {
     "amaris/cli": 2,  # the simulator's StepSource protocol: a GET /rubrics answer
     "amaris/integrations": 2,  # a tool call's arguments; a body narrowed key by key
     "amaris/llm": 51,  # reply_format.py: the example built from an agent's JSON schema
-    "amaris/memory": 7,
+    "amaris/memory": 6,  # the trainer's metadata, records and analyses of any version
     "amaris/offline": 2,  # the trainer's metadata; the blocks as read back, before their cast
     "amaris/scoring": 4,
     "amaris/settings": 9,  # raw YAML before validation; the provider's JSON sent as is
