@@ -16,8 +16,8 @@ from tests.support.open_json import open_json_aliases, open_json_uses, per_part
 BUDGET = {
     "amaris": 28,
     "amaris/agents": 10,  # payloads.py: a rollout's trainer metadata in the analyzer's block
-    "amaris/app": 2,
-    "amaris/bootstrap": 1,
+    "amaris/app": 2,  # ChatProvider's response_format (llm's); the manifest (ManifestJSON)
+    "amaris/bootstrap": 1,  # a data file's candidate metadata
     "amaris/cli": 2,  # the simulator's StepSource protocol: a GET /rubrics answer
     "amaris/integrations": 2,  # a tool call's arguments; a body narrowed key by key
     "amaris/llm": 51,  # reply_format.py: the example built from an agent's JSON schema
