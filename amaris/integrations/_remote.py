@@ -122,7 +122,8 @@ class _FieldError(TypedDict, total=False):
 
 
 class _ExtraLogs(TypedDict, total=False):
-    amaris_rubric_version: list[int | None]
+    amaris_rubric_version: list[float | None]
+    """Per sample, the rubric version that scored it (a JSON number)."""
 
 
 class ServerAnswer(TypedDict, total=False):
@@ -132,7 +133,7 @@ class ServerAnswer(TypedDict, total=False):
 
     rewards: list[float | None]
     statuses: list[str]
-    step: int | None
+    step: int
     extra_logs: _ExtraLogs
     detail: list[_FieldError] | str
 
