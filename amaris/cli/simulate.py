@@ -96,10 +96,11 @@ def record_run(
     extra: BaseModel,
 ) -> None:
     """Write the run manifest in the data folder and as ``<out>/manifest.json``; ``extra``:
-    the run's own record (its arguments, its source), the manifest's ``extra``."""
-    manifest = build_manifest(
-        settings, load_prompts(settings.prompts), kind, seed=seed, extra=extra.model_dump()
-    )
+    the run's own record (its arguments, its source), the manifest's ``extra``: the fields
+    set (a record's model leaves out a field it was not given)."""
+    record = extra.model_dump(exclude_unset=True)
+    prompts = load_prompts(settings.prompts)
+    manifest = build_manifest(settings, prompts, kind, seed=seed, extra=record)
     path = write_manifest(manifest, settings.memory.path)
     write_manifest(manifest, out, "manifest.json")
     print(f"run manifest: {path} (config {manifest['config_hash']})", file=sys.stderr)
