@@ -22,7 +22,7 @@ def export(args: argparse.Namespace) -> int:
         try:
             client = open_qdrant(settings.memory)
         except StoreLockedError:
-            records = api_records(settings, args.url)
+            records = [record.to_json() for record in api_records(settings, args.url)]
         else:
             try:
                 records = list(local_records(client, settings))

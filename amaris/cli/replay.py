@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from amaris.cli.common import CommandError, config_path
 from amaris.cli.config import load
 from amaris.cli.reported import reported
 from amaris.cli.simulate import mode_overrides, record_run, served
-from amaris.jsonfile import JSONDict
 from amaris.manifest import ManifestError, read_manifest
 from amaris.settings import ConfigError, Settings, load_settings
 from amaris.sim.driver import RunResult, StepResult, run
@@ -55,9 +55,27 @@ class ReplaySource:
         """A replay does not learn."""
 
 
-ManifestOrigin = JSONDict
-"""The run ``--manifest`` describes, as the replay's own manifest records it: fields copied
-from the manifest file as they are (JSON its writer shaped; only ``config`` is checked)."""
+class ManifestOrigin(BaseModel):
+    """The run ``--manifest`` describes, as the replay's own manifest records it: fields
+    copied from the manifest file as they are (only ``config`` is checked); none are set
+    without ``--manifest``."""
+
+    model_config = ConfigDict(strict=True)  # copied, not converted
+
+    manifest: str | None = None
+    """The manifest file's path."""
+    run_id: str | None = None
+    config_hash: str | None = None
+    seed: int | None = None
+
+
+class ReplayRecord(BaseModel):
+    """What a replay's manifest records of it (``extra``)."""
+
+    rollouts: str
+    modes: list[str]
+    source: ManifestOrigin
+    """The run ``--manifest`` named (its fields set: ``{}`` without one)."""
 
 
 def from_manifest(args: argparse.Namespace, folder: Path) -> tuple[Settings, ManifestOrigin]:
@@ -71,6 +89,17 @@ def from_manifest(args: argparse.Namespace, folder: Path) -> tuple[Settings, Man
         source = read_manifest(args.manifest)
     except ManifestError as exc:
         raise CommandError(str(exc), 2) from exc
+    try:
+        origin = ManifestOrigin(
+            manifest=str(args.manifest),
+            run_id=source.get("run_id"),
+            config_hash=source.get("config_hash"),
+            seed=source.get("seed"),
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        message = f"--manifest {args.manifest}: {error['loc'][0]}: {error['msg']}"
+        raise CommandError(message, 2) from None
     path = folder / "manifest-config.yaml"
     path.write_text(yaml.safe_dump(source["config"], sort_keys=False), encoding="utf-8")
     try:
@@ -85,12 +114,7 @@ def from_manifest(args: argparse.Namespace, folder: Path) -> tuple[Settings, Man
                 f"--manifest {args.manifest} names no rollouts file: give ROLLOUTS.jsonl", 2
             )
         args.rollouts = Path(recorded)
-    return settings, {
-        "manifest": str(args.manifest),
-        "run_id": source.get("run_id"),
-        "config_hash": source.get("config_hash"),
-        "seed": source.get("seed"),
-    }
+    return settings, origin
 
 
 def replay(args: argparse.Namespace) -> int:
@@ -102,7 +126,7 @@ def replay(args: argparse.Namespace) -> int:
 def _replay(settings: Settings, args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="amaris-replay-")))
-        origin: ManifestOrigin = {}
+        origin = ManifestOrigin()
         if args.manifest is not None:
             settings, origin = from_manifest(args, folder)
         if args.rollouts is None:
@@ -115,8 +139,8 @@ def _replay(settings: Settings, args: argparse.Namespace) -> int:
             settings,
             "replay",
             args.out,
-            origin.get("seed"),
-            {"rollouts": str(args.rollouts), "modes": list(args.modes), "source": origin},
+            origin.seed,
+            ReplayRecord(rollouts=str(args.rollouts), modes=list(args.modes), source=origin),
         )
         source = ReplaySource(records)
         results: list[RunResult] = []

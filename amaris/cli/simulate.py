@@ -26,7 +26,6 @@ from amaris.cli.common import CommandError, config_path
 from amaris.cli.config import load, server_url
 from amaris.cli.reported import reported
 from amaris.cli.store import api_get, api_records
-from amaris.jsonfile import JSONDict
 from amaris.manifest import build_manifest, write_manifest
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
@@ -94,12 +93,14 @@ def record_run(
     kind: str,
     out: Path,
     seed: int | None,
-    extra: JSONDict,  # the run's own record in the manifest: JSON of its kind's shape
+    extra: BaseModel,
 ) -> None:
-    """Write the run manifest in the data folder and as ``<out>/manifest.json``."""
-    manifest = build_manifest(
-        settings, load_prompts(settings.prompts), kind, seed=seed, extra=extra
-    )
+    """Write the run manifest in the data folder and as ``<out>/manifest.json``; ``extra``:
+    the run's own record (its arguments, its source), the manifest's ``extra``: the fields
+    set (a record's model leaves out a field it was not given)."""
+    record = extra.model_dump(exclude_unset=True)
+    prompts = load_prompts(settings.prompts)
+    manifest = build_manifest(settings, prompts, kind, seed=seed, extra=record)
     path = write_manifest(manifest, settings.memory.path)
     write_manifest(manifest, out, "manifest.json")
     print(f"run manifest: {path} (config {manifest['config_hash']})", file=sys.stderr)
@@ -154,6 +155,29 @@ class Setup(BaseModel):
         )
 
 
+class SimulateRecord(Setup):
+    """What a simulation's manifest records of it (``extra``)."""
+
+    url: str | None
+    """The server simulated against (``--url``, redacted), None: one started for it."""
+    rollouts: str
+    """The run's rollouts file (``rollouts.jsonl``), for ``amaris replay --manifest``."""
+
+
+class AblationRecord(Setup):
+    """What an ablation's manifest records of it."""
+
+    modes: list[str]
+
+
+class ScenarioRecord(Setup):
+    """What a scenario's manifest records of it."""
+
+    scenario: str
+    drift_step: int | None
+    auditor_noise: float
+
+
 def simulated_run(
     settings: Settings,
     args: argparse.Namespace,
@@ -204,15 +228,16 @@ def _simulate(settings: Settings, args: argparse.Namespace) -> int:
         "simulate",
         args.out,
         args.seed,
-        {
+        SimulateRecord(
             **setup.model_dump(),
-            "url": redact_url(args.url) if args.url else None,
-            "rollouts": str((args.out / "rollouts.jsonl").resolve()),
-        },
+            url=redact_url(args.url) if args.url else None,
+            rollouts=str((args.out / "rollouts.jsonl").resolve()),
+        ),
     )
     with served(settings, args.url, config_path(args)) as (url, key):
         result, policy, source = simulated_run(settings, args, url, key, "simulate")
-        records = [r for r in api_records(settings, url) if r["step"] in source.steps()]
+        steps = source.steps()
+        records = [r.to_json() for r in api_records(settings, url) if r.step in steps]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rollouts.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8"
@@ -240,7 +265,7 @@ def simulate_ablation(settings: Settings, args: argparse.Namespace) -> int:
         "simulate-ablation",
         args.out,
         args.seed,
-        {**setup.model_dump(), "modes": list(MODES)},
+        AblationRecord(**setup.model_dump(), modes=list(MODES)),
     )
     results: list[RunResult] = []
     with ExitStack() as stack:
@@ -280,8 +305,13 @@ def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
     if drift is not None and drift >= args.steps:
         raise CommandError(f"--drift-step {drift} must be below --steps {args.steps}")
     setup = Setup.of(args)
-    scenario = {"scenario": args.scenario, "drift_step": drift, "auditor_noise": args.auditor_noise}
-    record_run(settings, "simulate", args.out, args.seed, {**setup.model_dump(), **scenario})
+    record = ScenarioRecord(
+        **setup.model_dump(),
+        scenario=args.scenario,
+        drift_step=drift,
+        auditor_noise=args.auditor_noise,
+    )
+    record_run(settings, "simulate", args.out, args.seed, record)
     judge = DriftingJudge()
     auditor = NoisyJudge(args.seed, args.auditor_noise)
     with serve_judge(judge) as judge_url, serve_judge(auditor) as auditor_url:
@@ -305,8 +335,7 @@ def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
         "(docs/fidelity.md).",
     ]
     extra = {
-        **setup.model_dump(),
-        **scenario,
+        **record.model_dump(),
         "mixes": policy.mixes,
         "fidelity": outcome.model_dump(),
         "lenient_verdicts": judge.lenient_verdicts,

@@ -19,8 +19,8 @@ from qdrant_client import QdrantClient
 
 from amaris.cli.common import CommandError
 from amaris.cli.config import server_url
-from amaris.jsonfile import JSONDict
 from amaris.memory.qdrant import StoreLockedError, open_qdrant
+from amaris.memory.records import RolloutRecord
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
 
@@ -87,15 +87,12 @@ def output(as_json: bool, answer: TypeAdapter[T], value: T, show: Callable[[T], 
     return 0
 
 
-RolloutRecord = JSONDict
-"""A rollout-log record as the API sends it: JSON written back out as is (``amaris export``,
-a simulation's ``rollouts.jsonl``), read by ``amaris replay``."""
-
-
 def api_records(settings: Settings, url: str | None) -> list[RolloutRecord]:
-    """Every rollout-log record, step by step, through a running server's API."""
+    """Every rollout-log record, step by step, through a running server's API; its
+    :meth:`~RolloutRecord.to_json` is the JSON the API sent (``amaris export``, a
+    simulation's ``rollouts.jsonl``, read by ``amaris replay``)."""
     return [
-        record
+        RolloutRecord.model_validate(record)
         for entry in api_get(settings, url, "/steps")
         for record in api_get(settings, url, f"/steps/{entry['step']}/rollouts")["records"]
     ]

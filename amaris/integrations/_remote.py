@@ -22,7 +22,6 @@ from amaris.client import (
     InvalidRequestError,
     ServerUnavailableError,
 )
-from amaris.jsonfile import JSONDict
 from amaris.redact import redact_url
 
 DEFAULT_URL = "http://127.0.0.1:8002"
@@ -115,9 +114,28 @@ class GetRewardBody(TypedDict, total=False):
     amaris_metadata: dict[str, str | int] | None  # high_level_goal, model_size, total_steps...
 
 
-ServerAnswer = JSONDict
-"""A JSON answer of the server as received: read leniently (a proxy or an older server
-may answer with other fields), so JSON of open shape."""
+class _FieldError(TypedDict, total=False):
+    """One entry of an error answer's ``detail``: the field (``query[3]``) and why."""
+
+    field: str
+    message: str
+
+
+class _ExtraLogs(TypedDict, total=False):
+    amaris_rubric_version: list[float | None]
+    """Per sample, the rubric version that scored it (a JSON number)."""
+
+
+class ServerAnswer(TypedDict, total=False):
+    """A ``/get_reward`` answer as received (the server's ``GetRewardResponse``, or an
+    error's ``{"detail"}``): the fields read here, each read leniently (a proxy or an
+    older server may leave one out or answer a text ``detail``)."""
+
+    rewards: list[float | None]
+    statuses: list[str]
+    step: int
+    extra_logs: _ExtraLogs
+    detail: list[_FieldError] | str
 
 
 @dataclass
@@ -155,7 +173,8 @@ class Exchange:
         self._pending = list(range(size))
         self._deadline = time.monotonic() + self.target.retry_seconds
 
-    # The body: GetRewardBody without its unset fields, narrowed to the pending samples.
+    # The body: GetRewardBody without its unset fields, its lists narrowed to the pending
+    # samples; generic over the keys (any field a caller set passes), so of open shape.
     def request(self) -> tuple[dict[str, object], dict[str, str]] | None:
         """The next body and headers to post, or None when every sample has its answer."""
         if not self._pending:
@@ -191,7 +210,7 @@ class Exchange:
             reasons = {i: self._reasons.get(i, f"HTTP {code}") for i in self._pending}
             return self._again(wait, reasons, RewardUnavailableError)
         raw = data.get("detail")
-        detail: list[Any] = raw if isinstance(raw, list) else []
+        detail = raw if isinstance(raw, list) else []
         message = (
             "; ".join(
                 f"{d.get('field')}: {d.get('message')}" for d in detail if isinstance(d, dict)
@@ -210,13 +229,15 @@ class Exchange:
         self.result.step = data.get("step", self.result.step)
         for k, index in enumerate(sent):
             self.result.statuses[index] = data["statuses"][k]
-            self.result.rubric_versions[index] = int(versions[k]) if versions[k] else None
+            version = versions[k]
+            self.result.rubric_versions[index] = int(version) if version else None
             reward = data["rewards"][k]
             if reward is None:
                 still.append(index)
             else:
                 self.result.rewards[index] = float(reward)
-        for item in data.get("detail") or []:
+        detail = data.get("detail") or []
+        for item in detail if isinstance(detail, list) else []:
             position = _index(str(item.get("field", "")))
             if position is not None and position < len(sent):
                 self._reasons[sent[position]] = str(item.get("message"))
@@ -233,7 +254,7 @@ class Exchange:
 
 def _json(response: httpx.Response) -> ServerAnswer:
     try:
-        data = response.json()
+        data: ServerAnswer = response.json()
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}

@@ -30,7 +30,7 @@ The group of a sample (for the analyzer) is its prompt.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from amaris.integrations._remote import (
     GetRewardBody,
@@ -40,14 +40,26 @@ from amaris.integrations._remote import (
     get_rewards,
     optional_float,
 )
-from amaris.jsonfile import JSONDict
+
+if TYPE_CHECKING:  # the trainer's (see reward_func), not a dependency of amaris
+    import torch
 
 __all__ = ["RewardUnavailableError", "reward_func"]
 
 
+class RewardPayload(TypedDict):
+    """What OpenRLHF reads from a reward function, per sample: the reward for the
+    advantages, the score for dynamic filtering, and values it logs."""
+
+    rewards: torch.Tensor
+    scores: torch.Tensor
+    extra_logs: dict[str, torch.Tensor]
+
+
+# labels: the --data.label_key column, any JSON; kwargs: what else OpenRLHF passes, unread.
 def reward_func(
     queries: list[str], prompts: list[str], labels: list[Any] | None = None, **kwargs: Any
-) -> JSONDict:  # OpenRLHF's reward payload: tensors under its own keys
+) -> RewardPayload:
     """amaris rewards of an OpenRLHF micro-batch (blocking); see the module docstring.
 
     Raises:

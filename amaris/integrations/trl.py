@@ -19,7 +19,7 @@ with TRL's signature ``(prompts, completions, **kwargs) -> list[float | None]``:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from amaris.integrations._remote import (
     GetRewardBody,
@@ -29,25 +29,30 @@ from amaris.integrations._remote import (
     env_step,
     get_rewards_async,
 )
-from amaris.integrations.text import completion_text, render
-from amaris.jsonfile import JSONDict
+from amaris.integrations.text import Chat, completion_text, render
 
 RewardFunc = Callable[..., Awaitable[list[float | None]]]
 
 
-TrainerKwargs = JSONDict
-"""The keyword arguments TRL calls a reward function with: the trainer's own payload
-(dataset columns, ``trainer_state``, log callbacks), of open shape."""
+class TrainerState(Protocol):
+    """TRL's ``trainer_state`` (transformers' ``TrainerState``): what amaris reads of it."""
+
+    global_step: int
 
 
-def _step(kwargs: TrainerKwargs) -> int | None:
-    state = kwargs.get("trainer_state")
+LogExtra = Callable[[str, list[Any]], None]
+"""TRL's ``log_extra(column, values)``: a column of the completions table."""
+LogMetric = Callable[[str, float], None]
+"""TRL's ``log_metric(name, value)``."""
+
+
+def _step(state: TrainerState | None) -> int | None:
     step = getattr(state, "global_step", None)
     return int(step) if step is not None else env_step()
 
 
-def _column(kwargs: TrainerKwargs, name: str | None, size: int) -> list[Any] | None:
-    values = kwargs.get(name) if name else None
+def _column(values: Sequence[Any] | None, name: str | None, size: int) -> list[Any] | None:
+    """The dataset column ``name`` (any JSON the dataset holds), None when absent."""
     if values is None:
         return None
     if len(values) != size:
@@ -55,8 +60,7 @@ def _column(kwargs: TrainerKwargs, name: str | None, size: int) -> list[Any] | N
     return list(values)
 
 
-def _log(kwargs: TrainerKwargs, result: Rewards) -> None:
-    log_extra, log_metric = kwargs.get("log_extra"), kwargs.get("log_metric")
+def _log(log_extra: LogExtra | None, log_metric: LogMetric | None, result: Rewards) -> None:
     versions = [v for v in result.rubric_versions if v is not None]
     if callable(log_extra):
         log_extra("amaris_status", list(result.statuses))
@@ -95,25 +99,29 @@ def amaris_reward_func(
     target = Target.resolve(url, api_key, timeout, retry_seconds)
     run = {"high_level_goal": high_level_goal, "model_size": model_size, "total_steps": total_steps}
 
+    # TRL's keyword arguments: the batch's dataset columns (by name: the dataset's own),
+    # ``trainer_state`` and the log callbacks; read one by one below.
     async def reward(
-        prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+        prompts: Sequence[Chat], completions: Sequence[Chat], **kwargs: Any
     ) -> list[float | None]:
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
         texts = [render(p) for p in prompts]
-        groups = _column(kwargs, group_column, len(texts))
+        size = len(texts)
+        groups = _column(kwargs.get(group_column) if group_column else None, group_column, size)
+        labels = kwargs.get(reference_column) if reference_column else None
         body: GetRewardBody = {
             "query": [t + completion_text(c) for t, c in zip(texts, completions, strict=True)],
             "prompts": texts,
-            "labels": _column(kwargs, reference_column, len(texts)),
+            "labels": _column(labels, reference_column, size),
             "group_ids": [str(g) for g in groups] if groups is not None else None,
             "amaris_metadata": {k: v for k, v in run.items() if v is not None} or None,
         }
         try:
-            result = await get_rewards_async(target, body, _step(kwargs))
+            result = await get_rewards_async(target, body, _step(kwargs.get("trainer_state")))
         except RewardUnavailableError as error:
             result = error.result  # unscored samples stay None: TRL leaves them out
-        _log(kwargs, result)
+        _log(kwargs.get("log_extra"), kwargs.get("log_metric"), result)
         return list(result.rewards)
 
     reward.__name__ = reward.__qualname__ = name

@@ -31,8 +31,7 @@ manager can batch them: ``{"score": float, "rubric_version": int, "status": "sco
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 from amaris.client import AmarisError, ServerUnavailableError
 from amaris.integrations._remote import (
@@ -45,17 +44,54 @@ from amaris.integrations._remote import (
     get_rewards_async,
     optional_float,
 )
-from amaris.integrations.text import render
+from amaris.integrations.text import Chat, render
 
 __all__ = ["RewardUnavailableError", "compute_score", "compute_score_async"]
 
-_RUN_KEYS = ("high_level_goal", "model_size", "total_steps", "other_context")
+
+class ExtraInfo(TypedDict, total=False):
+    """A sample's ``extra_info`` (a column of the trainer's dataset): the fields amaris
+    reads. The dataset's other fields, and those verl adds (``num_turns``...), are left
+    alone."""
+
+    prompt: Chat
+    question: Chat
+    uid: str | int
+    """The sample's group: the prompt's id (verl's ``uid``)."""
+    index: int | str
+    """The row's index in its dataset: ``<data_source>/<index>`` names the group."""
+    global_steps: int
 
 
-# extra_info: a row of the trainer's dataset, fields of its own making (open JSON).
-def _prompt(extra_info: Mapping[str, Any]) -> str:
-    for key in ("prompt", "question"):
-        value = extra_info.get(key)
+class RewardKwargs(TypedDict, total=False):
+    """verl's ``reward_kwargs`` (``reward.custom_reward_function.reward_kwargs``) that amaris
+    reads; verl may pass others (``reward_router_address``...), which are left alone."""
+
+    step: int
+    url: str
+    api_key: str
+    timeout: float
+    retry_seconds: float
+    unscored_score: float
+    high_level_goal: str
+    model_size: str
+    total_steps: int
+    other_context: str
+
+
+def _run(kwargs: RewardKwargs) -> dict[str, str | int] | None:
+    """The run's description for the analyzer (``amaris_metadata``), None if none is set."""
+    run = {
+        "high_level_goal": kwargs.get("high_level_goal"),
+        "model_size": kwargs.get("model_size"),
+        "total_steps": kwargs.get("total_steps"),
+        "other_context": kwargs.get("other_context"),
+    }
+    return {key: value for key, value in run.items() if value is not None} or None
+
+
+def _prompt(extra_info: ExtraInfo) -> str:
+    for value in (extra_info.get("prompt"), extra_info.get("question")):
         if value:
             return render(value)
     raise ValueError(
@@ -65,7 +101,7 @@ def _prompt(extra_info: Mapping[str, Any]) -> str:
     )
 
 
-def _group(data_source: str, extra_info: Mapping[str, Any]) -> str | None:  # see _prompt
+def _group(data_source: str, extra_info: ExtraInfo) -> str | None:
     if extra_info.get("uid") is not None:
         return str(extra_info["uid"])
     if extra_info.get("index") is not None:
@@ -73,8 +109,7 @@ def _group(data_source: str, extra_info: Mapping[str, Any]) -> str | None:  # se
     return None
 
 
-# extra_info: see _prompt; kwargs: verl's reward_kwargs, of the trainer's configuration.
-def _step(extra_info: Mapping[str, Any], kwargs: Mapping[str, Any]) -> int | None:
+def _step(extra_info: ExtraInfo, kwargs: RewardKwargs) -> int | None:
     for value in (kwargs.get("step"), extra_info.get("global_steps")):
         if value is not None:
             return int(value)
@@ -85,19 +120,18 @@ def _request(
     data_source: str,
     solution_str: str,
     ground_truth: Any,
-    extra_info: Mapping[str, Any] | None,  # the dataset's row (see _prompt)
-    kwargs: Mapping[str, Any],  # verl's reward_kwargs (see _step)
+    extra_info: ExtraInfo | None,
+    kwargs: RewardKwargs,
 ) -> tuple[Target, GetRewardBody, int | None]:
-    info = extra_info or {}
+    info: ExtraInfo = extra_info or {}
     prompt = _prompt(info)
-    run = {key: kwargs[key] for key in _RUN_KEYS if kwargs.get(key) is not None}
     group = _group(data_source, info)
     body: GetRewardBody = {
         "query": [prompt + solution_str],
         "prompts": [prompt],
         "labels": [ground_truth],
         "group_ids": [group] if group is not None else None,
-        "amaris_metadata": run or None,
+        "amaris_metadata": _run(kwargs),
     }
     target = Target.resolve(
         kwargs.get("url"), kwargs.get("api_key"), kwargs.get("timeout"), kwargs.get("retry_seconds")
@@ -129,7 +163,7 @@ def _result(result: Rewards) -> VerlScore:
     }
 
 
-def _fallback(error: AmarisError, kwargs: Mapping[str, Any]) -> VerlScore:  # see _step
+def _fallback(error: AmarisError, kwargs: RewardKwargs) -> VerlScore:
     """``unscored_score`` for a judge outage (or unreachable amaris), else ``error`` again."""
     value = optional_float("unscored_score", kwargs.get("unscored_score"))
     if value is None:
@@ -149,8 +183,8 @@ def compute_score(
     data_source: str,
     solution_str: str,
     ground_truth: Any,
-    extra_info: Mapping[str, Any] | None = None,  # the dataset's row (see _prompt)
-    **kwargs: Any,
+    extra_info: ExtraInfo | None = None,
+    **kwargs: Unpack[RewardKwargs],
 ) -> VerlScore:
     """The amaris reward of one verl sample (blocking); see the module docstring.
 
@@ -171,8 +205,8 @@ async def compute_score_async(
     data_source: str,
     solution_str: str,
     ground_truth: Any,
-    extra_info: Mapping[str, Any] | None = None,  # the dataset's row (see _prompt)
-    **kwargs: Any,
+    extra_info: ExtraInfo | None = None,
+    **kwargs: Unpack[RewardKwargs],
 ) -> VerlScore:
     """Async :func:`compute_score`, for verl's reward loop."""
     target, body, step = _request(data_source, solution_str, ground_truth, extra_info, kwargs)

@@ -26,13 +26,13 @@ It imports verl, so it loads only in a verl environment (the other adapters do n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 
-from amaris.jsonfile import JSONDict
+from amaris.integrations.verl import VerlScore
 
 __all__ = ["AmarisRewardManager", "padding_problems"]
 
@@ -83,6 +83,15 @@ def padding_problems(config: Any) -> list[str]:
     ]
 
 
+class SampleReward(TypedDict):
+    """verl's answer for one sample (``NaiveRewardManager.run_single``): the reward and,
+    for verl to log, what the reward function answered (the keys of
+    :func:`amaris.integrations.verl.compute_score`, the function this manager is for)."""
+
+    reward_score: float
+    reward_extra_info: VerlScore
+
+
 class AmarisRewardManager(NaiveRewardManager):
     """verl's naive manager, with the prompt taken from ``raw_prompt`` when needed."""
 
@@ -103,8 +112,7 @@ class AmarisRewardManager(NaiveRewardManager):
             )
         super().__init__(config, tokenizer, compute_score, **kwargs)
 
-    # verl's own per-sample payload (reward and extra info), passed through as is.
-    async def run_single(self, data: DataProto) -> JSONDict:
+    async def run_single(self, data: DataProto) -> SampleReward:
         """Score the last sample of ``data`` as the naive manager does."""
-        result: JSONDict = await super().run_single(with_prompt(data))
+        result: SampleReward = await super().run_single(with_prompt(data))
         return result

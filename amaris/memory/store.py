@@ -332,11 +332,8 @@ class MemoryStore:
         ids = [_analysis_id(scope, step, rollout_id) for rollout_id in rollout_ids]
         with self._lock:
             points = self._qdrant.retrieve(self._analyses, ids=ids, with_payload=True)
-        result: dict[str, JSONObject] = {}
-        for point in points:
-            payload = point.payload or {}
-            result[str(payload["rollout_id"])] = dict(payload["analysis"])
-        return result
+        payloads = [point.payload or {} for point in points]
+        return {str(p["rollout_id"]): dict(p["analysis"]) for p in payloads}
 
     def drop_analyses(self, scope: str, step: int, rollout_ids: Sequence[str]) -> None:
         """Delete these analyses (retention); absent ones are ignored."""

@@ -58,50 +58,26 @@ def _format_errors(
     return "\n".join(lines)
 
 
-def _read_environment() -> RawConfig:
-    """The keys set by ``AMARIS_<SECTION>__<KEY>`` variables, as a raw mapping (JSON for a
-    list or a mapping, ``null`` for null), read by pydantic-settings.
-
-    Raises:
-        ConfigError: a variable's value is not the JSON its key needs.
-    """
-    try:
-        return EnvSettingsSource(Settings)()
-    except SettingsError as exc:
-        names = sorted(
-            name for path, name in _environment_names().items() if f'"{path[0]}"' in str(exc)
-        )
-        raise ConfigError(
-            f"invalid configuration in the environment: {', '.join(names)}: "
-            f"not valid JSON ({exc.__cause__ or exc})"
-        ) from None
+def _environment_error(exc: SettingsError) -> ConfigError:
+    """The error for an ``AMARIS_<SECTION>__<KEY>`` variable whose value is not the JSON
+    its key needs (a list or a mapping), naming the variables of that section."""
+    names = sorted(
+        name for path, name in _environment_names().items() if f'"{path[0]}"' in str(exc)
+    )
+    return ConfigError(
+        f"invalid configuration in the environment: {', '.join(names)}: "
+        f"not valid JSON ({exc.__cause__ or exc})"
+    )
 
 
-def _merge(base: RawConfig, top: RawConfig) -> RawConfig:
-    """``top`` over ``base``, mappings merged key by key."""
-    merged = dict(base)
+def _merge(base: RawConfig, top: RawConfig) -> None:
+    """``top`` over ``base``, in ``base``: mappings merged key by key, other values replaced."""
     for key, value in top.items():
-        below = merged.get(key)
+        below = base.get(key)
         if isinstance(below, dict) and isinstance(value, dict):
-            merged[key] = _merge(below, value)
+            _merge(below, value)
         else:
-            merged[key] = value
-    return merged
-
-
-def _apply_secret_fallbacks(raw: RawConfig) -> RawConfig:
-    """``OPENAI_API_KEY`` and ``AMARIS_API_KEY`` where no layer sets the key."""
-    client = raw.setdefault("client", {}) or {}
-    raw["client"] = client
-    default = client.setdefault("default", {}) or {}
-    client["default"] = default
-    if not default.get("api_key") and os.environ.get("OPENAI_API_KEY"):
-        default["api_key"] = os.environ["OPENAI_API_KEY"]
-    server = raw.setdefault("server", {}) or {}
-    raw["server"] = server
-    if not server.get("api_key") and os.environ.get("AMARIS_API_KEY"):
-        server["api_key"] = os.environ["AMARIS_API_KEY"]
-    return raw
+            base[key] = value
 
 
 def set_dotted(raw: RawConfig, dotted: str, value: Any) -> None:
@@ -148,12 +124,27 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
     environment = _environment_names()
     if environment:
         source = f"{source} and the environment"
-    raw = _merge(raw, _read_environment())
+    try:
+        # The keys the variables set, as a raw mapping (JSON for a list or a mapping,
+        # ``null`` for null), read by pydantic-settings.
+        _merge(raw, EnvSettingsSource(Settings)())
+    except SettingsError as exc:
+        raise _environment_error(exc) from None
     for dotted, value in overrides.items():
         if value is None:
             continue
         set_dotted(raw, dotted, value)
-    raw = _apply_secret_fallbacks(raw)
+    # OPENAI_API_KEY and AMARIS_API_KEY where no layer sets the key.
+    client = raw.setdefault("client", {}) or {}
+    raw["client"] = client
+    default = client.setdefault("default", {}) or {}
+    client["default"] = default
+    if not default.get("api_key") and os.environ.get("OPENAI_API_KEY"):
+        default["api_key"] = os.environ["OPENAI_API_KEY"]
+    server = raw.setdefault("server", {}) or {}
+    raw["server"] = server
+    if not server.get("api_key") and os.environ.get("AMARIS_API_KEY"):
+        server["api_key"] = os.environ["AMARIS_API_KEY"]
     try:
         return Settings.model_validate(raw)
     except ValidationError as exc:

@@ -16,15 +16,15 @@ from tests.support.open_json import open_json_aliases, open_json_uses, per_part
 BUDGET = {
     "amaris": 17,  # the trainer's metadata, the settings dump, a run's extra: the client's inputs
     "amaris/agents": 8,  # trainer metadata; blocks bootstrap writes as JSON, and parsed back
-    "amaris/app": 2,
-    "amaris/bootstrap": 1,
-    "amaris/cli": 8,
-    "amaris/integrations": 22,
+    "amaris/app": 2,  # ChatProvider's response_format (llm's); the manifest (ManifestJSON)
+    "amaris/bootstrap": 1,  # a data file's candidate metadata
+    "amaris/cli": 2,  # the simulator's StepSource protocol: a GET /rubrics answer
+    "amaris/integrations": 2,  # a tool call's arguments; a body narrowed key by key
     "amaris/llm": 6,  # a reply before validation; the provider's JSON; pydantic's raw schema
-    "amaris/memory": 7,
+    "amaris/memory": 6,  # the trainer's metadata, records and analyses of any version
     "amaris/offline": 0,
     "amaris/scoring": 0,
-    "amaris/settings": 13,
+    "amaris/settings": 9,  # raw YAML before validation; the provider's JSON sent as is
     "amaris/sim": 10,  # recorded rollouts as their trainer sent them; rubric as cli hands it
     "api": 4,
     "tasks": 7,  # the trainer's metadata (a parameter of each task); Prefect's cache key

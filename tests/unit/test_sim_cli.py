@@ -62,6 +62,21 @@ def test_replay_refuses_a_manifest_it_cannot_use(
     assert "names no rollouts file" in capsys.readouterr().err
 
 
+def test_replay_refuses_a_manifest_whose_run_fields_it_would_copy_are_malformed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # run_id, config_hash and seed go into the replay's own manifest as they are: one of
+    # another type is named, not copied (main copied it and went on to the rollouts).
+    manifest = tmp_path / "manifest.json"
+    for field, value in (("run_id", 7), ("config_hash", ["x"]), ("seed", "3")):
+        body = {"config": {}, field: value, "extra": {"rollouts": "r.jsonl"}}
+        manifest.write_text(json.dumps(body))
+        assert main(["replay", "--manifest", str(manifest)]) == 2
+        assert f"--manifest {manifest}: {field}: Input should be a valid" in (
+            capsys.readouterr().err
+        )
+
+
 def test_replay_input_errors_name_the_line_and_field(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
