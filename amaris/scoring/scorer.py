@@ -14,14 +14,7 @@ import logging
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from amaris.llm.budget import (
-    CHARS_PER_TOKEN,
-    MIN_FIELD_CHARS,
-    cut_middle,
-    estimate_messages,
-    fit_texts,
-    json_chars,
-)
+from amaris.llm.budget import cut_middle
 from amaris.llm.gateway import (
     LLMContextOverflowError,
     LLMGateway,
@@ -30,25 +23,12 @@ from amaris.llm.gateway import (
     LLMTruncatedError,
     LLMUnavailableError,
 )
-from amaris.llm.reply_format import (
-    SHOWN_MODES,
-    format_instructions,
-    shown_example,
-    with_instructions,
-)
-from amaris.llm.schema import SchemaNode
 from amaris.logs import loggable
 from amaris.models import CriterionResult, ScoreRequest, storable
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.store import RubricStore
-from amaris.scoring.judge_protocol import (
-    JudgeVerdicts,
-    check_ids,
-    judge_messages,
-    known_verdicts,
-    verdicts_example,
-    verdicts_schema,
-)
+from amaris.scoring.judge_fit import ContextFit, rubric_example, rubric_schema
+from amaris.scoring.judge_protocol import JudgeVerdicts, check_ids, judge_messages, known_verdicts
 from amaris.scoring.learned_rules import LearnedRules
 from amaris.scoring.refusals import OverloadedError, OversizeError
 from amaris.scoring.rules import check_references, rule_results
@@ -60,8 +40,6 @@ log = logging.getLogger("amaris.scoring.scorer")
 
 _FIELDS = ("input", "output", "supplemental_context")
 _JUDGED = frozenset(f"rollout.{name}" for name in _FIELDS)
-_SCHEMA_CACHE = 1024
-"""Per-rubric scorer schemas kept."""
 
 
 @dataclass(frozen=True)
@@ -132,11 +110,7 @@ class Scorer:
         self._prompt = prompt
         self._cache: OrderedDict[str, _Judged] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[_Judged]] = {}
-        self._schemas: OrderedDict[tuple[str, ...], SchemaNode] = OrderedDict()
-        self._examples: OrderedDict[tuple[str, ...], JudgeVerdicts] = OrderedDict()
-        self._bare_tokens: OrderedDict[tuple[str, int, bool], int] = OrderedDict()
-        """Estimated tokens of the scorer's prompt with an empty rollout, per rubric version
-        and whether the reply's example is shown."""
+        self._fit = ContextFit(gateway, agent, prompt)
         self.counters: Counter[str] = Counter()
         """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``,
         ``truncated.<cause>`` (``max_field_chars``, ``context_window``); with logprobs,
@@ -229,7 +203,7 @@ class Scorer:
             self.counters["scored"] += 1
             self.counters["rule_only"] += 1
             return Judgement(rubric.version, truncated, _merge(rubric, rules, ()))
-        fields, cut = await self._within_budget(rubric, whole)
+        fields, cut = await self._fit.within_budget(rubric, whole)
         if cut:
             self.counters["truncated.context_window"] += 1
         key = self._key(rubric, fields)
@@ -257,7 +231,7 @@ class Scorer:
                 except LLMContextOverflowError:
                     # The server counted more tokens than estimated; the gateway has learnt
                     # by how much (its budget shrank): cut to the new budget, judge once more.
-                    refitted, recut = await self._within_budget(rubric, whole)
+                    refitted, recut = await self._fit.within_budget(rubric, whole)
                     if refitted == fields:
                         raise
                     if not cut:
@@ -330,48 +304,6 @@ class Scorer:
                 self._cache.popitem(last=False)
         return judged
 
-    async def _within_budget(
-        self, rubric: RubricVersion, fields: dict[str, str]
-    ) -> tuple[dict[str, str], list[str]]:
-        """``fields`` cut to the scorer's context budget, and the names of those cut."""
-        budget = await self._gateway.prompt_budget(self._agent)
-        if budget is None:
-            return fields, []
-        return self._fit(rubric, fields, budget)
-
-    def _fit(
-        self, rubric: RubricVersion, fields: dict[str, str], budget: int
-    ) -> tuple[dict[str, str], list[str]]:
-        """Cut the rollout's fields (head and tail kept) so the scorer's prompt fits
-        ``budget`` tokens (estimated); returns the fields and the names of those cut."""
-        bare = self._bare(rubric, tuple(fields))
-        room = int((budget - bare) * CHARS_PER_TOKEN)
-        if room < MIN_FIELD_CHARS:
-            # The instructions and rubric alone nearly fill the window: cutting the rollout
-            # to nothing would judge something else. The endpoint decides (an overflow is
-            # judge_context_overflow).
-            return fields, []
-        if sum(len(v) for v in fields.values()) * 6 <= room:
-            return fields, []  # fits even if JSON wrote every character as "\u001f"
-        return fit_texts(fields, room, json_chars)
-
-    def _bare(self, rubric: RubricVersion, names: tuple[str, ...]) -> int:
-        # Built once per rubric version and mode, not per request: the hot path only looks
-        # it up. In the modes that send no schema the gateway ends the system message with
-        # the reply's example (amaris/llm/reply_format.py): counted here too.
-        shown = self._gateway.output_mode(self._agent).mode in SHOWN_MODES
-        key = (rubric.scope, rubric.version, shown)
-        bare = self._bare_tokens.get(key)
-        if bare is None:
-            messages = judge_messages(self._prompt, rubric, {name: "" for name in names})
-            if shown:
-                example = format_instructions(shown_example(self._example(rubric)))
-                messages = with_instructions(messages, example)
-            bare = self._bare_tokens[key] = estimate_messages(messages)
-            while len(self._bare_tokens) > _SCHEMA_CACHE:
-                self._bare_tokens.popitem(last=False)
-        return bare
-
     async def _judge(self, rubric: RubricVersion, fields: dict[str, str], step: int) -> _Judged:
         # JSON of the rollout: 1.5 ms on 100 KB, in a thread for a long one.
         messages = await off_loop_above(
@@ -388,9 +320,9 @@ class Scorer:
             JudgeVerdicts,
             step=step,
             check=check_ids(rubric),
-            json_schema=self._schema(rubric),
+            json_schema=rubric_schema(rubric),
             account=self._account,
-            example=self._example(rubric),
+            example=rubric_example(rubric),
         )
         # One sample (the default) is awaited as is: a gather would wrap it in a task.
         replies = (
@@ -432,26 +364,6 @@ class Scorer:
             for c in rubric.judged
         )
         return _Judged(breakdown=breakdown)
-
-    def _schema(self, rubric: RubricVersion) -> SchemaNode:
-        # Built once per rubric (a few hundred rubrics in per_instance mode, at most).
-        ids = tuple(c.id for c in rubric.judged)
-        schema = self._schemas.get(ids)
-        if schema is None:
-            schema = self._schemas[ids] = verdicts_schema(ids)
-            while len(self._schemas) > _SCHEMA_CACHE:
-                self._schemas.popitem(last=False)
-        return schema
-
-    def _example(self, rubric: RubricVersion) -> JudgeVerdicts:
-        # Built once per rubric, as its schema is: the system message stays byte-identical.
-        ids = tuple(c.id for c in rubric.judged)
-        example = self._examples.get(ids)
-        if example is None:
-            example = self._examples[ids] = verdicts_example(ids)
-            while len(self._examples) > _SCHEMA_CACHE:
-                self._examples.popitem(last=False)
-        return example
 
     @staticmethod
     def _key(rubric: RubricVersion, fields: dict[str, str]) -> str:

@@ -120,13 +120,6 @@ def test_config_is_declared_once() -> None:
     assert declared == ["common.py"]
 
 
-def test_settings_and_cli_modules_are_small() -> None:
-    paths = [*ROOT.glob("amaris/settings*.py"), *ROOT.glob("amaris/settings/*.py")]
-    paths += CLI.glob("*.py")
-    sizes = {p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines()) for p in paths}
-    assert {path: n for path, n in sizes.items() if n > 450} == {}
-
-
 def _loaded_after(code: str, cwd: Path | None = None) -> set[str]:
     """The top-level modules a fresh interpreter loads running ``code`` (which may add
     module names to ``seen``, a list)."""

@@ -102,11 +102,6 @@ async def test_an_error_the_provider_calls_final_is_not_asked_again(tmp_path: Pa
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_llm_and_agent_modules_are_at_most_450_lines(module: Path) -> None:
-    assert len(module.read_text(encoding="utf-8").splitlines()) <= 450
-
-
-@pytest.mark.parametrize("module", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_bare_json_object_type_says_why_its_shape_is_unknown(module: Path) -> None:
     """``dict[str, Any]`` only as a named alias with its docstring next, or with a comment
     on its line saying the shape is unknown (a JSON schema, a data block...)."""
