@@ -41,6 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--formats", nargs="*", choices=list(FORMATS), default=list(FORMATS))
     args = parser.parse_args()
     torch.set_num_threads(1)
     engine = Engine(fetch_gguf(default_cache_dir()), 8192)
@@ -50,7 +51,8 @@ def main() -> None:
     )  # warm-up: first-call costs
     totals = {"alone": [0, 0.0], "batched": [0, 0.0]}
     same = 0
-    for label, (response_format, think) in FORMATS.items():
+    for label in args.formats:
+        response_format, think = FORMATS[label]
         prepared = [
             engine.prepare(
                 [
@@ -95,7 +97,7 @@ def main() -> None:
         print(f"{label:>20} same replies: {equal} of {len(prepared)}", flush=True)
     for way, (passes, seconds) in totals.items():
         print(f"total {way}: {passes} forward passes, {seconds:.1f} s CPU")
-    print(f"same replies: {same} of {len(rollouts) * len(FORMATS)}")
+    print(f"same replies: {same} of {len(rollouts) * len(args.formats)}")
 
 
 if __name__ == "__main__":

@@ -65,10 +65,10 @@ DEFAULT_MAX_TOKENS = 512
 """Completion cap of a request that sets no ``max_tokens``."""
 MAX_BATCH = 32
 """Requests decoded together at most (a ``/score`` test's 20 rollouts in one batch)."""
-GATHER_SECONDS = 0.1
+GATHER_SECONDS = 0.25
 """A batch starts once no request came for this long: concurrent requests that amaris
 sends together arrive within it."""
-GATHER_MAX_SECONDS = 1.0
+GATHER_MAX_SECONDS = 2.0
 """...and at most this long after its first request came."""
 DEFAULT_REPETITION_PENALTY = 1.1
 """Ollama's default ``repeat_penalty`` (over its default ``repeat_last_n``, 64 tokens): a

@@ -76,6 +76,8 @@ class Batch:
         self._cond = threading.Condition()
         self._asks: dict[int, tuple[list[int], int]] = {}
         self._answers: dict[int, Any] = {}
+        self._ready = [threading.Event() for _ in range(rows)]
+        """Set when a row's pass ran (each row woken alone, not every row at each pass)."""
         self._active: set[int] = set()
 
     def run(self, decode: Callable[[int, Runner], T]) -> list[T]:
@@ -107,10 +109,9 @@ class Batch:
                     if not self._active:
                         break
                     asks, self._asks = self._asks, {}
-                answers = self._step(asks)
-                with self._cond:
-                    self._answers.update(answers)
-                    self._cond.notify_all()
+                for index, answer in self._step(asks).items():
+                    self._answers[index] = answer
+                    self._ready[index].set()
         finally:
             for thread in threads:
                 thread.join()
@@ -123,9 +124,9 @@ class Batch:
         with self._cond:
             self._asks[index] = (tokens, keep)
             self._cond.notify_all()
-            while index not in self._answers:
-                self._cond.wait()
-            return self._answers.pop(index)
+        self._ready[index].wait()
+        self._ready[index].clear()
+        return self._answers.pop(index)
 
     def crop(self, index: int, count: int) -> None:
         """Hide row ``index``'s last ``count`` tokens (they become holes)."""

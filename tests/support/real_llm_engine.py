@@ -343,6 +343,11 @@ class Engine:
     def _decode(self, state: _Decoder, request: Prepared) -> Generation:
         grammar, max_tokens = request.grammar, request.max_tokens
         temperature, think = request.temperature, request.think
+        # In a batch, no drafts: every row's pass is padded to the widest row's tokens,
+        # and a drafted run (a key, its quotes: ~5 tokens) in one row would make each
+        # pass of a batch of 20 compute ~100 tokens for ~20; the replies are the same
+        # (the drafts are checked exactly), in more passes of one token a row.
+        alone = isinstance(state.runner, SoloRunner)
         self.cached_tokens += state.reused
         reasoning_ids: list[int] = []
         closed = False
@@ -374,7 +379,7 @@ class Engine:
             budget = max_tokens - spent - len(answer_ids)
             if budget <= 0:
                 break
-            if matcher is not None and self.draft and temperature <= 0:
+            if matcher is not None and self.draft and temperature <= 0 and alone:
                 # The text the grammar forces next (a key and its quotes: several
                 # tokenizations allowed, so no single forced token), drafted and checked
                 # in one forward pass: greedy decoding's own choices, fewer passes.
@@ -407,7 +412,7 @@ class Engine:
                 break
             answer_ids.append(token)
             pending.append(token)
-        if isinstance(state.runner, SoloRunner):
+        if alone:
             self.forward_passes += state.passes
         with self._tokenizer_lock:  # a batch's requests decode in threads of their own
             reasoning = self.tokenizer.decode(reasoning_ids, skip_special_tokens=True)
