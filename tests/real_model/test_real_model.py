@@ -265,7 +265,7 @@ def test_token_counters_match_the_servers_usage(tmp_path: Path, real_llm: RealLL
     with TestClient(
         create_app(real_settings(tmp_path, real_llm, "reasoning-field"), qdrant_location=":memory:")
     ) as client:
-        results = score_all(client, sample_rollouts(3, seed=4), together=True)
+        results = score_all(client, sample_rollouts(3, seed=4))
         metrics = client.get("/metrics").text
     after = real_llm.stats()["reasoning-field"]
     assert_well_formed(results, ["A1"])
