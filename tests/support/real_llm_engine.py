@@ -1,6 +1,7 @@
 """The real-model test server's engine: SmolLM2-135M-Instruct on CPU with ``transformers``,
-decoding constrained by ``xgrammar`` to a request's ``response_format``, one request at a
-time (``tests/support/real_llm.py`` serves it).
+decoding constrained by ``xgrammar`` to a request's ``response_format``, a request alone
+or several in one batch (``tests/support/real_llm_batch.py``; ``tests/support/real_llm.py``
+serves it).
 
 Greedy decoding (amaris's default temperature 0) with Ollama's repeat penalty; the KV cache
 of the prefix a prompt shares with the previous request is reused (vLLM's automatic
@@ -14,11 +15,13 @@ import functools
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tests.support.no_deps import import_xgrammar
+from tests.support.real_llm_batch import Batch, Runner
 
 THINK_TOKENS = 4
 """Reasoning tokens a reasoning mode decodes before it closes its think block (each is a
@@ -92,8 +95,49 @@ class Generation:
     """The model's forward passes for it (its prefill included)."""
 
 
+Job = tuple[list[dict[str, Any]], dict[str, Any] | None, int, float, bool, float]
+"""A request's messages, ``response_format``, ``max_tokens``, temperature, whether it
+reasons first, and repetition penalty (:meth:`Engine.generate`'s arguments)."""
+
+
+@dataclass
+class Prepared:
+    """A request checked and tokenized, ready to decode."""
+
+    prompt_ids: list[int]
+    grammar: Any
+    """xgrammar's compiled grammar of its ``response_format``, or ``None``."""
+    max_tokens: int
+    temperature: float
+    think: bool
+    repetition_penalty: float
+
+
+class SoloRunner:
+    """The forward passes of one request decoded alone, over its own KV cache."""
+
+    def __init__(self, model: Any, cache: Any) -> None:
+        self._model = model
+        self.cache = cache
+
+    def run(self, tokens: list[int], keep: int) -> Any:
+        import torch
+
+        out = self._model(
+            input_ids=torch.tensor([tokens]),
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=keep,
+        )
+        return out.logits[0].float()
+
+    def crop(self, count: int) -> None:
+        self.cache.crop(-count)  # negative: tokens dropped from the end
+
+
 class Engine:
-    """The model, its tokenizer and a grammar compiler; decodes one request at a time."""
+    """The model, its tokenizer and a grammar compiler; decodes a request alone, or a batch
+    of them together (one call at a time)."""
 
     def __init__(self, gguf: Path, max_model_len: int) -> None:
         # Heavy imports here: the module is also imported for fetch_gguf by the tests.
@@ -105,6 +149,7 @@ class Engine:
         self._xgr = xgrammar
         folder = converted(gguf)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self._tokenizer_lock = threading.Lock()
         self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         self.model.eval()
         self.max_model_len = max_model_len
@@ -157,7 +202,7 @@ class Engine:
                 ) from exc
         raise RequestError(f"response_format.type {kind!r} is not supported", "response_format")
 
-    def generate(
+    def prepare(
         self,
         messages: list[dict[str, Any]],
         response_format: dict[str, Any] | None,
@@ -165,8 +210,8 @@ class Engine:
         temperature: float,
         think: bool,
         repetition_penalty: float = 1.0,
-    ) -> Generation:
-        """Decode an answer to ``messages``.
+    ) -> Prepared:
+        """A request's prompt tokens and grammar, checked.
 
         Raises:
             RequestError: a bad ``response_format``, or a prompt that does not fit.
@@ -188,23 +233,121 @@ class Engine:
                 "messages",
                 code="context_length_exceeded",
             )
-        with self._torch.inference_mode():
-            return self._decode(
-                prompt_ids, grammar, max_tokens, temperature, think, repetition_penalty
-            )
+        return Prepared(prompt_ids, grammar, max_tokens, temperature, think, repetition_penalty)
 
-    def _decode(
+    def generate(
         self,
-        prompt_ids: list[int],
-        grammar: Any,
+        messages: list[dict[str, Any]],
+        response_format: dict[str, Any] | None,
         max_tokens: int,
         temperature: float,
         think: bool,
-        repetition_penalty: float,
+        repetition_penalty: float = 1.0,
     ) -> Generation:
+        """Decode an answer to ``messages``.
+
+        Raises:
+            RequestError: a bad ``response_format``, or a prompt that does not fit.
+        """
+        prepared = self.prepare(
+            messages, response_format, max_tokens, temperature, think, repetition_penalty
+        )
+        return self.generate_many([prepared])[0]
+
+    def generate_each(self, requests: list[Job]) -> list[Generation | RequestError]:
+        """Decode the answers to ``requests`` (:meth:`generate`'s arguments each) together;
+        a request refused (:class:`RequestError`) gets its error, the others their answer."""
+        prepared: list[Prepared | RequestError] = []
+        for request in requests:
+            try:
+                prepared.append(self.prepare(*request))
+            except RequestError as exc:
+                prepared.append(exc)
+        answers = iter(self.generate_many([p for p in prepared if isinstance(p, Prepared)]))
+        return [p if isinstance(p, RequestError) else next(answers) for p in prepared]
+
+    def generate_many(self, requests: list[Prepared]) -> list[Generation]:
+        """Decode the answers to ``requests``: one alone as it always was; several in one
+        batch, each forward pass feeding every request's next tokens
+        (:mod:`tests.support.real_llm_batch`), the replies of decoding each alone."""
+        if not requests:
+            return []
+        with self._torch.inference_mode():
+            if len(requests) == 1:
+                return [self._decode_alone(requests[0])]
+            return self._decode_batch(requests)
+
+    def _decode_alone(self, request: Prepared) -> Generation:
         # Taken: a request that fails half-way leaves no cache that does not match its ids.
         last, self._last = self._last, None
-        state = _Decoder(self.model, prompt_ids, temperature, repetition_penalty, last)
+        prompt_ids = request.prompt_ids
+        # At least the prompt's last token is computed: its logits start the reply.
+        cache, reused = _reuse(last, prompt_ids, len(prompt_ids) - 1)
+        if cache is None:
+            cache = growing_cache(self.model.config.num_hidden_layers)
+        runner = SoloRunner(self.model, cache)
+        state = _Decoder(
+            runner, prompt_ids, reused, request.temperature, request.repetition_penalty
+        )
+        result = self._decode(state, request)
+        # The tokens left pending are not in the cache (nor in state.fed): the next
+        # request reuses the prefix that is.
+        self._last = (state.fed, runner.cache)
+        return result
+
+    def _decode_batch(self, requests: list[Prepared]) -> list[Generation]:
+        # The prompts' common prefix (the system prompt: amaris puts the stable part of
+        # every prompt first) is computed once, from the previous request's cache where it
+        # shares it; each request's rest is its first feed in the batch.
+        ids = [r.prompt_ids for r in requests]
+        limit = min(len(i) for i in ids) - 1
+        common = next(
+            (n for n in range(limit) if any(i[n] != ids[0][n] for i in ids)),
+            limit,
+        )
+        prefix = ids[0][:common]
+        last, self._last = self._last, None
+        cache, reused = _reuse(last, prefix, len(prefix))
+        if cache is None:
+            cache = growing_cache(self.model.config.num_hidden_layers)
+        passes = 0
+        if reused < len(prefix):
+            self.model(
+                input_ids=self._torch.tensor([prefix[reused:]]),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            passes = 1
+        layers = self.model.config.num_hidden_layers
+        batch = Batch(self.model, cache, len(prefix), len(requests), growing_cache(layers))
+
+        def row(index: int, runner: Runner) -> Generation:
+            request = requests[index]
+            with self._torch.inference_mode():
+                state = _Decoder(
+                    runner,
+                    request.prompt_ids,
+                    len(prefix),
+                    request.temperature,
+                    request.repetition_penalty,
+                )
+                return self._decode(state, request)
+
+        results = batch.run(row)
+        # The next request reuses the common prefix (its cache was copied into the batch).
+        self._last = (prefix, cache) if prefix else None
+        self.forward_passes += passes + batch.passes
+        return results
+
+    def _decode(self, state: _Decoder, request: Prepared) -> Generation:
+        grammar, max_tokens = request.grammar, request.max_tokens
+        temperature, think = request.temperature, request.think
+        # In a batch, no drafts: every row's pass is padded to the widest row's tokens,
+        # and a drafted run (a key, its quotes: ~5 tokens) in one row would make each
+        # pass of a batch of 20 compute ~100 tokens for ~20; the replies are the same
+        # (the drafts are checked exactly), in more passes of one token a row.
+        alone = isinstance(state.runner, SoloRunner)
         self.cached_tokens += state.reused
         reasoning_ids: list[int] = []
         closed = False
@@ -236,13 +379,15 @@ class Engine:
             budget = max_tokens - spent - len(answer_ids)
             if budget <= 0:
                 break
-            if matcher is not None and self.draft and temperature <= 0:
+            if matcher is not None and self.draft and temperature <= 0 and alone:
                 # The text the grammar forces next (a key and its quotes: several
                 # tokenizations allowed, so no single forced token), drafted and checked
                 # in one forward pass: greedy decoding's own choices, fewer passes.
                 jump = matcher.find_jump_forward_string()
                 if jump:
-                    draft = self.tokenizer.encode(jump, add_special_tokens=False)[:budget]
+                    with self._tokenizer_lock:
+                        draft = self.tokenizer.encode(jump, add_special_tokens=False)
+                    draft = draft[:budget]
                     chosen = state.verify(pending, draft, matcher, bitmask)
                     pending = [] if chosen == draft else [chosen[-1]]
                     answer_ids.extend(chosen)
@@ -267,17 +412,16 @@ class Engine:
                 break
             answer_ids.append(token)
             pending.append(token)
-        # The tokens left pending are not in the cache (nor in state.fed): the next
-        # request reuses the prefix that is.
-        self._last = (state.fed, state.cache)
-        self.forward_passes += state.passes
-        reasoning = self.tokenizer.decode(reasoning_ids, skip_special_tokens=True)
-        answer = self.tokenizer.decode(answer_ids, skip_special_tokens=True)
+        if alone:
+            self.forward_passes += state.passes
+        with self._tokenizer_lock:  # a batch's requests decode in threads of their own
+            reasoning = self.tokenizer.decode(reasoning_ids, skip_special_tokens=True)
+            answer = self.tokenizer.decode(answer_ids, skip_special_tokens=True)
         return Generation(
             content=answer,
             reasoning=reasoning if think else None,
             closed=closed,
-            prompt_tokens=len(prompt_ids),
+            prompt_tokens=len(request.prompt_ids),
             completion_tokens=spent + len(answer_ids) + (finish == "stop"),
             reasoning_tokens=spent,
             finish_reason=finish,
@@ -347,64 +491,60 @@ def growing_cache(layers: int) -> Any:
     return Cache(layers=[layer() for _ in range(layers)])
 
 
-class _Decoder:
-    """Greedy or sampled next-token choice over a KV cache.
+def _reuse(last: tuple[list[int], Any] | None, ids: list[int], limit: int) -> tuple[Any, int]:
+    """The cache of ``last`` (the tokens the previous request fed the model, and their KV
+    cache) cut to the longest prefix ``ids`` shares with it, at most ``limit`` tokens, and
+    that prefix's length; ``(None, 0)`` when they share none.
 
-    The prompt's longest prefix that the previous request also fed the model (``last``:
-    its tokens and KV cache) is not computed again: its cache, cut to that prefix, is
-    reused (vLLM's automatic prefix caching; amaris puts the stable part of every prompt
-    first). The prefill of a long prompt is most of a short reply's time on a CPU.
+    vLLM's automatic prefix caching: amaris puts the stable part of every prompt first,
+    and the prefill of a long prompt is most of a short reply's time on a CPU.
+    """
+    if last is None:
+        return None, 0
+    previous, cache = last
+    limit = min(len(previous), limit)
+    shared = next((i for i in range(limit) if previous[i] != ids[i]), limit)
+    if shared == 0:
+        return None, 0
+    if len(previous) > shared:
+        # Negative: tokens to drop from the end (transformers 4.56 and 5 alike).
+        cache.crop(shared - len(previous))
+    return cache, shared
+
+
+class _Decoder:
+    """Greedy or sampled next-token choice over a KV cache, the forward passes run by
+    ``runner`` (the model alone, :class:`SoloRunner`, or a row of a batch,
+    :class:`tests.support.real_llm_batch.Batch`).
+
+    The prompt's first ``reused`` tokens are in the runner's cache already (the previous
+    request's prefix, or the batch's common prefix): not computed again.
     """
 
     def __init__(
         self,
-        model: Any,
+        runner: Runner,
         prompt_ids: list[int],
+        reused: int,
         temperature: float,
         repetition_penalty: float = 1.0,
-        last: tuple[list[int], Any] | None = None,
     ) -> None:
         import torch
 
         self._torch = torch
-        self._model = model
+        self.runner = runner
         self._temperature = temperature
         self._penalty = repetition_penalty
         self._recent: list[int] = []
         self.fed = list(prompt_ids)
         """Every token fed to the model so far (the cache's)."""
-        self.reused = 0
-        """Prompt tokens whose KV came from ``last``."""
-        cache = None
-        if last is not None:
-            previous, cache = last
-            # At least the prompt's last token is computed: its logits start the reply.
-            limit = min(len(previous), len(prompt_ids) - 1)
-            shared = next(
-                (i for i in range(limit) if previous[i] != prompt_ids[i]),
-                limit,
-            )
-            if shared > 0:
-                if len(previous) > shared:
-                    # Negative: tokens to drop from the end (transformers 4.56 and 5 alike).
-                    cache.crop(shared - len(previous))
-                self.reused = shared
-            else:
-                cache = None
-        if cache is None:
-            cache = growing_cache(model.config.num_hidden_layers)
-        # logits_to_keep: the vocabulary's logits of the last position only (of every
-        # position, a 600-token prompt's are 600 x 49152 of them, ~a fifth of its prefill).
-        out = model(
-            input_ids=torch.tensor([prompt_ids[self.reused :]]),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        self.reused = reused
+        """Prompt tokens whose KV was in the cache."""
+        # The vocabulary's logits of the last position only (of every position, a
+        # 600-token prompt's are 600 x 49152 of them, ~a fifth of its prefill).
+        self._logits = runner.run(prompt_ids[reused:], 1)[-1]
         self.passes = 1
         """Forward passes of the model for this request."""
-        self._past = out.past_key_values
-        self._logits = out.logits[0, -1].float()
         self._generator = torch.Generator().manual_seed(len(prompt_ids))
 
     def next_token(self, bitmask: Any) -> int:
@@ -457,14 +597,8 @@ class _Decoder:
         tokens = [*pending, *draft]
         # The logits at the token before each drafted one, and after the last.
         keep = len(draft) + (1 if pending else 0)
-        out = self._model(
-            input_ids=self._torch.tensor([tokens]),
-            past_key_values=self._past,
-            use_cache=True,
-            logits_to_keep=keep,
-        )
+        logits = self.runner.run(tokens, keep)
         self.passes += 1
-        logits = out.logits[0].float()
         offset = len(tokens) - keep
         chosen: list[int] = []
         for i, proposed in enumerate(draft):
@@ -481,22 +615,15 @@ class _Decoder:
             chosen.append(token)
             if token != proposed:
                 kept = len(pending) + i
-                self._past = out.past_key_values
-                self._past.crop(kept - len(tokens))  # negative: tokens dropped from the end
+                self.runner.crop(len(tokens) - kept)
                 self.fed.extend(tokens[:kept])
                 self._recent = [*self._recent, *tokens[:kept]][-REPEAT_WINDOW:]
                 self._logits = before
                 return chosen
-        self._past = out.past_key_values
         self.fed.extend(tokens)
         self._recent = [*self._recent, *tokens][-REPEAT_WINDOW:]
         self._logits = logits[-1]
         return chosen
-
-    @property
-    def cache(self) -> Any:
-        """The KV cache of :attr:`fed`."""
-        return self._past
 
     def feed(self, token: int) -> None:
         self.feed_many([token])
@@ -506,12 +633,5 @@ class _Decoder:
         forward pass; the next token's logits are those after the last of them."""
         self.fed.extend(tokens)
         self._recent = [*self._recent, *tokens][-REPEAT_WINDOW:]
-        out = self._model(
-            input_ids=self._torch.tensor([tokens]),
-            past_key_values=self._past,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        self._logits = self.runner.run(tokens, 1)[-1]
         self.passes += 1
-        self._past = out.past_key_values
-        self._logits = out.logits[0, -1].float()
