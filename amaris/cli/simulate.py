@@ -16,7 +16,6 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -29,6 +28,7 @@ from amaris.cli.store import api_get, api_records
 from amaris.manifest import build_manifest, write_manifest
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
+from amaris.sim.answers import RubricJSON
 from amaris.sim.drift import (
     HACKED,
     LENIENT_TO,
@@ -45,7 +45,7 @@ from amaris.sim.noisy_judge import NoisyJudge
 from amaris.sim.policy import PlannedRollout, Policy
 from amaris.sim.progress import Progress
 from amaris.sim.report import write_report
-from amaris.sim.server import managed_server, shared_prefect
+from amaris.sim.server import ConfigValue, managed_server, shared_prefect
 
 DEFAULT_STATIC_STEPS = 5
 DEFAULT_DYNAMIC_LIMIT = 3
@@ -72,7 +72,7 @@ def served(
     settings: Settings,
     url: str | None,
     config: Path | None,
-    overrides: Mapping[str, int] | None = None,
+    overrides: Mapping[str, ConfigValue] | None = None,
     prefect_env: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[str, str | None]]:
     """(URL, bearer key): ``url`` (``--url``) as given, else that of an ``amaris serve``
@@ -116,8 +116,7 @@ class SimulatedSource:
     def steps(self) -> Sequence[int]:
         return self._steps
 
-    # The simulator's Planner protocol: ``rubric`` is a GET /rubrics answer as received.
-    def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
+    def rollouts(self, step: int, rubric: RubricJSON) -> list[PlannedRollout]:
         return self.policy.rollouts(step, rubric)
 
     def observe(self, result: StepResult) -> None:

@@ -27,10 +27,9 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from amaris.jsonfile import JSONDict
-from amaris.sim.answers import CriterionJSON
+from amaris.sim.answers import CriterionJSON, RubricJSON
 
 BEHAVIOURS: tuple[str, ...] = (
     "correct",
@@ -151,9 +150,7 @@ def make_task(rng: random.Random) -> Task:
 
 
 # -- the rubric the hacks read -------------------------------------------------------------
-# rubric: a GET /rubrics answer (RubricJSON), taken as the simulate and replay commands'
-# step sources hand it over (Mapping[str, Any]); only its criteria are read, typed here.
-def criteria(rubric: Mapping[str, Any]) -> list[CriterionJSON]:
+def criteria(rubric: RubricJSON) -> list[CriterionJSON]:
     """Anchors then adaptive criteria of a ``GET /rubrics`` answer."""
     return [*rubric.get("anchors", []), *rubric.get("adaptive", [])]
 
@@ -328,8 +325,7 @@ class Policy:
                 mix[behaviour] = 0.0
         return mix
 
-    # rubric: a GET /rubrics answer, as the simulate command's source hands it over.
-    def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
+    def rollouts(self, step: int, rubric: RubricJSON) -> list[PlannedRollout]:
         """The step's rollouts, in a seeded order, written under ``rubric``."""
         rng = random.Random(f"{self.seed}/{step}")
         mix = self.step_mix(step)
