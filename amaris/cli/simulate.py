@@ -98,9 +98,8 @@ def record_run(
     """Write the run manifest in the data folder and as ``<out>/manifest.json``; ``extra``:
     the run's own record (its arguments, its source), the manifest's ``extra``: the fields
     set (a record's model leaves out a field it was not given)."""
-    record = extra.model_dump(exclude_unset=True)
     prompts = load_prompts(settings.prompts)
-    manifest = build_manifest(settings, prompts, kind, seed=seed, extra=record)
+    manifest = build_manifest(settings, prompts, kind, seed=seed, extra=extra)
     path = write_manifest(manifest, settings.memory.path)
     write_manifest(manifest, out, "manifest.json")
     print(f"run manifest: {path} (config {manifest['config_hash']})", file=sys.stderr)
@@ -236,10 +235,11 @@ def _simulate(settings: Settings, args: argparse.Namespace) -> int:
     with served(settings, args.url, config_path(args)) as (url, key):
         result, policy, source = simulated_run(settings, args, url, key, "simulate")
         steps = source.steps()
-        records = [r.to_json() for r in api_records(settings, url) if r.step in steps]
+        records = [r for r in api_records(settings, url) if r.step in steps]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rollouts.jsonl").write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8"
+        "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in records),
+        encoding="utf-8",
     )
     intro = [
         f"{setup.describe()}; wall time {result.wall_s:.1f} s. Behaviours and how to "
