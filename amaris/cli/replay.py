@@ -19,6 +19,7 @@ from amaris.cli.config import load
 from amaris.cli.reported import reported
 from amaris.cli.simulate import mode_overrides, record_run, served
 from amaris.manifest import ManifestError, read_manifest
+from amaris.models import TrainingMetadata
 from amaris.settings import ConfigError, Settings, load_settings
 from amaris.sim.answers import RubricJSON
 from amaris.sim.driver import RunResult, StepResult, run
@@ -44,8 +45,8 @@ class ReplaySource:
         """The step's recorded rollouts as their trainer sent them (``rubric`` unread)."""
         return [
             PlannedRollout(
-                r.rollout.model_dump(mode="json", exclude_none=True),
-                {**r.metadata, "current_step": step},
+                r.rollout,
+                TrainingMetadata.model_validate({**r.metadata, "current_step": step}),
                 r.behaviour,
             )
             for r in self._by_step[step]

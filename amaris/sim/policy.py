@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from amaris.jsonfile import JSONDict
+from amaris.models import Rollout, TrainingMetadata
 from amaris.sim.answers import CriterionJSON, RubricJSON
 
 BEHAVIOURS: tuple[str, ...] = (
@@ -279,10 +279,10 @@ class PlannedRollout:
     """A rollout to score, with its behaviour (kept in ``rollout.metadata``, which neither
     the judge nor the analyzer reads)."""
 
-    # A /score request's rollout and metadata: the simulator's own, or a recorded run's
-    # as its trainer sent them (amaris replay), so JSON of open shape.
-    rollout: JSONDict
-    metadata: JSONDict
+    rollout: Rollout
+    metadata: TrainingMetadata
+    """A /score request's metadata: the simulator's own, or a recorded run's as its
+    trainer sent them (``amaris replay``: its extra fields included)."""
     behaviour: str
 
 
@@ -340,24 +340,24 @@ class Policy:
         rng.shuffle(behaviours)
         self.mixes.append(mix)
         shown = criteria(rubric)
-        metadata = {
-            "high_level_goal": HIGH_LEVEL_GOAL,
-            "model_size": "simulated",
-            "current_step": step,
-            "total_steps": self.total_steps,
-        }
+        metadata = TrainingMetadata(
+            high_level_goal=HIGH_LEVEL_GOAL,
+            model_size="simulated",
+            current_step=step,
+            total_steps=self.total_steps,
+        )
         planned = []
         task = make_task(rng)
         for index, behaviour in enumerate(behaviours):
             if index and index % self.group_size == 0:
                 task = make_task(rng)
-            rollout = {
-                "id": f"s{step}-r{index:03d}",
-                "input": task.question,
-                "output": respond(behaviour, task, shown, rng),
-                "supplemental_context": task.reference,
-                "metadata": {"sim_behaviour": behaviour},
-            }
+            rollout = Rollout(
+                id=f"s{step}-r{index:03d}",
+                input=task.question,
+                output=respond(behaviour, task, shown, rng),
+                supplemental_context=task.reference,
+                metadata={"sim_behaviour": behaviour},
+            )
             planned.append(PlannedRollout(rollout, metadata, behaviour))
         return planned
 
