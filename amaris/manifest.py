@@ -208,10 +208,11 @@ def build_manifest(
     kind: str,
     *,
     seed: int | None = None,
-    extra: JSONDict | None = None,  # what the run adds: its own JSON
+    extra: BaseModel | None = None,
 ) -> Manifest:
     """The manifest of a run of ``kind`` (``serve``, ``simulate``, ``replay``...) that starts
-    now; ``extra``: what the run adds (its arguments, its source manifest)."""
+    now; ``extra``: what the run adds (its arguments, its source manifest), its fields set
+    (a record's model leaves out a field it was not given)."""
     config, removed = redacted_config(settings)
     started = datetime.now(UTC)
     return {
@@ -226,7 +227,7 @@ def build_manifest(
         "versions": versions(),
         "git_commit": git_commit(),
         "agents": agents(settings, prompts),
-        "extra": extra or {},
+        "extra": {} if extra is None else extra.model_dump(exclude_unset=True),
     }
 
 

@@ -33,6 +33,7 @@ from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped
 from amaris.tasks._common import DROPS, dumped, split_for
 from amaris.tasks.analyze import analysis_key, analyze_chunk, forget_analyses
+from amaris.tasks.blocks import TrainerMetadata
 from amaris.tasks.canary import CanaryRequest, check_canary
 from amaris.tasks.generate_queries import generate_queries
 from amaris.tasks.meta_summarize import meta_summarize
@@ -100,6 +101,11 @@ class ScopeRun:
     alarm: AlarmEvidence | None = None
     """The step's fidelity alarm and its evidence in this scope, for the analyzer and
     updater (:func:`amaris.tasks.audit.run_audit`)."""
+
+    @property
+    def metadata(self) -> TrainerMetadata:
+        """The trainer's metadata of the scope's step: its latest record's."""
+        return TrainerMetadata(self.latest.metadata)
 
     @classmethod
     async def load(
@@ -174,7 +180,7 @@ class ScopeRun:
         parts = await split_for(
             "summarizer",
             {"criteria": dumped(self.criteria)},
-            summary_payload(self.step, self.latest.metadata, []),
+            summary_payload(self.step, self.metadata, []),
             "analyses",
             analyses,
         ) or [analyses]
@@ -185,7 +191,7 @@ class ScopeRun:
                     "summarizer",
                     f"chunk {name}",
                     summarize_chunk(
-                        self.step, self.scope, name, self.latest.metadata, self.criteria, part
+                        self.step, self.scope, name, self.metadata, self.criteria, part
                     ),
                 )
                 for name, part in zip(labels, parts, strict=True)
@@ -200,9 +206,7 @@ class ScopeRun:
         the step then has no summary of the whole."""
 
         def ask(part: str, group: list[BatchSummary]) -> Awaitable[BatchSummary | None]:
-            work = meta_summarize(
-                self.step, self.scope, part, self.latest.metadata, self.criteria, group
-            )
+            work = meta_summarize(self.step, self.scope, part, self.metadata, self.criteria, group)
             return self.or_dropped("meta_summarizer", part, work)
 
         level = 0
@@ -210,7 +214,7 @@ class ScopeRun:
             groups = await split_for(
                 "meta_summarizer",
                 {"criteria": dumped(self.criteria)},
-                {"step": self.step, "metadata": self.latest.metadata},
+                {"step": self.step, "metadata": self.metadata},
                 "summaries",
                 summaries,
             )
@@ -248,9 +252,7 @@ class ScopeRun:
             queries = await self.or_dropped(
                 "query_generator",
                 "queries",
-                generate_queries(
-                    self.step, self.scope, self.latest.metadata, self.criteria, summary
-                ),
+                generate_queries(self.step, self.scope, self.metadata, self.criteria, summary),
             )
             memory = await retrieve_memory(self.step, self.scope, queries or [])
         finally:
@@ -262,7 +264,7 @@ class ScopeRun:
                 self.step,
                 self.scope,
                 self.version,
-                self.latest.metadata,
+                self.metadata,
                 self.criteria,
                 summary,
                 memory,

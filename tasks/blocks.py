@@ -10,12 +10,24 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from pydantic import ConfigDict, RootModel
+
 from amaris.agents.payloads import AnalyzerContext, AnalyzerInput, BoundsData, ScoreStats
 from amaris.agents.schemas import BatchSummary
 from amaris.audit.models import AlarmEvidence
-from amaris.models import JSONObject
+from amaris.jsonfile import JSONDict
 from amaris.rubric.informativeness import DueCriterion, UpdaterCriterion
 from amaris.tasks.models import AgentCriterion, DynamicMemory, ScoredAnalysis, StaticMemory
+
+
+# The trainer's metadata of a scope's latest rollout (RolloutRecord.metadata): JSON of the
+# trainer's making, open in the API too (amaris.models.TrainingMetadata's extra fields).
+class TrainerMetadata(RootModel[JSONDict]):
+    """The trainer's metadata of a scope's latest rollout, as the rollout log keeps it
+    (:attr:`amaris.memory.records.RolloutRecord.metadata`): what every data block of the
+    scope's step carries, written as that JSON (and hashed so in a task's cache key)."""
+
+    model_config = ConfigDict(frozen=True)
 
 
 class CriteriaContext(TypedDict):
@@ -35,9 +47,7 @@ class StepInput(TypedDict):
     """What every data block of a scope's step starts with."""
 
     step: int
-    # The trainer's metadata of the scope's latest rollout: JSON of the trainer's making
-    # (open in the API too, amaris.models.TrainingMetadata's extra fields).
-    metadata: JSONObject
+    metadata: TrainerMetadata
 
 
 class SummaryInput(StepInput, total=False):

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from amaris.agents.schemas import BatchSummary, QueryPlan
-from amaris.models import JSONObject
 from amaris.steps.context import get_context
 from amaris.tasks._common import ask, at_most_items, dumped, llm_task
-from amaris.tasks.blocks import QueryInput
+from amaris.tasks.blocks import QueryInput, TrainerMetadata
 from amaris.tasks.models import AgentCriterion
 
 
@@ -22,7 +21,7 @@ def adaptive_query_budget(summary: BatchSummary) -> int:
 async def generate_queries(
     step: int,
     scope: str,
-    metadata: JSONObject,  # the trainer's metadata: JSON of its making
+    metadata: TrainerMetadata,
     criteria: list[AgentCriterion],
     summary: BatchSummary,
 ) -> list[str]:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from amaris.agents.schemas import BatchSummary
-from amaris.models import JSONObject
 from amaris.tasks._common import ask, dumped, llm_task
-from amaris.tasks.blocks import SummaryInput
+from amaris.tasks.blocks import SummaryInput, TrainerMetadata
 from amaris.tasks.models import AgentCriterion
 
 
@@ -14,7 +13,7 @@ async def meta_summarize(
     step: int,
     scope: str,
     part: str,
-    metadata: JSONObject,  # the trainer's metadata: JSON of its making
+    metadata: TrainerMetadata,
     criteria: list[AgentCriterion],
     summaries: list[BatchSummary],
 ) -> BatchSummary:

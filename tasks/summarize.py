@@ -6,9 +6,8 @@ import logging
 
 from amaris.agents.payloads import ScoreStats
 from amaris.agents.schemas import BatchSummary
-from amaris.models import JSONObject
 from amaris.tasks._common import ask, dumped, llm_task
-from amaris.tasks.blocks import SummaryInput
+from amaris.tasks.blocks import SummaryInput, TrainerMetadata
 from amaris.tasks.models import AgentCriterion, ScoredAnalysis
 
 log = logging.getLogger("amaris.pipeline")
@@ -16,7 +15,7 @@ log = logging.getLogger("amaris.pipeline")
 
 def summary_payload(
     step: int,
-    metadata: JSONObject,  # the trainer's metadata: JSON of its making
+    metadata: TrainerMetadata,
     analyses: list[ScoredAnalysis],
 ) -> SummaryInput:
     """The summarizer's per-call data: the analyses and their scores' statistics (the
@@ -37,7 +36,7 @@ async def summarize_chunk(
     step: int,
     scope: str,
     chunk: str,
-    metadata: JSONObject,  # the trainer's metadata: JSON of its making
+    metadata: TrainerMetadata,
     criteria: list[AgentCriterion],
     analyses: list[ScoredAnalysis],
 ) -> BatchSummary:

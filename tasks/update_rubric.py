@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from amaris.agents.schemas import BatchSummary, RubricUpdateProposal
 from amaris.audit.models import AlarmEvidence
-from amaris.models import JSONObject
 from amaris.rubric.informativeness import UpdaterView
 from amaris.steps.context import get_context
 from amaris.tasks._common import ask, at_most_items, dumped, llm_task
-from amaris.tasks.blocks import UpdaterContext, UpdaterInput
+from amaris.tasks.blocks import TrainerMetadata, UpdaterContext, UpdaterInput
 from amaris.tasks.models import AgentCriterion, RetrievedMemory
 
 
@@ -17,7 +16,7 @@ async def propose_update(
     step: int,
     scope: str,
     rubric_version: int,
-    metadata: JSONObject,  # the trainer's metadata: JSON of its making
+    metadata: TrainerMetadata,
     criteria: list[AgentCriterion],
     summary: BatchSummary,
     memory: RetrievedMemory,

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import openai
 
 from amaris.agents.prompts import load_prompts
-from amaris.jsonfile import JSONDict
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.llm.ledger import total
+from amaris.llm.output_mode import RequestFormat
 from amaris.llm.providers import ChatProvider, Completion, Failure
 from amaris.llm.reasoning import split_reasoning
 from amaris.memory.qdrant import open_qdrant
@@ -100,7 +100,7 @@ class _Recorder:
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        response_format: JSONDict | None = None,  # the provider's JSON, sent as is
+        response_format: RequestFormat | None = None,
     ) -> Completion:
         self.last = await self.inner.complete(agent, messages, options, response_format)
         return self.last

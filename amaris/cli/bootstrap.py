@@ -8,6 +8,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from amaris.agents.prompts import load_prompts
 from amaris.bootstrap.data import Dataset, DatasetError, Pair, load_dataset
 from amaris.bootstrap.report import write_report
@@ -63,6 +65,19 @@ async def _run(
         await gateway.close()
 
 
+class BootstrapRecord(BaseModel):
+    """What a bootstrap run's manifest records of it (its ``extra``): its arguments."""
+
+    model_config = ConfigDict(strict=True)
+
+    data: str
+    """The data file, resolved."""
+    generations: int
+    population: int
+    holdout: float
+    dry_run: bool
+
+
 def run_bootstrap(args: argparse.Namespace) -> int:
     """Propose, search, publish (unless ``--dry-run``) and write the report folder, with the
     run manifest (``<out>/manifest.json``, and in the data folder when a version is
@@ -77,13 +92,13 @@ def run_bootstrap(args: argparse.Namespace) -> int:
         load_prompts(settings.prompts),
         "bootstrap",
         seed=args.seed,
-        extra={
-            "data": str(Path(args.data).resolve()),
-            "generations": args.generations,
-            "population": args.population,
-            "holdout": args.holdout,
-            "dry_run": args.dry_run,
-        },
+        extra=BootstrapRecord(
+            data=str(Path(args.data).resolve()),
+            generations=args.generations,
+            population=args.population,
+            holdout=args.holdout,
+            dry_run=args.dry_run,
+        ),
     )
     try:
         client = open_qdrant(settings.memory, location=":memory:" if args.dry_run else None)

@@ -25,7 +25,7 @@ def export(args: argparse.Namespace) -> int:
             records = [record.to_json() for record in api_records(settings, args.url)]
         else:
             try:
-                records = list(local_records(client, settings))
+                records = [record.to_json() for record in local_records(client, settings)]
             finally:
                 client.close()
         lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)

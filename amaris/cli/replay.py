@@ -7,10 +7,9 @@ import argparse
 import asyncio
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -20,7 +19,9 @@ from amaris.cli.config import load
 from amaris.cli.reported import reported
 from amaris.cli.simulate import mode_overrides, record_run, served
 from amaris.manifest import ManifestError, read_manifest
+from amaris.models import TrainingMetadata
 from amaris.settings import ConfigError, Settings, load_settings
+from amaris.sim.answers import RubricJSON
 from amaris.sim.driver import RunResult, StepResult, run
 from amaris.sim.policy import PlannedRollout
 from amaris.sim.progress import Progress
@@ -40,12 +41,12 @@ class ReplaySource:
     def steps(self) -> Sequence[int]:
         return sorted(self._by_step)
 
-    # The simulator's Planner protocol: ``rubric`` is a GET /rubrics answer, unread here.
-    def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
+    def rollouts(self, step: int, rubric: RubricJSON) -> list[PlannedRollout]:
+        """The step's recorded rollouts as their trainer sent them (``rubric`` unread)."""
         return [
             PlannedRollout(
-                r.rollout.model_dump(mode="json", exclude_none=True),
-                {**r.metadata, "current_step": step},
+                r.rollout,
+                TrainingMetadata.model_validate({**r.metadata, "current_step": step}),
                 r.behaviour,
             )
             for r in self._by_step[step]

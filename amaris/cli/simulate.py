@@ -16,7 +16,6 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -29,6 +28,7 @@ from amaris.cli.store import api_get, api_records
 from amaris.manifest import build_manifest, write_manifest
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
+from amaris.sim.answers import RubricJSON
 from amaris.sim.drift import (
     HACKED,
     LENIENT_TO,
@@ -45,7 +45,7 @@ from amaris.sim.noisy_judge import NoisyJudge
 from amaris.sim.policy import PlannedRollout, Policy
 from amaris.sim.progress import Progress
 from amaris.sim.report import write_report
-from amaris.sim.server import managed_server, shared_prefect
+from amaris.sim.server import ConfigValue, managed_server, shared_prefect
 
 DEFAULT_STATIC_STEPS = 5
 DEFAULT_DYNAMIC_LIMIT = 3
@@ -72,7 +72,7 @@ def served(
     settings: Settings,
     url: str | None,
     config: Path | None,
-    overrides: Mapping[str, int] | None = None,
+    overrides: Mapping[str, ConfigValue] | None = None,
     prefect_env: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[str, str | None]]:
     """(URL, bearer key): ``url`` (``--url``) as given, else that of an ``amaris serve``
@@ -98,9 +98,8 @@ def record_run(
     """Write the run manifest in the data folder and as ``<out>/manifest.json``; ``extra``:
     the run's own record (its arguments, its source), the manifest's ``extra``: the fields
     set (a record's model leaves out a field it was not given)."""
-    record = extra.model_dump(exclude_unset=True)
     prompts = load_prompts(settings.prompts)
-    manifest = build_manifest(settings, prompts, kind, seed=seed, extra=record)
+    manifest = build_manifest(settings, prompts, kind, seed=seed, extra=extra)
     path = write_manifest(manifest, settings.memory.path)
     write_manifest(manifest, out, "manifest.json")
     print(f"run manifest: {path} (config {manifest['config_hash']})", file=sys.stderr)
@@ -116,8 +115,7 @@ class SimulatedSource:
     def steps(self) -> Sequence[int]:
         return self._steps
 
-    # The simulator's Planner protocol: ``rubric`` is a GET /rubrics answer as received.
-    def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
+    def rollouts(self, step: int, rubric: RubricJSON) -> list[PlannedRollout]:
         return self.policy.rollouts(step, rubric)
 
     def observe(self, result: StepResult) -> None:
@@ -237,10 +235,11 @@ def _simulate(settings: Settings, args: argparse.Namespace) -> int:
     with served(settings, args.url, config_path(args)) as (url, key):
         result, policy, source = simulated_run(settings, args, url, key, "simulate")
         steps = source.steps()
-        records = [r.to_json() for r in api_records(settings, url) if r.step in steps]
+        records = [r for r in api_records(settings, url) if r.step in steps]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rollouts.jsonl").write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8"
+        "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in records),
+        encoding="utf-8",
     )
     intro = [
         f"{setup.describe()}; wall time {result.wall_s:.1f} s. Behaviours and how to "

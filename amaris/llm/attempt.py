@@ -191,8 +191,7 @@ class Requests:
                     call.agent,
                     call.messages,
                     call.options,
-                    # The provider's seam takes its JSON: a shallow copy, same fields.
-                    None if request_format is None else dict(request_format),
+                    request_format,
                 )
         except Exception as exc:
             return self._failed(call, record, mode, attempt, exc, started)

@@ -15,7 +15,6 @@ from typing import Any, Literal, Protocol
 
 import openai
 
-from amaris.jsonfile import JSONDict
 from amaris.llm.output_mode import RequestFormat, refuses_format
 from amaris.llm.transport import ChatBody, JsonEndpoint, ResponseTooLargeError
 from amaris.models import storable
@@ -153,9 +152,7 @@ class ChatProvider(Protocol):
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        # The request's response_format, as the provider's JSON of any shape: the
-        # recording provider of amaris/app/check_judge.py takes and passes it on so.
-        response_format: JSONDict | None = None,
+        response_format: RequestFormat | None = None,
     ) -> Completion: ...
 
     def failure(self, exc: BaseException) -> Failure:

@@ -4,6 +4,7 @@ order, validated once into :class:`~amaris.settings.schema.Settings`."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,23 @@ from pydantic_settings import EnvSettingsSource, SettingsError
 from amaris.jsonfile import JSONDict
 from amaris.settings.schema import ENV_NESTED_DELIMITER, ENV_PREFIX, Settings
 
-RawConfig = JSONDict
-"""A configuration mapping before validation, as YAML or the environment wrote it: its
-shape is whatever the file holds (validating it is the point of :func:`load_settings`)."""
+
+@dataclass(frozen=True)
+class RawConfig:
+    """A configuration mapping before validation, as YAML or the environment wrote it,
+    changed in place by the layers over it."""
+
+    # Its shape is whatever the file holds: validating it is the point of load_settings.
+    data: JSONDict = field(default_factory=dict)
+
+    def merge(self, top: RawConfig) -> None:
+        """``top`` over this, in this: mappings merged key by key, other values replaced."""
+        for key, value in top.data.items():
+            below = self.data.get(key)
+            if isinstance(below, dict) and isinstance(value, dict):
+                RawConfig(below).merge(RawConfig(value))
+            else:
+                self.data[key] = value
 
 
 class ConfigError(Exception):
@@ -70,19 +85,9 @@ def _environment_error(exc: SettingsError) -> ConfigError:
     )
 
 
-def _merge(base: RawConfig, top: RawConfig) -> None:
-    """``top`` over ``base``, in ``base``: mappings merged key by key, other values replaced."""
-    for key, value in top.items():
-        below = base.get(key)
-        if isinstance(below, dict) and isinstance(value, dict):
-            _merge(below, value)
-        else:
-            base[key] = value
-
-
 def set_dotted(raw: RawConfig, dotted: str, value: Any) -> None:
     """Set ``a.b.c`` in a raw configuration mapping, creating the sections on the way."""
-    node = raw
+    node = raw.data
     *parents, leaf = dotted.split(".")
     for part in parents:
         child = node.get(part)
@@ -110,7 +115,7 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
             error, whose input values could hold one, is not chained.
     """
     source = str(path) if path is not None else "(defaults)"
-    raw: RawConfig = {}
+    raw = RawConfig()
     if path is not None:
         try:
             loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -120,14 +125,14 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
             raise ConfigError(f"configuration {source} is not valid YAML: {exc}") from exc
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"configuration {source}: top level must be a mapping")
-        raw = loaded or {}
+        raw = RawConfig(loaded or {})
     environment = _environment_names()
     if environment:
         source = f"{source} and the environment"
     try:
         # The keys the variables set, as a raw mapping (JSON for a list or a mapping,
         # ``null`` for null), read by pydantic-settings.
-        _merge(raw, EnvSettingsSource(Settings)())
+        raw.merge(RawConfig(EnvSettingsSource(Settings)()))
     except SettingsError as exc:
         raise _environment_error(exc) from None
     for dotted, value in overrides.items():
@@ -135,17 +140,17 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
             continue
         set_dotted(raw, dotted, value)
     # OPENAI_API_KEY and AMARIS_API_KEY where no layer sets the key.
-    client = raw.setdefault("client", {}) or {}
-    raw["client"] = client
+    client = raw.data.setdefault("client", {}) or {}
+    raw.data["client"] = client
     default = client.setdefault("default", {}) or {}
     client["default"] = default
     if not default.get("api_key") and os.environ.get("OPENAI_API_KEY"):
         default["api_key"] = os.environ["OPENAI_API_KEY"]
-    server = raw.setdefault("server", {}) or {}
-    raw["server"] = server
+    server = raw.data.setdefault("server", {}) or {}
+    raw.data["server"] = server
     if not server.get("api_key") and os.environ.get("AMARIS_API_KEY"):
         server["api_key"] = os.environ["AMARIS_API_KEY"]
     try:
-        return Settings.model_validate(raw)
+        return Settings.model_validate(raw.data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source, environment)) from None

@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
 import uvicorn
 
@@ -40,6 +39,7 @@ from amaris.sim.judge_server import (
 )
 from amaris.sim.judge_server import offline_responder as honest_responder
 from amaris.sim.policy import PlannedRollout
+from amaris.sim.server import ConfigValue
 from amaris.sim.wire import ChatRequest
 
 LENIENT_TO = "verbosity_padding"
@@ -110,9 +110,7 @@ def serve_judge(judge: Responder) -> Iterator[str]:
         thread.join(timeout=STARTUP_TIMEOUT_S)
 
 
-# Dotted settings -> values (URLs, keys, flags): the simulate command hands them to its
-# served(), which declares Mapping[str, int], so they stay Any here until it takes ConfigValue.
-def scenario_overrides(judge_url: str, auditor_url: str) -> dict[str, Any]:
+def scenario_overrides(judge_url: str, auditor_url: str) -> dict[str, ConfigValue]:
     """The server's settings in a scenario: the scorer (and so the judge canaries) on the
     simulator's judge at ``judge_url``, the auditor on its noisy judge at ``auditor_url``,
     the pipeline's agents on the server's offline judge."""

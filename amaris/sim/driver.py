@@ -168,7 +168,10 @@ async def run(
             scored = []
             for start in range(0, len(planned), BATCH):
                 items = [
-                    {"rollout": p.rollout, "metadata": p.metadata}
+                    {
+                        "rollout": p.rollout.model_dump(mode="json", exclude_none=True),
+                        "metadata": p.metadata.model_dump(mode="json", exclude_unset=True),
+                    }
                     for p in planned[start : start + BATCH]
                 ]
                 scored += await client.batch_score_async(items)
@@ -188,14 +191,14 @@ async def run(
             audit = detail.get("audit")
             rollouts = [
                 RolloutResult(
-                    rollout_id=str(p.rollout["id"]),
+                    rollout_id=p.rollout.id,
                     behaviour=p.behaviour,
                     reward=r.score if r.status == "scored" else None,
                     status=r.status,
                     rubric_version=r.rubric_version,
-                    flags=flags_of(found.get(str(p.rollout["id"]), {})),
-                    analysed=str(p.rollout["id"]) in found,
-                    prompt=str(p.rollout["input"]),
+                    flags=flags_of(found.get(p.rollout.id, {})),
+                    analysed=p.rollout.id in found,
+                    prompt=p.rollout.input,
                 )
                 for p, r in zip(planned, scored, strict=True)
             ]

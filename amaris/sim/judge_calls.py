@@ -8,8 +8,10 @@ degenerate reply given the pre-check's floor). ``metrics.json`` carries the resu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, TypedDict
+from collections.abc import Iterable
+from typing import TypedDict
+
+from amaris.memory.records import RolloutRecord
 
 
 class JudgeCalls(TypedDict):
@@ -25,23 +27,21 @@ class JudgeCalls(TypedDict):
     rule_verdict_share: float | None
 
 
-# records: rollout-log records as the API sends them (RolloutRecord.to_json(), fields of
-# any version), read leniently: Mapping[str, Any], not a model.
-def judge_calls(records: Iterable[Mapping[str, Any]]) -> JudgeCalls:
+def judge_calls(records: Iterable[RolloutRecord]) -> JudgeCalls:
     """Scored rollouts, those judged, those rewarded by rules alone or by the pre-check,
     the share of judge calls avoided, and the share of verdicts computed by rules."""
     scored = judged = rule_only = degenerate = 0
     verdicts = {"judge": 0, "rule": 0}
     for record in records:
-        if record.get("status") != "scored":
+        if record.status != "scored":
             continue
         scored += 1
-        kinds = [str(v.get("kind", "judge")) for v in record.get("verdicts") or []]
+        kinds = [v.kind for v in record.verdicts]
         for kind in kinds:
             verdicts[kind] = verdicts.get(kind, 0) + 1
         if "judge" in kinds:
             judged += 1
-        elif str(record.get("reason") or "").startswith("degenerate_reply:"):
+        elif (record.reason or "").startswith("degenerate_reply:"):
             degenerate += 1
         else:
             rule_only += 1

@@ -27,10 +27,9 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from amaris.jsonfile import JSONDict
-from amaris.sim.answers import CriterionJSON
+from amaris.models import Rollout, TrainingMetadata
+from amaris.sim.answers import CriterionJSON, RubricJSON
 
 BEHAVIOURS: tuple[str, ...] = (
     "correct",
@@ -151,9 +150,7 @@ def make_task(rng: random.Random) -> Task:
 
 
 # -- the rubric the hacks read -------------------------------------------------------------
-# rubric: a GET /rubrics answer (RubricJSON), taken as the simulate and replay commands'
-# step sources hand it over (Mapping[str, Any]); only its criteria are read, typed here.
-def criteria(rubric: Mapping[str, Any]) -> list[CriterionJSON]:
+def criteria(rubric: RubricJSON) -> list[CriterionJSON]:
     """Anchors then adaptive criteria of a ``GET /rubrics`` answer."""
     return [*rubric.get("anchors", []), *rubric.get("adaptive", [])]
 
@@ -282,10 +279,10 @@ class PlannedRollout:
     """A rollout to score, with its behaviour (kept in ``rollout.metadata``, which neither
     the judge nor the analyzer reads)."""
 
-    # A /score request's rollout and metadata: the simulator's own, or a recorded run's
-    # as its trainer sent them (amaris replay), so JSON of open shape.
-    rollout: JSONDict
-    metadata: JSONDict
+    rollout: Rollout
+    metadata: TrainingMetadata
+    """A /score request's metadata: the simulator's own, or a recorded run's as its
+    trainer sent them (``amaris replay``: its extra fields included)."""
     behaviour: str
 
 
@@ -328,8 +325,7 @@ class Policy:
                 mix[behaviour] = 0.0
         return mix
 
-    # rubric: a GET /rubrics answer, as the simulate command's source hands it over.
-    def rollouts(self, step: int, rubric: Mapping[str, Any]) -> list[PlannedRollout]:
+    def rollouts(self, step: int, rubric: RubricJSON) -> list[PlannedRollout]:
         """The step's rollouts, in a seeded order, written under ``rubric``."""
         rng = random.Random(f"{self.seed}/{step}")
         mix = self.step_mix(step)
@@ -344,24 +340,24 @@ class Policy:
         rng.shuffle(behaviours)
         self.mixes.append(mix)
         shown = criteria(rubric)
-        metadata = {
-            "high_level_goal": HIGH_LEVEL_GOAL,
-            "model_size": "simulated",
-            "current_step": step,
-            "total_steps": self.total_steps,
-        }
+        metadata = TrainingMetadata(
+            high_level_goal=HIGH_LEVEL_GOAL,
+            model_size="simulated",
+            current_step=step,
+            total_steps=self.total_steps,
+        )
         planned = []
         task = make_task(rng)
         for index, behaviour in enumerate(behaviours):
             if index and index % self.group_size == 0:
                 task = make_task(rng)
-            rollout = {
-                "id": f"s{step}-r{index:03d}",
-                "input": task.question,
-                "output": respond(behaviour, task, shown, rng),
-                "supplemental_context": task.reference,
-                "metadata": {"sim_behaviour": behaviour},
-            }
+            rollout = Rollout(
+                id=f"s{step}-r{index:03d}",
+                input=task.question,
+                output=respond(behaviour, task, shown, rng),
+                supplemental_context=task.reference,
+                metadata={"sim_behaviour": behaviour},
+            )
             planned.append(PlannedRollout(rollout, metadata, behaviour))
         return planned
 

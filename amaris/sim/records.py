@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from amaris.jsonfile import JSONDict
+from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_backend import open_rollout_log
 from amaris.memory.rollout_log import StepRegistry, step_records
 from amaris.models import Rollout
@@ -31,15 +32,13 @@ class RecordsError(ValueError):
     """A records file cannot be read; the message names the line and the field."""
 
 
-# Each record as the rollout log writes it (RolloutRecord.to_json(): fields of older
-# versions included), written back out as is: open JSON.
-def local_records(client: QdrantClient, settings: Settings) -> Iterator[JSONDict]:
-    """Every record of the run in an opened store, by step then sequence number."""
+def local_records(client: QdrantClient, settings: Settings) -> Iterator[RolloutRecord]:
+    """Every record of the run in an opened store, by step then sequence number (its
+    :meth:`~RolloutRecord.to_json` is the JSON the log holds, older versions' fields too)."""
     log = open_rollout_log(settings, client)
     try:
         for entry in StepRegistry(client, settings.memory.collection).list():
-            for record in step_records(log, settings.memory.path, entry.step):
-                yield record.to_json()
+            yield from step_records(log, settings.memory.path, entry.step)
     finally:
         log.close()
 

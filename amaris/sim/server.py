@@ -36,14 +36,14 @@ def write_config(base: Path | None, folder: Path, overrides: Mapping[str, Config
     Raises:
         amaris.settings.ConfigError: the result is invalid (the message names the key).
     """
-    raw: RawConfig = {}  # the YAML file as read, validated by load_settings below
+    raw = RawConfig()  # the YAML file as read, validated by load_settings below
     if base is not None:
-        raw = yaml.safe_load(Path(base).read_text(encoding="utf-8")) or {}
+        raw = RawConfig(yaml.safe_load(Path(base).read_text(encoding="utf-8")) or {})
     for dotted, value in overrides.items():
         set_dotted(raw, dotted, value)
     path = folder / "config.yaml"
     folder.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    path.write_text(yaml.safe_dump(raw.data, sort_keys=False), encoding="utf-8")
     load_settings(path)  # fail here, naming the key, rather than in the child
     return path
 

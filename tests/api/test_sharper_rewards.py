@@ -317,12 +317,12 @@ def test_policy_groups_answer_one_task_per_group() -> None:
     planned = Policy(seed=1, per_step=12, total_steps=1, learning_rate=0.0, group_size=4).rollouts(
         0, {"anchors": [], "adaptive": []}
     )
-    inputs = [p.rollout["input"] for p in planned]
+    inputs = [p.rollout.input for p in planned]
     assert [len(set(inputs[i : i + 4])) for i in range(0, 12, 4)] == [1, 1, 1]
     assert len(set(inputs)) == 3
     # Group size 1 keeps the one-task-a-rollout stream of earlier runs of a seed.
     single = Policy(seed=1, per_step=12, total_steps=1, learning_rate=0.0)
-    assert len({p.rollout["input"] for p in single.rollouts(0, {})}) > 3
+    assert len({p.rollout.input for p in single.rollouts(0, {})}) > 3
 
 
 def test_zero_variance_share_counts_groups_with_equal_rewards() -> None:

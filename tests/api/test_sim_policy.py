@@ -135,18 +135,18 @@ def test_policy_is_deterministic_for_a_seed() -> None:
         planned = policy.rollouts(0, RUBRIC)
         policy.observe({"correct": 1.0, "wrong": 0.0})
         planned += policy.rollouts(1, RUBRIC)
-        return [(p.rollout["id"], p.rollout["output"], p.behaviour) for p in planned]
+        return [(p.rollout.id, p.rollout.output, p.behaviour) for p in planned]
 
     assert outputs(5) == outputs(5)
     assert outputs(5) != outputs(6)
     policy = Policy(0, per_step=12, total_steps=3, learning_rate=2.0)
     planned = policy.rollouts(2, RUBRIC)
-    assert {p.rollout["metadata"]["sim_behaviour"] for p in planned} == {
+    assert {(p.rollout.metadata or {})["sim_behaviour"] for p in planned} == {
         p.behaviour for p in planned
     }
-    assert all(p.metadata["current_step"] == 2 and p.metadata["total_steps"] == 3 for p in planned)
+    assert all(p.metadata.current_step == 2 and p.metadata.total_steps == 3 for p in planned)
     # the label stays out of what the judge and the analyzer read
-    assert all(p.behaviour not in p.rollout["id"] for p in planned)
+    assert all(p.behaviour not in p.rollout.id for p in planned)
 
 
 def test_returning_behaviour_leaves_and_comes_back_as_a_one_off() -> None:

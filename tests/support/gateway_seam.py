@@ -21,6 +21,7 @@ import openai
 import pytest
 
 from amaris.llm import attempt
+from amaris.llm.output_mode import RequestFormat
 from amaris.llm.providers import Completion, Failure, openai_failure
 from amaris.settings import ResolvedAgentOptions, Settings, load_settings
 
@@ -93,9 +94,11 @@ class Endpoint:
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        response_format: dict[str, Any] | None = None,
+        response_format: RequestFormat | None = None,
     ) -> Completion:
-        self.requests.append(Request(agent, messages, response_format))
+        # A shallow copy, same fields: the tests read it as the JSON sent.
+        sent = None if response_format is None else dict(response_format)
+        self.requests.append(Request(agent, messages, sent))
         if self.clock is not None:
             self.clock.now += self.seconds
         if not self.script:

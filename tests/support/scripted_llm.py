@@ -23,6 +23,7 @@ import openai
 from amaris.agents.prompts import load_prompts, parse_data_message
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway
+from amaris.llm.output_mode import RequestFormat
 from amaris.llm.providers import Completion, Failure, openai_failure
 from amaris.settings import ResolvedAgentOptions, Settings
 
@@ -66,9 +67,10 @@ class ScriptedProvider:
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        response_format: dict[str, Any] | None = None,
+        response_format: RequestFormat | None = None,
     ) -> Completion:
-        call = Call(messages, response_format)
+        # A shallow copy, same fields: the tests read it as the JSON sent.
+        call = Call(messages, None if response_format is None else dict(response_format))
         self.calls.append(call)
         answer = self.script.pop(0) if self.script else self.default
         self.arrived.set()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from amaris.agents.prompts import load_prompts, prompt_fingerprint
 from amaris.cli.main import main
@@ -45,6 +46,12 @@ def _planted(tmp_path: Path) -> Settings:
         )
     )
     return load_settings(config)
+
+
+class _Steps(BaseModel):
+    """A run's own record, as a command gives it (its manifest's ``extra``)."""
+
+    steps: int
 
 
 def test_manifest_holds_no_secret(tmp_path: Path) -> None:
@@ -99,7 +106,7 @@ def test_the_redacted_config_loads_back_to_the_same_config(tmp_path: Path) -> No
 def test_manifest_records_agents_versions_commit_and_seed(tmp_path: Path) -> None:
     settings = _planted(tmp_path)
     prompts = load_prompts(settings.prompts)
-    manifest = build_manifest(settings, prompts, "simulate", seed=3, extra={"steps": 2})
+    manifest = build_manifest(settings, prompts, "simulate", seed=3, extra=_Steps(steps=2))
     agents = manifest["agents"]
     assert set(agents) == set(AGENTS)
     assert agents["scorer"]["endpoint"] == "local"

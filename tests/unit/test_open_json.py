@@ -14,20 +14,20 @@ from amaris.api.routes.openrlhf import RunMetadata, _Metadata
 from tests.support.open_json import open_json_aliases, open_json_uses, per_part
 
 BUDGET = {
-    "amaris": 17,  # the trainer's metadata, the settings dump, a run's extra: the client's inputs
+    "amaris": 16,  # the trainer's metadata, the settings dump, a run's extra: the client's inputs
     "amaris/agents": 8,  # trainer metadata; blocks bootstrap writes as JSON, and parsed back
-    "amaris/app": 2,  # ChatProvider's response_format (llm's); the manifest (ManifestJSON)
+    "amaris/app": 0,
     "amaris/bootstrap": 1,  # a data file's candidate metadata
-    "amaris/cli": 2,  # the simulator's StepSource protocol: a GET /rubrics answer
+    "amaris/cli": 0,
     "amaris/integrations": 2,  # a tool call's arguments; a body narrowed key by key
-    "amaris/llm": 6,  # a reply before validation; the provider's JSON; pydantic's raw schema
+    "amaris/llm": 5,  # a reply before validation; the provider's JSON; pydantic's raw schema
     "amaris/memory": 6,  # the trainer's metadata, records and analyses of any version
     "amaris/offline": 0,
     "amaris/scoring": 0,
-    "amaris/settings": 9,  # raw YAML before validation; the provider's JSON sent as is
-    "amaris/sim": 10,  # recorded rollouts as their trainer sent them; rubric as cli hands it
+    "amaris/settings": 5,  # raw YAML before validation; the provider's JSON sent as is
+    "amaris/sim": 2,  # a recorded rollout's trainer metadata; what a command adds to metrics
     "api": 4,
-    "tasks": 7,  # the trainer's metadata (a parameter of each task); Prefect's cache key
+    "tasks": 2,  # the trainer's metadata (TrainerMetadata holds it); Prefect's cache key
 }
 """Open JSON uses per part at most; a part not named has none (``flows`` among them)."""
 
@@ -68,8 +68,9 @@ def test_aliases_are_followed_through_imports_and_models_are_not_aliases() -> No
     assert not [
         u for u in uses if u.path == "amaris/memory/records.py" and u.text == "RolloutRecord"
     ]
-    # An imported alias counts where it is used: tasks/ takes the trainer's metadata as one.
-    assert any(u.path.startswith("tasks/") and u.text == "JSONObject" for u in uses)
+    # An imported alias counts where it is used: tasks/ holds the trainer's metadata as one
+    # (TrainerMetadata's root, amaris.jsonfile's JSONDict).
+    assert any(u.path == "tasks/blocks.py" and u.text == "JSONDict" for u in uses)
 
 
 def test_the_get_reward_item_metadata_mirrors_run_metadata() -> None:
