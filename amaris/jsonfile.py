@@ -10,9 +10,9 @@ from typing import Any, TypeAlias
 JSONDict: TypeAlias = dict[str, Any]
 """A JSON object whose shape is not amaris's to know, declared once here: a trainer's
 metadata, a judge's or an agent's raw reply before its schema checks it, the provider's
-wire format, a JSON schema, a file of any version read leniently. The aliases built on it
-(``DataBlock``, ``RawConfig``, ``ConfigJSON``...) say which JSON each is; a shape amaris
-knows gets a model or a TypedDict instead."""
+wire format, a file of any version read leniently. The aliases built on it (``DataBlock``,
+``JSONObject``, ``ConfigJSON``; ``RawConfig`` holds one) say which JSON each is; a shape
+amaris knows gets a model or a TypedDict instead."""
 
 
 class JsonFileError(ValueError):
