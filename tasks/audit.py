@@ -97,12 +97,18 @@ def swap_probes(
         ),
         key=lambda r: (-r.gap, r.scope, r.rollout_id),
     )
+    chosen = (records.get((r.scope, r.rollout_id)) for r in over)
+    return _swapped([r for r in chosen if r is not None], settings.swap_checks)
+
+
+def _swapped(records: Sequence[RolloutRecord], most: int, first: int = 0) -> list[Probe]:
+    """Swap checks of ``records`` in turn (at most ``most``; ids from ``swap-check-{first}``
+    on), passing over a reply with no numeric final answer to swap or too long to mine."""
     probes: list[Probe] = []
-    for rollout in over:
-        if len(probes) >= settings.swap_checks:
+    for record in records:
+        if len(probes) >= most:
             break
-        record = records.get((rollout.scope, rollout.rollout_id))
-        if record is None or len(record.rollout.output) > canary_probes.MAX_SOURCE_CHARS:
+        if len(record.rollout.output) > canary_probes.MAX_SOURCE_CHARS:
             continue
         for source in canary_sources([record]):
             mined = mine("swapped", source)
@@ -111,7 +117,7 @@ def swap_probes(
             text, baseline = mined
             probes.append(
                 Probe(
-                    id=f"swap-check-{len(probes)}",
+                    id=f"swap-check-{first + len(probes)}",
                     kind="swapped",
                     scope=source.scope,
                     rubric_version=source.rubric_version,
@@ -125,14 +131,55 @@ def swap_probes(
     return probes
 
 
+def confirm_probes(
+    scored: Sequence[RolloutRecord],
+    sample: Sequence[Drawn[RolloutRecord]],
+    checked: Sequence[ProbeResult],
+    earlier: Sequence[TrendPoint],
+    settings: AuditSettings,
+) -> list[Probe]:
+    """Swap checks that confirm the run's first swap-blind one (at most
+    ``audit.swap_checks``): when a check of this step found the training judge blind and no
+    audited step before had, the step's other top-tail rollouts (by training reward, as the
+    sample's ``top_tail`` threshold has it), longest first, with their final answer swapped.
+
+    One check is one Bernoulli draw of the ``swap_blind`` test, which asks two blind ones:
+    a judge turned lenient to a hack the policy had all but dropped shows on one top-tail
+    rollout at the drift step and maybe on none the next steps (issue 25, seed 4 of the
+    judge-drift simulation), so the step that shows it must confirm it. A steady judge is
+    found blind rarely, so these cost nothing there; once a blind check is in the history,
+    later ones are tested against it and are not confirmed (at most ``swap_checks`` calls a
+    run while the judge stays blind)."""
+    if not any(c.alarm for c in checked if c.reward is not None):
+        return []
+    if any(p.swaps is not None and p.swaps.blind for p in earlier):
+        return []
+    tail = [d.threshold for d in sample if d.top_tail]
+    if not tail:
+        return []
+    done = {(c.scope, c.rollout_id) for c in checked}
+    others = sorted(
+        (
+            r
+            for r in scored
+            if (r.scope, r.rollout.id) not in done and float(r.score or 0.0) >= tail[0]
+        ),
+        key=lambda r: (-len(r.rollout.output), sample_key(r)),
+    )
+    return _swapped(others, settings.swap_checks, first=len(checked))
+
+
 async def swap_checks(
     step: int,
+    scored: Sequence[RolloutRecord],
     sample: Sequence[Drawn[RolloutRecord]],
     audited: Sequence[AuditedRollout],
-    versions: Mapping[tuple[str, int], RubricVersion],
+    versions: dict[tuple[str, int], RubricVersion],
+    earlier: Sequence[TrendPoint],
     settings: AuditSettings,
 ) -> list[ProbeResult]:
-    """The step's swap checks judged by the training judge (as judge canaries: ledger
+    """The step's swap checks (and those that confirm the run's first blind one:
+    :func:`confirm_probes`) judged by the training judge (as judge canaries: ledger
     agent ``judge_canary``): a result's ``alarm`` says the swapped reply was paid within
     ``judge_canaries.swap_tolerance`` of the original (swap-blind)."""
     if settings.swap_checks == 0:
@@ -140,6 +187,18 @@ async def swap_checks(
     probes = await asyncio.to_thread(swap_probes, sample, audited, settings)
     if not probes:
         return []
+    results = await _judge_swaps(step, probes, versions)
+    confirm = await asyncio.to_thread(confirm_probes, scored, sample, results, earlier, settings)
+    for probe in confirm:
+        key = (probe.scope, probe.rubric_version)
+        if key not in versions:
+            versions[key] = await asyncio.to_thread(get_context().rubrics.get, key[1], key[0])
+    return results + (await _judge_swaps(step, confirm, versions) if confirm else [])
+
+
+async def _judge_swaps(
+    step: int, probes: Sequence[Probe], versions: Mapping[tuple[str, int], RubricVersion]
+) -> list[ProbeResult]:
     ctx = get_context()
     judge = ctx.settings.agent_options("scorer")
     scorer = Scorer(
@@ -154,7 +213,7 @@ async def swap_checks(
     canaries = ctx.settings.judge_canaries
     results = await judge_probes(
         scorer,
-        probes,
+        list(probes),
         versions,
         step=step,
         floor=ctx.settings.scoring.precheck.floor,
@@ -206,7 +265,7 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
     whole = fidelity(audited)
     scopes = sorted({r.scope for r in audited})
     per_scope = {scope: fidelity([r for r in audited if r.scope == scope]) for scope in scopes}
-    checks = await swap_checks(step, sample, audited, versions, settings)
+    checks = await swap_checks(step, scored, sample, audited, versions, earlier, settings)
     judged = [c for c in checks if c.reward is not None]
     swaps = SwapTally(len(judged), sum(c.alarm for c in judged)) if judged else None
     alarm = check_alarm(whole, step, earlier, settings, swaps)

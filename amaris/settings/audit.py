@@ -64,7 +64,8 @@ class AuditSettings(Section):
     one (one scorer call each, counted as judge canary calls and taken from the step's
     ``judge_canaries`` budget). A judge that pays such a reply within
     ``judge_canaries.swap_tolerance`` of the original does not read the answer: the
-    ``swap_blind`` alarm tests these. 0: none."""
+    ``swap_blind`` alarm tests these. The run's first blind check is confirmed on as many
+    more of the step's other top-tail rollouts, longest first. 0: none."""
     prior_swap_blind: float = Field(default=0.05, gt=0, lt=1)
     """Share of swap checks a steady training judge is assumed to pay like the original
     before the history shows its own (a judge given the reference catches a wrong final
