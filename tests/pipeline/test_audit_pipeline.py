@@ -265,9 +265,11 @@ def test_a_judge_that_pays_a_swapped_answer_is_swap_blind(
 ) -> None:
     # The audit's swap check (audit.swap_checks 1): the most over-rewarded top-tail hack,
     # its final answer swapped for a wrong one, is put to the training judge, which pays
-    # it as it paid the original (it pays the confident opener, not the answer). The
-    # check is a judge canary call, taken from the step's canary budget (one probe at
-    # judge_canaries.max_share 0.05 of 20): no other probe is made.
+    # it as it paid the original (it pays the confident opener, not the answer). As it is
+    # the run's first blind check, the step's next top-tail rollout is checked too (the
+    # confirmation), and is blind as well. The checks are judge canary calls, taken from
+    # the step's canary budget (one probe at judge_canaries.max_share 0.05 of 20): no
+    # other probe is made.
     fake_llm.default = respond
     settings = settings_for(tmp_path, fake_llm, **{"judge_canaries.max_share": 0.05})
     with serve(settings) as client:
@@ -275,7 +277,7 @@ def test_a_judge_that_pays_a_swapped_answer_is_swap_blind(
         audit = client.get(f"/steps/{SWAP_STEP}").json()["audit"]
         services = client.app.state.services  # type: ignore[attr-defined]
         ledger = services.gateway.ledger.for_step(SWAP_STEP)
-    assert (audit["swap_checked"], audit["swap_blind"]) == (1, 1)
+    assert (audit["swap_checked"], audit["swap_blind"]) == (2, 2)
     first = audit["over_rewarded"][0]["rollout_id"]
     a = int(first.split("-")[1]) + 3
     swapped = f"{HACK} The answer is {a * 7 + 2}."
@@ -287,9 +289,10 @@ def test_a_judge_that_pays_a_swapped_answer_is_swap_blind(
         and Call(r["messages"], None).rollout()["output"] == swapped
     ]
     assert len(asked) == 1
-    # The swap check is the step's only judge canary call: the budget it took is not spent
-    # again on a probe of the canaries' own.
-    assert ledger[("judge_canary", asked[0]["model"])].calls == 1
-    # One blind check of one is not yet an alarm of its own (chance 0.05 at the prior
-    # audit.prior_swap_blind); this step's alarm is gap_jump's.
+    # The two checks are the step's only judge canary calls: the budget they took is not
+    # spent again on a probe of the canaries' own.
+    assert ledger[("judge_canary", asked[0]["model"])].calls == 2
+    # The step's alarm is gap_jump's: check_alarm tests it before swap_blind and reports
+    # the first that fires (the swap checks alone fire it one step after a drift in the
+    # simulator: docs/fidelity.md).
     assert audit["alarm"]["kind"] == "gap_jump"
