@@ -199,6 +199,11 @@ class AuditSummary(BaseModel):
     top_tail_agreement: float | None
     gap: float | None
     alarm: Alarm | None = None
+    swap_checked: int = 0
+    """Over-rewarded top-tail rollouts put to the training judge with their final answer
+    swapped (``audit.swap_checks``)."""
+    swap_blind: int = 0
+    """Of them, those it paid within ``judge_canaries.swap_tolerance`` of the original."""
 
 
 class StepAudit(AuditSummary):
@@ -218,11 +223,6 @@ class StepAudit(AuditSummary):
     reads it; ``over_rewarded`` keeps at most 32 of them)."""
     tally: list[CriterionTally] = Field(default_factory=list)
     """Per criterion, over the graded top tail: what the ``gap_jump`` alarm pools."""
-    swap_checked: int = 0
-    """Over-rewarded top-tail rollouts put to the training judge with their final answer
-    swapped (``audit.swap_checks``)."""
-    swap_blind: int = 0
-    """Of them, those it paid within ``judge_canaries.swap_tolerance`` of the original."""
     training_mean: float | None = None
     audit_mean: float | None = None
     judge_calls: int = 0
@@ -251,11 +251,13 @@ class StepAudit(AuditSummary):
         return self.evidence.get(scope) or AlarmEvidence(step=self.step, reason=self.alarm.reason)
 
     def summary(self) -> AuditSummary:
-        """The five fields ``GET /steps`` shows."""
+        """The fields ``GET /steps`` shows."""
         return AuditSummary(
             sampled=self.sampled,
             agreement=self.agreement,
             top_tail_agreement=self.top_tail_agreement,
             gap=self.gap,
             alarm=self.alarm,
+            swap_checked=self.swap_checked,
+            swap_blind=self.swap_blind,
         )

@@ -107,6 +107,8 @@ class AuditFigures(TypedDict):
     top_tail_agreement: float | None
     gap: float | None
     alarm: AlarmFigures | None
+    swap_checked: int
+    swap_blind: int
 
 
 class UpdateFigures(TypedDict):
@@ -182,6 +184,8 @@ def audit_figures(audit: AuditSummary) -> AuditFigures:
         "top_tail_agreement": audit.top_tail_agreement,
         "gap": audit.gap,
         "alarm": None if alarm is None else {"kind": alarm.kind, "reason": alarm.reason},
+        "swap_checked": audit.swap_checked,
+        "swap_blind": audit.swap_blind,
     }
 
 

@@ -137,7 +137,9 @@ def test_the_alarm_reaches_the_api_the_metrics_and_the_agents(
     evidence = audit["evidence"]["global"]
     assert evidence["rollouts"] and all("hack" in r["rollout_id"] for r in evidence["rollouts"])
     assert listed[0]["audit"]["alarm"]["kind"] == "gap_jump"
-    assert set(listed[0]["audit"]) == {"sampled", "agreement", "top_tail_agreement", "gap", "alarm"}
+    summary = {"sampled", "agreement", "top_tail_agreement", "gap", "alarm"}
+    swaps = {"swap_checked", "swap_blind"}
+    assert set(listed[0]["audit"]) == summary | swaps
     assert "amaris_fidelity_alarms_total 1.0" in metrics
     assert "amaris_audit_agreement -" in metrics
     assert "amaris_audit_reward_gap 0." in metrics
@@ -275,9 +277,13 @@ def test_a_judge_that_pays_a_swapped_answer_is_swap_blind(
     with serve(settings) as client:
         run_step(client, SWAP_STEP)
         audit = client.get(f"/steps/{SWAP_STEP}").json()["audit"]
+        listed = client.get("/steps").json()
         services = client.app.state.services  # type: ignore[attr-defined]
         ledger = services.gateway.ledger.for_step(SWAP_STEP)
     assert (audit["swap_checked"], audit["swap_blind"]) == (2, 2)
+    # The list carries them too (a simulation's metrics.json reads the list).
+    entry = next(s["audit"] for s in listed if s["step"] == SWAP_STEP)
+    assert (entry["swap_checked"], entry["swap_blind"]) == (2, 2)
     first = audit["over_rewarded"][0]["rollout_id"]
     a = int(first.split("-")[1]) + 3
     swapped = f"{HACK} The answer is {a * 7 + 2}."

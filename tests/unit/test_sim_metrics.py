@@ -13,7 +13,13 @@ from amaris.sim.metrics import audit_figures
 )
 def test_a_steps_audit_figures_are_its_summary_as_json(alarm: Alarm | None) -> None:
     summary = AuditSummary(
-        sampled=12, agreement=0.61, top_tail_agreement=None, gap=0.125, alarm=alarm
+        sampled=12,
+        agreement=0.61,
+        top_tail_agreement=None,
+        gap=0.125,
+        alarm=alarm,
+        swap_checked=2,
+        swap_blind=1,
     )
     figures = audit_figures(summary)
     assert figures == summary.model_dump(mode="json")
