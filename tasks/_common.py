@@ -19,6 +19,7 @@ from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.rubric.guardrails import AppliedUpdate, apply_modifications
 from amaris.rubric.informativeness import DueCriterion, retirements
 from amaris.rubric.model import RubricVersion
+from amaris.scoring.scorer import Scorer
 from amaris.settings import AgentName
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest, retry_on_transient
@@ -59,6 +60,23 @@ def apply_proposal(
         current, proposal.rubric_modifications, ctx.bounds, ctx.memory.embed
     )
     return proposal, [str(m.criterion_id) for m in extra], applied
+
+
+def training_scorer(account: str) -> Scorer:
+    """The training judge as the step's canaries put probes to it: the scorer agent's
+    prompt, samples and logprobs, under the rubrics in force, its calls counted under the
+    ledger agent ``account`` (not the scorer's, which counts the served rewards)."""
+    ctx = get_context()
+    judge = ctx.settings.agent_options("scorer")
+    return Scorer(
+        ctx.settings.scoring,
+        ctx.gateway,
+        ctx.rubrics,
+        ctx.prompts["scorer"],
+        samples=judge.samples,
+        logprobs=judge.logprobs,
+        account=account,
+    )
 
 
 def dumped(items: Sequence[M]) -> list[M]:
