@@ -11,6 +11,8 @@ from prefect import Task, task
 from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
+from amaris.agents.blocks import SummaryInput, TaskContext, TaskData
+from amaris.agents.payloads import CriteriaContext
 from amaris.agents.prompts import agent_messages
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
@@ -23,7 +25,7 @@ from amaris.scoring.scorer import Scorer
 from amaris.settings import AgentName
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest, retry_on_transient
-from amaris.tasks.blocks import CriteriaContext, SummaryInput, TaskContext, TaskData
+from amaris.tasks.models import AgentCriterion
 
 T = TypeVar("T", bound=BaseModel)
 M = TypeVar("M", bound=BaseModel)
@@ -77,6 +79,12 @@ def training_scorer(account: str) -> Scorer:
         logprobs=judge.logprobs,
         account=account,
     )
+
+
+def criteria_context(criteria: Sequence[AgentCriterion]) -> CriteriaContext:
+    """The context block of the summarizers and the query generator: the rubric in force,
+    each criterion as the agents' blocks carry it."""
+    return {"criteria": [c.data() for c in criteria]}
 
 
 def dumped(items: Sequence[M]) -> list[M]:
