@@ -20,11 +20,11 @@ BUDGET = {
     "amaris/bootstrap": 1,  # a data file's candidate metadata
     "amaris/cli": 0,
     "amaris/integrations": 2,  # a tool call's arguments; a body narrowed key by key
-    "amaris/llm": 5,  # a reply before validation; the provider's JSON; pydantic's raw schema
+    "amaris/llm": 4,  # a reply before validation; a configured response_format; pydantic's schema
     "amaris/memory": 6,  # the trainer's metadata, records and analyses of any version
     "amaris/offline": 0,
     "amaris/scoring": 0,
-    "amaris/settings": 5,  # raw YAML before validation; the provider's JSON sent as is
+    "amaris/settings": 2,  # raw YAML before validation; the provider's JSON (ProviderJSON)
     "amaris/sim": 2,  # a recorded rollout's trainer metadata; what a command adds to metrics
     "api": 4,
     "tasks": 1,  # Prefect's cache-key parameters
