@@ -3,13 +3,65 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, Required, TypedDict
 
 import httpx
 
+from amaris.jsonfile import JSONDict
 from amaris.models import BatchScoreResponse, ScoreResponse
+
+
+class RolloutBody(TypedDict, total=False):
+    """A rollout as ``/score`` and ``/batch_score`` take it (the server's
+    :class:`amaris.models.Rollout`, which checks it: a 422 names the field)."""
+
+    id: Required[str]
+    input: Required[str]
+    output: Required[str]
+    supplemental_context: str | None
+    # Free-form metadata stored with the rollout: the trainer's JSON, open on the server too.
+    metadata: JSONDict | None
+    group_id: str | None
+
+
+class MetadataBody(TypedDict, total=False):
+    """Where the trainer is (the server's :class:`amaris.models.TrainingMetadata`). The
+    server keeps a trainer's own keys as well: declare them in a ``TypedDict`` that
+    extends this one."""
+
+    high_level_goal: str | None
+    model_size: str | None
+    current_step: int
+    total_steps: int | None
+    other_context: str | None
+
+
+class ScoreItem(TypedDict):
+    """One rollout to score and where the trainer is (an item of ``/batch_score``)."""
+
+    rollout: RolloutBody
+    metadata: MetadataBody
+
+
+class _ScoreBody(ScoreItem):
+    """A ``/score`` body."""
+
+    include_breakdown: bool
+
+
+class _BatchBody(TypedDict):
+    """A ``/batch_score`` body."""
+
+    items: Sequence[ScoreItem]
+    include_breakdown: bool
+
+
+class _StepBody(TypedDict, total=False):
+    """A ``/complete`` body: the step, or none for the server's current one."""
+
+    step: int
 
 
 class CanaryAnswer(TypedDict, total=False):
@@ -130,9 +182,8 @@ class RewardClient:
 
     async def score_async(
         self,
-        # The caller's JSON, sent as is: the server checks its shape (a 422 names the field).
-        rollout: Mapping[str, object],
-        metadata: Mapping[str, object],  # the caller's JSON, sent as is
+        rollout: RolloutBody,
+        metadata: MetadataBody,
     ) -> float:
         """The reward of one rollout.
 
@@ -146,18 +197,22 @@ class RewardClient:
 
     async def score_detailed_async(
         self,
-        rollout: Mapping[str, object],  # the caller's JSON, sent as is (see score_async)
-        metadata: Mapping[str, object],  # the caller's JSON, sent as is
+        rollout: RolloutBody,
+        metadata: MetadataBody,
         include_breakdown: bool = False,
     ) -> ScoreResponse:
         """The whole /score answer: score, status, rubric version, optional breakdown."""
-        body = {"rollout": rollout, "metadata": metadata, "include_breakdown": include_breakdown}
+        body: _ScoreBody = {
+            "rollout": rollout,
+            "metadata": metadata,
+            "include_breakdown": include_breakdown,
+        }
         data = await self._post("/score", body, allow_503=True)
         return ScoreResponse.model_validate(data)
 
     async def batch_score_async(
         self,
-        items: Sequence[Mapping[str, object]],  # the caller's JSON, sent as is (score_async)
+        items: Sequence[ScoreItem],
         include_breakdown: bool = False,
     ) -> list[ScoreResponse]:
         """Score ``[{"rollout":..., "metadata":...}, ...]``; one result per item, in order.
@@ -237,8 +292,9 @@ class RewardClient:
             timeout=_http_timeout(self._timeout, wait),
         )
 
-    # ``body``: a request's JSON around the caller's own (score_async).
-    async def _post(self, path: str, body: Mapping[str, object], allow_503: bool = False) -> Any:
+    async def _post(
+        self, path: str, body: _ScoreBody | _BatchBody | _StepBody, allow_503: bool = False
+    ) -> Any:
         try:
             response = await self._http.post(path, json=body)
         except httpx.TransportError as exc:
@@ -279,7 +335,7 @@ def _send(method: Any, path: str, **kwargs: Any) -> httpx.Response:
     return response
 
 
-def _step_body(step: int | None) -> dict[str, int]:
+def _step_body(step: int | None) -> _StepBody:
     return {"step": step} if step is not None else {}
 
 

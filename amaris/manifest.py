@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Required, TypedDict
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, RootModel, SecretStr
 
 from amaris.agents.prompts import prompt_fingerprint
 from amaris.jsonfile import JSONDict, JsonFileError, read_json
@@ -106,6 +106,8 @@ def _clean(value: Any, path: str, removed: list[str]) -> Any:
     if isinstance(value, SecretStr):
         removed.append(path)
         return None
+    if isinstance(value, RootModel):  # the provider's JSON (ProviderJSON): its own JSON
+        return _clean(value.root, path, removed)
     if isinstance(value, BaseModel):
         return {
             name: _clean(getattr(value, name), f"{path}.{name}".lstrip("."), removed)

@@ -16,6 +16,7 @@ from typing import TypeVar, cast
 
 from prefect.utilities.annotations import quote
 
+from amaris.agents.blocks import TrainerMetadata
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis, RubricUpdateProposal
 from amaris.audit.models import AlarmEvidence
 from amaris.flows.artifacts import rubric_diff_artifact
@@ -31,9 +32,8 @@ from amaris.rubric.model import RubricVersion
 from amaris.scoring.canary import canary_rollouts
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped
-from amaris.tasks._common import DROPS, dumped, split_for
+from amaris.tasks._common import DROPS, criteria_context, split_for
 from amaris.tasks.analyze import analysis_key, analyze_chunk, forget_analyses
-from amaris.tasks.blocks import TrainerMetadata
 from amaris.tasks.canary import CanaryRequest, check_canary
 from amaris.tasks.generate_queries import generate_queries
 from amaris.tasks.meta_summarize import meta_summarize
@@ -179,7 +179,7 @@ class ScopeRun:
         the summarizer failed permanently to give is dropped."""
         parts = await split_for(
             "summarizer",
-            {"criteria": dumped(self.criteria)},
+            criteria_context(self.criteria),
             summary_payload(self.step, self.metadata, []),
             "analyses",
             analyses,
@@ -213,7 +213,7 @@ class ScopeRun:
         while True:
             groups = await split_for(
                 "meta_summarizer",
-                {"criteria": dumped(self.criteria)},
+                criteria_context(self.criteria),
                 {"step": self.step, "metadata": self.metadata},
                 "summaries",
                 summaries,

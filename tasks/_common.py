@@ -11,6 +11,8 @@ from prefect import Task, task
 from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
+from amaris.agents.blocks import SummaryInput, TaskContext, TaskData
+from amaris.agents.payloads import CriteriaContext
 from amaris.agents.prompts import agent_messages
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
@@ -19,10 +21,11 @@ from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.rubric.guardrails import AppliedUpdate, apply_modifications
 from amaris.rubric.informativeness import DueCriterion, retirements
 from amaris.rubric.model import RubricVersion
+from amaris.scoring.scorer import Scorer
 from amaris.settings import AgentName
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest, retry_on_transient
-from amaris.tasks.blocks import CriteriaContext, SummaryInput, TaskContext, TaskData
+from amaris.tasks.models import AgentCriterion
 
 T = TypeVar("T", bound=BaseModel)
 M = TypeVar("M", bound=BaseModel)
@@ -59,6 +62,29 @@ def apply_proposal(
         current, proposal.rubric_modifications, ctx.bounds, ctx.memory.embed
     )
     return proposal, [str(m.criterion_id) for m in extra], applied
+
+
+def training_scorer(account: str) -> Scorer:
+    """The training judge as the step's canaries put probes to it: the scorer agent's
+    prompt, samples and logprobs, under the rubrics in force, its calls counted under the
+    ledger agent ``account`` (not the scorer's, which counts the served rewards)."""
+    ctx = get_context()
+    judge = ctx.settings.agent_options("scorer")
+    return Scorer(
+        ctx.settings.scoring,
+        ctx.gateway,
+        ctx.rubrics,
+        ctx.prompts["scorer"],
+        samples=judge.samples,
+        logprobs=judge.logprobs,
+        account=account,
+    )
+
+
+def criteria_context(criteria: Sequence[AgentCriterion]) -> CriteriaContext:
+    """The context block of the summarizers and the query generator: the rubric in force,
+    each criterion as the agents' blocks carry it."""
+    return {"criteria": [c.data() for c in criteria]}
 
 
 def dumped(items: Sequence[M]) -> list[M]:

@@ -21,7 +21,7 @@ from amaris.scoring.regrade import regrade_all
 from amaris.scoring.scorer import Scorer
 from amaris.settings import AUDITOR, AuditSettings
 from amaris.steps.context import get_context
-from amaris.tasks._common import llm_task
+from amaris.tasks._common import llm_task, training_scorer
 from amaris.tasks.judge_canaries import LEDGER_AGENT
 
 log = logging.getLogger("amaris.pipeline")
@@ -200,16 +200,7 @@ async def _judge_swaps(
     step: int, probes: Sequence[Probe], versions: Mapping[tuple[str, int], RubricVersion]
 ) -> list[ProbeResult]:
     ctx = get_context()
-    judge = ctx.settings.agent_options("scorer")
-    scorer = Scorer(
-        ctx.settings.scoring,
-        ctx.gateway,
-        ctx.rubrics,
-        ctx.prompts["scorer"],
-        samples=judge.samples,
-        logprobs=judge.logprobs,
-        account=LEDGER_AGENT,
-    )
+    scorer = training_scorer(LEDGER_AGENT)
     canaries = ctx.settings.judge_canaries
     results = await judge_probes(
         scorer,

@@ -14,9 +14,8 @@ from amaris.rubric.guardrails import UpdateRejected
 from amaris.rubric.informativeness import DueCriterion
 from amaris.rubric.model import RubricVersion
 from amaris.scoring.canary import MAX_HACK_PROBES, CanaryReport, CanaryRollout, run_canary
-from amaris.scoring.scorer import Scorer
 from amaris.steps.context import get_context
-from amaris.tasks._common import apply_proposal
+from amaris.tasks._common import apply_proposal, training_scorer
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -88,16 +87,7 @@ async def _check(request: CanaryRequest) -> CanaryReport:
         adaptive=applied.adaptive,
         next_adaptive_id=applied.next_adaptive_id,
     )
-    judge = ctx.settings.agent_options("scorer")
-    scorer = Scorer(
-        ctx.settings.scoring,
-        ctx.gateway,
-        ctx.rubrics,
-        ctx.prompts["scorer"],
-        samples=judge.samples,
-        logprobs=judge.logprobs,
-        account=LEDGER_AGENT,
-    )
+    scorer = training_scorer(LEDGER_AGENT)
     # The hacks earlier steps remembered (this step's are still being written, and its
     # rollouts are probes already).
     hacks = await asyncio.to_thread(

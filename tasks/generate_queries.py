@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from amaris.agents.blocks import QueryInput, TrainerMetadata
 from amaris.agents.schemas import BatchSummary, QueryPlan
 from amaris.steps.context import get_context
-from amaris.tasks._common import ask, at_most_items, dumped, llm_task
-from amaris.tasks.blocks import QueryInput, TrainerMetadata
+from amaris.tasks._common import ask, at_most_items, criteria_context, llm_task
 from amaris.tasks.models import AgentCriterion
 
 
@@ -36,7 +36,7 @@ async def generate_queries(
     }
     plan = await ask(
         "query_generator",
-        {"criteria": dumped(criteria)},
+        criteria_context(criteria),
         data,
         QueryPlan,
         step,

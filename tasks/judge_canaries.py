@@ -26,9 +26,8 @@ from amaris.scoring.judge_canaries import (
 )
 from amaris.scoring.learned_rules import LEARNED_FROM, new_rule
 from amaris.scoring.precheck import degenerate
-from amaris.scoring.scorer import Scorer
 from amaris.steps.context import get_context
-from amaris.tasks._common import llm_task
+from amaris.tasks._common import llm_task, training_scorer
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -155,16 +154,7 @@ async def _check(request: JudgeCanaryRequest) -> JudgeCanaryReport:
     rubrics: dict[tuple[str, int], RubricVersion] = {}
     for scope, version in wanted:
         rubrics[(scope, version)] = await asyncio.to_thread(ctx.rubrics.get, version, scope)
-    judge = ctx.settings.agent_options("scorer")
-    scorer = Scorer(
-        ctx.settings.scoring,
-        ctx.gateway,
-        ctx.rubrics,
-        ctx.prompts["scorer"],
-        samples=judge.samples,
-        logprobs=judge.logprobs,
-        account=LEDGER_AGENT,
-    )
+    scorer = training_scorer(LEDGER_AGENT)
     results = await judge_probes(
         scorer,
         probes,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from amaris.agents.blocks import SummaryInput, TrainerMetadata
 from amaris.agents.schemas import BatchSummary
-from amaris.tasks._common import ask, dumped, llm_task
-from amaris.tasks.blocks import SummaryInput, TrainerMetadata
+from amaris.tasks._common import ask, criteria_context, dumped, llm_task
 from amaris.tasks.models import AgentCriterion
 
 
@@ -21,4 +21,4 @@ async def meta_summarize(
     group of them when they do not fit the meta-summarizer's context budget together
     (``<level>.<group>``: the flow then consolidates those summaries in turn)."""
     data: SummaryInput = {"step": step, "metadata": metadata, "summaries": dumped(summaries)}
-    return await ask("meta_summarizer", {"criteria": dumped(criteria)}, data, BatchSummary, step)
+    return await ask("meta_summarizer", criteria_context(criteria), data, BatchSummary, step)

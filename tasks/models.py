@@ -14,8 +14,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
+# Moved to amaris.agents.blocks (the prompts type the blocks that carry them); importable
+# here still, for the importers and the task results Prefect pickled under this name.
+from amaris.agents.blocks import DynamicMemory as DynamicMemory
+from amaris.agents.blocks import ScoredAnalysis as ScoredAnalysis
+from amaris.agents.blocks import StaticMemory as StaticMemory
 from amaris.agents.payloads import CriterionData, PeerData
-from amaris.agents.schemas import AggregatedBehaviour, IndividualAnalysis, Strategy
+from amaris.agents.schemas import AggregatedBehaviour, Strategy
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
 from amaris.scoring.canary import CanaryReport
@@ -75,35 +80,6 @@ class Peer(_Frozen):
     def data(self) -> PeerData:
         """As the analyzer's data block carries it (its JSON)."""
         return {"id": self.id, "output": self.output, "score": self.score}
-
-
-class ScoredAnalysis(IndividualAnalysis):
-    """A rollout's analysis with the reward the rollout got, as the summarizer reads it."""
-
-    score: float | None
-
-    @classmethod
-    def of(cls, analysis: IndividualAnalysis, score: float | None) -> ScoredAnalysis:
-        return cls(**dict(analysis), score=score)
-
-
-class StaticMemory(_Frozen):
-    """A summary of a recent step (static memory)."""
-
-    step: int
-    type: str
-    text: str
-
-
-class DynamicMemory(_Frozen):
-    """A past document matched by a query (dynamic memory)."""
-
-    type: str
-    step: int
-    text: str
-    score: float
-    """Its cosine similarity to the query, to 4 decimals."""
-    query: str
 
 
 class RetrievedMemory(_Frozen):

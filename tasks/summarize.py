@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
+from amaris.agents.blocks import SummaryInput, TrainerMetadata
 from amaris.agents.payloads import ScoreStats
 from amaris.agents.schemas import BatchSummary
-from amaris.tasks._common import ask, dumped, llm_task
-from amaris.tasks.blocks import SummaryInput, TrainerMetadata
+from amaris.tasks._common import ask, criteria_context, dumped, llm_task
 from amaris.tasks.models import AgentCriterion, ScoredAnalysis
 
 log = logging.getLogger("amaris.pipeline")
@@ -46,7 +46,7 @@ async def summarize_chunk(
     split to fit the summarizer's context budget (:func:`summary_payload` is its input).
     """
     data = summary_payload(step, metadata, analyses)
-    summary = await ask("summarizer", {"criteria": dumped(criteria)}, data, BatchSummary, step)
+    summary = await ask("summarizer", criteria_context(criteria), data, BatchSummary, step)
     log.info(
         "step %s (%r): chunk %s summarised, %d reward-hacking behaviour(s)",
         step,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from amaris.agents.blocks import TrainerMetadata, UpdaterContext, UpdaterInput
 from amaris.agents.schemas import BatchSummary, RubricUpdateProposal
 from amaris.audit.models import AlarmEvidence
 from amaris.rubric.informativeness import UpdaterView
 from amaris.steps.context import get_context
 from amaris.tasks._common import ask, at_most_items, dumped, llm_task
-from amaris.tasks.blocks import TrainerMetadata, UpdaterContext, UpdaterInput
 from amaris.tasks.models import AgentCriterion, RetrievedMemory
 
 
@@ -32,7 +32,7 @@ async def propose_update(
     ctx = get_context()
     bounds = ctx.bounds
     context: UpdaterContext = {
-        "criteria": dumped(criteria),
+        "criteria": [c.data() for c in criteria],
         "bounds": {
             "max_adaptive": bounds.max_adaptive,
             "min_weight": bounds.min_weight,

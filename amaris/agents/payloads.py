@@ -1,11 +1,12 @@
 """What each agent reads: its context and data blocks (:mod:`amaris.agents.prompts`).
 
 The blocks' shapes are amaris's own (the pipeline's tasks, the scorer, ``amaris
-bootstrap`` write them), so each is a ``TypedDict`` here. The analyzer's are written as
-such (``amaris.tasks.analyze``: :class:`AnalyzerContext`, :class:`AnalyzerInput`); the
-other pipeline tasks write theirs with amaris's models in them (``amaris.tasks.blocks``),
-the scorer and ``amaris bootstrap`` build theirs as JSON; the ``TypedDict`` here lists
-the keys the offline agents read of their JSON (a block may carry more).
+bootstrap`` write them), so each is a ``TypedDict``. The analyzer's, the scorer's
+(:class:`CriteriaContext`, :class:`ScorerInput`) and ``amaris bootstrap``'s
+(:class:`BootstrapContext`, :class:`BootstrapInput`) are written as the ones here; the
+other pipeline tasks write theirs with amaris's models in them (:mod:`amaris.agents.blocks`).
+The ``*Data`` types list the keys the offline agents read of the blocks' JSON (a block may
+carry more).
 
 The offline agents (:mod:`amaris.offline`) stand in for an LLM, so they read the JSON an
 LLM agent would: an agent's blocks, merged (:func:`amaris.agents.prompts.read_data`), as
@@ -67,11 +68,21 @@ class AlarmData(TypedDict, total=False):
     rollouts: list[AlarmRolloutData]
 
 
-class ScorerData(TypedDict):
-    """The scorer's blocks (:func:`amaris.scoring.judge_protocol.judge_messages`)."""
+class CriteriaContext(TypedDict):
+    """The rubric in force, the context block of the scorer, the summarizers and the query
+    generator."""
 
     criteria: list[CriterionData]
+
+
+class ScorerInput(TypedDict):
+    """The scorer's data block: the rollout it judges."""
+
     rollout: RolloutData
+
+
+class ScorerData(CriteriaContext, ScorerInput):
+    """The scorer's blocks (:func:`amaris.scoring.judge_protocol.judge_messages`)."""
 
 
 class ScorerVerdict(TypedDict):
@@ -229,6 +240,20 @@ class ExampleData(TypedDict, total=False):
     reference: str | None
     better: str
     worse: str
+
+
+class BootstrapContext(TypedDict):
+    """``amaris bootstrap``'s proposer's context block: the criteria it has, as text and
+    kind, and how many it may propose (``amaris.bootstrap.run``)."""
+
+    criteria: list[CriterionData]
+    max_candidates: int
+
+
+class BootstrapInput(TypedDict):
+    """``amaris bootstrap``'s proposer's data block: the ranked examples."""
+
+    examples: list[ExampleData]
 
 
 class BootstrapData(TypedDict, total=False):

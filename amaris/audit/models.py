@@ -7,6 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Moved to amaris.agents.blocks (the prompts type the blocks that carry them); importable
+# here still, for the importers and the task results Prefect pickled under this name.
+from amaris.agents.blocks import AlarmEvidence as AlarmEvidence
+from amaris.agents.blocks import CriterionDisagreement as CriterionDisagreement
+from amaris.agents.blocks import DisagreeingRollout as DisagreeingRollout
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 
 OVER_REWARDED_KEPT = 32
@@ -92,18 +97,6 @@ class AuditedRollout(BaseModel):
         return abs(self.training - self.audit) if self.audit is not None else 0.0
 
 
-class CriterionDisagreement(BaseModel):
-    """How differently the two judges read one criterion over the sample."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    text: str
-    disagreement: float = Field(ge=0, le=1)
-    """Mean ``|training verdict - audit verdict|``, as a share of the scale."""
-    rollouts: int = Field(ge=0)
-
-
 class Fidelity(BaseModel):
     """How well the training reward agrees with the audit on one sample."""
 
@@ -146,20 +139,6 @@ class Alarm(BaseModel):
     reason: str
 
 
-class DisagreeingRollout(BaseModel):
-    """A rollout the two judges rewarded most differently (alarm evidence)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    rollout_id: str
-    input: str
-    output: str
-    output_words: int | None = None
-    """Words of the whole reply (``output`` is clipped): padding shows in it."""
-    training_reward: float
-    audit_reward: float
-
-
 class RewardGap(BaseModel):
     """A sampled rollout the training judge rewarded above the auditor: the judge canaries
     put it to the training judge again, the audit reward its known answer."""
@@ -175,18 +154,6 @@ class RewardGap(BaseModel):
     def excess(self) -> float:
         """``training - audit`` (> 0)."""
         return self.training - self.audit
-
-
-class AlarmEvidence(BaseModel):
-    """What the analyzer and updater of a scope are shown when the alarm fires: why, the
-    rollouts the judges rewarded most differently, and the criteria they read differently."""
-
-    model_config = ConfigDict(frozen=True)
-
-    step: int
-    reason: str
-    rollouts: list[DisagreeingRollout] = Field(default_factory=list)
-    criteria: list[CriterionDisagreement] = Field(default_factory=list)
 
 
 class AuditSummary(BaseModel):

@@ -18,6 +18,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+from amaris.agents.payloads import BootstrapContext, ExampleData
 from amaris.agents.prompts import BOOTSTRAP_PROMPT, agent_messages, builtin_prompt
 from amaris.agents.schemas import BootstrapCandidates
 from amaris.bootstrap.data import Dataset, Pair
@@ -120,7 +121,7 @@ async def propose(
     by_id = {p.prompt_id: p for p in dataset.prompts}
     shown = [p for p in prompt_ids if pairs[p]]
     random.Random(options.seed).shuffle(shown)
-    examples = []
+    examples: list[ExampleData] = []
     for prompt_id in shown[: options.examples]:
         # The best response against the worst (the one that loses the most pairs): the
         # pair with the most to tell apart.
@@ -134,7 +135,7 @@ async def propose(
                 "worse": cut_middle(texts[(prompt_id, worst)], EXAMPLE_CHARS),
             }
         )
-    context = {
+    context: BootstrapContext = {
         "criteria": [
             {"text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"} for c in existing
         ],

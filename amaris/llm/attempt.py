@@ -204,7 +204,7 @@ class Requests:
         options = call.options
         mode = self.mode(call.provider, options).mode
         if mode == "configured":
-            return mode, options.response_format
+            return mode, options.response_format.root if options.response_format else None
         name, schema = call.output
         if mode == "json_schema" and options.max_tokens is not None:
             schema = self._fits.fitted(call.agent, name, schema, options.max_tokens)

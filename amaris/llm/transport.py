@@ -39,8 +39,8 @@ import httpx2
 import openai
 import yarl
 
-from amaris.jsonfile import JSONDict
 from amaris.llm.output_mode import RequestFormat
+from amaris.settings import ProviderJSON
 
 
 class ChatBody(TypedDict, total=False):
@@ -193,7 +193,7 @@ class JsonEndpoint:
         body: ChatBody,
         timeout: float | None,
         max_bytes: int,
-        extra: JSONDict | None = None,  # an agent's extra_body: any fields the endpoint takes
+        extra: ProviderJSON | None = None,
     ) -> bytes:
         """POST ``body`` as JSON to ``<base_url>/<path>``; the response body of a 2xx.
 
@@ -214,7 +214,7 @@ class JsonEndpoint:
             base = self._base_url
             url = str(base.with_path(f"{base.path.rstrip('/')}/{path}").with_query(base.query))
             self._urls[path] = url
-        sent = {**body, **extra} if extra else body
+        sent = {**body, **extra.root} if extra else body
         payload = json.dumps(sent, ensure_ascii=False).encode("utf-8")
         limits = self._timeouts.get(timeout)
         if limits is None:

@@ -28,6 +28,10 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Moved to amaris.agents.blocks (the prompts type the blocks that carry them); importable
+# here still, for the importers and the task results Prefect pickled under this name.
+from amaris.agents.blocks import DueCriterion as DueCriterion
+from amaris.agents.blocks import UpdaterCriterion as UpdaterCriterion
 from amaris.agents.schemas import RubricModification
 from amaris.memory.records import LoggedVerdict, RolloutRecord
 from amaris.rubric.model import Criterion, RubricVersion
@@ -75,17 +79,6 @@ class ScopeStats(BaseModel):
     scope: str
     rollouts: int = Field(description="Scored rollouts of the scope in the step.")
     criteria: list[CriterionStats] = Field(description="Anchors first, in rubric order.")
-
-
-class DueCriterion(BaseModel):
-    """An adaptive criterion uninformative for enough consecutive steps to act on."""
-
-    model_config = ConfigDict(frozen=True)
-
-    criterion_id: str
-    text: str
-    steps: int = Field(description="Consecutive steps, ending with this one.")
-    evidence: str
 
 
 def scored_records(records: Iterable[RolloutRecord]) -> list[RolloutRecord]:
@@ -281,24 +274,6 @@ def retirements(
             )
         )
     return extra
-
-
-class UpdaterCriterion(BaseModel):
-    """A criterion's figures of this step as the updater reads them (to three decimals)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    verdicts: int
-    mean: float
-    variance: float
-    extreme_share: float
-    zero_spread_group_share: float | None
-    reward_correlation: float | None
-    saturated: bool
-    zero_spread: bool
-    uninformative_steps: int
-    """Its streak of uninformative steps so far."""
 
 
 class UpdaterView(BaseModel):

@@ -12,6 +12,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
+from amaris.agents.payloads import CriteriaContext, CriterionData, RolloutData
 from amaris.agents.prompts import agent_messages
 from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.models import storable
@@ -150,9 +151,14 @@ def judge_messages(
     rollout judged under one rubric version; the user message holds the rollout alone,
     the prompt and reference (shared by a GRPO group) before the response.
     """
-    criteria = [
+    criteria: list[CriterionData] = [
         {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
         for c in rubric.judged
     ]
-    rollout = {name: fields[name] for name in ("input", "supplemental_context", "output")}
-    return agent_messages("scorer", prompt, {"criteria": criteria}, {"rollout": rollout})
+    rollout: RolloutData = {
+        "input": fields["input"],
+        "supplemental_context": fields["supplemental_context"],
+        "output": fields["output"],
+    }
+    context: CriteriaContext = {"criteria": criteria}
+    return agent_messages("scorer", prompt, context, {"rollout": rollout})

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Generic, Literal, TypeVar, get_args
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import ConfigDict, Field, RootModel, SecretStr, model_validator
 
 from amaris.jsonfile import JSONDict
 from amaris.settings.base import Section
@@ -64,6 +64,14 @@ LOCAL_MAX_CONCURRENCY = 4
 """Built-in ``client.<agent>.max_concurrency`` of an endpoint on this machine."""
 
 T = TypeVar("T")
+
+
+# JSON of the provider's shape, not ours: sent as is (vLLM, OpenRouter... each take their own).
+class ProviderJSON(RootModel[JSONDict]):
+    """A JSON object an agent's configuration sends its provider as written: its
+    ``response_format`` or ``extra_body`` (read as ``.root``; dumped as that JSON)."""
+
+    model_config = ConfigDict(frozen=True)
 
 
 class PerAgent(Section, Generic[T]):
@@ -212,13 +220,11 @@ class AgentOptions(Section):
     """How the reply is constrained: ``auto`` asks for the agent's strict JSON schema and
     falls back per endpoint to ``json_object``, then to the prompt alone, when refused;
     ``json_schema``, ``json_object``, ``none``: that mode only."""
-    # JSON of the provider's shape, not ours: sent as is.
-    response_format: JSONDict | None = None
+    response_format: ProviderJSON | None = None
     """Sent as is instead of what ``structured_output`` would send (no fallback)."""
     service_tier: str | None = None
     """OpenAI service tier, e.g. ``flex``."""
-    # JSON of the provider's shape, not ours: sent as is.
-    extra_body: JSONDict | None = None
+    extra_body: ProviderJSON | None = None
     """Provider-specific request fields (OpenRouter, vLLM...)."""
     context_window: int | None = Field(default=None, gt=0)
     """The model's context window in tokens; null = the ``max_model_len`` the endpoint's
@@ -244,9 +250,9 @@ class ResolvedAgentOptions(Section):
     max_tokens: int | None
     timeout: float
     structured_output: StructuredOutput
-    response_format: JSONDict | None  # the provider's JSON, as in AgentOptions
+    response_format: ProviderJSON | None
     service_tier: str | None
-    extra_body: JSONDict | None  # the provider's JSON, as in AgentOptions
+    extra_body: ProviderJSON | None
     context_window: int | None
     samples: int
     logprobs: bool
@@ -305,7 +311,9 @@ class AgentsSettings(PerAgent[AgentOptions], _AgentsHead):
         merged = BUILTIN_AGENT_OPTIONS
         for layer in (self.default, self.get(agent)):
             if layer is not None:
-                merged = merged.model_copy(update=layer.model_dump(exclude_none=True))
+                # The fields set to a value, as they are (ProviderJSON stays a model).
+                update = {name: value for name, value in layer if value is not None}
+                merged = merged.model_copy(update=update)
         timeout = merged.timeout or (LOCAL_TIMEOUT_SECONDS if local else REMOTE_TIMEOUT_SECONDS)
         max_response_bytes = merged.max_response_bytes or (
             MAX_RESPONSE_BYTES_LOGPROBS if merged.logprobs else MAX_RESPONSE_BYTES

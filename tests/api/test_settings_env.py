@@ -69,7 +69,8 @@ def test_lists_mappings_and_null_from_the_environment(monkeypatch: pytest.Monkey
     monkeypatch.setenv("AMARIS_SCORING__ON_FAILURE", "null")
     settings = load_settings(None)
     assert settings.pipeline.task_retry_delays_seconds == [2.0, 4.5]
-    assert settings.agent_options("updater").extra_body == {"top_k": 20}
+    extra_body = settings.agent_options("updater").extra_body
+    assert extra_body is not None and extra_body.root == {"top_k": 20}
     assert settings.pricing["Qwen/Qwen3-8B"].completion == 0.4
     assert [(r.text, r.weight) for r in settings.anchor_rubrics] == [("It is right.", 2.0)]
     assert settings.memory.rollout_retention_steps is None

@@ -7,7 +7,7 @@ import types
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, RootModel
 
 from amaris.settings import AGENTS, AUDITOR, Settings
 
@@ -15,7 +15,10 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    """The pydantic models an annotation holds directly (``X | None``)."""
+    """The pydantic models an annotation holds directly (``X | None``); a ``RootModel`` is
+    a value (``ProviderJSON``: the provider's JSON), not a section of keys."""
+    if isinstance(annotation, type) and issubclass(annotation, RootModel):
+        return []
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     if get_origin(annotation) in (Union, types.UnionType):

@@ -14,20 +14,20 @@ from amaris.api.routes.openrlhf import RunMetadata, _Metadata
 from tests.support.open_json import open_json_aliases, open_json_uses, per_part
 
 BUDGET = {
-    "amaris": 16,  # the trainer's metadata, the settings dump, a run's extra: the client's inputs
-    "amaris/agents": 8,  # trainer metadata; blocks bootstrap writes as JSON, and parsed back
+    "amaris": 11,  # the trainer's metadata, the settings dump, a run's extra, a rollout's metadata
+    "amaris/agents": 5,  # the trainer's metadata (twice); the blocks parsed back; a JSON schema
     "amaris/app": 0,
     "amaris/bootstrap": 1,  # a data file's candidate metadata
     "amaris/cli": 0,
     "amaris/integrations": 2,  # a tool call's arguments; a body narrowed key by key
-    "amaris/llm": 5,  # a reply before validation; the provider's JSON; pydantic's raw schema
+    "amaris/llm": 4,  # a reply before validation; a configured response_format; pydantic's schema
     "amaris/memory": 6,  # the trainer's metadata, records and analyses of any version
     "amaris/offline": 0,
     "amaris/scoring": 0,
-    "amaris/settings": 5,  # raw YAML before validation; the provider's JSON sent as is
+    "amaris/settings": 2,  # raw YAML before validation; the provider's JSON (ProviderJSON)
     "amaris/sim": 2,  # a recorded rollout's trainer metadata; what a command adds to metrics
     "api": 4,
-    "tasks": 2,  # the trainer's metadata (TrainerMetadata holds it); Prefect's cache key
+    "tasks": 1,  # Prefect's cache-key parameters
 }
 """Open JSON uses per part at most; a part not named has none (``flows`` among them)."""
 
@@ -60,7 +60,7 @@ def test_each_use_says_why_its_shape_is_open() -> None:
 def test_aliases_are_followed_through_imports_and_models_are_not_aliases() -> None:
     aliases = open_json_aliases()
     # An alias of an alias, and a pydantic-checked Annotated one, are found...
-    assert {"amaris.jsonfile.JSONDict", "amaris.agents.prompts.DataBlock"} <= set(aliases)
+    assert {"amaris.jsonfile.JSONDict", "amaris.manifest.ConfigJSON"} <= set(aliases)
     assert "amaris.models.JSONObject" in aliases
     # ...and a model that shares an alias's name elsewhere is not one.
     assert "amaris.memory.records.RolloutRecord" not in aliases
@@ -68,9 +68,9 @@ def test_aliases_are_followed_through_imports_and_models_are_not_aliases() -> No
     assert not [
         u for u in uses if u.path == "amaris/memory/records.py" and u.text == "RolloutRecord"
     ]
-    # An imported alias counts where it is used: tasks/ holds the trainer's metadata as one
-    # (TrainerMetadata's root, amaris.jsonfile's JSONDict).
-    assert any(u.path == "tasks/blocks.py" and u.text == "JSONDict" for u in uses)
+    # An imported alias counts where it is used: the agents' blocks hold the trainer's
+    # metadata as one (TrainerMetadata's root, amaris.jsonfile's JSONDict).
+    assert any(u.path == "amaris/agents/blocks.py" and u.text == "JSONDict" for u in uses)
 
 
 def test_the_get_reward_item_metadata_mirrors_run_metadata() -> None:

@@ -75,7 +75,8 @@ def test_reference_amaris_config_is_accepted(
     assert scorer.service_tier == "flex"  # inherited from agents.default
     analyzer = settings.agents.for_agent("analyzer")
     assert analyzer.model == "gpt-4o"
-    assert analyzer.extra_body == {"provider": {"order": ["a"]}}
+    assert analyzer.extra_body is not None
+    assert analyzer.extra_body.root == {"provider": {"order": ["a"]}}
     assert settings.memory.path == Path("./data/chroma")
     assert settings.anchor_rubrics[0].text == "The model provides the correct final answer."
 

@@ -112,7 +112,8 @@ def test_agent_options_inherit_field_by_field() -> None:
         },
     )
     updater = settings.agent_options("updater")
-    assert (updater.model, updater.max_tokens, updater.extra_body) == (
+    assert updater.extra_body is not None
+    assert (updater.model, updater.max_tokens, updater.extra_body.root) == (
         "base-model",
         200,
         {"top_k": 20},

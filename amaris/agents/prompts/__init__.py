@@ -25,14 +25,15 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import TypeAlias
 
+from amaris.agents.blocks import TaskContext, TaskData
+from amaris.agents.payloads import BootstrapContext, BootstrapInput, ScorerInput
 from amaris.jsonfile import JSONDict
 from amaris.settings import AGENTS, PromptsSettings
 
-DataBlock: TypeAlias = Mapping[str, object]
-"""An agent's data or context block, of any agent, written as one JSON line: the pipeline
-tasks' are TypedDicts (``amaris.tasks.blocks``, the analyzer's :mod:`amaris.agents.payloads`),
-the scorer's and ``amaris bootstrap``'s the JSON they build; a model in one is written as
-its JSON."""
+DataBlock: TypeAlias = ScorerInput | BootstrapContext | BootstrapInput | TaskContext | TaskData
+"""An agent's data or context block, of any agent, written as one JSON line: the scorer's
+(:func:`amaris.scoring.judge_protocol.judge_messages`), ``amaris bootstrap``'s proposer's,
+the pipeline tasks' (:mod:`amaris.agents.blocks`); a model in one is written as its JSON."""
 
 DATA_START = "<<<AMARIS_DATA"
 DATA_END = "AMARIS_DATA>>>"
