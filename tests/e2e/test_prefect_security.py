@@ -38,7 +38,6 @@ from tests.support.procs import (
     AMARIS,
     NOBODY,
     _env,
-    amaris_process,
     require_slow,
     run_amaris,
     wait_http,
@@ -123,55 +122,123 @@ def final_state(api: str, auth: dict[str, str], run_id: str, deadline: float) ->
     return result
 
 
-def test_prefect_server_needs_credentials_and_repair_runs_cannot_leak_the_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The repair worker (a Prefect runner, inheriting this environment) picks up the two
-    # runs below at its next poll: every second, not Prefect's default 10.
-    monkeypatch.setenv("PREFECT_RUNNER_POLL_FREQUENCY", "1")
-    port, prefect_port = free_port(), free_port()
+# -- issue 23: another user of the machine ------------------------------------------------------
+
+SQUATTER = """
+import http.server, socket, sys, time
+
+class Answer(http.server.BaseHTTPRequestHandler):
+    def _answer(self):
+        print(f"{self.command} {self.path} auth={self.headers.get('Authorization')!r}", flush=True)
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "4")
+        self.end_headers()
+        self.wfile.write(b"true")
+
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _answer
+
+    def log_message(self, *args):
+        pass
+
+class Squat(http.server.ThreadingHTTPServer):
+    allow_reuse_address = True
+    allow_reuse_port = True
+
+deadline = time.monotonic() + float(sys.argv[2])
+while True:
+    try:
+        server = Squat(("127.0.0.1", int(sys.argv[1])), Answer)
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            print("never bound", flush=True)
+            sys.exit(0)
+        time.sleep(0.01)
+print("bound", flush=True)
+server.serve_forever()
+"""
+"""Run as uid 65534: takes the Prefect port as soon as it can (SO_REUSEADDR and
+SO_REUSEPORT, as an attacker would), answers 200 to everything and prints each request
+with its Authorization header."""
+
+
+def serve_config(
+    tmp_path: Path, prefect_port: int, api_key: str | None = None
+) -> tuple[Path, str, Path]:
+    port = free_port()
+    server: dict[str, Any] = {"port": port}
+    if api_key is not None:
+        server["api_key"] = api_key
     data = tmp_path / "data"
     config = tmp_path / "config.yaml"
     config.write_text(
         yaml.safe_dump(
             {
                 "memory": {"path": str(data), "embedding_model": "hashing"},
-                "server": {"port": port, "api_key": KEY},
+                "server": server,
                 "prefect": {"port": prefect_port, "repair_interval_seconds": 3600},
             }
         )
     )
-    origin = f"http://127.0.0.1:{prefect_port}"
+    return config, f"http://127.0.0.1:{port}", data
+
+
+def start_serve(config: Path, cwd: Path) -> subprocess.Popen[str]:
+    """``amaris serve`` with its Prefect home in the data folder, output on a pipe."""
+    require_slow("amaris serve")
+    return subprocess.Popen(
+        [*AMARIS, "serve", "--config", str(config)],
+        cwd=cwd,
+        env=_env(unset=("PREFECT_HOME",)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def drain(proc: subprocess.Popen[str], lines: list[str]) -> threading.Thread:
+    assert proc.stdout is not None
+    thread = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    thread.start()
+    return thread
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def check_the_prefect_api(
+    origin: str, config: Path, cwd: Path, home: Path, deadline: float
+) -> tuple[str, list[dict[str, str]]]:
+    """Issue 11's checks of a running serve's Prefect server (credentials, origins, Host, the
+    repair deployment's runs, ``amaris ui`` and ``amaris repair``); returns its secret and
+    what the attacker's listener received (after the runs ended)."""
+    prefect_port = int(origin.rsplit(":", 1)[1])
     api = f"{origin}/api"
-    with (
-        listener() as (evil, received),
-        amaris_process(
-            ["serve", "--config", str(config)],
-            tmp_path,
-            f"http://127.0.0.1:{port}/healthz",
-            tmp_path / "serve.log",
-        ),
-    ):
-        deadline = time.monotonic() + 180
-        # the Prefect home: <data>/prefect, unless PREFECT_HOME says otherwise (as in tests)
-        home = Path(os.environ.get("PREFECT_HOME") or data / "prefect")
-        secret_file = home / AUTH_FILE
-        assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
-        secret = secret_file.read_text().strip()
-        assert len(secret) > 40
-        auth = basic(secret)
+    secret_file = home / AUTH_FILE
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
+    secret = secret_file.read_text().strip()
+    assert len(secret) > 40
+    auth = basic(secret)
 
-        def registered() -> dict[str, Any] | None:
-            found = httpx.get(
-                f"{api}/deployments/name/amaris-repair/scheduled-repair", headers=auth, timeout=5
-            )
-            return found.json() if found.status_code == 200 else None
+    def registered() -> dict[str, Any] | None:
+        found = httpx.get(
+            f"{api}/deployments/name/amaris-repair/scheduled-repair", headers=auth, timeout=5
+        )
+        return found.json() if found.status_code == 200 else None
 
+    with listener() as (evil, received):
         deployment = poll(registered, deadline)
         assert deployment["parameters"] == {}
         assert "api_url" not in json.dumps(deployment["parameter_openapi_schema"])
         create = f"{api}/deployments/{deployment['id']}/create_flow_run"
-
         # 1. Without the auth string, Prefect answers nothing but its health probe.
         assert httpx.get(f"{api}/health", timeout=5).status_code == 200
         for headers in (
@@ -249,125 +316,38 @@ def test_prefect_server_needs_credentials_and_repair_runs_cannot_leak_the_key(
 
         # 5. `amaris ui` says where the auth string is, and does not print it; `amaris
         # repair` finds it.
-        ui = run_amaris(["ui", "--config", str(config)], tmp_path)
+        ui = run_amaris(["ui", "--config", str(config)], cwd)
         assert ui.returncode == 0, ui.stderr
         assert ui.stdout.strip() == origin
         assert str(secret_file) in ui.stderr
         assert secret not in ui.stdout + ui.stderr
         recorded = (home / "amaris-server.json").read_text()
         assert secret not in recorded
-        repair = run_amaris(["repair", "--config", str(config)], tmp_path)
+        repair = run_amaris(["repair", "--config", str(config)], cwd)
         assert (repair.returncode, repair.stdout.strip()) == (0, "no failed steps"), repair.stderr
-
-    # 6. Neither secret is in any log amaris, its Prefect server or the repair worker wrote.
-    logs = [
-        tmp_path / "serve.log",
-        home / "server.log",
-        home / "repair-worker.log",
-        *sorted(data.rglob("*.jsonl")),
-    ]
-    for path in logs:
-        text = path.read_text(errors="replace")
-        assert KEY not in text, path
-        assert secret not in text, path
-        assert secret.partition(":")[2] not in text, path
+    return secret, received
 
 
-# -- issue 23: another user of the machine ------------------------------------------------------
-
-SQUATTER = """
-import http.server, socket, sys, time
-
-class Answer(http.server.BaseHTTPRequestHandler):
-    def _answer(self):
-        print(f"{self.command} {self.path} auth={self.headers.get('Authorization')!r}", flush=True)
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", "4")
-        self.end_headers()
-        self.wfile.write(b"true")
-
-    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _answer
-
-    def log_message(self, *args):
-        pass
-
-class Squat(http.server.ThreadingHTTPServer):
-    allow_reuse_address = True
-    allow_reuse_port = True
-
-deadline = time.monotonic() + float(sys.argv[2])
-while True:
-    try:
-        server = Squat(("127.0.0.1", int(sys.argv[1])), Answer)
-        break
-    except OSError:
-        if time.monotonic() > deadline:
-            print("never bound", flush=True)
-            sys.exit(0)
-        time.sleep(0.01)
-print("bound", flush=True)
-server.serve_forever()
-"""
-"""Run as uid 65534: takes the Prefect port as soon as it can (SO_REUSEADDR and
-SO_REUSEPORT, as an attacker would), answers 200 to everything and prints each request
-with its Authorization header."""
-
-
-def serve_config(tmp_path: Path, prefect_port: int) -> tuple[Path, str, Path]:
-    port = free_port()
-    data = tmp_path / "data"
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "memory": {"path": str(data), "embedding_model": "hashing"},
-                "server": {"port": port},
-                "prefect": {"port": prefect_port, "repair_interval_seconds": 3600},
-            }
-        )
-    )
-    return config, f"http://127.0.0.1:{port}", data
-
-
-def start_serve(config: Path, cwd: Path) -> subprocess.Popen[str]:
-    """``amaris serve`` with its Prefect home in the data folder, output on a pipe."""
-    require_slow("amaris serve")
-    return subprocess.Popen(
-        [*AMARIS, "serve", "--config", str(config)],
-        cwd=cwd,
-        env=_env(unset=("PREFECT_HOME",)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def drain(proc: subprocess.Popen[str], lines: list[str]) -> threading.Thread:
-    assert proc.stdout is not None
-    thread = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
-    thread.start()
-    return thread
-
-
-def stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
-def test_a_user_squatting_the_prefect_port_gets_no_credentials_and_the_data_is_private(
-    tmp_path: Path,
+def test_the_prefect_server_of_serve_gives_nothing_away_to_a_client_a_page_or_another_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """uid 65534 tries to take the Prefect port from the moment amaris names it (in its
-    log, as in the child's command line): it gets nothing, step 0 runs on amaris's own
-    Prefect server, a dead Prefect server stops amaris, and nothing in the data folder is
-    open to other users."""
-    config, url, data = serve_config(tmp_path, free_port())
+    """One ``amaris serve``, its Prefect server in the data folder, for issues 11 and 23.
+
+    Issue 11: the Prefect server needs credentials, allows no foreign origin or Host, and a
+    run of the repair deployment cannot send the key anywhere (the checks of
+    :func:`check_the_prefect_api`). Issue 23: uid 65534 tries to take the Prefect port
+    from the moment amaris names it (in its log, as in the child's command line): it gets
+    nothing, step 0 runs on amaris's own Prefect server, a dead Prefect server stops
+    amaris, and nothing in the data folder is open to other users. Neither secret is in
+    any log."""
+    # The repair worker (a Prefect runner, inheriting this environment) picks up the two
+    # runs of the repair deployment at its next poll: every second, not Prefect's default 10.
+    monkeypatch.setenv("PREFECT_RUNNER_POLL_FREQUENCY", "1")
+    # The Prefect home is the data folder's, for serve and for `amaris ui`/`amaris repair`.
+    monkeypatch.delenv("PREFECT_HOME")
+    config, url, data = serve_config(tmp_path, free_port(), api_key=KEY)
+    home = data / "prefect"
+    key = {"Authorization": f"Bearer {KEY}"}
     serve = start_serve(config, tmp_path)
     output: list[str] = []
     squatter: subprocess.Popen[str] | None = None
@@ -391,14 +371,24 @@ def test_a_user_squatting_the_prefect_port_gets_no_credentials_and_the_data_is_p
         except RuntimeError:
             reader.join(10)
             raise AssertionError("".join(output)) from None
+
+        secret, received = check_the_prefect_api(
+            f"http://127.0.0.1:{prefect_port}", config, tmp_path, home, time.monotonic() + 180
+        )
+        assert received == []
+
         for index in range(3):
             body = {"rollout": rollout(0, index, "correct"), "metadata": metadata(0)}
-            assert httpx.post(f"{url}/score", json=body, timeout=60).status_code == 200
-        httpx.post(f"{url}/complete", json={}, timeout=30).raise_for_status()
+            response = httpx.post(f"{url}/score", json=body, headers=key, timeout=60)
+            assert response.status_code == 200
+        httpx.post(f"{url}/complete", json={}, headers=key, timeout=30).raise_for_status()
         waited = httpx.get(
-            f"{url}/rubric_status/wait", params={"step": 0, "timeout": 180}, timeout=200
+            f"{url}/rubric_status/wait",
+            params={"step": 0, "timeout": 180},
+            headers=key,
+            timeout=200,
         )
-        steps = httpx.get(f"{url}/steps", timeout=30).json()
+        steps = httpx.get(f"{url}/steps", headers=key, timeout=30).json()
         squatter.terminate()
         heard = squatter.communicate(timeout=30)[0].splitlines()
         # Not one request, with or without the auth string, reached the other user.
@@ -406,9 +396,10 @@ def test_a_user_squatting_the_prefect_port_gets_no_credentials_and_the_data_is_p
         assert steps == [{"step": 0, "status": "done"}], (waited.text, "".join(output))
 
         # The Prefect server dies: amaris stops, with the reason, exit code 1.
-        recorded = json.loads((data / "prefect" / "amaris-server.json").read_text())
+        recorded = json.loads((home / "amaris-server.json").read_text())
         os.kill(int(recorded["pid"]), signal.SIGKILL)
         assert serve.wait(60) == 1
+        reader.join(30)
     finally:
         if squatter is not None:
             stop(squatter)
@@ -424,6 +415,21 @@ def test_a_user_squatting_the_prefect_port_gets_no_credentials_and_the_data_is_p
     assert opened == []
     assert {p.name for p in data.iterdir()} >= {"prefect", "qdrant", "logs", "rubrics.json"}
     assert (data / "prefect" / "prefect.db").is_file()
+
+    # Neither secret is in any log amaris, its Prefect server or the repair worker wrote.
+    serve_log = tmp_path / "serve.log"
+    serve_log.write_text("".join(output))
+    logs = [
+        serve_log,
+        home / "server.log",
+        home / "repair-worker.log",
+        *sorted(data.rglob("*.jsonl")),
+    ]
+    for path in logs:
+        text = path.read_text(errors="replace")
+        assert KEY not in text, path
+        assert secret not in text, path
+        assert secret.partition(":")[2] not in text, path
 
 
 def test_a_prefect_server_that_cannot_start_stops_serve_before_healthz_says_ok(
