@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+import torch
+
 T = TypeVar("T")
 
 
@@ -56,9 +58,6 @@ class Batch:
     cache the batch then holds, and left as it was)."""
 
     def __init__(self, model: Any, cache: Any, prefix: int, rows: int, empty: Any) -> None:
-        import torch
-
-        self._torch = torch
         self._model = model
         self._rows = rows
         self.cache = empty
@@ -130,12 +129,11 @@ class Batch:
 
     def crop(self, index: int, count: int) -> None:
         """Hide row ``index``'s last ``count`` tokens (they become holes)."""
-        held = self._torch.nonzero(self._mask[index]).flatten()
+        held = torch.nonzero(self._mask[index]).flatten()
         self._mask[index, held[-count:]] = 0
         self._lengths[index] -= count
 
     def _step(self, asks: dict[int, tuple[list[int], int]]) -> dict[int, Any]:
-        torch = self._torch
         width = max(len(tokens) for tokens, _ in asks.values())
         input_ids = torch.zeros((self._rows, width), dtype=torch.long)
         fed = torch.zeros((self._rows, width), dtype=torch.long)

@@ -1,7 +1,7 @@
 """The real-model test server's engine: SmolLM2-135M-Instruct on CPU with ``transformers``,
 decoding constrained by ``xgrammar`` to a request's ``response_format``, a request alone
-or several in one batch (``tests/support/real_llm_batch.py``; ``tests/support/real_llm.py``
-serves it).
+or several in one batch (``tests/support/real_llm_batch.py``;
+``tests/support/real_llm_server.py`` serves it).
 
 Greedy decoding (amaris's default temperature 0) with Ollama's repeat penalty; the KV cache
 of the prefix a prompt shares with the previous request is reused (vLLM's automatic
@@ -11,7 +11,6 @@ pass (speculative jump-forward): the replies of token-by-token decoding in fewer
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import tempfile
@@ -19,6 +18,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
+from safetensors.torch import save_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.cache_utils import Cache, DynamicLayer
 
 from tests.support.no_deps import import_xgrammar
 from tests.support.real_llm_batch import Batch, Runner
@@ -43,14 +47,9 @@ def converted(gguf: Path) -> Path:
     Loading the GGUF dequantizes its 4-bit weights in Python, ~30 s of CPU at every
     start; the same float32 weights from safetensors load in about a second.
     """
-    from safetensors.torch import save_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     target = gguf.with_name(f"{gguf.stem}.f32")
     if (target / "config.json").is_file():
         return target
-    import torch
-
     folder, name = str(gguf.parent), gguf.name
     with tempfile.TemporaryDirectory(dir=gguf.parent) as tmp:
         partial = Path(tmp) / "model"
@@ -121,8 +120,6 @@ class SoloRunner:
         self.cache = cache
 
     def run(self, tokens: list[int], keep: int) -> Any:
-        import torch
-
         out = self._model(
             input_ids=torch.tensor([tokens]),
             past_key_values=self.cache,
@@ -140,12 +137,7 @@ class Engine:
     of them together (one call at a time)."""
 
     def __init__(self, gguf: Path, max_model_len: int) -> None:
-        # Heavy imports here: the module is also imported for fetch_gguf by the tests.
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         xgrammar = import_xgrammar()
-        self._torch = torch
         self._xgr = xgrammar
         folder = converted(gguf)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -272,7 +264,7 @@ class Engine:
         (:mod:`tests.support.real_llm_batch`), the replies of decoding each alone."""
         if not requests:
             return []
-        with self._torch.inference_mode():
+        with torch.inference_mode():
             if len(requests) == 1:
                 return [self._decode_alone(requests[0])]
             return self._decode_batch(requests)
@@ -313,7 +305,7 @@ class Engine:
         passes = 0
         if reused < len(prefix):
             self.model(
-                input_ids=self._torch.tensor([prefix[reused:]]),
+                input_ids=torch.tensor([prefix[reused:]]),
                 past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
@@ -324,7 +316,7 @@ class Engine:
 
         def row(index: int, runner: Runner) -> Generation:
             request = requests[index]
-            with self._torch.inference_mode():
+            with torch.inference_mode():
                 state = _Decoder(
                     runner,
                     request.prompt_ids,
@@ -432,8 +424,6 @@ class Engine:
 def _only_token(bitmask: Any) -> int | None:
     """The one token ``bitmask`` (xgrammar's: bit ``i % 32`` of word ``i // 32``) allows,
     or ``None`` when it allows several."""
-    import torch
-
     words = torch.nonzero(bitmask[0]).flatten()
     if len(words) != 1:
         return None
@@ -444,8 +434,7 @@ def _only_token(bitmask: Any) -> int | None:
     return index * 32 + word.bit_length() - 1
 
 
-@functools.cache
-def _growing_layer() -> type[Any]:
+class GrowingLayer(DynamicLayer):  # type: ignore[misc]
     """:class:`transformers.cache_utils.DynamicLayer` whose keys and values are views of a
     buffer that grows by :data:`KV_GROWTH_TOKENS` when full, instead of ``torch.cat`` of the
     whole cache at every step: a decode step at a 3,000-token context copied ~3 MB a layer,
@@ -456,39 +445,32 @@ def _growing_layer() -> type[Any]:
     (docs/benchmarks.md, issue 26 point 7). ``crop`` (DynamicLayer's: a view cut shorter)
     works as is; the next ``update`` writes after it, over the tokens cropped.
     """
-    from transformers.cache_utils import DynamicLayer
 
-    class GrowingLayer(DynamicLayer):  # type: ignore[misc]
-        _keys_buffer: Any = None
-        _values_buffer: Any = None
+    _keys_buffer: Any = None
+    _values_buffer: Any = None
 
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            held, new = self.get_seq_length(), key_states.shape[-2]
-            if self._keys_buffer is None or held + new > self._keys_buffer.shape[-2]:
-                room = held + new + KV_GROWTH_TOKENS
-                shape = (*key_states.shape[:-2], room, key_states.shape[-1])
-                keys, values = key_states.new_empty(shape), value_states.new_empty(shape)
-                if held:
-                    keys[..., :held, :] = self.keys
-                    values[..., :held, :] = self.values
-                self._keys_buffer, self._values_buffer = keys, values
-            self._keys_buffer[..., held : held + new, :] = key_states
-            self._values_buffer[..., held : held + new, :] = value_states
-            self.keys = self._keys_buffer[..., : held + new, :]
-            self.values = self._values_buffer[..., : held + new, :]
-            return self.keys, self.values
-
-    return GrowingLayer
+    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        held, new = self.get_seq_length(), key_states.shape[-2]
+        if self._keys_buffer is None or held + new > self._keys_buffer.shape[-2]:
+            room = held + new + KV_GROWTH_TOKENS
+            shape = (*key_states.shape[:-2], room, key_states.shape[-1])
+            keys, values = key_states.new_empty(shape), value_states.new_empty(shape)
+            if held:
+                keys[..., :held, :] = self.keys
+                values[..., :held, :] = self.values
+            self._keys_buffer, self._values_buffer = keys, values
+        self._keys_buffer[..., held : held + new, :] = key_states
+        self._values_buffer[..., held : held + new, :] = value_states
+        self.keys = self._keys_buffer[..., : held + new, :]
+        self.values = self._values_buffer[..., : held + new, :]
+        return self.keys, self.values
 
 
 def growing_cache(layers: int) -> Any:
-    """An empty KV cache of ``layers`` :func:`_growing_layer` layers."""
-    from transformers.cache_utils import Cache
-
-    layer = _growing_layer()
-    return Cache(layers=[layer() for _ in range(layers)])
+    """An empty KV cache of ``layers`` :class:`GrowingLayer` layers."""
+    return Cache(layers=[GrowingLayer() for _ in range(layers)])
 
 
 def _reuse(last: tuple[list[int], Any] | None, ids: list[int], limit: int) -> tuple[Any, int]:
@@ -529,9 +511,6 @@ class _Decoder:
         temperature: float,
         repetition_penalty: float = 1.0,
     ) -> None:
-        import torch
-
-        self._torch = torch
         self.runner = runner
         self._temperature = temperature
         self._penalty = repetition_penalty
@@ -558,17 +537,15 @@ class _Decoder:
         logits = logits.clone()
         if self._penalty != 1.0 and recent:
             # llama.cpp's and Ollama's repeat penalty over the last REPEAT_WINDOW tokens.
-            seen = self._torch.tensor(sorted(set(recent)))
+            seen = torch.tensor(sorted(set(recent)))
             picked = logits[seen]
-            logits[seen] = self._torch.where(
-                picked > 0, picked / self._penalty, picked * self._penalty
-            )
+            logits[seen] = torch.where(picked > 0, picked / self._penalty, picked * self._penalty)
         if bitmask is not None:
             xgrammar.apply_token_bitmask_inplace(logits.unsqueeze(0), bitmask)
         if self._temperature <= 0:
             return int(logits.argmax())
-        probs = self._torch.softmax(logits / self._temperature, dim=-1)
-        return int(self._torch.multinomial(probs, 1, generator=self._generator))
+        probs = torch.softmax(logits / self._temperature, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=self._generator))
 
     def _greedy(self, logits: Any, recent: list[int], matcher: Any, bitmask: Any) -> int:
         """Greedy decoding's token at ``matcher``'s state: the one it allows, when it allows
