@@ -18,23 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench._common import CLK_TCK, loadavg, proc_stat, running_stack, settle
-
-
-def cpu_of(pid: int) -> float:
-    """User + system CPU seconds of a live process (0 once it is gone)."""
-    fields = proc_stat(pid)
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK if fields else 0.0
-
-
-def tree(root: int) -> list[int]:
-    """``root`` and its descendants."""
-    children = []
-    for entry in Path("/proc").iterdir():
-        fields = proc_stat(int(entry.name)) if entry.name.isdigit() else None
-        if fields is not None and int(fields[1]) == root:
-            children.append(int(entry.name))
-    return [root, *(p for child in children for p in tree(child))]
+from bench._common import loadavg, running_stack, settle
+from bench.performance.serve_boot_cpu import cpu_of, descendants
 
 
 def command(pid: int) -> str:
@@ -48,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder, running_stack(200, Path(folder), {}) as stack:
         settle(stack.amaris)
-        pids = tree(stack.amaris.pid)
+        pids = [stack.amaris.pid, *descendants(stack.amaris.pid)]
         names = {pid: command(pid) for pid in pids}
         before = {pid: cpu_of(pid) for pid in pids}
         print(f"measuring {args.seconds:g} s, load {loadavg()}", flush=True)
