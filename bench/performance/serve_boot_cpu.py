@@ -35,7 +35,7 @@ import httpx
 import yaml
 
 from tests.support.fake_llm import free_port
-from tests.support.procs import AMARIS, _env
+from tests.support.procs import AMARIS, amaris_env
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -96,7 +96,7 @@ def serve_once(folder: Path) -> None:
         proc = subprocess.Popen(
             [*AMARIS, "serve", "--config", str(config)],
             cwd=folder,
-            env=_env(unset=("PREFECT_HOME", "PREFECT_API_URL")),
+            env=amaris_env(unset=("PREFECT_HOME", "PREFECT_API_URL")),
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -117,7 +117,7 @@ def prefect_once(home: Path) -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
-    env = _env(unset=("PREFECT_API_URL",))
+    env = amaris_env(unset=("PREFECT_API_URL",))
     env.update(
         {
             "PREFECT_HOME": str(home),

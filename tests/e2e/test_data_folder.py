@@ -28,7 +28,7 @@ from amaris.app.prefect_server import AUTH_FILE, ensure_auth_string
 from amaris.llm.call_log import CallLog
 from amaris.settings import load_settings
 from tests.support.fake_llm import free_port
-from tests.support.procs import AMARIS, NOBODY, _env, require_slow
+from tests.support.procs import AMARIS, NOBODY, amaris_env, require_slow
 
 OTHER_UID = 65534
 
@@ -100,7 +100,7 @@ def test_serve_refuses_a_data_folder_another_user_could_plant_in(
             serve = subprocess.Popen(
                 [*AMARIS, "serve", "--config", str(config)],
                 cwd=tmp_path,
-                env=_env(unset=("PREFECT_HOME",)),
+                env=amaris_env(unset=("PREFECT_HOME",)),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

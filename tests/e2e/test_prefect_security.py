@@ -37,7 +37,7 @@ from tests.support.pipeline_helpers import metadata, rollout
 from tests.support.procs import (
     AMARIS,
     NOBODY,
-    _env,
+    amaris_env,
     require_slow,
     run_amaris,
     wait_http,
@@ -190,7 +190,7 @@ def start_serve(config: Path, cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*AMARIS, "serve", "--config", str(config)],
         cwd=cwd,
-        env=_env(unset=("PREFECT_HOME",)),
+        env=amaris_env(unset=("PREFECT_HOME",)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -437,7 +437,7 @@ def test_a_prefect_server_that_cannot_start_stops_serve_before_healthz_says_ok(
 ) -> None:
     config, url, _ = serve_config(tmp_path, free_port())
     require_slow("amaris serve")
-    env = _env(unset=("PREFECT_HOME",))
+    env = amaris_env(unset=("PREFECT_HOME",))
     # The server child cannot open its database: its start-up fails.
     env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{tmp_path}/none/x.db"
     log = tmp_path / "serve.log"

@@ -22,7 +22,7 @@ from amaris.offline.judge import respond
 from amaris.sim.judge_server import Reply, create_llm_app
 from tests.support.fake_llm import free_port, serve_in_thread
 from tests.support.pipeline_helpers import metadata
-from tests.support.procs import AMARIS, _env, run_amaris
+from tests.support.procs import AMARIS, amaris_env, run_amaris
 from tests.support.served import calls, score, start_serve, stop
 
 pytestmark = pytest.mark.slow
@@ -122,7 +122,7 @@ def test_sigterm_during_start_up_exits_0_and_stops_the_children(
         server = subprocess.Popen(
             [*AMARIS, "serve", "--config", str(config)],
             cwd=tmp_path,
-            env=_env(),
+            env=amaris_env(),
             stdout=out,
             stderr=subprocess.STDOUT,
         )

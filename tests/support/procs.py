@@ -34,7 +34,9 @@ def require_slow(what: str) -> None:
         raise RuntimeError(f"{what} starts a real process: mark the test @pytest.mark.slow")
 
 
-def _env(unset: tuple[str, ...] = ()) -> dict[str, str]:
+def amaris_env(unset: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment an ``amaris`` child process gets: this one's without the keys a
+    test must not leak into it (and ``unset``), output unbuffered."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -70,7 +72,7 @@ def amaris_process(
     require_slow(f"amaris {args[0]}")
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [*AMARIS, *args], cwd=cwd, env=_env(), stdout=out, stderr=subprocess.STDOUT
+            [*AMARIS, *args], cwd=cwd, env=amaris_env(), stdout=out, stderr=subprocess.STDOUT
         )
         try:
             wait_http(ready_url, proc)
@@ -89,5 +91,5 @@ def run_amaris(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.Co
     """Run a short ``amaris`` command and capture its output."""
     require_slow(f"amaris {args[0]}")
     return subprocess.run(
-        [*AMARIS, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+        [*AMARIS, *args], cwd=cwd, env=amaris_env(), capture_output=True, text=True, timeout=timeout
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.pipeline_helpers import metadata, rollout
-from tests.support.procs import AMARIS, _env, wait_http
+from tests.support.procs import AMARIS, amaris_env, wait_http
 
 BEHAVIOURS = ["correct", "hacking", "wrong"]
 
@@ -33,7 +33,7 @@ def start_serve(config: Path, cwd: Path, url: str, log: Path) -> subprocess.Pope
     proc = subprocess.Popen(
         [*AMARIS, "serve", "--config", str(config)],
         cwd=cwd,
-        env=_env(),
+        env=amaris_env(),
         stdout=out,
         stderr=subprocess.STDOUT,
     )
