@@ -42,6 +42,7 @@ from tests.support.procs import (
     run_amaris,
     wait_http,
 )
+from tests.support.served import stop
 
 pytestmark = pytest.mark.slow
 
@@ -202,16 +203,6 @@ def drain(proc: subprocess.Popen[str], lines: list[str]) -> threading.Thread:
     thread = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
     thread.start()
     return thread
-
-
-def stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def check_the_prefect_api(

@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -42,7 +43,8 @@ def start_serve(config: Path, cwd: Path, url: str, log: Path) -> subprocess.Pope
     return proc
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM ``proc`` if it runs; kill it if it has not exited 30 s later."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
