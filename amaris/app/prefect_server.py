@@ -24,13 +24,11 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-
 from amaris.private import UnsafeFolderError, check_file, open_private, private_folder
+from amaris.readiness import wait_ok
 
 log = logging.getLogger("amaris.prefect")
 
@@ -236,23 +234,15 @@ class PrefectServer:
         Raises:
             PrefectServerError: the child exited, was stopped, or did not answer in time.
         """
-        deadline = time.monotonic() + timeout
-        while not self._ready.is_set():
-            self._check_alive()
-            if time.monotonic() >= deadline:
-                raise PrefectServerError(
-                    f"Prefect server did not answer within {timeout} s; "
-                    f"see {self.home / 'server.log'}"
-                )
-            try:
-                # /health needs no credentials (Prefect's choice, for probes); no proxy
-                health = httpx.get(f"{self.api_url}/health", timeout=2, trust_env=False)
-                if health.status_code == 200:
-                    self._ready.set()
-                    return
-            except httpx.HTTPError:
-                pass
-            self._stopped.wait(0.25)
+        if self._ready.is_set():
+            return
+        # /health needs no credentials (Prefect's choice, for probes)
+        health = f"{self.api_url}/health"
+        if not wait_ok(health, self._check_alive, timeout, 0.25, pause=self._stopped.wait):
+            raise PrefectServerError(
+                f"Prefect server did not answer within {timeout} s; see {self.home / 'server.log'}"
+            )
+        self._ready.set()
 
     def _check_alive(self) -> None:
         if self._stopped.is_set():

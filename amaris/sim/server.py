@@ -12,10 +12,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-import httpx
 import yaml
 
 from amaris.app.prefect_server import PrefectServer, free_port
+from amaris.readiness import wait_ok
 from amaris.settings import load_settings, set_dotted
 from amaris.settings.loader import RawConfig
 
@@ -167,14 +167,9 @@ def managed_server(
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
+    def alive() -> None:
         if proc.poll() is not None:
             raise ServerError(f"amaris serve exited with code {proc.returncode}:\n{_tail(log)}")
-        try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise ServerError(f"amaris serve not ready after {STARTUP_TIMEOUT_S:.0f} s:\n{_tail(log)}")
+
+    if not wait_ok(url, alive, STARTUP_TIMEOUT_S, 0.2):
+        raise ServerError(f"amaris serve not ready after {STARTUP_TIMEOUT_S:.0f} s:\n{_tail(log)}")

@@ -31,9 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import yaml
 
+from amaris import readiness
 from tests.support.fake_llm import free_port
 from tests.support.procs import AMARIS, amaris_env
 
@@ -62,15 +62,14 @@ def descendants(pid: int) -> list[int]:
 
 def wait_ok(url: str, proc: subprocess.Popen[bytes], log: Path) -> float:
     start = time.monotonic()
-    while True:
+
+    def alive() -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return time.monotonic() - start
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
+
+    if not readiness.wait_ok(url, alive, 900.0, 0.1):
+        raise TimeoutError(f"{url} did not answer within 900 s")
+    return time.monotonic() - start
 
 
 def children_cpu() -> float:

