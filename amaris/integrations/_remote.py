@@ -2,7 +2,8 @@
 
 A call retries only what has no reward yet: when amaris answers 503 (some samples
 unscored), the samples it did score are kept and the others are sent again, under the
-step amaris logged the first attempt at, until ``retry_seconds`` have passed.
+step amaris logged the first attempt at, until ``retry_seconds`` have passed. The HTTP
+clients are kept from one call to the next (:mod:`amaris.integrations._clients`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from amaris.client import (
     InvalidRequestError,
     ServerUnavailableError,
 )
+from amaris.integrations._clients import async_client, sync_client
 from amaris.redact import redact_url
 
 DEFAULT_URL = "http://127.0.0.1:8002"
@@ -270,15 +272,15 @@ def _index(name: str) -> int | None:
 def get_rewards(target: Target, body: GetRewardBody, step: int | None) -> Rewards:
     """Post ``body`` to ``/get_reward`` (blocking), retrying as the module docstring says."""
     exchange = Exchange(target, body, step)
-    with httpx.Client(base_url=target.url, timeout=target.timeout) as http:
-        while (request := exchange.request()) is not None:
-            payload, headers = request
-            try:
-                wait = exchange.receive(http.post("/get_reward", json=payload, headers=headers))
-            except httpx.TransportError as exc:
-                wait = exchange.unreachable(exc)
-            if wait:
-                time.sleep(wait)
+    http = sync_client(target.url, target.timeout)
+    while (request := exchange.request()) is not None:
+        payload, headers = request
+        try:
+            wait = exchange.receive(http.post("/get_reward", json=payload, headers=headers))
+        except httpx.TransportError as exc:
+            wait = exchange.unreachable(exc)
+        if wait:
+            time.sleep(wait)
     return exchange.result
 
 
@@ -286,14 +288,14 @@ async def get_rewards_async(target: Target, body: GetRewardBody, step: int | Non
     """Async :func:`get_rewards`."""
 
     exchange = Exchange(target, body, step)
-    async with httpx.AsyncClient(base_url=target.url, timeout=target.timeout) as http:
-        while (request := exchange.request()) is not None:
-            payload, headers = request
-            try:
-                response = await http.post("/get_reward", json=payload, headers=headers)
-                wait = exchange.receive(response)
-            except httpx.TransportError as exc:
-                wait = exchange.unreachable(exc)
-            if wait:
-                await asyncio.sleep(wait)
+    http = async_client(target.url, target.timeout)
+    while (request := exchange.request()) is not None:
+        payload, headers = request
+        try:
+            response = await http.post("/get_reward", json=payload, headers=headers)
+            wait = exchange.receive(response)
+        except httpx.TransportError as exc:
+            wait = exchange.unreachable(exc)
+        if wait:
+            await asyncio.sleep(wait)
     return exchange.result

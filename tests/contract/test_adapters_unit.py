@@ -6,6 +6,7 @@ with ``--noconftest``: bench/evaluations/mutation.py ``adapters``)."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import socket
 from typing import Any
 
@@ -291,6 +292,48 @@ def test_get_rewards_async_retries_the_unscored_samples() -> None:
     script = _script()
     with recording_server(script) as url:
         _check(script, asyncio.run(get_rewards_async(Target(url, "k", 30.0, 60.0), BODY, 0)))
+
+
+def test_calls_in_a_process_share_one_connection() -> None:
+    # verl calls the reward function once per sample: a client (and a TLS context) per
+    # call cost ~50 ms of the trainer's CPU (amaris.integrations._clients).
+    script = Recorder([(200, answer([1.0, 1.0, 1.0]), {})] * 3)
+    with recording_server(script) as url:
+        for _ in range(3):
+            assert get_rewards(Target(url, None, 30.0, 0.0), BODY, 0).values() == [1.0] * 3
+    assert len(script.ports) == 3 and len(set(script.ports)) == 1, script.ports
+
+
+def test_calls_on_one_event_loop_share_a_connection_and_a_new_loop_opens_its_own() -> None:
+    script = Recorder([(200, answer([0.5, 0.5, 0.5]), {})] * 4)
+    with recording_server(script) as url:
+        target = Target(url, None, 30.0, 0.0)
+
+        async def three() -> list[Rewards]:
+            return [await get_rewards_async(target, BODY, 0) for _ in range(3)]
+
+        assert [r.values() for r in asyncio.run(three())] == [[0.5] * 3] * 3
+        # The first loop is closed: its connection cannot serve this one's call.
+        assert asyncio.run(get_rewards_async(target, BODY, 0)).values() == [0.5] * 3
+    first, second = script.ports[:3], script.ports[3]
+    assert len(set(first)) == 1 and second not in first, script.ports
+
+
+def test_a_forked_process_opens_its_own_connection() -> None:
+    # Two processes writing on one inherited socket would mix their requests.
+    script = Recorder([(200, answer([1.0, 1.0, 1.0]), {})] * 3)
+    with recording_server(script) as url:
+        target = Target(url, None, 30.0, 0.0)
+        get_rewards(target, BODY, 0)
+        child = multiprocessing.get_context("fork").Process(
+            target=get_rewards, args=(target, BODY, 0)
+        )
+        child.start()
+        child.join(60)
+        get_rewards(target, BODY, 0)
+    assert child.exitcode == 0
+    parent, forked = {script.ports[0], script.ports[2]}, script.ports[1]
+    assert len(parent) == 1 and forked not in parent, script.ports
 
 
 def _closed_port() -> int:

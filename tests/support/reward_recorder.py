@@ -20,6 +20,9 @@ class Recorder:
 
     answers: list[tuple[int, Any, dict[str, str]]]
     requests: list[tuple[str, dict[str, str], Any]] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+    """The client's port of each request: one port for several requests is one connection
+    kept open (the server speaks HTTP/1.1, keep-alive)."""
 
     @property
     def bodies(self) -> list[Any]:
@@ -58,9 +61,12 @@ def recording_server(recorder: Recorder) -> Iterator[str]:
     """The server's URL while it runs (127.0.0.1, a free port)."""
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             recorder.requests.append((self.path, dict(self.headers), body))
+            recorder.ports.append(self.client_address[1])
             code, data, headers = recorder.answers.pop(0)
             raw = json.dumps(data).encode()
             self.send_response(code)
