@@ -92,20 +92,22 @@ class DeploymentExecutor:
 
     async def _follow(self, step: int, flow_run_id: UUID) -> StepRun:
         """The step's outcome once its run ends, or once the registry has one (another
-        replica recorded it, or a later attempt ended)."""
-        while True:
-            async with get_client() as client:
+        replica recorded it, or a later attempt ended). One Prefect client for the whole
+        wait: a new one builds a TLS context, ~50 ms of CPU (``amaris/readiness.py``)."""
+        async with get_client() as client:
+            while True:
                 state = (await client.read_flow_run(flow_run_id)).state
-            if state is not None and state.is_final():
-                if not state.is_completed():
-                    raise StepRunFailedError(f"step run ended {state.type.value}: {state.message}")
-                break
-            record = await asyncio.to_thread(self._steps.get, step)
-            if record is not None and record.status == "done":
-                break
-            if record is not None and record.status == "failed":
-                raise StepRunFailedError(record.error or "step failed")
-            await asyncio.sleep(self._poll_seconds)
+                if state is not None and state.is_final():
+                    if not state.is_completed():
+                        message = f"step run ended {state.type.value}: {state.message}"
+                        raise StepRunFailedError(message)
+                    break
+                record = await asyncio.to_thread(self._steps.get, step)
+                if record is not None and record.status == "done":
+                    break
+                if record is not None and record.status == "failed":
+                    raise StepRunFailedError(record.error or "step failed")
+                await asyncio.sleep(self._poll_seconds)
         # The flow stored its scopes in the registry: its result lives in the storage of
         # the process that ran it, which this replica may not reach.
         final = await asyncio.to_thread(self._steps.get, step)

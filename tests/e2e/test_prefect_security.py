@@ -442,12 +442,13 @@ def test_a_prefect_server_that_cannot_start_stops_serve_before_healthz_says_ok(
         )
     answered: list[int] = []
     try:
-        while serve.poll() is None and not answered:
-            try:
-                health = httpx.get(f"{url}/healthz", timeout=1)
-                answered.append(health.status_code)
-            except httpx.HTTPError:
-                time.sleep(0.2)  # polling, as tests.support.procs.wait_http does
+        # polling through one client, as amaris.readiness.wait_ok does
+        with httpx.Client(timeout=1, trust_env=False) as http:
+            while serve.poll() is None and not answered:
+                try:
+                    answered.append(http.get(f"{url}/healthz").status_code)
+                except httpx.HTTPError:
+                    time.sleep(0.2)
     finally:
         stop(serve)
     text = log.read_text(errors="replace")
