@@ -62,6 +62,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # test_pipeline_modes.py) still cover these modules in the suite.
     "auth": ("api/middleware.py", ["tests/unit/test_auth_unit.py"]),
     "adapters": ("amaris/integrations/_remote.py", ["tests/contract/test_adapters_unit.py"]),
+    "adapter_clients": (
+        "amaris/integrations/_clients.py",
+        ["tests/contract/test_adapters_unit.py"],
+    ),
     "memory_retrieval": ("tasks/retrieve_memory.py", ["tests/unit/test_memory_retrieval_unit.py"]),
     "offline_rules": ("amaris/offline/heuristics.py", ["tests/unit/test_offline_rules.py"]),
     # issue 26: precheck, parsing, scale (fixture-free unit files, --noconftest; the app's
@@ -114,7 +118,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
 }
 
 NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer", "reward"}
-NO_CONFTEST |= {"auth", "adapters", "memory_retrieval"}
+NO_CONFTEST |= {"auth", "adapters", "adapter_clients", "memory_retrieval"}
 NO_CONFTEST |= {"rollout_log", "rubric_store", "step_lifecycle"}
 NO_CONFTEST |= {"precheck", "json_reply", "judge_protocol", "rollout_records"}
 NO_CONFTEST |= {"gateway", "attempt"}  # issue 26: gateway
