@@ -6,10 +6,12 @@ with ``--noconftest``: bench/evaluations/mutation.py ``adapters``)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import socket
 import traceback
+import weakref
 from typing import Any
 
 import httpx
@@ -319,6 +321,22 @@ def test_calls_on_one_event_loop_share_a_connection_and_a_new_loop_opens_its_own
         assert asyncio.run(get_rewards_async(target, BODY, 0)).values() == [0.5] * 3
     first, second = script.ports[:3], script.ports[3]
     assert len(set(first)) == 1 and second not in first, script.ports
+
+
+def test_a_closed_event_loop_is_let_go_at_the_next_call() -> None:
+    # A trainer that runs each batch under its own asyncio.run would otherwise keep every
+    # loop it ever had, each with its client.
+    script = Recorder([(200, answer([1.0, 1.0, 1.0]), {})] * 2)
+    with recording_server(script) as url:
+        target = Target(url, None, 30.0, 0.0)
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(get_rewards_async(target, BODY, 0))
+        loop.close()
+        gone = weakref.ref(loop)
+        del loop
+        asyncio.run(get_rewards_async(target, BODY, 0))
+    gc.collect()
+    assert gone() is None
 
 
 def _rewards_in_fork(target: Target) -> Any:
