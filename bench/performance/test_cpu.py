@@ -19,10 +19,11 @@ import os
 import resource
 import time
 from collections.abc import Generator
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from bench._common import proc_stat
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -33,11 +34,8 @@ def tree_cpu() -> float:
     parent: dict[int, int] = {}
     used: dict[int, float] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+        fields = proc_stat(int(entry)) if entry.isdigit() else None
+        if fields is None:
             continue
         parent[int(entry)] = int(fields[1])
         used[int(entry)] = (int(fields[11]) + int(fields[12])) / TICK

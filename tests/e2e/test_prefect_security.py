@@ -33,6 +33,7 @@ from websockets.typing import Subprotocol
 
 from amaris.app.prefect_server import AUTH_FILE
 from tests.support.fake_llm import free_port
+from tests.support.local_http import serving
 from tests.support.pipeline_helpers import metadata, rollout
 from tests.support.procs import (
     AMARIS,
@@ -69,15 +70,8 @@ def listener() -> Iterator[tuple[str, list[dict[str, str]]]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Record)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", received
-    finally:
-        server.shutdown()
-        thread.join(10)
-        server.server_close()
+    with serving(Record) as url:
+        yield url, received
 
 
 def basic(secret: str) -> dict[str, str]:

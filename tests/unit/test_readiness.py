@@ -4,15 +4,15 @@ connection kept open) for all its polls."""
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 from amaris.readiness import wait_ok
+from tests.support.local_http import serving
 
 
 @contextmanager
@@ -33,14 +33,8 @@ def starting_server(not_ready: int) -> Iterator[tuple[str, list[int]]]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/healthz", ports
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(Handler) as url:
+        yield f"{url}/healthz", ports
 
 
 def test_the_wait_ends_at_the_first_200_over_one_connection() -> None:
