@@ -9,7 +9,8 @@ A kept client pays that once and reuses its connections.
 
 One synchronous client per amaris target (URL, timeout) in a process (``httpx.Client``
 "can be shared between threads"), and one asynchronous client per target and event loop
-(an ``httpx.AsyncClient``'s connections belong to the loop that opened them). A process
+(an ``httpx.AsyncClient``'s connections belong to the loop that opened them; the judge's
+transport keeps its sessions the same way, ``amaris/llm/transport.py``). A process
 forked from one that had clients makes its own: the parent's connections are not its.
 An event loop that has been closed loses its clients at the next call (they cannot be
 closed without it; their sockets close when they are collected).
@@ -29,9 +30,7 @@ Key = tuple[str, float]
 _lock = threading.Lock()
 _pid = os.getpid()
 _sync: dict[Key, httpx.Client] = {}
-_async: dict[int, tuple[asyncio.AbstractEventLoop, dict[Key, httpx.AsyncClient]]] = {}
-"""By ``id()`` of the loop, the loop itself (kept: its id is not reused while it lives) and
-its clients."""
+_async: dict[asyncio.AbstractEventLoop, dict[Key, httpx.AsyncClient]] = {}
 
 
 def _forked() -> None:
@@ -62,9 +61,9 @@ def async_client(url: str, timeout: float) -> httpx.AsyncClient:
     loop = asyncio.get_running_loop()
     with _lock:
         _forked()
-        for key in [key for key, (other, _) in _async.items() if other.is_closed()]:
-            del _async[key]
-        _, clients = _async.setdefault(id(loop), (loop, {}))
+        for closed in [other for other in _async if other.is_closed()]:
+            del _async[closed]
+        clients = _async.setdefault(loop, {})
         client = clients.get((url, timeout))
         if client is None:
             client = clients[url, timeout] = httpx.AsyncClient(base_url=url, timeout=timeout)
