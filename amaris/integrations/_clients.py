@@ -9,8 +9,7 @@ A kept client pays that once and reuses its connections.
 
 One synchronous client per amaris target (URL, timeout) in a process (``httpx.Client``
 "can be shared between threads"), and one asynchronous client per target and event loop
-(an ``httpx.AsyncClient``'s connections belong to the loop that opened them; the judge's
-transport keeps its sessions the same way, ``amaris/llm/transport.py``). A process
+(an ``httpx.AsyncClient``'s connections belong to the loop that opened them). A process
 forked from one that had clients makes its own: the parent's connections are not its.
 An event loop that has been closed loses its clients at the next call (they cannot be
 closed without it; their sockets close when they are collected).
