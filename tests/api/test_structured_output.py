@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import xgrammar
 from pydantic import BaseModel
 
 from amaris.agents import BatchSummary, IndividualAnalysis, QueryPlan, RubricUpdateProposal
@@ -21,7 +20,12 @@ from amaris.sim.judge_server import Reply
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM
 from tests.support.gateway import EXPECTED, GOOD, MESSAGES, Verdict, call_log, open_gateway
+from tests.support.no_deps import import_xgrammar
 from tests.support.settings import llm_settings, make_settings
+
+xgrammar = import_xgrammar()
+"""Installed with ``--no-deps`` on a machine that lacks it (tests/support/no_deps.py): the dev
+extra leaves it out, with the GPU compiler it would pull."""
 
 AGENT_MODELS: list[type[BaseModel]] = [
     JudgeVerdicts,
