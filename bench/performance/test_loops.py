@@ -123,8 +123,8 @@ def main() -> None:
                 '## Test loops: quick (`-m "not slow"`) and full',
                 "",
                 f"{machine()}; the suite's own `-n 2 --dist loadfile --no-loadscope-reorder`;",
-                "the machine's 2 cores were shared with other work (load average before each",
-                "run, and the 1/5/15-minute averages after it, in the table).",
+                "other work on the machine shows in the load average before each run, and",
+                "in the 1/5/15-minute averages after it (in the table).",
                 "",
                 "| run | wall time | pytest summary | real-model tier inside it | load before "
                 "| command |",
