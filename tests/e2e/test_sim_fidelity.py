@@ -42,9 +42,13 @@ def _simulate(
 
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PREFECT_API_URL", str(PREFECT_API_URL.value()))
+        # The run's manifest goes to the data folder (memory.path, default ./data) too: here,
+        # not the checkout's.
+        env.chdir(out)
         args = ["--steps", steps, "--rollouts-per-step", PER_STEP, *mix, "--out", str(out)]
         code = main(["simulate", *scenario, *args])
     assert code == 0
+    assert len(list((out / "data").glob("manifest-*-simulate.json"))) == 1
     fidelity: dict[str, Any] = json.loads((out / "fidelity.json").read_text())
     return fidelity
 
