@@ -1,0 +1,120 @@
+"""What a tree offers its users: the API's operations, the configuration's keys and the
+CLI's commands and options; dumped for one tree, compared between two.
+
+Issue 24 point 7 asks that no endpoint, CLI command or config key regress across the
+refactor. Dump the tree on the path (this checkout, or another one put first with
+``PYTHONPATH=<tree> ... -P``), then compare::
+
+    PYTHONPATH=/tmp/old .venv/bin/python -P -m bench.evaluations.surface --dump /tmp/old.json
+    .venv/bin/python -m bench.evaluations.surface --dump /tmp/new.json
+    .venv/bin/python -m bench.evaluations.surface --compare /tmp/old.json /tmp/new.json
+
+The operations come from the app's OpenAPI document (built, not started), the keys from
+walking the settings model's fields, the commands and options from each command's
+``--help`` (run in a child process, as a user would).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from amaris.app.wiring import create_app
+from amaris.settings import Settings
+
+CLI = "import sys; from amaris.cli.entry import main; sys.exit(main(sys.argv[1:]))"
+
+
+def operations() -> list[str]:
+    """``METHOD /path`` of every operation of the API."""
+    paths = create_app(Settings(), qdrant_location=":memory:").openapi()["paths"]
+    return sorted(f"{method.upper()} {path}" for path, ops in paths.items() for method in ops)
+
+
+def _models(annotation: object) -> list[type[BaseModel]]:
+    found: list[type[BaseModel]] = []
+    for candidate in (annotation, *typing.get_args(annotation)):
+        for inner in (candidate, *typing.get_args(candidate)):
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                found.append(inner)
+    return found
+
+
+def keys(model: type[BaseModel] = Settings, prefix: str = "") -> list[str]:
+    """Dotted paths of the settings' fields, nested models walked."""
+    found: list[str] = []
+    for name, field in model.model_fields.items():
+        found.append(prefix + name)
+        for nested in _models(field.annotation):
+            found.extend(keys(nested, f"{prefix}{name}."))
+    return sorted(set(found))
+
+
+def _help(args: list[str]) -> str:
+    run = subprocess.run(
+        [sys.executable, "-P", "-c", CLI, *args, "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return run.stdout
+
+
+def commands(args: list[str] | None = None) -> dict[str, list[str]]:
+    """Each command and subcommand with the options its ``--help`` names."""
+    args = args or []
+    text = _help(args)
+    found = {" ".join(args) or "amaris": sorted(set(re.findall(r"--[a-z][a-z0-9-]*", text)))}
+    group = re.search(r"\{([a-z,-]+)\}\s*\.\.\.", text)
+    if group and len(args) < 2:
+        for name in group.group(1).split(","):
+            found.update(commands([*args, name]))
+    return found
+
+
+def compare(old: dict[str, typing.Any], new: dict[str, typing.Any]) -> list[str]:
+    """Lines saying what ``new`` lacks of ``old`` and what it adds."""
+    lines = []
+    for part in ("operations", "keys"):
+        gone = sorted(set(old[part]) - set(new[part]))
+        added = sorted(set(new[part]) - set(old[part]))
+        lines.append(f"{part}: {len(old[part])} -> {len(new[part])}, removed {len(gone)} {gone}")
+        lines.append(f"  added {len(added)}" + (f": {added}" if part == "operations" else ""))
+    gone = sorted(set(old["commands"]) - set(new["commands"]))
+    added = sorted(set(new["commands"]) - set(old["commands"]))
+    options = sum(len(v) for v in old["commands"].values())
+    lines.append(
+        f"commands: {len(old['commands'])} -> {len(new['commands'])}, removed {gone}, added {added}"
+    )
+    lost = {
+        name: sorted(set(flags) - set(new["commands"].get(name, [])))
+        for name, flags in old["commands"].items()
+        if name in new["commands"]
+    }
+    lost = {name: flags for name, flags in lost.items() if flags}
+    lines.append(f"options of the old commands: {options}, removed {lost or 'none'}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dump", type=Path, help="write this tree's surface as JSON")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"))
+    args = parser.parse_args()
+    if args.dump:
+        surface = {"operations": operations(), "keys": keys(), "commands": commands()}
+        args.dump.write_text(json.dumps(surface, indent=1), encoding="utf-8")
+    if args.compare:
+        old, new = (json.loads(p.read_text(encoding="utf-8")) for p in args.compare)
+        print("\n".join(compare(old, new)))
+
+
+if __name__ == "__main__":
+    main()
