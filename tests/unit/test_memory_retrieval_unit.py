@@ -49,7 +49,10 @@ def retrieve(
     services = build_services(settings, qdrant_location=":memory:")
 
     async def run() -> dict[str, Any]:
-        await services.start()  # registers the pipeline context
+        await services.start()
+        # The pipeline's start-up registers the tasks' context in its own thread: wait for
+        # it, as the pipeline's flows do (Runner.submit).
+        await asyncio.wrap_future(services.runner.ready)
         try:
             services.memory.add_documents(DOCS)
             return (await retrieve_memory.fn(step, "a", queries)).model_dump()
