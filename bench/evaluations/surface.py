@@ -2,15 +2,18 @@
 CLI's commands and options; dumped for one tree, compared between two.
 
 Issue 24 point 7 asks that no endpoint, CLI command or config key regress across the
-refactor. Dump the tree on the path (this checkout, or another one put first with
-``PYTHONPATH=<tree> ... -P``), then compare::
+refactor. Dump the tree on the path (this checkout, or another tree's packages put first
+with ``PYTHONPATH=<folder>:<this checkout> ... -P``: a folder holding only its ``amaris``,
+``api``, ``flows``, ``tasks`` and ``deployments``, so ``bench`` and ``tests.support`` come
+from here), then compare::
 
-    PYTHONPATH=/tmp/old .venv/bin/python -P -m bench.evaluations.surface --dump /tmp/old.json
+    PYTHONPATH=/tmp/oldpkgs:. .venv/bin/python -P -m bench.evaluations.surface --dump /tmp/old.json
     .venv/bin/python -m bench.evaluations.surface --dump /tmp/new.json
     .venv/bin/python -m bench.evaluations.surface --compare /tmp/old.json /tmp/new.json
 
 The operations come from the app's OpenAPI document (built, not started), the keys from
-walking the settings model's fields, the commands and options from each command's
+walking the settings model (``tests.support.settings_keys``, as the configuration
+reference's test does), the commands and options from each command's
 ``--help`` (run in a child process, as a user would).
 """
 
@@ -24,12 +27,12 @@ import sys
 import typing
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from amaris.app.wiring import create_app
 from amaris.settings import Settings
+from tests.support.settings_keys import dotted_keys
 
-CLI = "import sys; from amaris.cli.entry import main; sys.exit(main(sys.argv[1:]))"
+CLI = [sys.executable, "-P", "-m", "amaris.cli.main"]
+"""The CLI as a user runs it, from the tree on the path (``-P``: not the current folder)."""
 
 
 def operations() -> list[str]:
@@ -38,28 +41,15 @@ def operations() -> list[str]:
     return sorted(f"{method.upper()} {path}" for path, ops in paths.items() for method in ops)
 
 
-def _models(annotation: object) -> list[type[BaseModel]]:
-    found: list[type[BaseModel]] = []
-    for candidate in (annotation, *typing.get_args(annotation)):
-        for inner in (candidate, *typing.get_args(candidate)):
-            if isinstance(inner, type) and issubclass(inner, BaseModel):
-                found.append(inner)
-    return found
-
-
-def keys(model: type[BaseModel] = Settings, prefix: str = "") -> list[str]:
-    """Dotted paths of the settings' fields, nested models walked."""
-    found: list[str] = []
-    for name, field in model.model_fields.items():
-        found.append(prefix + name)
-        for nested in _models(field.annotation):
-            found.extend(keys(nested, f"{prefix}{name}."))
-    return sorted(set(found))
+def keys() -> list[str]:
+    """Dotted paths of the settings' keys, every agent's spelled out (a removed agent's
+    section shows)."""
+    return sorted(dotted_keys(Settings))
 
 
 def _help(args: list[str]) -> str:
     run = subprocess.run(
-        [sys.executable, "-P", "-c", CLI, *args, "--help"],
+        [*CLI, *args, "--help"],
         capture_output=True,
         text=True,
         check=False,
