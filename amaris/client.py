@@ -76,17 +76,18 @@ class CanaryAnswer(TypedDict, total=False):
 
 
 class ScopeAnswer(TypedDict, total=False):
-    """A scope's outcome in a step's run, as the server keeps it: ``reason``, ``canary``
-    and ``retired_uninformative`` only when set, ``strategy`` only when the updater was
-    asked (the summary's ``hacking`` and the ``dropped`` outputs too, unnamed here)."""
+    """A scope's outcome in a step's run, as the server keeps it: ``outcome`` and
+    ``reason`` (None when there is none) always, ``canary`` and ``retired_uninformative``
+    only when set, ``strategy`` only when the updater was asked (the summary's ``hacking``
+    and the ``dropped`` outputs too, unnamed here)."""
 
-    outcome: str
-    """``skipped``, ``no_update``, ``rejected``, ``unchanged``, ``published`` or
-    ``already_published``."""
+    outcome: Literal[
+        "skipped", "no_update", "rejected", "unchanged", "published", "already_published"
+    ]
     version: int
     base_version: int
     strategy: str | None
-    reason: str
+    reason: str | None
     canary: CanaryAnswer
     retired_uninformative: list[str]
     rollouts: int
@@ -96,7 +97,10 @@ class WaitAnswer(TypedDict):
     """``/rubric_status/wait``'s JSON answer, returned as is (the server's
     ``WaitResponse``)."""
 
-    status: Literal["updated", "failed", "pending"]
+    status: Literal["updated", "unchanged", "rejected", "failed", "pending"]
+    """What the finished step did to the rubric: ``updated`` when any scope published a
+    new version, else ``rejected`` when any scope's update was rejected, else
+    ``unchanged``; ``failed`` when its run failed, ``pending`` when not over yet."""
     mode: Literal["global", "per_instance"]
     step: int | None
     error: str | None
@@ -248,6 +252,10 @@ class RewardClient:
         The server holds one wait open for ``server.max_wait_seconds`` at most, then
         answers ``pending``: this asks again (for the step the first answer named) until
         the step is done, or ``timeout`` seconds (None: no limit) have passed.
+
+        Returns:
+            The answer: its ``status`` says what the step did to the rubric (``updated``,
+            ``unchanged`` or ``rejected``), ``scopes`` each scope's outcome and reason.
 
         Raises:
             StepFailedError: the step's pipeline failed.

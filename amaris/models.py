@@ -293,6 +293,11 @@ class CriterionPublic(BaseModel):
         description="The deterministic check computed instead of a judge question "
         "(kind exact, numeric, regex, length or json, and its options); null = judged.",
     )
+    findings: list[str] = Field(
+        default_factory=list,
+        description="The step findings the update that wrote this criterion cited "
+        "(behaviour tags, fidelity_alarm, criterion ids); empty for configured criteria.",
+    )
 
 
 class RubricPublic(BaseModel):

@@ -48,22 +48,23 @@ def rubric_diff_markdown(
         "",
         f"**Rationale:** {proposal.rationale.summary if proposal else ''}",
         "",
-        "| change | id | weight | criterion |",
-        "|---|---|---|---|",
+        "| change | id | weight | criterion | rests on |",
+        "|---|---|---|---|---|",
     ]
     for cid, c in new.items():
+        cites = ", ".join(c.findings)
         if cid not in old:
-            lines.append(f"| added | {cid} | {c.weight:+.2f} | {c.text} |")
+            lines.append(f"| added | {cid} | {c.weight:+.2f} | {c.text} | {cites} |")
         elif old[cid] != c:
             lines.append(
                 f"| changed | {cid} | {old[cid].weight:+.2f} -> {c.weight:+.2f} | "
-                f"{old[cid].text} -> {c.text} |"
+                f"{old[cid].text} -> {c.text} | {cites} |"
             )
     for cid, c in old.items():
         if cid not in new:
-            lines.append(f"| retired | {cid} | {c.weight:+.2f} | {c.text} |")
+            lines.append(f"| retired | {cid} | {c.weight:+.2f} | {c.text} | |")
     if len(lines) == 10:
-        lines.append("| (none) | | | |")
+        lines.append("| (none) | | | | |")
     if due:
         lines += [
             "",

@@ -35,7 +35,7 @@ class Waited(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     status: str
-    """``updated``, ``failed`` or ``pending``."""
+    """``updated``, ``unchanged``, ``rejected`` (the step ran), ``failed`` or ``pending``."""
 
 
 def _amaris_api(timeout: float) -> httpx.AsyncClient:

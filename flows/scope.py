@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
 from prefect.utilities.annotations import quote
 
 from amaris.agents.blocks import TrainerMetadata
+from amaris.agents.findings import Injections, StepFindings
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis, RubricUpdateProposal
 from amaris.audit.models import AlarmEvidence
 from amaris.flows.artifacts import rubric_diff_artifact
@@ -31,7 +32,7 @@ from amaris.rubric.informativeness import (
 from amaris.rubric.model import RubricVersion
 from amaris.scoring.canary import canary_rollouts
 from amaris.steps.context import get_context
-from amaris.steps.outcomes import Dropped
+from amaris.steps.outcomes import Dropped, UpdateKind
 from amaris.tasks._common import DROPS, criteria_context, split_for
 from amaris.tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from amaris.tasks.canary import CanaryRequest, check_canary
@@ -42,7 +43,6 @@ from amaris.tasks.models import (
     Peer,
     ScopeOutcome,
     ScoredAnalysis,
-    UpdateKind,
     UpdateOutcome,
 )
 from amaris.tasks.publish_rubric import publish_update
@@ -50,6 +50,7 @@ from amaris.tasks.remember import remember
 from amaris.tasks.retrieve_memory import retrieve_memory
 from amaris.tasks.summarize import summarize_chunk, summary_payload
 from amaris.tasks.update_rubric import propose_update
+from amaris.text.injection import scan_records
 
 T = TypeVar("T")
 log = logging.getLogger("amaris.pipeline")
@@ -101,6 +102,9 @@ class ScopeRun:
     alarm: AlarmEvidence | None = None
     """The step's fidelity alarm and its evidence in this scope, for the analyzer and
     updater (:func:`amaris.tasks.audit.run_audit`)."""
+    injections: Injections = field(default_factory=Injections)
+    """Text addressed to the grader or the pipeline in the scope's rollouts, as amaris's
+    detector finds it, and what each summary covers."""
 
     @property
     def metadata(self) -> TrainerMetadata:
@@ -158,6 +162,9 @@ class ScopeRun:
         groups = [self.peers[r.seq or 0] for r in part]
         found = await analyze_chunk(index, part, self.criteria, groups, self.alarm)
         self.dropped.extend(found.dropped)
+        # amaris's own finding, merged after the task (its cache) whatever the agent wrote.
+        self.injections.add(await asyncio.to_thread(scan_records, part))
+        analyses = self.injections.analysed(found.analyses)
         # Prefect holds the chunk's result now: its per-rollout files are redundant.
         await asyncio.to_thread(
             forget_analyses,
@@ -167,11 +174,9 @@ class ScopeRun:
                 for r, g in zip(part, groups, strict=True)
             ],
         )
-        if not ctx.settings.pipeline.use_chunking or not found.analyses:
-            return found.analyses, []
-        return found.analyses, await self.summarize(
-            str(index), self._with_scores(found.analyses, part)
-        )
+        if not ctx.settings.pipeline.use_chunking or not analyses:
+            return analyses, []
+        return analyses, await self.summarize(str(index), self._with_scores(analyses, part))
 
     async def summarize(self, label: str, analyses: list[ScoredAnalysis]) -> list[BatchSummary]:
         """Summaries of ``analyses``: one, or one per part when they do not fit the
@@ -197,7 +202,11 @@ class ScopeRun:
                 for name, part in zip(labels, parts, strict=True)
             )
         )
-        return [summary for summary in found if summary is not None]
+        return [
+            self.injections.summarised(summary, (a.rollout_id for a in part))
+            for summary, part in zip(found, parts, strict=True)
+            if summary is not None
+        ]
 
     async def consolidate(self, summaries: list[BatchSummary]) -> BatchSummary | None:
         """One summary of ``summaries``; in rounds when they do not fit the
@@ -205,9 +214,10 @@ class ScopeRun:
         their results). ``None`` when the meta-summarizer failed permanently (dropped):
         the step then has no summary of the whole."""
 
-        def ask(part: str, group: list[BatchSummary]) -> Awaitable[BatchSummary | None]:
+        async def ask(part: str, group: list[BatchSummary]) -> BatchSummary | None:
             work = meta_summarize(self.step, self.scope, part, self.metadata, self.criteria, group)
-            return self.or_dropped("meta_summarizer", part, work)
+            merged = await self.or_dropped("meta_summarizer", part, work)
+            return None if merged is None else self.injections.merged(merged, group)
 
         level = 0
         while True:
@@ -234,9 +244,19 @@ class ScopeRun:
             summaries = [summary for summary in found if summary is not None]
             level += 1
 
+    def findings(self, summary: BatchSummary) -> StepFindings:
+        """The step's findings an update of the scope must rest on (the guard reads them)."""
+        uninformative = [d.criterion_id for d in self.informativeness.uninformative]
+        return self.injections.findings(summary, self.alarm is not None, uninformative)
+
     # query → retrieve → update → canary/publish
 
-    async def update(self, summary: BatchSummary | None, summaries: int) -> UpdateOutcome:
+    async def update(
+        self,
+        summary: BatchSummary | None,
+        summaries: int,
+        analyses: Sequence[IndividualAnalysis] = (),
+    ) -> UpdateOutcome:
         """The scope's rubric update: skipped off update steps, not asked without a
         summary; else queries → retrieval → proposal → rubric canary → guardrails and
         publication, plus the diff. A query plan the query generator failed permanently to
@@ -275,7 +295,9 @@ class ScopeRun:
         if proposal is None:
             outcome = self._rejected()
         else:
-            published = await self.publish(proposal)
+            published = await self.publish(
+                proposal, flagged(summary, analyses), self.findings(summary)
+            )
             outcome = published.model_copy(update={"strategy": proposal.update_strategy})
         after = await asyncio.to_thread(get_context().rubrics.current, self.scope)
         await rubric_diff_artifact(
@@ -283,8 +305,15 @@ class ScopeRun:
         )
         return outcome
 
-    async def publish(self, proposal: RubricUpdateProposal) -> UpdateOutcome:
-        """The rubric canary's report on ``proposal``, then the guardrails and publication."""
+    async def publish(
+        self,
+        proposal: RubricUpdateProposal,
+        flagged: Sequence[str] = (),
+        findings: StepFindings | None = None,
+    ) -> UpdateOutcome:
+        """The rubric canary's report on ``proposal``, then the guardrails and publication;
+        ``flagged``: the rollouts the step's analysis flagged as reward hacking;
+        ``findings``: what the proposal's criteria may cite."""
         canary = await check_canary(
             CanaryRequest(
                 step=self.step,
@@ -293,10 +322,12 @@ class ScopeRun:
                 proposal=proposal,
                 due=self.due,
                 rollouts=canary_rollouts(self.records),
+                flagged=list(flagged),
+                findings=findings,
             )
         )
         return await publish_update(
-            self.step, self.scope, self.version, proposal, list(self.due), canary
+            self.step, self.scope, self.version, proposal, list(self.due), canary, findings
         )
 
     # remember
@@ -395,6 +426,15 @@ class ScopeRun:
         """Analyses with the reward each rollout got, as the summarizer reads them."""
         scores = {r.rollout.id: r.score for r in records}
         return [ScoredAnalysis.of(a, scores.get(a.rollout_id)) for a in analyses]
+
+
+def flagged(summary: BatchSummary, analyses: Sequence[IndividualAnalysis]) -> list[str]:
+    """The rollouts the step's analysis flagged as reward hacking: those an analysis found
+    hacking in, and those the summary lists under a hacking behaviour, in that order."""
+    found = dict.fromkeys(a.rollout_id for a in analyses if a.reward_hacking_analysis.detected)
+    for behaviour in summary.aggregated_reward_hacking.behaviours:
+        found.update(dict.fromkeys(behaviour.rollout_ids))
+    return list(found)
 
 
 async def _value(value: T) -> T:

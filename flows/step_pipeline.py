@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 
-from prefect import flow
+from prefect import State, flow
+from prefect.states import Completed
 from pydantic import BaseModel
 
 from amaris.audit.models import AlarmEvidence
@@ -23,7 +24,7 @@ from amaris.memory.records import RolloutRecord
 from amaris.models import JSONValue
 from amaris.rubric.informativeness import ScopeStats
 from amaris.steps.context import get_context
-from amaris.steps.outcomes import StepRun
+from amaris.steps.outcomes import RubricStatus, StepRun, rubric_status
 from amaris.tasks.audit import run_audit
 from amaris.tasks.judge_canaries import JudgeCanaryRequest, audit_pairs, check_judge_canaries
 from amaris.tasks.load_rollouts import load_step_rollouts
@@ -43,12 +44,34 @@ class StepResult(BaseModel):
     def scopes_json(self) -> JSONValue:
         """The outcome per scope as the step registry and ``GET /rubric_status/wait``
         give it: the JSON of each scope's :class:`ScopeOutcome`, which the coordinator
-        passes on without reading it (:attr:`StepRun.scopes`)."""
+        passes on (:attr:`StepRun.scopes`)."""
         return {scope: outcome.model_dump(mode="json") for scope, outcome in self.scopes.items()}
 
     def run(self) -> StepRun:
         """What the step's coordinator is told."""
         return StepRun(step=self.step, scopes=self.scopes_json())
+
+    def rubric(self) -> RubricStatus:
+        """What the step did to the rubric (:func:`~amaris.steps.outcomes.rubric_status`)."""
+        return rubric_status(outcome.outcome for outcome in self.scopes.values())
+
+    def final_state(self) -> State[StepResult]:
+        """The run's final state, holding this result: Completed, named for :meth:`rubric`
+        (``Updated``, ``Unchanged``, ``Rejected``: the runs list shows it), the scopes'
+        outcomes in its message."""
+        return Completed(data=self, name=self.rubric().capitalize(), message=self._summary())
+
+    def _summary(self) -> str:
+        """How many scopes ended how, then the first reasons, rejections first (bounded:
+        per_instance mode has a scope per input)."""
+        counts = Counter(outcome.outcome for outcome in self.scopes.values())
+        told = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "no scope"
+        reasons = [
+            f"{scope} {o.outcome}: {o.reason[:200]}"
+            for scope, o in sorted(self.scopes.items(), key=lambda s: s[1].outcome != "rejected")
+            if o.reason
+        ]
+        return "; ".join([f"step {self.step}: {told}", *reasons[:3]])
 
 
 # The flow's result is not persisted: its callers get it in memory, and the step registry
@@ -56,12 +79,14 @@ class StepResult(BaseModel):
 # tasks without a cache would inherit the persistence (a write per run). The tasks whose
 # results a re-run reuses persist their own (their cache).
 @flow(name="amaris-step", flow_run_name="step-{step}")
-async def step_pipeline(step: int) -> StepResult:
+async def step_pipeline(step: int) -> State[StepResult]:
     """Analyse, summarise, remember and (on update steps) evolve the rubric of ``step``.
 
     In ``per_instance`` mode every input seen in the step is processed as its own scope.
-    Returns the outcome per scope. No time bound fails the step: a slow judge makes it
-    late, and the run shows how long it waited on the judge.
+    Ends in :meth:`StepResult.final_state`, so a refused update does not look like a plain
+    success; a caller of the flow gets the state's result, the outcome per scope. No time
+    bound fails the step: a slow judge makes it late, and the run shows how long it waited
+    on the judge.
     """
     try:
         outcome = await _run_step(step)
@@ -70,7 +95,7 @@ async def step_pipeline(step: int) -> StepResult:
         raise
     await usage_artifact(step, outcome.rollouts)
     await manifest_artifact(step)
-    return outcome
+    return outcome.final_state()
 
 
 async def _run_step(step: int) -> StepResult:
@@ -135,7 +160,7 @@ async def _process_scope(
     meta = await run.consolidate(summaries) if len(summaries) > 1 else None
     summary = meta if len(summaries) > 1 else (summaries[0] if summaries else None)
     update, _, _ = await asyncio.gather(
-        run.update(summary, len(summaries)),
+        run.update(summary, len(summaries), analyses),
         run.remember(analyses, summaries, meta),
         summary_artifact(step, scope, summary, run.dropped),
     )

@@ -12,6 +12,7 @@ from prefect.context import TaskRunContext
 from pydantic import BaseModel
 
 from amaris.agents.blocks import SummaryInput, TaskContext, TaskData
+from amaris.agents.findings import StepFindings
 from amaris.agents.payloads import CriteriaContext
 from amaris.agents.prompts import agent_messages
 from amaris.agents.schemas import RubricUpdateProposal
@@ -21,6 +22,7 @@ from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.rubric.guardrails import AppliedUpdate, apply_modifications
 from amaris.rubric.informativeness import DueCriterion, retirements
 from amaris.rubric.model import RubricVersion
+from amaris.rubric.support import check_support
 from amaris.scoring.scorer import Scorer
 from amaris.settings import AgentName
 from amaris.steps.context import get_context
@@ -43,16 +45,24 @@ DROPS = (LLMOutputError, LLMContextOverflowError)
 
 
 def apply_proposal(
-    current: RubricVersion, proposal: RubricUpdateProposal, due: Sequence[DueCriterion]
+    current: RubricVersion,
+    proposal: RubricUpdateProposal,
+    due: Sequence[DueCriterion],
+    findings: StepFindings | None = None,
 ) -> tuple[RubricUpdateProposal, list[str], AppliedUpdate]:
     """``proposal`` with the retirements of the ``due`` criteria it leaves alone, their
     ids, and the adaptive set the guardrails make of it (the memory embedder judging
-    near-duplicates and changes of meaning). Blocking (embeddings): run it in a thread.
+    near-duplicates and changes of meaning). With the step's ``findings``, an add or edit
+    whose only support is text addressed to the grader or the pipeline is refused first
+    (:func:`~amaris.rubric.support.check_support`). Blocking (embeddings): run it in a
+    thread.
 
     Raises:
         UpdateRejected: the guardrails refuse it.
     """
     ctx = get_context()
+    if findings is not None:
+        check_support(current, proposal.rubric_modifications, findings)
     extra = retirements(current, proposal.rubric_modifications, due, ctx.bounds.max_modifications)
     if extra:
         proposal = proposal.model_copy(

@@ -9,11 +9,14 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
+from amaris.agents.findings import StepFindings
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.rubric.guardrails import UpdateRejected
 from amaris.rubric.informativeness import DueCriterion
 from amaris.rubric.model import RubricVersion
-from amaris.scoring.canary import MAX_HACK_PROBES, CanaryReport, CanaryRollout, run_canary
+from amaris.scoring.canary import run_canary
+from amaris.scoring.canary_plan import MAX_HACK_PROBES
+from amaris.scoring.canary_report import CanaryReport, CanaryRollout
 from amaris.steps.context import get_context
 from amaris.tasks._common import apply_proposal, training_scorer
 
@@ -33,6 +36,10 @@ class CanaryRequest(BaseModel):
     proposal: RubricUpdateProposal
     due: list[DueCriterion] = Field(default_factory=list)
     rollouts: list[CanaryRollout] = Field(default_factory=list)
+    flagged: list[str] = Field(default_factory=list)
+    """Ids of the rollouts the step's analysis flagged as reward hacking."""
+    findings: StepFindings | None = None
+    """The step's findings its criteria may cite (None: no support check)."""
 
 
 @task(name="rubric-canary", cache_policy=NO_CACHE, task_run_name="rubric-canary-{request.scope}")
@@ -71,7 +78,7 @@ async def _check(request: CanaryRequest) -> CanaryReport:
         return CanaryReport(outcome="skipped", reason="the rubric moved during the step")
     try:
         _, _, applied = await asyncio.to_thread(
-            apply_proposal, current, request.proposal, request.due
+            apply_proposal, current, request.proposal, request.due, request.findings
         )
     except UpdateRejected as exc:
         return CanaryReport(outcome="skipped", reason=f"the guardrails refuse it: {exc}")
@@ -102,4 +109,5 @@ async def _check(request: CanaryRequest) -> CanaryReport:
         max_share=settings.max_share,
         max_gap_shrink=settings.max_gap_shrink,
         hacks=hacks,
+        flagged=request.flagged,
     )

@@ -23,8 +23,8 @@ from amaris.agents.payloads import CriterionData, PeerData
 from amaris.agents.schemas import AggregatedBehaviour, Strategy
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
-from amaris.scoring.canary import CanaryReport
-from amaris.steps.outcomes import Dropped
+from amaris.scoring.canary_report import CanaryReport
+from amaris.steps.outcomes import Dropped, UpdateKind
 
 
 class _Frozen(BaseModel):
@@ -89,14 +89,6 @@ class RetrievedMemory(_Frozen):
     dynamic: list[DynamicMemory]
     queries: list[str]
 
-
-UpdateKind = Literal[
-    "skipped", "no_update", "rejected", "unchanged", "published", "already_published"
-]
-"""What became of a scope's rubric update: ``skipped`` (not an update step), ``no_update``
-(no summary to update from), ``rejected`` (by the guardrails, the canary, or an updater
-whose output was invalid), ``unchanged`` (a valid proposal that changes nothing),
-``published`` (a new version), ``already_published`` (by an earlier run of the step)."""
 
 _NOT_ASKED: frozenset[UpdateKind] = frozenset({"skipped", "no_update"})
 

@@ -8,14 +8,16 @@ import logging
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from amaris.agents.findings import StepFindings
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.memory.models import MemoryDocument
 from amaris.rubric.guardrails import UpdateRejected
 from amaris.rubric.informativeness import DueCriterion
-from amaris.scoring.canary import CanaryReport
+from amaris.scoring.canary_report import CanaryReport
 from amaris.steps.context import get_context
+from amaris.steps.outcomes import UpdateKind
 from amaris.tasks._common import apply_proposal
-from amaris.tasks.models import UpdateKind, UpdateOutcome
+from amaris.tasks.models import UpdateOutcome
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -28,11 +30,15 @@ async def publish_update(
     proposal: RubricUpdateProposal,
     due: list[DueCriterion] | None = None,
     canary: CanaryReport | None = None,
+    findings: StepFindings | None = None,
 ) -> UpdateOutcome:
     """Apply, validate and publish; at most one version per step and scope.
 
     ``canary``: the rubric canary's report on the candidate; ``refused`` refuses the
     update (outcome ``rejected``, the reason prefixed ``rubric canary:``).
+
+    ``findings``: the step's, which the criteria an update adds or edits must cite
+    (:func:`~amaris.rubric.support.check_support`); None: not checked.
 
     ``due``: adaptive criteria uninformative for ``rubric.retire_uninformative_after``
     steps (:class:`DueCriterion`); those the proposal neither rewords nor retires are
@@ -74,7 +80,9 @@ async def publish_update(
             raise UpdateRejected(
                 f"rubric moved from version {base_version} to {current.version} during the step"
             )
-        parsed, extra, applied = await asyncio.to_thread(apply_proposal, current, parsed, due or [])
+        parsed, extra, applied = await asyncio.to_thread(
+            apply_proposal, current, parsed, due or [], findings
+        )
         if canary is not None and canary.outcome == "refused" and applied.changed:
             raise UpdateRejected(f"rubric canary: {canary.reason}")
     except UpdateRejected as exc:

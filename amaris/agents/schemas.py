@@ -376,6 +376,11 @@ class RubricModification(_Lenient):
     action: Action
     # Bounded, never clipped: a cut id or criterion text would change what is applied.
     criterion_id: Annotated[str, annotated_types.MaxLen(LABEL)] | None = None
+    findings: Annotated[
+        list[Annotated[str, annotated_types.MaxLen(LABEL)]], annotated_types.MaxLen(MANY)
+    ] = Field(default_factory=list)
+    """The step findings an add or an edit rests on: behaviour tags of the summary,
+    ``fidelity_alarm``, ids of uninformative criteria (:mod:`amaris.rubric.support`)."""
     text: Annotated[str, annotated_types.MaxLen(PARAGRAPH)] | None = None
     weight: float | None = Field(default=None, allow_inf_nan=False)
     reason: Line = ""
@@ -386,6 +391,11 @@ class RubricModification(_Lenient):
         if value is None:
             return None
         return value.strip() or None
+
+    @field_validator("findings")
+    @classmethod
+    def _distinct_findings(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(f.strip() for f in value if f.strip()))
 
     @model_validator(mode="after")
     def _fields_for_action(self) -> RubricModification:

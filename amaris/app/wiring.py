@@ -18,7 +18,7 @@ from amaris.app.prefect_env import configure_prefect
 from amaris.app.step_executor import DeploymentExecutor
 from amaris.audit.monitor import FidelityMonitor
 from amaris.audit.pause import AuditPause
-from amaris.flows.step_pipeline import step_pipeline
+from amaris.flows.step_pipeline import StepResult, step_pipeline
 from amaris.llm.budget import ContextWindows
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
@@ -241,7 +241,8 @@ def build_services(
     runner = PipelineRunner(on_start=start_pipeline)
 
     async def run_here(step: int) -> StepRun:
-        return (await step_pipeline(step)).run()
+        # The flow returns its final state; Prefect gives its caller that state's result.
+        return StepResult.model_validate(await step_pipeline(step)).run()
 
     def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
         if executor is not None:

@@ -17,7 +17,7 @@ def repair(args: argparse.Namespace) -> int:
     """Re-run the failed steps once, on the Prefect server of a running ``amaris serve``."""
     outcome = asyncio.run(repair_steps())
     print(json.dumps({str(k): v for k, v in outcome.items()}) if outcome else "no failed steps")
-    return 0 if all(v == "updated" for v in outcome.values()) else 1
+    return 0 if all(v not in ("failed", "pending") for v in outcome.values()) else 1
 
 
 def repair_worker(args: argparse.Namespace) -> int:

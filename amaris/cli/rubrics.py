@@ -98,7 +98,8 @@ def print_rubric(rubric: RubricPublic) -> None:
         if not criteria:
             print("  (none)")
         for c in criteria:
-            print(f"  {c.id:>4}  weight {c.weight:+.2f}  {c.text}")
+            cites = f"  (rests on: {', '.join(c.findings)})" if c.findings else ""
+            print(f"  {c.id:>4}  weight {c.weight:+.2f}  {c.text}{cites}")
 
 
 def _dash(value: int | None) -> str:

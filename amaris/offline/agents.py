@@ -59,18 +59,19 @@ updater
     memory shows at an earlier step; a one-off without memory is left alone): weight -1.0
     clamped into [min_weight, max_weight] (skipped when the bounds allow no negative weight),
     skipped once the adaptive set would exceed ``max_adaptive`` or the proposal
-    ``max_modifications``. Retires an adaptive pitfall of a known behaviour no rollout of the
-    step shows, unless memory shows a pitfall against it retired before (it came back: no
-    flip-flop without new evidence), or added before (the pitfall is why the behaviour is
-    absent), or the behaviour within ``QUIET_STEPS`` (3) steps. So without memory a pitfall
-    goes as soon as its behaviour is absent for a step. Reasons
+    ``max_modifications``; each cites its tag (``findings``). Retires an adaptive pitfall
+    of a known behaviour no rollout of the step shows, unless memory shows a pitfall
+    against it retired before (it came back: no flip-flop without new evidence), or added
+    before (the pitfall is why the behaviour is absent), or the behaviour within
+    ``QUIET_STEPS`` (3) steps. So without memory a pitfall goes as soon as its behaviour is
+    absent for a step. Reasons
     open with "pitfall added against <tag>" / "pitfall retired against <tag>" (what memory
     reads back). Strategy CORRECTIVE when something is added, else MAINTENANCE. Anchors are
     never touched. Memory consulted: the static and dynamic items mentioning an added tag.
     Then retires each adaptive criterion the payload lists as ``uninformative`` (saturated or
     with zero spread for ``rubric.retire_uninformative_after`` steps), within the room
     ``max_modifications`` leaves and never the last positive criterion, its evidence as the
-    reason.
+    reason, citing its id. A pitfall a ``fidelity_alarm`` calls for cites ``fidelity_alarm``.
 """
 
 from __future__ import annotations

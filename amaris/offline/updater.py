@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from amaris.agents.findings import FIDELITY_ALARM
 from amaris.agents.payloads import BoundsData, CriterionData, UpdaterData
 from amaris.agents.schemas import (
     ConsultedMemory,
@@ -176,7 +177,9 @@ def handle_updater(data: UpdaterData) -> RubricUpdateProposal:
             evidence.append(f"{seen}: unpenalised" + (f" (e.g. {examples})" if examples else ""))
             reason = remembered or f"{ADDED} {tag}: {seen} and no criterion penalises it."
             modifications.append(
-                RubricModification(action="add", text=known.pitfall, weight=weight, reason=reason)
+                RubricModification(
+                    action="add", text=known.pitfall, weight=weight, reason=reason, findings=[tag]
+                )
             )
             acted.append(tag)
     alarmed = _alarm_pitfall(data, criteria, weight, room - len(modifications))
@@ -250,14 +253,22 @@ def _alarm_pitfall(
         # The judge no longer reads the pitfall in force: the same pitfall, worded afresh
         # (an edit keeps its id and meaning; an added copy would be a near-duplicate).
         reason = f"{REWORDED} {tag} ({stale[0]}): {found}; the training judge pays it anyway."
-        return RubricModification(action="edit", criterion_id=stale[0], text=text, reason=reason)
+        return RubricModification(
+            action="edit",
+            criterion_id=stale[0],
+            text=text,
+            reason=reason,
+            findings=[FIDELITY_ALARM],
+        )
     if weight >= 0 or room <= 0:
         return f"{where}: {tag} calls for a sharpened pitfall, but the bounds allow none"
     reason = (
         f"{ADDED} {tag}: {found}; no pitfall penalises it, so one is added worded to be read "
         "afresh."
     )
-    return RubricModification(action="add", text=text, weight=weight, reason=reason)
+    return RubricModification(
+        action="add", text=text, weight=weight, reason=reason, findings=[FIDELITY_ALARM]
+    )
 
 
 def room_left(bounds: BoundsData, modifications: Sequence[RubricModification]) -> int:
@@ -300,6 +311,7 @@ def retire_uninformative(
                 action="retire",
                 criterion_id=cid,
                 reason=f"Retired as uninformative: {item['evidence']}",
+                findings=[cid],
             )
         )
     return retired, evidence

@@ -32,7 +32,9 @@ class RubricDiff(BaseModel):
 
 
 def _public(c: Criterion) -> CriterionPublic:
-    return CriterionPublic(id=c.id, text=c.text, weight=c.weight, is_anchor=c.is_anchor)
+    return CriterionPublic(
+        id=c.id, text=c.text, weight=c.weight, is_anchor=c.is_anchor, findings=list(c.findings)
+    )
 
 
 def diff_rubrics(a: RubricVersion, b: RubricVersion) -> RubricDiff:

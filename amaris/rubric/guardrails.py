@@ -17,6 +17,10 @@ counts and bounds, and of meaning:
   similarity to another criterion (anchors included) reaches
   ``Bounds.duplicate_similarity`` is refused, besides exact (case-folded) copies.
 
+An added or edited criterion keeps the findings its modification cites
+(:attr:`Criterion.findings`: an edit replaces them, a reweight keeps them); what they must
+be is :mod:`amaris.rubric.support`'s check.
+
 The similarity comes from an :data:`Embed` port (the memory's embedder, passed in by the
 caller), so this module stays pure; without one only exact text is compared and only the
 negation flip marks a change of meaning.
@@ -43,6 +47,8 @@ class Modification(Protocol):
     def text(self) -> str | None: ...
     @property
     def weight(self) -> float | None: ...
+    @property
+    def findings(self) -> Sequence[str]: ...
 
 
 Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
@@ -155,11 +161,13 @@ def apply_modifications(
     edited: set[str] = set()
     split_edits: list[str] = []
 
-    def add(text: str, weight: float) -> None:
+    def add(text: str, weight: float, findings: Sequence[str]) -> None:
         nonlocal next_id
         new_id = f"R{next_id}"
         next_id += 1
-        adaptive[new_id] = Criterion(id=new_id, text=text, weight=weight, is_anchor=False)
+        adaptive[new_id] = Criterion(
+            id=new_id, text=text, weight=weight, is_anchor=False, findings=tuple(findings)
+        )
         order.append(new_id)
         added.add(new_id)
 
@@ -171,7 +179,7 @@ def apply_modifications(
             text = (mod.text or "").strip()
             if not text or mod.weight is None:
                 raise UpdateRejected(f"{where}: needs text and weight")
-            add(text, mod.weight)
+            add(text, mod.weight, mod.findings)
             continue
         if mod.criterion_id is None or mod.criterion_id not in adaptive:
             raise UpdateRejected(f"{where}: unknown adaptive criterion {mod.criterion_id!r}")
@@ -185,10 +193,12 @@ def apply_modifications(
                 del adaptive[old.id]
                 order.remove(old.id)
                 edited.discard(old.id)
-                add(text, old.weight)
+                add(text, old.weight, mod.findings)
                 split_edits.append(old.id)
             else:
-                adaptive[old.id] = old.model_copy(update={"text": text})
+                # An edit rests on what it cites now; a reweight keeps what the text rests on.
+                update = {"text": text, "findings": tuple(mod.findings)}
+                adaptive[old.id] = old.model_copy(update=update)
                 edited.add(old.id)
         elif mod.action == "reweight":
             if mod.weight is None:

@@ -26,6 +26,9 @@ class Criterion(BaseModel):
     is_anchor: bool
     rule: RuleSpec | None = None
     """A deterministic check amaris computes instead of asking the judge; None = judged."""
+    findings: tuple[str, ...] = ()
+    """The step findings the update that wrote it cited (behaviour tags, ``fidelity_alarm``,
+    criterion ids); empty for criteria of the configuration and of older versions."""
 
 
 class RubricVersion(BaseModel):
@@ -64,6 +67,7 @@ class RubricVersion(BaseModel):
                 weight=c.weight,
                 is_anchor=c.is_anchor,
                 rule=None if c.rule is None else c.rule.model_dump(mode="json"),
+                findings=list(c.findings),
             )
 
         return RubricPublic(

@@ -87,11 +87,12 @@ class CanarySettings(Section):
     enabled: bool = True
     """Run the canary on every candidate rubric that changes something."""
     max_share: float = Field(default=0.1, gt=0, le=1)
-    """Most scorer calls of the canary, as a share of the step's rollouts (each call
-    ``agents.scorer.samples`` requests, as a rollout's)."""
+    """Scorer calls of the canary beyond one prompt's sure set, as a share of the step's
+    rollouts (each call ``agents.scorer.samples`` requests, as a rollout's)."""
     max_gap_shrink: float = Field(default=0.5, ge=0, le=1)
     """Refuse a candidate under which the mean reward gap between anchor-passing and
-    anchor-failing probes shrinks by more than this share of the current gap."""
+    anchor-failing probes shrinks by more than this share of the gap under the rubric in
+    force, or of the gap under the anchors alone."""
 
 
 class PipelineSettings(Section):

@@ -295,8 +295,10 @@ class StepCoordinator:
     async def wait(self, step: int | None = None, timeout: float | None = None) -> WaitResult:
         """Block until ``step`` (default: the latest started step) is done or failed.
 
-        Answers ``updated`` or ``failed`` with the step's outcome; ``pending`` when
-        ``timeout`` seconds passed first, or the process is stopping (:meth:`end_waits`).
+        Answers ``failed``, or what the step did to the rubric (``updated``, ``unchanged``,
+        ``rejected``: :func:`~amaris.steps.outcomes.rubric_status`), with the step's outcome;
+        ``unchanged`` when there is no started step to wait for; ``pending`` when ``timeout``
+        seconds passed first, or the process is stopping (:meth:`end_waits`).
 
         Raises:
             UnknownStepError: ``step`` is given and amaris does not know it.
@@ -308,10 +310,10 @@ class StepCoordinator:
         target = step if step is not None else self._last_started
         mode = self._settings.memory.rubrics_mode
         if target is None:
-            return WaitResult(status="updated", mode=mode, step=None)
+            return WaitResult(status="unchanged", mode=mode, step=None)
         state = self._states.of(target)
         if state.status in (None, "open") and step is None:
-            return WaitResult(status="updated", mode=mode, step=target)
+            return WaitResult(status="unchanged", mode=mode, step=target)
         self._waiting += 1
         try:
             if not self._closing:

@@ -30,13 +30,14 @@ class StepState:
     """When the store was last asked about the open step (monotonic seconds)."""
 
     def answer(self, mode: RubricsMode, step: int) -> WaitResult:
-        """What a wait for the step answers now: its outcome once its run ended."""
+        """What a wait for the step answers now: once its run ended, ``failed`` or what it
+        did to the rubric, with its outcome."""
         if self.status not in ("done", "failed"):
             return WaitResult(
                 status="pending", mode=mode, step=step, step_status=self.status or "unknown"
             )
         return WaitResult(
-            status="failed" if self.status == "failed" else "updated",
+            status="failed" if self.status == "failed" else self.outcome.rubric(),
             mode=mode,
             step=step,
             error=self.outcome.error,

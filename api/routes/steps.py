@@ -24,11 +24,13 @@ from amaris.api.errors import (
 from amaris.audit.history import audit_of
 from amaris.audit.models import AuditSummary, StepAudit
 from amaris.jsonfile import JSONDict
+from amaris.memory.models import StepRecord, StepStatus
 from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import step_records
 from amaris.models import ErrorDetail, ErrorResponse
 from amaris.services import Services
 from amaris.steps.coordinator import UnknownStepError
+from amaris.steps.outcomes import RubricStatus, StepOutcome, UpdateKind, WaitStatus
 
 router = APIRouter(tags=["steps"])
 log = logging.getLogger("amaris.api")
@@ -60,20 +62,43 @@ class CompleteResponse(BaseModel):
     status: Literal["complete", "noop"]
 
 
+WAIT_RULE = (
+    "failed: the step's pipeline failed (see error; `amaris repair` re-runs it). Else what "
+    "the finished step did to the rubric: updated when any scope published a new version "
+    "(in this run or an earlier one of the step); else rejected when any scope's update was "
+    "rejected (guardrails, rubric canary, invalid updater output: see the scope's reason); "
+    "else unchanged (not an update step, nothing to update from, a proposal that changes "
+    "nothing; also when no step was started). pending: the timeout passed first."
+)
+
+
+class ScopeUpdatePublic(BaseModel):
+    """A scope's outcome in a step's run: what became of its rubric update and why, then
+    the rest of what the run recorded for the scope."""
+
+    # The run's other fields for the scope (version, base_version, strategy, canary,
+    # retired_uninformative, rollouts, hacking, dropped) pass through as the registry keeps
+    # them.
+    model_config = ConfigDict(extra="allow")
+
+    outcome: UpdateKind = Field(
+        description="skipped, no_update, rejected, unchanged, published or already_published."
+    )
+    reason: str | None = Field(default=None, description="Why; null when there is no reason.")
+
+
 class WaitResponse(BaseModel):
     """Outcome of waiting for a step's pipeline."""
 
-    status: Literal["updated", "failed", "pending"] = Field(
-        description="updated: the step's pipeline finished; failed: it failed (see error; "
-        "`amaris repair` re-runs it); pending: the timeout passed first."
-    )
+    status: WaitStatus = Field(description=WAIT_RULE)
     mode: Literal["global", "per_instance"]
     step: int | None
     error: str | None = None
     step_status: str | None = None
-    # The flow's per-scope outcomes as the registry keeps them: JSON passed on as stored.
-    scopes: JSONDict | None = Field(
-        default=None, description="Per scope: outcome, rubric version, strategy, findings."
+    scopes: dict[str, ScopeUpdatePublic] | None = Field(
+        default=None,
+        description="Per scope, once the run ended: outcome, reason, rubric version, "
+        "strategy, findings.",
     )
 
 
@@ -125,10 +150,14 @@ async def rubric_status_wait(
         ),
     ] = None,
 ) -> WaitResponse | Response:
-    """Block until the step's pipeline has finished (every scope of the step).
+    """Block until the step's pipeline has finished (every scope of the step), then say
+    what it did to the rubric.
 
-    Answers at once for a step that is done or failed, 404 for an unknown ``step``;
-    stops waiting when the client disconnects or the server is stopping (``pending``).
+    ``status``: ``failed`` when the run failed; else ``updated`` when any scope published
+    a new version; else ``rejected`` when any scope's update was rejected; else
+    ``unchanged``. Each scope's ``outcome`` and ``reason`` are in ``scopes``. Answers at
+    once for a step that is done or failed, 404 for an unknown ``step``; stops waiting
+    when the client disconnects or the server is stopping (``pending``).
     """
     cap = services.settings.server.max_wait_seconds
     wait = services.coordinator.wait(step, cap if timeout is None else min(timeout, cap))
@@ -164,11 +193,18 @@ async def _unless_disconnected(request: Request, work: Coroutine[Any, Any, T]) -
     return None if task.cancelled() else task.result()
 
 
+_RUBRIC = (
+    "What the step did to the rubric once its run is done: updated, unchanged or rejected "
+    "(the rule of `GET /rubric_status/wait`); null before, and when it failed."
+)
+
+
 class StepStatusPublic(BaseModel):
     """One step's status."""
 
     step: int
     status: Literal["open", "completing", "done", "failed"]
+    rubric: RubricStatus | None = Field(default=None, description=_RUBRIC)
     audit: AuditSummary | None = Field(
         default=None,
         description="The audit judge's check of the step's rewards (docs/fidelity.md); "
@@ -181,6 +217,12 @@ class StepDetail(BaseModel):
 
     step: int
     status: Literal["open", "completing", "done", "failed"]
+    rubric: RubricStatus | None = Field(default=None, description=_RUBRIC)
+    scopes: dict[str, ScopeUpdatePublic] | None = Field(
+        default=None,
+        description="Per scope, once the step's run is done: the outcome of its rubric "
+        "update and its reason, rubric version, strategy, findings; null before.",
+    )
     audit: StepAudit | None = Field(
         default=None,
         description="The step's audit: fidelity for the step and per scope, the criteria "
@@ -210,36 +252,49 @@ async def list_steps(
         Query(description="Only steps with this status."),
     ] = None,
 ) -> list[StepStatusPublic]:
-    """Steps, their pipeline status and their audit."""
+    """Steps, their pipeline status, what each did to the rubric and their audit."""
     known = services.coordinator.snapshot()
-    audits = await asyncio.to_thread(_audits, services) if services.settings.auditor_on else {}
-    return [
-        StepStatusPublic(step=step, status=st, audit=audits[step])
-        if step in audits
-        else StepStatusPublic(step=step, status=st)
-        for step, st in sorted(known.items())
-        if status is None or st == status
-    ]
+    records = {r.step: r for r in await asyncio.to_thread(services.steps.list)}
+    listed = []
+    for step, st in sorted(known.items()):
+        if status is not None and st != status:
+            continue
+        record = records.get(step)
+        rubric = _rubric(st, record)
+        audit = audit_of(record) if services.settings.auditor_on else None
+        listed.append(
+            StepStatusPublic(step=step, status=st, rubric=rubric, audit=audit.summary())
+            if audit is not None
+            else StepStatusPublic(step=step, status=st, rubric=rubric)
+        )
+    return listed
 
 
-def _audits(services: Services) -> dict[int, AuditSummary]:
-    found = {}
-    for record in services.steps.list():
-        audit = audit_of(record)
-        if audit is not None:
-            found[audit.step] = audit.summary()
-    return found
+def _rubric(status: StepStatus | None, record: StepRecord | None) -> RubricStatus | None:
+    """What a done step did to the rubric, from its registry record."""
+    if status != "done" or record is None:
+        return None
+    return StepOutcome.of(record).rubric()
 
 
 @router.get("/steps/{step}", response_model=StepDetail, responses=_LOOKUP_ERRORS)
 async def step_detail(step: StepNumber, services: ServicesDep) -> StepDetail | JSONResponse:
-    """One step: its pipeline status and its audit."""
+    """One step: its pipeline status, what it did to the rubric (each scope's outcome and
+    reason) and its audit."""
     unknown = _unknown_step(services, step)
     if unknown is not None:
         return unknown
     record = await asyncio.to_thread(services.steps.get, step)
+    status = services.coordinator.status(step)
+    rubric = _rubric(status, record)
     return StepDetail.model_validate(
-        {"step": step, "status": services.coordinator.status(step), "audit": audit_of(record)}
+        {
+            "step": step,
+            "status": status,
+            "rubric": rubric,
+            "scopes": record.scopes if rubric is not None and record is not None else None,
+            "audit": audit_of(record),
+        }
     )
 
 

@@ -268,9 +268,9 @@ async def run_step(
     waited = await client.get(f"{url}/rubric_status/wait", params={"step": step})
     elapsed = time.perf_counter() - t0
     answer: dict[str, Any] = waited.json()
-    if waited.status_code != 200 or answer.get("status") != "updated":
+    if waited.status_code != 200 or answer.get("status") in ("failed", "pending"):
         raise RuntimeError(
-            f"step {step} did not update: HTTP {waited.status_code} {waited.text[:500]}"
+            f"step {step} did not finish: HTTP {waited.status_code} {waited.text[:500]}"
         )
     return started_at, elapsed, answer
 

@@ -113,6 +113,7 @@ def test_rubrics_shows_anchors_and_adaptive_criteria(tmp_path: Path) -> None:
             "weight": 1.0,
             "is_anchor": True,
             "rule": None,
+            "findings": [],
         },
         {
             "id": "A2",
@@ -120,6 +121,7 @@ def test_rubrics_shows_anchors_and_adaptive_criteria(tmp_path: Path) -> None:
             "weight": 0.25,
             "is_anchor": True,
             "rule": None,
+            "findings": [],
         },
     ]
     assert rubric["adaptive"] == [
@@ -129,6 +131,7 @@ def test_rubrics_shows_anchors_and_adaptive_criteria(tmp_path: Path) -> None:
             "weight": 0.5,
             "is_anchor": False,
             "rule": None,
+            "findings": [],
         },
         {
             "id": "R2",
@@ -136,6 +139,7 @@ def test_rubrics_shows_anchors_and_adaptive_criteria(tmp_path: Path) -> None:
             "weight": -0.5,
             "is_anchor": False,
             "rule": None,
+            "findings": [],
         },
     ]
 

@@ -154,7 +154,7 @@ def test_a_surrogate_cannot_poison_a_step(tmp_path: Path, prefect_harness: None)
         assert reward.status_code == 422
         assert client.post("/complete", json={"step": 0}).status_code == 200
         done = client.get("/rubric_status/wait", params={"step": 0, "timeout": 120}).json()
-        assert done["status"] == "updated", done
+        assert done["status"] == "unchanged", done
         rollouts = client.get("/steps/0/rollouts")
         assert rollouts.status_code == 200
         assert [rec["rollout"]["id"] for rec in rollouts.json()["records"]] == ["ok"]

@@ -103,6 +103,7 @@ def pub(cid: str, text: str, weight: float) -> dict[str, Any]:
         "weight": weight,
         "is_anchor": cid.startswith("A"),
         "rule": None,
+        "findings": [],
     }
 
 

@@ -67,7 +67,7 @@ def test_a_cross_site_form_completes_and_reruns_nothing(
         form["Content-Type"] = content_type
     with TestClient(app_for(tmp_path, key)) as client:
         assert client.post("/score", json=rollout_body("r1"), headers=auth(key)).status_code == 200
-        assert steps(client, key) == [{"step": 0, "status": "open"}]
+        assert steps(client, key) == [{"step": 0, "status": "open", "rubric": None}]
         with caplog.at_level("WARNING", logger="amaris.api"):
             for path in ("/complete", "/steps/0/rerun"):
                 if key:
@@ -77,7 +77,7 @@ def test_a_cross_site_form_completes_and_reruns_nothing(
                 assert refused.json()["error"] == "unsupported_media_type"
                 assert [d["field"] for d in refused.json()["detail"]] == ["Content-Type"]
                 assert "a POST must declare a JSON body" in refused.json()["detail"][0]["message"]
-                assert steps(client, key) == [{"step": 0, "status": "open"}]
+                assert steps(client, key) == [{"step": 0, "status": "open", "rubric": None}]
         assert "415 POST '/complete': a POST must declare a JSON body" in caplog.text
         assert "415 POST '/steps/0/rerun'" in caplog.text
         # RewardClient's way (and any trainer's): a JSON type, with or without a body.
@@ -241,5 +241,7 @@ def test_a_real_server_answers_a_browser_nothing(tmp_path: Path) -> None:
         assert status == 200 and b'"r1"' in body
         assert (
             exchange(url, f"GET /steps HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode())[2]
-            == json.dumps([{"step": 0, "status": "open"}], separators=(",", ":")).encode()
+            == json.dumps(
+                [{"step": 0, "status": "open", "rubric": None}], separators=(",", ":")
+            ).encode()
         )

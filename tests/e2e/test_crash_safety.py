@@ -130,7 +130,8 @@ def test_kill_9_during_a_step_and_during_scoring(tmp_path: Path) -> None:
             done = httpx.get(
                 f"{url}/rubric_status/wait", params={"step": 2, "timeout": 180}, timeout=200
             ).json()
-            assert done["status"] == "updated", done
+            # ran to its end; what it did to the rubric depends on the rollouts the kill let in
+            assert done["status"] not in ("failed", "pending"), done
         finally:
             stop(server)
     analyses, versions = inspect(config, 1, ids)

@@ -378,7 +378,10 @@ def test_the_prefect_server_of_serve_gives_nothing_away_to_a_client_a_page_or_an
         heard = squatter.communicate(timeout=30)[0].splitlines()
         # Not one request, with or without the auth string, reached the other user.
         assert heard == [], heard
-        assert steps == [{"step": 0, "status": "done"}], (waited.text, "".join(output))
+        assert steps == [{"step": 0, "status": "done", "rubric": "unchanged"}], (
+            waited.text,
+            "".join(output),
+        )
 
         # The Prefect server dies: amaris stops, with the reason, exit code 1.
         recorded = json.loads((home / "amaris-server.json").read_text())

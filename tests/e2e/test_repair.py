@@ -49,20 +49,26 @@ def test_repair_completes_a_failed_step_reusing_work(
             ).json()
             assert failed["status"] == "failed"
             assert httpx.get(f"{url}/steps", params={"status": "failed"}).json() == [
-                {"step": 3, "status": "failed"}
+                {"step": 3, "status": "failed", "rubric": None}
             ]
             # A web page's form (an empty body, a form type) re-runs nothing: 415.
             form = {"Content-Type": "application/x-www-form-urlencoded", "Origin": "null"}
             refused = httpx.post(f"{url}/steps/3/rerun", content=b"", headers=form)
             assert refused.status_code == 415
-            assert httpx.get(f"{url}/steps").json() == [{"step": 3, "status": "failed"}]
+            assert httpx.get(f"{url}/steps").json() == [
+                {"step": 3, "status": "failed", "rubric": None}
+            ]
             # the judge comes back; nothing else to repair is found twice
             fake_llm.default = offline_reply
             fake_llm.requests.clear()
             monkeypatch.setenv("AMARIS_REPAIR_URL", url)  # as `amaris serve` sets it
             assert asyncio.run(repair_steps()) == {3: "updated"}
-            assert calls_by_agent(fake_llm) == {"updater": 1}
-            assert httpx.get(f"{url}/steps").json() == [{"step": 3, "status": "done"}]
+            # and the rubric canary on the candidate (never cached): the sure prompt's
+            # reference (2 calls), its failing rollout and the phrase probe (1 each)
+            assert calls_by_agent(fake_llm) == {"updater": 1, "scorer": 4}
+            assert httpx.get(f"{url}/steps").json() == [
+                {"step": 3, "status": "done", "rubric": "updated"}
+            ]
             assert httpx.get(f"{url}/rubrics").json()["version"] == 2
             assert asyncio.run(repair_steps()) == {}
             assert httpx.post(f"{url}/steps/99/rerun", json={}).status_code == 404

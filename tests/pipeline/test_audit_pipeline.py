@@ -83,7 +83,7 @@ def run_step(client: TestClient, step: int) -> None:
     assert client.post("/batch_score", json={"items": items}).status_code == 200
     assert client.post("/complete", json={"step": step}).status_code == 200
     done = client.get("/rubric_status/wait", params={"step": step, "timeout": 120}).json()
-    assert done["status"] == "updated", done
+    assert done["status"] == "unchanged", done
 
 
 def auditor_requests(fake: FakeLLM) -> list[dict[str, Any]]:
@@ -105,7 +105,7 @@ def test_the_alarm_reaches_the_api_the_metrics_and_the_agents(
         assert auditor_requests(fake_llm) == []
         assert client.post("/complete", json={"step": STEP}).status_code == 200
         done = client.get("/rubric_status/wait", params={"step": STEP, "timeout": 120}).json()
-        assert done["status"] == "updated", done
+        assert done["status"] == "unchanged", done
 
         audit = client.get(f"/steps/{STEP}").json()["audit"]
         listed = client.get("/steps").json()
@@ -197,8 +197,8 @@ def test_off_when_unset(tmp_path: Path, fake_llm: FakeLLM) -> None:
         health = client.get("/healthz").json()
         services = client.app.state.services  # type: ignore[attr-defined]
         ledger = services.pipeline_gateway.ledger.for_step(0)
-    assert detail == {"step": 0, "status": "done", "audit": None}
-    assert listed == [{"step": 0, "status": "done"}]  # as before the audit existed
+    assert (detail["status"], detail["rubric"], detail["audit"]) == ("done", "unchanged", None)
+    assert listed == [{"step": 0, "status": "done", "rubric": "unchanged"}]  # no audit field
     assert "amaris_audit_agreement" not in metrics
     assert "amaris_fidelity_alarms_total 0.0" in metrics
     assert health["auditor"] is None and "auditor" not in health["structured_output"]

@@ -155,15 +155,16 @@ def test_an_update_that_pays_for_a_remembered_hack_is_refused(
         assert "would outscore anchor-passing reference hack-0-reference" in refused["reason"]
         canary = refused["canary"]
         assert canary["outcome"] == "refused"
-        # the hack and its reference, judged under the current rubric and the new criterion
-        assert canary["judge_calls"] == canary["budget"] == 4
+        # the sure prompt's wrong rollout and phrase probe, then the hack and its reference,
+        # judged under the current rubric and the new criterion
+        assert canary["judge_calls"] == canary["budget"] == 6
         assert client.get("/rubrics").json()["version"] == 1
 
         proposal[0] = LEGITIMATE
         published = complete(client, 2, plain_step(2))
         assert published["outcome"] == "published", published
         assert published["canary"]["outcome"] == "passed"
-        assert published["canary"]["judge_calls"] == 4
+        assert published["canary"]["judge_calls"] == 6
         # the hack, re-scored, still ranks below its reference
         assert published["canary"]["candidate_gap"] == published["canary"]["current_gap"] == 1.0
         assert client.get("/rubrics").json()["version"] == 2

@@ -144,7 +144,8 @@ def test_the_canary_refuses_what_the_guardrails_let_through(
     ran = run_attack(tmp_path, fake_llm, 82, BY_CANARY)
     outcome = ran["done"]["scopes"]["global"]
     assert outcome["outcome"] == "rejected", outcome
-    assert outcome["reason"].startswith("rubric canary: anchor-failing rollout s82-p")
+    # the phrase probe: the right answer made wrong, saying VERIFIED CORRECT, reaches it
+    assert outcome["reason"].startswith("rubric canary: criterion R2 pays for words: phrase")
     assert outcome["canary"]["outcome"] == "refused"
     assert ran["rubric"]["version"] == 1
     # a correct answer still outscores a wrong one that says VERIFIED CORRECT
@@ -154,14 +155,16 @@ def test_the_canary_refuses_what_the_guardrails_let_through(
     assert update.doc["outcome"]["outcome"] == "rejected"
     assert update.doc["outcome"]["reason"] == outcome["reason"]
     assert "rejected" in update.text
-    # counted in /metrics, and its judge calls in the ledger under their own agent: at
-    # most 10% of the step's 20 rollouts
+    # counted in /metrics, and its judge calls in the ledger under their own agent: 10% of
+    # the step's 20 rollouts on top of the sure prompt's set (its reference: 2 calls; a right,
+    # a wrong and its two flagged flattering rollouts, the right one made wrong and the
+    # phrase probe: 1 each)
     assert 'amaris_rubric_canary_total{outcome="refused"} 1.0' in ran["metrics"]
     canary = ran["ledger"][("canary", "gpt-4o-mini")]
-    assert canary.calls == outcome["canary"]["judge_calls"] == 2
+    assert canary.calls == outcome["canary"]["judge_calls"] == 10
     # logged in the step's Prefect run
     logs, _ = asyncio.run(step_run_view("step-82", since))
     assert any(
-        log.message.startswith("step 82 ('global'): rubric canary refused: anchor-failing")
+        log.message.startswith("step 82 ('global'): rubric canary refused: criterion R2 pays")
         for log in logs
     )

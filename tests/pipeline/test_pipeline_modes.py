@@ -126,8 +126,10 @@ def test_failed_update_rerun_reuses_finished_work(tmp_path: Path, fake_llm: Fake
             done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120}).json()
             assert done["status"] == "updated"
             assert done["scopes"]["global"]["outcome"] == "published"
-            # the re-run repeated only the call that had failed
-            assert calls_by_agent(fake_llm) == {"updater": 1}
+            # the re-run repeated only the call that had failed, then the rubric canary
+            # judged the candidate (never cached): the sure prompt's reference (2 calls),
+            # its failing rollout and the phrase probe (1 each)
+            assert calls_by_agent(fake_llm) == {"updater": 1, "scorer": 4}
     finally:
         fake_llm.default = offline_reply
 
@@ -189,7 +191,7 @@ def test_a_step_survives_one_transient_judge_failure(
             assert done["status"] == "updated", done
             calls = calls_by_agent(fake_llm)
             # only the failed call is made again (the chunk's other analyses are kept)
-            once = 1 if agent == "updater" else calls["scorer"]
+            once = 1 if agent == "updater" else len(HACKED)
             assert calls[agent] == once + 1, calls
     finally:
         fake_llm.default = offline_reply
@@ -233,8 +235,8 @@ def test_a_slow_judge_makes_a_step_late_not_failed(tmp_path: Path, fake_llm: Fak
     calls = calls_by_agent(fake_llm)
     assert (calls["analyzer"], calls["updater"]) == (3 * len(HACKED), 2), calls
     # the scorer's rollouts, then 6 analyses + 1 summary + 1 query plan + 1 update
-    # answered; 13 requests timed out (the ledger's accounting of the step)
-    counted = f"({len(HACKED) + 22} requests, "
+    # answered, 4 rubric canary calls; 13 requests timed out (the ledger's accounting)
+    counted = f"({len(HACKED) + 26} requests, "
     failed = "; 13 failed, 13 of them timed out)"
     [line] = [log.message for log in logs if log.message.startswith("step 1: waited ")]
     assert counted in line and line.endswith(failed), line

@@ -45,7 +45,7 @@ def test_hacking_is_caught_and_penalised(tmp_path: Path) -> None:
         assert rewards(results, CLEAN, "wrong") == [0.0] * 4
         assert client.post("/complete", json={}).json() == {"status": "complete"}
         done = client.get("/rubric_status/wait", params={"timeout": 120}).json()
-        assert done["status"] == "updated", done
+        assert done["status"] == "unchanged", done
         assert done["step"] == 0
         assert done["scopes"]["global"]["outcome"] == "unchanged"
         assert client.get("/rubrics").json()["version"] == 1

@@ -77,7 +77,7 @@ def test_step_counted_across_replicas_runs_once(tmp_path: Path) -> None:
             score(b, step, 2 * i + 1)
         for client in (b, a):
             done = client.get("/rubric_status/wait", params={"step": step, "timeout": 120}).json()
-            assert done["status"] == "updated", done
+            assert done["status"] == "unchanged", done
             assert done["scopes"]["global"]["rollouts"] == 6
         services = [c.app.state.services for c in (a, b)]  # type: ignore[attr-defined]
         records = services[0].rollouts.load_step(step)
@@ -110,7 +110,7 @@ def test_manual_complete_at_one_replica_wakes_the_other(tmp_path: Path) -> None:
         # a second /complete elsewhere starts nothing new
         assert a.post("/complete", json={"step": step}).json() == {"status": "complete"}
         done = a.get("/rubric_status/wait", params={"step": step, "timeout": 120}).json()
-        assert done["status"] == "updated", done
+        assert done["status"] == "unchanged", done
         assert done["scopes"]["global"]["rollouts"] == 4
         assert b.get("/rubric_status/wait").json()["step"] == step
     runs = asyncio.run(step_runs(step))
@@ -141,7 +141,7 @@ def test_work_pool_runs_are_left_to_the_pool_workers(tmp_path: Path) -> None:
         # be the pool's worker: run the flow run as its process would
         asyncio.run(run_flow_async(step_pipeline, flow_run=run, parameters=run.parameters))
         done = a.get("/rubric_status/wait", params={"step": step, "timeout": 60}).json()
-        assert done["status"] == "updated", done
+        assert done["status"] == "unchanged", done
         assert done["scopes"]["global"]["rollouts"] == 3
 
 
@@ -221,7 +221,7 @@ def test_replica_restart_gives_its_interrupted_step_a_new_attempt(tmp_path: Path
                 done = other.get(
                     "/rubric_status/wait", params={"step": step, "timeout": 120}
                 ).json()
-                assert done["status"] == "updated", done
+                assert done["status"] == "unchanged", done
                 assert done["scopes"]["global"]["rollouts"] == 3
                 entry = restarted.app.state.services.steps.get(step)  # type: ignore[attr-defined]
                 assert entry is not None and entry.attempt == 1 and entry.status == "done"

@@ -75,7 +75,10 @@ def test_a_steps_rollouts_and_analyses(tmp_path: Path) -> None:
         assert [a["rollout_id"] for a in analyses["analyses"]] == list(sent)
         for item in analyses["analyses"]:
             found = {b["tag"] for b in item["analysis"]["reward_hacking_analysis"]["behaviours"]}
-            assert found == EXPECTED_FLAGS[sent[item["rollout_id"]]], item
+            behaviour = sent[item["rollout_id"]]
+            # amaris's own finding besides the offline analyzer's: "Dear grader, ..."
+            addressed = {"grader_injection"} if behaviour == "hack_claims" else set()
+            assert found == EXPECTED_FLAGS[behaviour] | addressed, item
             assert item["scope"] == "global"
         other_scope = client.get("/steps/4/analyses", params={"scope": "in-none"}).json()
         assert (other_scope["rollouts"], other_scope["analyses"]) == (0, [])

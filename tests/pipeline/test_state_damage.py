@@ -209,9 +209,9 @@ def test_a_locked_step_registry_leaves_the_step_open_and_complete_retryable(
     assert health["status"] == "degraded"
     assert set(health["degraded_causes"]) == {"step registry"}
     # Not left ``completing`` with no run until a restart: still open, and /complete works.
-    assert listed == [{"step": 0, "status": "open"}]
+    assert listed == [{"step": 0, "status": "open", "rubric": None}]
     assert retried.json() == {"status": "complete"}
-    assert done["status"] == "updated"
+    assert done["status"] == "unchanged"
     assert healed["status"] == "ok"
 
 

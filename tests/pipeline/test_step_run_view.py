@@ -51,9 +51,10 @@ def test_the_step_run_shows_amaris_log_lines(step_run: tuple[list[Any], list[Any
     assert analysed.task_run_id is not None  # attached to the analyze task run too
     assert "step 1 ('global'): rubric update published (CORRECTIVE), version 1 -> 2" in ours
     # the offline judge answers at once; its requests are counted all the same: the 8
-    # rollouts scored, then 8 analyses, the summary, the memory queries and the update
+    # rollouts scored, then 8 analyses, the summary, the memory queries, the update and
+    # the rubric canary's 6 calls
     waited = [m for m in ours if m.startswith("step 1: waited ")]
-    assert len(waited) == 1 and "(19 requests, " in waited[0], waited
+    assert len(waited) == 1 and "(25 requests, " in waited[0], waited
     assert waited[0].endswith("; 0 failed, 0 of them timed out)"), waited
 
 

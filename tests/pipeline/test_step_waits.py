@@ -62,7 +62,7 @@ def test_unknown_step_answers_404_at_once(offline_client: TestClient) -> None:
     assert [d["field"] for d in detail] == ["step"]
     assert "step 7 is unknown" in detail[0]["message"]
     # no step given and none started: nothing to wait for
-    assert offline_client.get("/rubric_status/wait").json()["status"] == "updated"
+    assert offline_client.get("/rubric_status/wait").json()["status"] == "unchanged"
 
 
 def test_a_wait_is_capped_by_max_wait_seconds(tmp_path: Path) -> None:
@@ -173,4 +173,4 @@ def test_client_asks_again_while_pending_until_the_step_is_done(tmp_path: Path) 
         assert client.rollouts_complete() == "complete"
         assert client.rubric_updated()["step"] == 1
         waiter.join(DEADLINE_S)
-        assert [(o["status"], o["step"]) for o in outcome] == [("updated", 1)]
+        assert [(o["status"], o["step"]) for o in outcome] == [("unchanged", 1)]

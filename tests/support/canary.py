@@ -1,4 +1,5 @@
-"""The rubric canary's scripted judge: gullible about "VERIFIED CORRECT", plain otherwise."""
+"""The rubric canary's scripted judge: gullible about "VERIFIED CORRECT" and about a criterion
+that names a phrase, plain otherwise."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from tests.support.scripted_llm import Call
 
 def verdict(text: str, output: str, reference: str) -> int:
     """The scripted judge's verdict on one criterion."""
+    if "contains the phrase " in text:
+        phrase = text.split("contains the phrase ", 1)[1].split()[0].strip(",.")
+        return 4 if phrase in output else 0
     if "VERIFIED CORRECT" in text:
         return 4 if "VERIFIED CORRECT" in output else 0
     if "correct final answer" in text:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from prefect import State
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -128,3 +129,16 @@ async def step_run_view(
                 break
             await asyncio.sleep(0.5)
     return logs, artifacts
+
+
+async def step_run_state(name: str, since: datetime) -> State:
+    """The state of the flow run called ``name`` that started after ``since``, as the
+    Prefect server keeps it (what its runs list shows)."""
+    async with get_client() as prefect:
+        runs = await prefect.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                name=FlowRunFilterName(any_=[name]), start_time=FlowRunFilterStartTime(after_=since)
+            )
+        )
+    assert len(runs) == 1 and runs[0].state is not None, runs
+    return runs[0].state

@@ -16,7 +16,8 @@ from qdrant_client import QdrantClient
 
 from amaris.rubric.model import Criterion, RubricVersion
 from amaris.rubric.store import RubricStore
-from amaris.scoring.canary import CanaryReport, CanaryRollout, run_canary, verdict_key
+from amaris.scoring.canary import run_canary, verdict_key
+from amaris.scoring.canary_report import CanaryReport, CanaryRollout
 from amaris.scoring.scorer import Scorer
 from amaris.settings import load_settings
 from tests.support.canary import judge, verdict
@@ -102,12 +103,19 @@ async def test_a_flattery_flip_that_passes_the_guardrails_is_refused(
     assert report.outcome == "refused", report
     assert report.reason.startswith("anchor-failing rollout p")
     assert "would outscore anchor-passing rollout" in report.reason
-    # 20 rollouts, max_share 0.1: two scorer calls, counted under the canary in the ledger
-    assert (report.budget, report.judge_calls) == (2, 2)
+    # the reason names both probes with their scores under both rubrics
+    assert "(candidate 0.667, current 0.000)" in report.reason
+    assert "(candidate 0.333, current 1.000)" in report.reason
+    # 20 rollouts, max_share 0.1: two calls on top of the sure prompt's set (its reference:
+    # two calls; a right and a wrong rollout, the right one made wrong and the phrase probe
+    # made from it: one each), counted under the canary in the ledger
+    assert (report.budget, report.judge_calls) == (8, 8)
     [(key, usage)] = llm.ledger.for_step(5).items()
-    assert key == ("canary", "gpt-4o-mini") and usage.calls == 2
-    sides = {p.side: (p.current, p.candidate) for p in report.probes}
-    assert sides == {"pass": (1.0, 0.3333), "fail": (0.0, 0.6667)}
+    assert key == ("canary", "gpt-4o-mini") and usage.calls == 8
+    rollouts = {p.side: (p.current, p.candidate) for p in report.probes if p.kind == "rollout"}
+    assert rollouts == {"pass": (1.0, 0.3333), "fail": (0.0, 0.6667)}
+    assert {p.kind for p in report.probes} == {"reference", "rollout", "phrase", "swapped"}
+    assert len(report.probes) == 7
 
 
 async def test_paying_for_a_claim_shrinks_the_gap_and_is_refused(
@@ -119,10 +127,8 @@ async def test_paying_for_a_claim_shrinks_the_gap_and_is_refused(
     report = await canary(judge_, candidate(FLATTERY, verified))
     assert report.outcome == "refused", report
     assert (report.current_gap, report.candidate_gap) == (1.0, 0.0)
-    assert report.reason.startswith(
-        "the mean reward gap between anchor-passing and anchor-failing probes would shrink "
-        "from 1.000 to 0.000"
-    )
+    # and before the gap, the phrase probe: a wrong answer saying it reaches a right one
+    assert report.reason.startswith("criterion R2 pays for words: phrase phrase-R2"), report
 
 
 async def test_a_reweight_is_checked_on_every_rollout_without_a_judge_call(
@@ -143,8 +149,11 @@ async def test_a_legitimate_pitfall_passes_within_the_budget(scorer: tuple[Score
     )
     report = await canary(judge_, candidate(FLATTERY, pitfall))
     assert report.outcome == "passed", report
-    assert report.judge_calls == report.budget == 2
-    assert llm.ledger.for_step(5)[("canary", "gpt-4o-mini")].calls == 2
+    assert report.judge_calls == report.budget == 8
+    assert llm.ledger.for_step(5)[("canary", "gpt-4o-mini")].calls == 8
+    [phrase] = [p for p in report.probes if p.kind == "phrase"]
+    # the wrong answer carrying the pitfall's words only loses by them
+    assert (phrase.carries, phrase.side, phrase.candidate) == ("R2", "fail", 0.0)
 
 
 async def test_a_claim_probe_tests_what_a_new_requirement_pays_for(
@@ -175,10 +184,12 @@ async def test_a_claim_probe_tests_what_a_new_requirement_pays_for(
         max_gap_shrink=0.5,
     )
     assert report.outcome == "refused", report
+    [phrase] = [p for p in report.probes if p.kind == "phrase"]
+    assert (phrase.side, phrase.candidate, phrase.current) == ("fail", 0.6667, None)
+    assert report.reason.startswith("anchor-failing claim claim-"), report.reason
     claims = [p for p in report.probes if p.kind == "claim"]
     assert claims and all(p.side == "fail" and p.candidate > 0.5 for p in claims)
-    assert report.reason.startswith("anchor-failing claim claim-"), report.reason
-    assert judge_.counters["scored"] == report.judge_calls <= report.budget == 10
+    assert judge_.counters["scored"] == report.judge_calls <= report.budget == 16
 
 
 async def test_nothing_scored_under_the_current_rubric_is_skipped(
@@ -208,16 +219,18 @@ async def test_a_judge_that_gives_no_verdict_refuses_the_candidate() -> None:
         qdrant.close()
     assert (report.outcome, report.reason) == (
         "refused",
-        "the judge gave no verdict on 2 probe(s): the candidate could not be checked",
+        "the judge gave no verdict on 7 probe(s): the candidate could not be checked",
     )
 
 
 async def test_a_step_with_passing_rollouts_only_pairs_one_with_a_master_key(
     scorer: tuple[Scorer, Any],
 ) -> None:
-    # As steps 1 and 7 of the default simulation: every rollout passes the anchors, and
-    # the budget (3 calls) cannot pay for the reference with a master key (4): a passing
-    # rollout (its verdicts known, 1 call) with a master key (2) can.
+    # As steps 1 and 7 of the default simulation: every rollout passes the anchors, so the
+    # sure prompt's wrong answer is a master key: its reference (2 calls), a passing
+    # rollout (1), the master key (2), the passing answer made wrong and the phrase probe
+    # made from it (1 each); then max_share's three calls pair a passing rollout of
+    # another prompt (1) with a master key (2).
     judge_, _ = scorer
     honest = [r for r in step_rollouts(15) if r.id.endswith("correct")]
     twice = [*honest, *(r.model_copy(update={"id": r.id + "-again"}) for r in honest)]
@@ -226,7 +239,124 @@ async def test_a_step_with_passing_rollouts_only_pairs_one_with_a_master_key(
     )
     report = await canary(judge_, candidate(FLATTERY, pitfall), twice)
     assert report.outcome == "passed", report
-    assert report.judge_calls == report.budget == 3
-    assert sorted(p.kind for p in report.probes) == ["master_key", "rollout"]
+    assert report.judge_calls == report.budget == 10
+    assert sorted(p.kind for p in report.probes) == [
+        "master_key",
+        "master_key",
+        "phrase",
+        "reference",
+        "rollout",
+        "rollout",
+        "swapped",
+    ]
     # the scripted judge gives 2 of 4 to a criterion it does not know: within max_gap_shrink
     assert (report.current_gap, report.candidate_gap) == (1.0, 0.5)
+
+
+TRUSTED = "The response contains the phrase TRUSTED-42, which marks a verified, trustworthy answer"
+
+
+async def test_a_criterion_that_pays_a_phrase_is_refused(scorer: tuple[Scorer, Any]) -> None:
+    # At weight 1 beside the anchor, the gap only halves (within max_gap_shrink): the phrase
+    # probe, a wrong answer carrying TRUSTED-42, reaches the correct answer without it.
+    judge_, _ = scorer
+    phrase = Criterion(id="R2", text=TRUSTED, weight=1.0, is_anchor=False)
+    report = await canary(judge_, candidate(FLATTERY, phrase))
+    assert report.outcome == "refused", report
+    assert report.reason.startswith("criterion R2 pays for words: phrase phrase-R2"), report
+    [probe] = [p for p in report.probes if p.kind == "phrase"]
+    assert probe.candidate == 0.5 and probe.anchors == 0.0
+
+
+async def test_the_gap_is_bounded_against_the_anchors_alone(scorer: tuple[Scorer, Any]) -> None:
+    # A rubric in force whose adaptive criterion already halved the anchors' gap: a
+    # candidate that shrinks it by a third more is within max_gap_shrink of the rubric in
+    # force, not of the anchors alone.
+    judge_, _ = scorer
+    vague = Criterion(id="R1", text="The response reads well.", weight=1.0, is_anchor=False)
+    current = RubricVersion(
+        version=3, origin="updater", anchors=(ANCHOR,), adaptive=(vague,), next_adaptive_id=2
+    )
+    rollouts = [
+        r.model_copy(
+            update={
+                "verdicts": {
+                    verdict_key(c.id, c.text): verdict(
+                        c.text, r.output, r.supplemental_context or ""
+                    )
+                    for c in current.criteria
+                }
+            }
+        )
+        for r in step_rollouts()
+    ]
+    more = Criterion(id="R2", text="The response is pleasant.", weight=1.0, is_anchor=False)
+    later = current.model_copy(update={"version": 4, "adaptive": (vague, more)})
+    report = await run_canary(
+        judge_, current, later, rollouts, step=5, max_share=0.1, max_gap_shrink=0.5
+    )
+    assert report.outcome == "refused", report
+    assert (report.anchors_gap, report.current_gap) == (1.0, 0.5)
+    assert report.candidate_gap == pytest.approx(1 / 3, abs=1e-3)
+    assert "would shrink from 1.000 (under the anchors alone) to 0.333" in report.reason
+
+
+def hedged(rollouts: Sequence[CanaryRollout]) -> list[CanaryRollout]:
+    """Per prompt a third answer: correct, flattering, which the analysis flagged."""
+    found = list(rollouts)
+    for r in rollouts:
+        if r.id.endswith("-correct"):
+            output = f"Great question! {r.output}"
+            verdicts = {
+                verdict_key(c.id, c.text): verdict(c.text, output, r.supplemental_context or "")
+                for c in CURRENT.criteria
+            }
+            found.append(
+                r.model_copy(update={"id": r.id + "-hack", "output": output, "verdicts": verdicts})
+            )
+    return found
+
+
+async def test_a_flagged_rollout_is_never_a_passing_probe_and_must_not_gain(
+    scorer: tuple[Scorer, Any],
+) -> None:
+    judge_, _ = scorer
+    rollouts = hedged(step_rollouts())
+    flagged = [r.id for r in rollouts if r.id.endswith("-hack")]
+    praise = Criterion(
+        id="R2", text="The response flatters the question.", weight=2.0, is_anchor=False
+    )
+    report = await run_canary(
+        judge_,
+        CURRENT,
+        candidate(FLATTERY, praise),
+        rollouts,
+        step=5,
+        max_share=0.1,
+        max_gap_shrink=0.5,
+        flagged=flagged,
+    )
+    assert report.outcome == "refused", report
+    assert report.reason.startswith("flagged rollout p9-correct-hack"), report.reason
+    assert all(p.side == "flagged" for p in report.probes if p.id.endswith("-hack"))
+    assert not any(p.side == "pass" and p.id in flagged for p in report.probes)
+
+
+async def test_a_pitfall_against_a_flagged_hack_passes(scorer: tuple[Scorer, Any]) -> None:
+    judge_, _ = scorer
+    rollouts = hedged(step_rollouts())
+    flagged = [r.id for r in rollouts if r.id.endswith("-hack")]
+    stricter = FLATTERY.model_copy(update={"weight": -2.0})
+    report = await run_canary(
+        judge_,
+        CURRENT,
+        candidate(stricter),
+        rollouts,
+        step=5,
+        max_share=0.1,
+        max_gap_shrink=0.5,
+        flagged=flagged,
+    )
+    assert report.outcome == "passed", report
+    losing = [p for p in report.probes if p.side == "flagged"]
+    assert losing and all(p.candidate <= (p.current or 0.0) for p in losing)

@@ -32,6 +32,7 @@ class Mod:
     criterion_id: str | None = None
     text: str | None = None
     weight: float | None = None
+    findings: tuple[str, ...] = ()
 
 
 def rejected(modifications: list[Mod], current: RubricVersion = CURRENT) -> str:

@@ -50,6 +50,7 @@ class Mod:
     criterion_id: str | None = None
     text: str | None = None
     weight: float | None = None
+    findings: tuple[str, ...] = ()
 
 
 ATTACK = [Mod("reweight", "R1", weight=2.0), *(Mod("add", text=t, weight=2.0) for t in VERIFIED)]

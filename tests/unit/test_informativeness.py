@@ -223,6 +223,7 @@ def test_the_offline_updater_retires_uninformative_criteria_with_their_evidence(
         ("retire", "R1")
     ]
     assert proposal["rubric_modifications"][0]["reason"] == "Retired as uninformative: R1 flat"
+    assert proposal["rubric_modifications"][0]["findings"] == ["R1"]  # the finding it acts on
     assert "R1 flat: retired" in proposal["rationale"]["evidence"]
     assert "Retired uninformative R1" in proposal["rationale"]["summary"]
     # no room: kept, and said so

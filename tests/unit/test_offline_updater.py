@@ -87,6 +87,7 @@ def test_updater_adds_the_canonical_pitfall(summary: dict[str, Any]) -> None:
         {
             "action": "add",
             "criterion_id": None,
+            "findings": ["multiple_candidate_answers"],
             "text": SEVERAL.pitfall,
             "weight": -1.0,
             "reason": "pitfall added against multiple_candidate_answers: "

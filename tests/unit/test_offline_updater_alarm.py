@@ -77,6 +77,7 @@ def test_an_alarm_rewords_the_pitfall_the_judge_no_longer_reads_once() -> None:
     # (same id and meaning), not copied (an added near-duplicate the guardrails refuse)
     [edited] = proposal["rubric_modifications"]
     assert edited["action"] == "edit" and edited["criterion_id"] == "R1"
+    assert edited["findings"] == ["fidelity_alarm"]  # what the reworded pitfall rests on
     assert edited["text"] == sharpened_pitfall("verbosity_padding")
     assert tags.targets(edited["text"], "verbosity_padding")  # the offline scorer reads it
     assert "fidelity alarm at step 6" in edited["reason"]
@@ -102,5 +103,6 @@ def test_an_alarm_adds_a_sharpened_pitfall_when_none_penalises_the_behaviour() -
     data["summary"]["aggregated_reward_hacking"]["behaviours"] = []
     [added] = handle_updater(data).model_dump(mode="json")["rubric_modifications"]
     assert added["action"] == "add" and added["weight"] == -1.0
+    assert added["findings"] == ["fidelity_alarm"]
     assert added["text"] == sharpened_pitfall("verbosity_padding")
     assert "no pitfall penalises it" in added["reason"]

@@ -26,7 +26,7 @@ BUDGET = {
     "amaris/scoring": 0,
     "amaris/settings": 2,  # raw YAML before validation; the provider's JSON (ProviderJSON)
     "amaris/sim": 2,  # a recorded rollout's trainer metadata; what a command adds to metrics
-    "api": 4,
+    "api": 3,
     "tasks": 1,  # Prefect's cache-key parameters
 }
 """Open JSON uses per part at most; a part not named has none (``flows`` among them)."""

@@ -90,7 +90,8 @@ class Service:
                 next_adaptive_id=3,
             )
         done: concurrent.futures.Future[StepRun] = concurrent.futures.Future()
-        done.set_result(StepRun(step=step, scopes=["global"]))
+        outcome = "published" if self.next_rubric else "unchanged"
+        done.set_result(StepRun(step=step, scopes={"global": {"outcome": outcome}}))
         return done
 
     async def score(self, req: ScoreRequest, sync: bool = False) -> Any:

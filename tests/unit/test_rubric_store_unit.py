@@ -127,7 +127,9 @@ def test_the_export_holds_every_version_and_the_versions_in_force(
 ) -> None:
     path = tmp_path / "new" / "folder" / "rubrics.json"
     store = RubricStore(qdrant, "t", path)
-    pitfall = Criterion(id="R3", text="Répond « peut-être ».", weight=-0.5, is_anchor=False)
+    pitfall = Criterion(
+        id="R3", text="Répond « peut-être ».", weight=-0.5, is_anchor=False, findings=("hedging",)
+    )
     publish(store, HEDGE)
     publish(store, pitfall, scope="b")
     text = path.read_text(encoding="utf-8")
@@ -140,6 +142,9 @@ def test_the_export_holds_every_version_and_the_versions_in_force(
         ("global", 1),
     ]
     assert document["versions"][0]["adaptive"][0]["text"] == pitfall.text
+    # the findings a criterion rests on are kept with its version, for people too
+    assert document["versions"][0]["adaptive"][0]["findings"] == ["hedging"]
+    assert store.get(1, "b").adaptive == (pitfall,)
     assert list(path.parent.iterdir()) == [path]  # the temporary file took the final name
 
     unexported = publish(store, STEPS, export=False)

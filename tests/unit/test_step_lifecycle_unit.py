@@ -39,6 +39,10 @@ from amaris.steps.store import SharedStore
 
 DEADLINE_S = 30.0
 """Generous bound of every wait below, all in one event loop (never part of an assertion)."""
+PUBLISHED = {"global": {"outcome": "published"}}
+"""A run's outcome per scope (the fields the coordinator reads): one scope published."""
+MIXED = {"global": {"outcome": "unchanged"}, "in-7": {"outcome": "rejected", "reason": "canary"}}
+"""Two scopes, one unchanged and one rejected: the step was rejected."""
 
 
 class Runs:
@@ -62,8 +66,10 @@ class Runs:
                 self._started.clear()
                 await self._started.wait()
 
-    def finish(self, step: int, scopes: list[str] | None = None) -> None:
-        self.runs[step].set_result(StepRun(step=step, scopes=scopes or ["global"]))
+    def finish(self, step: int, scopes: dict[str, Any] | None = None) -> None:
+        self.runs[step].set_result(
+            StepRun(step=step, scopes=PUBLISHED if scopes is None else scopes)
+        )
 
     def fail(self, step: int, error: Exception) -> None:
         self.runs[step].set_exception(error)
@@ -399,9 +405,12 @@ async def test_a_step_another_replica_completed_is_watched_not_started(store: St
     await theirs.started(1)
     waiter = asyncio.create_task(mine.wait(4, timeout=DEADLINE_S))  # polls the store
     await until(lambda: mine.waiters == 1)
-    theirs.finish(4, ["global", "x"])
+    theirs.finish(4, {**MIXED, "x": {"outcome": "already_published"}})
     answer = await waiter
-    assert (answer.status, answer.scopes) == ("updated", ["global", "x"])
+    assert (answer.status, answer.scopes) == (
+        "updated",
+        {**MIXED, "x": {"outcome": "already_published"}},
+    )
     assert await mine.complete(4) == "complete"
     assert await mine.rerun(4) == "done"
     assert runs.starts == []
@@ -519,16 +528,16 @@ async def test_a_done_run_records_its_outcome_and_calls_back(
     started = time.monotonic()
     await c.complete(6)
     await runs.started(1)
-    runs.finish(6, ["global", "in-7"])
+    runs.finish(6, MIXED)
     answer = await c.wait(6, timeout=DEADLINE_S)
     await until(lambda: woken != [])
     elapsed = time.monotonic() - started
     assert answer == WaitResult(
-        status="updated",
+        status="rejected",
         mode="global",
         step=6,
         error=None,
-        scopes=["global", "in-7"],
+        scopes=MIXED,
     )
     assert done == [6]
     assert woken == [1]
@@ -536,11 +545,7 @@ async def test_a_done_run_records_its_outcome_and_calls_back(
     assert 0 <= finished[0][1] <= elapsed  # the run's own duration, within the test's
     record = store.registry.get(6)
     assert record is not None
-    assert (record.status, record.error, record.scopes) == (
-        "done",
-        None,
-        ["global", "in-7"],
-    )
+    assert (record.status, record.error, record.scopes) == ("done", None, MIXED)
     assert 0 <= record.duration_s <= elapsed + 0.001
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step 6 done")]
     assert len(logged) == 1
@@ -552,7 +557,7 @@ async def test_a_done_run_records_its_outcome_and_calls_back(
 async def test_wait_answers(store: Store) -> None:
     runs = Runs()
     c = store.coordinator(runs, {"memory.rubrics_mode": "per_instance"})
-    assert await c.wait() == WaitResult(status="updated", mode="per_instance", step=None)
+    assert await c.wait() == WaitResult(status="unchanged", mode="per_instance", step=None)
     with pytest.raises(UnknownStepError, match="step 3 is unknown") as unknown:
         await c.wait(3)
     assert unknown.value.step == 3
@@ -611,15 +616,15 @@ async def test_wait_without_a_step_follows_the_latest_started_step_in_the_store(
 
 
 async def test_a_step_known_only_from_the_store_is_waited_for(store: Store) -> None:
-    store.registry.set(8, status="done", scopes=["global"])
+    store.registry.set(8, status="done", scopes=PUBLISHED)
     c = store.coordinator(Runs(), shared=True)
     answer = await c.wait(8, timeout=DEADLINE_S)
-    assert (answer.status, answer.step, answer.scopes) == ("updated", 8, ["global"])
+    assert (answer.status, answer.step, answer.scopes) == ("updated", 8, PUBLISHED)
 
 
 # -- restart ---------------------------------------------------------------------------
 async def test_recover_loads_statuses_and_resumes_completing_steps(store: Store) -> None:
-    store.registry.set(1, status="done", scopes=["global"])
+    store.registry.set(1, status="done", scopes=PUBLISHED)
     store.registry.set(2, status="failed", error="boom")
     store.registry.set(3, status="completing", executor="me")
     store.registry.set(4, status="completing", executor="alpha")
@@ -644,7 +649,7 @@ async def test_recover_loads_statuses_and_resumes_completing_steps(store: Store)
     }
     assert c.counts() == {5: 2, 7: 0}
     assert (await refusal(c, 8)).reason == "too_many_open"  # two open, over the bound
-    assert (await c.wait(1, timeout=0)).scopes == ["global"]
+    assert (await c.wait(1, timeout=0)).scopes == PUBLISHED
     failed = await c.wait(2, timeout=0)
     assert (failed.status, failed.error) == ("failed", "boom")
     await c.record(5, scored("c"))
@@ -674,7 +679,7 @@ async def test_a_step_resumed_after_a_restart_keeps_its_rollout_count(store: Sto
 async def test_recover_of_an_empty_registry_then_of_one_without_running_steps(store: Store) -> None:
     c = store.coordinator(Runs())
     assert await c.recover() == []
-    assert await c.wait() == WaitResult(status="updated", mode="global", step=None)
+    assert await c.wait() == WaitResult(status="unchanged", mode="global", step=None)
     store.registry.set(0, status="open")
     store.registry.set(2, status="done")
     store.registry.set(3, status="open")
@@ -682,7 +687,7 @@ async def test_recover_of_an_empty_registry_then_of_one_without_running_steps(st
     restarted = store.coordinator(runs)
     assert await restarted.recover() == []
     answer = await restarted.wait(timeout=0)  # the latest started step: 2, not the open 3
-    assert (answer.status, answer.step) == ("updated", 2)
+    assert (answer.status, answer.step) == ("unchanged", 2)  # no scope recorded
     assert await restarted.complete() == "complete"  # the open steps the registry holds
     await runs.started(2)
     assert runs.starts == [(0, False), (3, False)]

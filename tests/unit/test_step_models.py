@@ -6,7 +6,7 @@ from __future__ import annotations
 from amaris.agents.schemas import AggregatedBehaviour, IndividualAnalysis
 from amaris.memory.records import LoggedRollout, RolloutRecord
 from amaris.rubric.model import Criterion, RubricVersion
-from amaris.scoring.canary import CanaryProbe, CanaryReport
+from amaris.scoring.canary_report import CanaryProbe, CanaryReport
 from amaris.steps.outcomes import Dropped
 from amaris.tasks.models import (
     AgentCriterion,
@@ -90,6 +90,7 @@ def test_a_published_update_keeps_the_canary_without_its_probes() -> None:
             "budget": 8,
             "current_gap": None,
             "candidate_gap": None,
+            "anchors_gap": None,
         },
         "retired_uninformative": ["R2"],
     }

@@ -54,7 +54,7 @@ async def test_rollouts_racing_past_the_threshold_start_the_step_once(
         async with asyncio.timeout(DEADLINE_S):
             await started.wait()
         assert coordinator.status(0) == "completing"
-        outcome.set_result(StepRun(step=0, scopes=["global"]))
+        outcome.set_result(StepRun(step=0, scopes={"global": {"outcome": "published"}}))
         result = await coordinator.wait(0, timeout=DEADLINE_S)
     finally:
         await coordinator.close()

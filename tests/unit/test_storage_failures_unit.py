@@ -200,7 +200,7 @@ async def test_an_outcome_the_disk_refuses_leaves_the_step_failed_and_retryable(
     assert world.starts == [(0, False), (0, True)]
     world.runs[0].set_result(StepRun(step=0, scopes={}))
     async with asyncio.timeout(DEADLINE_S):
-        assert (await c.wait(0)).status == "updated"
+        assert (await c.wait(0)).status == "unchanged"  # no scope
     assert (world.stored_status(0), world.done) == ("done", [0])
 
 

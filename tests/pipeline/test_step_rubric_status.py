@@ -1,0 +1,181 @@
+"""A finished step says what it did to the rubric, in every surface: ``/rubric_status/wait``
+and ``RewardClient`` (``updated``, ``unchanged`` or ``rejected``, each scope's outcome and
+reason), ``GET /steps`` and ``GET /steps/{n}``, and the step's Prefect flow run (its state's
+name and message, as the runs list shows them).
+
+Real Prefect flow over a real HTTP server, real Qdrant; the LLM faked at the gateway seam
+(tests/support/fake_llm.py): every agent answers as the offline judge, except a scripted
+updater where a test needs one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prefect import State
+from prefect.client.schemas.objects import StateType
+
+from amaris import RewardClient
+from amaris.client import WaitAnswer
+from amaris.sim.judge_server import Reply
+from tests.support.app import in_memory_app
+from tests.support.fake_llm import FakeLLM, offline_reply, serve_in_thread
+from tests.support.pipeline_canary import agent_of
+from tests.support.pipeline_helpers import metadata, rollout, step_run_state
+from tests.support.settings import llm_settings
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+DEADLINE_S = 120.0
+"""Generous bound of each wait for the step (never part of an assertion)."""
+CLEAN = ["correct"] * 4 + ["wrong"] * 2
+HACKED = ["correct"] * 4 + ["hacking"] * 4
+RETIRE_ANCHOR = {
+    "update_strategy": "CORRECTIVE",
+    "rubric_modifications": [{"action": "retire", "criterion_id": "A1"}],
+}
+"""A proposal the guardrails refuse: anchors are immutable."""
+NOTHING = {"update_strategy": "MAINTENANCE", "rubric_modifications": []}
+"""A valid proposal that changes nothing."""
+
+
+def updater_proposing(proposal: dict[str, Any]) -> Callable[[dict[str, Any]], Reply]:
+    """The offline judge, except an updater that proposes ``proposal``."""
+
+    def respond(body: dict[str, Any]) -> Reply:
+        if agent_of(body) == "updater":
+            return Reply(content=json.dumps(proposal))
+        return offline_reply(body)
+
+    return respond
+
+
+@dataclass(frozen=True)
+class Surfaces:
+    """Everything that tells a finished step's outcome."""
+
+    answer: WaitAnswer
+    """``RewardClient.rubric_updated``'s."""
+    answer_async: WaitAnswer
+    """``RewardClient.rubric_updated_async``'s."""
+    waited: dict[str, Any]
+    """``GET /rubric_status/wait``'s JSON."""
+    listed: list[dict[str, Any]]
+    """``GET /steps``."""
+    detail: dict[str, Any]
+    """``GET /steps/{n}``."""
+    run: State
+    """The step's Prefect flow run's state, read back from the server."""
+
+
+async def _wait_async(url: str, step: int) -> WaitAnswer:
+    async with RewardClient(url) as client:
+        return await client.rubric_updated_async(step, timeout=DEADLINE_S)
+
+
+def run_step(
+    tmp_path: Path,
+    fake_llm: FakeLLM,
+    step: int,
+    behaviours: list[str],
+    respond: Callable[[dict[str, Any]], Reply] = offline_reply,
+) -> Surfaces:
+    """Score one rollout per behaviour as ``step`` over HTTP, complete the step and read
+    its outcome from each surface (none of them may raise for a refused update)."""
+    settings = llm_settings(tmp_path, fake_llm, **{"pipeline.rollouts_per_step": None})
+    fake_llm.default = respond
+    since = datetime.now(UTC)
+    with (
+        serve_in_thread(in_memory_app(settings)) as url,
+        httpx.Client(base_url=url, timeout=DEADLINE_S) as http,
+    ):
+        items = [
+            {"rollout": rollout(step, i, b), "metadata": metadata(step)}
+            for i, b in enumerate(behaviours)
+        ]
+        scored = http.post("/batch_score", json={"items": items})
+        assert scored.status_code == 200, scored.text
+        client = RewardClient(url)
+        assert client.rollouts_complete(step) == "complete"
+        answer = client.rubric_updated(step, timeout=DEADLINE_S)
+        answer_async = asyncio.run(_wait_async(url, step))
+        waited = http.get("/rubric_status/wait", params={"step": step, "timeout": 1}).json()
+        listed = http.get("/steps").json()
+        detail = http.get(f"/steps/{step}").json()
+    run = asyncio.run(step_run_state(f"step-{step}", since))
+    return Surfaces(answer, answer_async, waited, listed, detail, run)
+
+
+def test_a_refused_update_is_rejected_in_every_surface(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    seen = run_step(tmp_path, fake_llm, 91, HACKED, updater_proposing(RETIRE_ANCHOR))
+    scope = seen.waited["scopes"]["global"]
+    assert seen.waited["status"] == "rejected", seen.waited
+    assert scope["outcome"] == "rejected"
+    assert "anchor A1 is immutable" in scope["reason"], scope
+    assert scope["version"] == scope["base_version"] == 1
+    # The client returns the answer (it raises for a failed run only).
+    assert seen.answer == seen.answer_async == seen.waited
+    assert [s for s in seen.listed if s["step"] == 91] == [
+        {"step": 91, "status": "done", "rubric": "rejected"}
+    ]
+    assert (seen.detail["status"], seen.detail["rubric"]) == ("done", "rejected")
+    assert seen.detail["scopes"]["global"]["outcome"] == "rejected"
+    assert seen.detail["scopes"]["global"]["reason"] == scope["reason"]
+    # The runs list shows the refusal: a Completed run named for it, its reason given.
+    assert (seen.run.type, seen.run.name) == (StateType.COMPLETED, "Rejected")
+    assert seen.run.message is not None
+    assert seen.run.message.startswith("step 91: 1 rejected; global rejected: ")
+    assert "anchor A1 is immutable" in seen.run.message
+
+
+def test_a_proposal_that_changes_nothing_is_unchanged_in_every_surface(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    seen = run_step(tmp_path, fake_llm, 92, CLEAN, updater_proposing(NOTHING))
+    scope = seen.waited["scopes"]["global"]
+    assert seen.waited["status"] == "unchanged", seen.waited
+    assert (scope["outcome"], scope["reason"], scope["strategy"]) == (
+        "unchanged",
+        None,
+        "MAINTENANCE",
+    )
+    assert seen.answer == seen.answer_async == seen.waited
+    assert [s for s in seen.listed if s["step"] == 92] == [
+        {"step": 92, "status": "done", "rubric": "unchanged"}
+    ]
+    assert (seen.detail["rubric"], seen.detail["scopes"]["global"]["outcome"]) == (
+        "unchanged",
+        "unchanged",
+    )
+    assert (seen.run.type, seen.run.name, seen.run.message) == (
+        StateType.COMPLETED,
+        "Unchanged",
+        "step 92: 1 unchanged",
+    )
+
+
+def test_a_published_version_is_updated_in_every_surface(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    seen = run_step(tmp_path, fake_llm, 93, HACKED)
+    scope = seen.waited["scopes"]["global"]
+    assert seen.waited["status"] == "updated", seen.waited
+    assert (scope["outcome"], scope["reason"]) == ("published", None)
+    assert scope["version"] == scope["base_version"] + 1
+    assert seen.answer == seen.answer_async == seen.waited
+    assert [s for s in seen.listed if s["step"] == 93] == [
+        {"step": 93, "status": "done", "rubric": "updated"}
+    ]
+    assert seen.detail["rubric"] == "updated"
+    assert seen.detail["scopes"]["global"]["version"] == scope["version"]
+    assert (seen.run.type, seen.run.name, seen.run.message) == (
+        StateType.COMPLETED,
+        "Updated",
+        "step 93: 1 published",
+    )
