@@ -33,7 +33,8 @@ from amaris.rubric.guardrails import Bounds, UpdateRejected, apply_modifications
 from amaris.rubric.model import Criterion, RubricVersion
 from amaris.rubric.store import RubricStore
 from amaris.scoring.aggregate import aggregate
-from amaris.scoring.canary import CanaryRollout, run_canary, verdict_key
+from amaris.scoring.canary import run_canary, verdict_key
+from amaris.scoring.canary_report import CanaryRollout
 from amaris.scoring.scorer import Scorer
 from amaris.settings import load_settings
 from bench._common import ROOT, command_line, markers, write_doc
@@ -59,6 +60,7 @@ class Mod:
     def __init__(self, action: str, cid: str | None = None, text: str | None = None,
                  weight: float | None = None) -> None:  # fmt: skip
         self.action, self.criterion_id, self.text, self.weight = action, cid, text, weight
+        self.findings: tuple[str, ...] = ()
 
 
 PROPOSALS: dict[str, list[Mod]] = {
@@ -160,7 +162,8 @@ def simulate_section(metrics: dict[str, Any]) -> str:
         f"Default `amaris simulate` ({len(metrics['steps'])} steps x "
         f"{metrics['overall']['rollouts']} rollouts in all, seed 0, offline agents): "
         f"the canary made **{canary}** scorer calls against the rollouts' **{scorer}** "
-        f"(**{canary / scorer:.1%}**; cap 10%).",
+        f"(**{canary / scorer:.1%}**; on each update step, one prompt's sure set plus at "
+        "most 10% of its rollouts).",
         "",
         "| step | rollouts | update | canary | canary scorer calls / allowed | reason |",
         "|---|---|---|---|---|---|",
