@@ -73,6 +73,7 @@ class CanaryAnswer(TypedDict, total=False):
     budget: int
     current_gap: float | None
     candidate_gap: float | None
+    anchors_gap: float | None
 
 
 class ScopeAnswer(TypedDict, total=False):

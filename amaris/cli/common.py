@@ -72,23 +72,32 @@ def config_path(args: argparse.Namespace) -> Path | None:
     return path
 
 
+HIDDEN: set[str] = set()
+"""Sub-commands left out of ``amaris --help`` (started by amaris itself)."""
+
+
 def command(
     sub: SubParsers,
     name: str,
     handler: str,
     *,
-    help: str,
+    help: str | None,
     parents: Sequence[argparse.ArgumentParser] = (),
     environment: str | None = None,
 ) -> argparse.ArgumentParser:
     """Add the sub-command ``name``, with the options of ``parents`` (:data:`CONFIG` for a
-    command that reads the configuration).
+    command that reads the configuration); without ``help``, it is :data:`HIDDEN`.
 
     ``handler`` names its :data:`Command` as ``"module:function"``; ``environment``, if
     given, names its :data:`Environment` step the same way, which runs before the
     handler's module is imported.
     """
-    parser = sub.add_parser(name, help=help, parents=parents)
+    if help is None:
+        # argparse lists a sub-command given help=SUPPRESS as "==SUPPRESS==": give none.
+        HIDDEN.add(name)
+        parser = sub.add_parser(name, parents=parents)
+    else:
+        parser = sub.add_parser(name, help=help, parents=parents)
     parser.set_defaults(handler=handler, environment=environment)
     return parser
 

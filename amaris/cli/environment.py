@@ -27,7 +27,14 @@ def launched_service(args: argparse.Namespace) -> Iterator[None]:
     """``amaris serve``'s start (:func:`amaris.app.launch.launched`: signals, the Prefect
     server child and its environment, the repair worker); sets ``args.settings`` and
     ``args.launch`` for the handler, :func:`amaris.cli.serve.serve`."""
-    settings = load(args, **{"server.host": args.host or None, "server.port": args.port or None})
+    settings = load(
+        args,
+        **{
+            "server.host": args.host or None,
+            "server.port": args.port or None,
+            "prefect.port": args.prefect_port or None,
+        },
+    )
     path = config_path(args)
     if path is not None and path.is_file():
         # Step runs that Prefect's runner executes in processes of their own

@@ -32,7 +32,7 @@ from amaris.cli.commands import (
     service,
     simulate,
 )
-from amaris.cli.common import Command, CommandError, Environment, SubParsers
+from amaris.cli.common import HIDDEN, Command, CommandError, Environment, SubParsers
 
 COMMAND_GROUPS: tuple[Callable[[SubParsers], None], ...] = (
     service.register,
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for register in COMMAND_GROUPS:
         register(sub)
+    sub.metavar = "{" + ",".join(name for name in sub.choices if name not in HIDDEN) + "}"
     return parser
 
 

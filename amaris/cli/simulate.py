@@ -176,6 +176,17 @@ class ScenarioRecord(Setup):
     auditor_noise: float
 
 
+def ports(args: argparse.Namespace) -> dict[str, ConfigValue]:
+    """The ports ``--port`` and ``--prefect-port`` choose for the server a run starts."""
+    chosen = {"server.port": args.port, "prefect.port": args.prefect_port}
+    return {key: port for key, port in chosen.items() if port is not None}
+
+
+def run_title(label: str) -> str:
+    """How a run's lines name it: ``simulate``, or ``simulate <mode or scenario>``."""
+    return label if label == "simulate" else f"simulate {label}"
+
+
 def simulated_run(
     settings: Settings,
     args: argparse.Namespace,
@@ -197,12 +208,13 @@ def simulated_run(
     )
     source = SimulatedSource(policy, args.steps, first)
     driven: StepSource = source if wrap is None else wrap(source)
+    title = run_title(label)
     print(
-        f"amaris simulate ({label}): {args.steps} steps x {args.rollouts_per_step} rollouts "
+        f"amaris {title}: {args.steps} steps x {args.rollouts_per_step} rollouts "
         f"from step {first}, seed {args.seed}, server {redact_url(url)}",
         file=sys.stderr,
     )
-    progress = Progress(args.steps, f"simulate {label}")
+    progress = Progress(args.steps, title)
     result = asyncio.run(run(url, driven, label=label, api_key=key, progress=progress))
     return result, policy, source
 
@@ -232,7 +244,7 @@ def _simulate(settings: Settings, args: argparse.Namespace) -> int:
             rollouts=str((args.out / "rollouts.jsonl").resolve()),
         ),
     )
-    with served(settings, args.url, config_path(args)) as (url, key):
+    with served(settings, args.url, config_path(args), ports(args)) as (url, key):
         result, policy, source = simulated_run(settings, args, url, key, "simulate")
         steps = source.steps()
         records = [r for r in api_records(settings, url) if r.step in steps]
@@ -269,10 +281,11 @@ def simulate_ablation(settings: Settings, args: argparse.Namespace) -> int:
     results: list[RunResult] = []
     with ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="amaris-abl-")))
-        prefect_env = stack.enter_context(shared_prefect(folder))
+        prefect_env = stack.enter_context(shared_prefect(folder, args.prefect_port))
         for mode in MODES:
             overrides = mode_overrides(settings, mode)
-            with served(settings, None, config_path(args), overrides, prefect_env) as (url, key):
+            chosen = {**overrides, **ports(args)}
+            with served(settings, None, config_path(args), chosen, prefect_env) as (url, key):
                 result, _, _ = simulated_run(settings, args, url, key, mode)
             result.memory = {k.removeprefix("memory."): v for k, v in overrides.items()}
             results.append(result)
@@ -313,8 +326,11 @@ def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
     record_run(settings, "simulate", args.out, args.seed, record)
     judge = DriftingJudge()
     auditor = NoisyJudge(args.seed, args.auditor_noise)
-    with serve_judge(judge) as judge_url, serve_judge(auditor) as auditor_url:
-        overrides = scenario_overrides(judge_url, auditor_url)
+    with (
+        serve_judge(judge, args.judge_port) as judge_url,
+        serve_judge(auditor, args.auditor_port) as auditor_url,
+    ):
+        overrides = {**scenario_overrides(judge_url, auditor_url), **ports(args)}
         with served(settings, None, config_path(args), overrides) as (url, key):
             result, policy, _ = simulated_run(
                 settings, args, url, key, args.scenario, lambda s: DriftSource(s, judge, drift)

@@ -3,6 +3,7 @@ order, validated once into :class:`~amaris.settings.schema.Settings`."""
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,8 +70,25 @@ def _format_errors(
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+            near = difflib.get_close_matches(loc[-1], _keys_at(loc[:-1]), n=1)
+            if near:
+                message += f" (did you mean {'.'.join((*loc[:-1], near[0]))}?)"
+        elif item["type"] == "model_type":
+            message = "should be a mapping of its keys"  # not the class name pydantic gives
         lines.append(f"  {key}: {message}")
     return "\n".join(lines)
+
+
+def _keys_at(loc: tuple[str, ...]) -> list[str]:
+    """The keys a section of the settings takes (none known: an empty list)."""
+    model: object = Settings
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if not isinstance(fields, dict) or part not in fields:
+            return []
+        model = fields[part].annotation
+    fields = getattr(model, "model_fields", None)
+    return list(fields) if isinstance(fields, dict) else []
 
 
 def _environment_error(exc: SettingsError) -> ConfigError:

@@ -90,9 +90,10 @@ class DriftingJudge:
 
 
 @contextmanager
-def serve_judge(judge: Responder) -> Iterator[str]:
-    """Serve ``judge`` on 127.0.0.1 in a thread of this process; yield its ``/v1`` URL."""
-    port = free_port()
+def serve_judge(judge: Responder, port: int | None = None) -> Iterator[str]:
+    """Serve ``judge`` on 127.0.0.1:``port`` (None: a free one) in a thread of this process;
+    yield its ``/v1`` URL."""
+    port = port or free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_llm_app(judge), host="127.0.0.1", port=port, log_level="warning")
     )

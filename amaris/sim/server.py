@@ -93,14 +93,14 @@ def _tail(log: Path, lines: int = 20) -> str:
 
 
 @contextmanager
-def shared_prefect(folder: Path) -> Iterator[dict[str, str] | None]:
-    """One Prefect server for several ``amaris serve`` (each would boot its own, 5-15 s):
-    yields the environment that points them at it (its API URL and auth string), or None
-    when ``PREFECT_API_URL`` names one already."""
+def shared_prefect(folder: Path, port: int | None = None) -> Iterator[dict[str, str] | None]:
+    """One Prefect server for several ``amaris serve`` (each would boot its own, 5-15 s),
+    on ``port`` (None: a free one): yields the environment that points them at it (its API
+    URL and auth string), or None when ``PREFECT_API_URL`` names one already."""
     if os.environ.get("PREFECT_API_URL"):
         yield None
         return
-    server = PrefectServer(folder / "prefect")
+    server = PrefectServer(folder / "prefect", port)
     server.start()
     try:
         server.wait_ready()
@@ -119,12 +119,14 @@ def managed_server(
     """Run ``amaris serve`` with its data folder in ``folder``; yield its URL.
 
     The configuration is ``base_config`` with the data folder, a free port, async mode,
-    manual step completion, no scheduled repair, a Prefect server on a free port and ``overrides``.
+    manual step completion, no scheduled repair, a Prefect server on a free port and
+    ``overrides`` (``server.port`` and ``prefect.port`` among them, to choose the ports).
     The server uses the Prefect API ``prefect_env`` names (as :func:`shared_prefect`
     yields it; else ``PREFECT_API_URL``) when set, and starts its own otherwise;
     Prefect's home is always under its data folder.
     """
-    port = free_port()
+    chosen = (overrides or {}).get("server.port")
+    port = chosen if isinstance(chosen, int) else free_port()
     settings: dict[str, ConfigValue] = {
         "memory.path": str(folder / "data"),
         "memory.rubrics_path": None,

@@ -66,9 +66,19 @@ NO_CONFIGURATION = {"offline-llm", "repair-worker"}
 
 
 def test_the_commands_are_those_of_before() -> None:
-    usage = build_parser().format_usage()
+    parser = build_parser()
+    usage = parser.format_usage()
     listed = usage[usage.index("{") + 1 : usage.index("}")].split(",")
-    assert listed == list(dict.fromkeys(name.split()[0] for name in COMMANDS))
+    declared = list(dict.fromkeys(name.split()[0] for name in COMMANDS))
+    # repair-worker is amaris's own: it runs, unlisted
+    assert listed == [name for name in declared if name != "repair-worker"]
+    assert parser.parse_args(["repair-worker", "--interval", "5"]).interval == 5
+
+
+def test_the_help_lists_only_the_commands_a_user_runs() -> None:
+    text = build_parser().format_help()
+    assert "==SUPPRESS==" not in text and "repair-worker" not in text
+    assert "serve" in text and "run the reward service" in text
 
 
 @pytest.mark.parametrize("name", COMMANDS)

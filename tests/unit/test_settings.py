@@ -306,3 +306,26 @@ def test_offline_with_an_endpoint_or_on_default_is_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(named)):
         load_settings(None, **overrides)
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("server: {prot: 8002}", "  server.prot: unknown key (did you mean server.port?)"),
+        ("pipline: {chunk_size: 3}", "  pipline: unknown key (did you mean pipeline?)"),
+        (
+            "agents: {scorre: {model: x}}",
+            "  agents.scorre: unknown key (did you mean agents.scorer?)",
+        ),
+        ("agents: {critic: {model: x}}", "  agents.critic: unknown key"),
+        ("agents: 5", "  agents: should be a mapping of its keys"),
+        ("pipeline: {canary: [1]}", "  pipeline.canary: should be a mapping of its keys"),
+    ],
+)
+def test_an_error_suggests_the_key_meant_and_names_no_class(
+    tmp_path: Path, text: str, line: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text))
+    assert line in str(info.value).splitlines()
+    assert "Settings" not in str(info.value)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from amaris.cli.main import main
+from amaris.cli.simulate import run_title
 
 
 @pytest.mark.parametrize(
@@ -99,3 +100,15 @@ def test_replay_input_errors_name_the_line_and_field(
     assert main(["replay", str(late)]) == 2
     assert "no rollout to replay" in capsys.readouterr().err
     assert not (tmp_path / "replay-report").exists()
+
+
+@pytest.mark.parametrize(
+    ("label", "title"),
+    [
+        ("simulate", "simulate"),
+        ("dynamic", "simulate dynamic"),
+        ("judge-drift", "simulate judge-drift"),
+    ],
+)
+def test_a_run_is_named_once(label: str, title: str) -> None:
+    assert run_title(label) == title

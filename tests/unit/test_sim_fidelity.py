@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import cast
 
+import matplotlib.pyplot as plt
 import pytest
 
 from amaris.agents.prompts import agent_messages
@@ -17,6 +19,8 @@ from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.sim.drift import DriftingJudge
 from amaris.sim.driver import RolloutResult, RunResult, StepResult
 from amaris.sim.fidelity import call_shares, fidelity_outcome, reward_gap
+from amaris.sim.fidelity_plot import fidelity_axes
+from amaris.sim.metrics import RunMetrics
 from amaris.sim.report import write_report
 
 HACK = "hack_self_assessment"
@@ -167,3 +171,21 @@ def test_the_report_plots_fidelity_when_the_run_was_audited(tmp_path: Path) -> N
     write_report(tmp_path / "bare", [_run(bare)], "t")
     assert not list((tmp_path / "bare").glob("fidelity-*.png"))
     assert "fidelity" not in (tmp_path / "bare" / "report.md").read_text()
+
+
+def test_the_fidelity_plot_shows_sample_sizes_and_no_legend_for_an_undrawn_line() -> None:
+    audited = [
+        {"sampled": n, "agreement": 0.4, "top_tail_agreement": None, "gap": 0.2, "alarm": None}
+        for n in (3, 7)
+    ]
+    metrics = cast(
+        RunMetrics,
+        {"label": "t", "steps": [{"step": s, "audit": a} for s, a in enumerate(audited)]},
+    )
+    fig, ax = fidelity_axes(metrics)
+    try:
+        _, labels = ax.get_legend_handles_labels()
+        assert labels == ["agreement (Kendall's tau)", "mean |reward gap|"]
+        assert [t.get_text() for t in ax.texts] == ["n=3", "n=7"]
+    finally:
+        plt.close(fig)

@@ -9,8 +9,6 @@ import: ``serve`` and ``repair`` set them in an environment step
 
 from __future__ import annotations
 
-import argparse
-
 from amaris.cli.common import CONFIG, SubParsers, command
 
 
@@ -26,6 +24,9 @@ def register(sub: SubParsers) -> None:
     )
     parser.add_argument("--host", default=None, help="override server.host")
     parser.add_argument("--port", type=int, default=None, help="override server.port")
+    parser.add_argument(
+        "--prefect-port", type=int, default=None, help="override prefect.port (the Prefect UI's)"
+    )
 
     command(
         sub,
@@ -47,9 +48,7 @@ def register(sub: SubParsers) -> None:
     parser.add_argument("--url", default=None, help="amaris API (default: from server:)")
 
     # Started by `amaris serve`, which sets AMARIS_REPAIR_URL (and AMARIS_API_KEY).
-    parser = command(
-        sub, "repair-worker", "amaris.cli.repair:repair_worker", help=argparse.SUPPRESS
-    )
+    parser = command(sub, "repair-worker", "amaris.cli.repair:repair_worker", help=None)
     parser.add_argument("--interval", type=int, required=True)
 
     command(

@@ -1,0 +1,70 @@
+"""The ports are the user's: ``amaris serve`` and ``amaris simulate`` start their servers
+(amaris's, its Prefect server's) on the ports they are given."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from amaris.readiness import wait_ok
+from tests.support.fake_llm import free_port
+from tests.support.procs import AMARIS, amaris_env, require_slow
+
+pytestmark = pytest.mark.slow
+
+
+@contextmanager
+def answering(args: list[str], cwd: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """``amaris <args>`` with its own Prefect server (not the suite's), once amaris answers
+    on ``port``; killed by PID if still running at the end."""
+    require_slow(f"amaris {args[0]}")
+    env = amaris_env(unset=("PREFECT_API_URL", "PREFECT_API_AUTH_STRING", "PREFECT_HOME"))
+    with (cwd / f"{args[0]}.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [*AMARIS, *args], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+
+        def alive() -> None:
+            if proc.poll() is not None:
+                raise RuntimeError(f"amaris {args[0]} exited with {proc.returncode}")
+
+        try:
+            assert wait_ok(f"http://127.0.0.1:{port}/healthz", alive, 180.0, 0.1)
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+def config(folder: Path) -> str:
+    path = folder / "config.yaml"
+    data = {"memory": {"path": str(folder / "data"), "embedding_model": "hashing"}}
+    path.write_text(yaml.safe_dump({**data, "prefect": {"repair_interval_seconds": None}}))
+    return str(path)
+
+
+def test_serve_runs_its_prefect_server_on_the_port_it_is_given(tmp_path: Path) -> None:
+    port, prefect = free_port(), free_port()
+    args = ["serve", "--config", config(tmp_path), "--port", str(port)]
+    with answering([*args, "--prefect-port", str(prefect)], tmp_path, port):
+        assert httpx.get(f"http://127.0.0.1:{prefect}/api/health", timeout=10).status_code == 200
+
+
+def test_simulate_serves_on_the_ports_it_is_given(tmp_path: Path) -> None:
+    port, prefect = free_port(), free_port()
+    args = ["simulate", "--config", config(tmp_path), "--steps", "2", "--rollouts-per-step", "2"]
+    ports = ["--port", str(port), "--prefect-port", str(prefect), "--out", "report"]
+    with answering([*args, *ports], tmp_path, port) as proc:
+        assert httpx.get(f"http://127.0.0.1:{prefect}/api/health", timeout=10).status_code == 200
+        assert proc.wait(timeout=300) == 0, (tmp_path / "simulate.log").read_text()
+    said = (tmp_path / "simulate.log").read_text()
+    assert f"server http://127.0.0.1:{port}" in said
+    assert "simulate simulate" not in said
+    assert (tmp_path / "report" / "metrics.json").is_file()
