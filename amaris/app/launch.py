@@ -23,6 +23,7 @@ from typing import Any
 
 from amaris.app.prefect_env import configure_prefect
 from amaris.app.prefect_server import PrefectServer, die_with_parent
+from amaris.app.running import SERVICE_RECORD, drop_record, write_record
 from amaris.logs import configure_logging
 from amaris.private import check_tree, open_private, private_folder, restrict_umask
 from amaris.redact import redact_url
@@ -76,10 +77,14 @@ def launched(settings: Settings) -> Iterator[Launch]:
             log.warning("using the Prefect API at %s", redact_url(os.environ["PREFECT_API_URL"]))
         worker = signals.worker = RepairWorker(settings, server)
         worker.start_when_ready()
+        # The commands that talk to this service find it here, on whatever port it got.
+        record = Path(settings.memory.path) / SERVICE_RECORD
+        write_record(record, pid=os.getpid(), url=settings.server.local_url)
         yield Launch(signals, server)
     finally:
         signals.stopping()
         _stop_children(worker, server)
+        drop_record(Path(settings.memory.path) / SERVICE_RECORD)
 
 
 def private_folders(settings: Settings) -> None:

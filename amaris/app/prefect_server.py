@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import logging
 import os
 import secrets
@@ -27,6 +26,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from amaris.app.running import live_record, write_record
 from amaris.private import UnsafeFolderError, check_file, open_private, private_folder
 from amaris.readiness import wait_ok
 
@@ -53,6 +53,10 @@ def die_with_parent() -> None:  # runs in the child between fork and exec
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except OSError:
         pass  # not Linux: the server is still stopped on a normal shutdown
+
+
+SERVER_RECORD = "amaris-server.json"
+"""The Prefect server child's record (pid, UI and API addresses) in its home."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -219,10 +223,9 @@ class PrefectServer:
                 start_new_session=True,
                 preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
             )
-        record = self.home / "amaris-server.json"
-        record.unlink(missing_ok=True)
-        with os.fdopen(open_private(record, append=False), "w") as out:
-            out.write(json.dumps({"pid": self._proc.pid, "url": self.url, "api_url": self.api_url}))
+        write_record(
+            self.home / SERVER_RECORD, pid=self._proc.pid, url=self.url, api_url=self.api_url
+        )
         log.info("Prefect server starting on %s (pid %s)", self.url, self._proc.pid)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
@@ -292,19 +295,11 @@ class PrefectServer:
                 proc.kill()
                 proc.wait(5)
         finally:
-            (self.home / "amaris-server.json").unlink(missing_ok=True)
+            (self.home / SERVER_RECORD).unlink(missing_ok=True)
             self._socket.close()
 
 
 def recorded_server(home: Path) -> dict[str, str] | None:
     """The server a running ``amaris serve`` recorded under ``home`` (for ``amaris ui``);
     None when there is none or its process is gone."""
-    path = home / "amaris-server.json"
-    if not path.is_file():
-        return None
-    data: dict[str, str] = json.loads(path.read_text())
-    try:
-        os.kill(int(data["pid"]), 0)  # left behind by a killed amaris: no server there
-    except (OSError, KeyError, ValueError):
-        return None
-    return data
+    return live_record(home / SERVER_RECORD)

@@ -4,7 +4,9 @@ and the server it names."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from amaris.app.running import recorded_service
 from amaris.cli.common import config_path
 from amaris.settings import Settings, load_settings
 
@@ -20,5 +22,8 @@ def load(args: argparse.Namespace, **overrides: object) -> Settings:
 
 
 def server_url(settings: Settings, url: str | None = None) -> str:
-    """``url``, else the configured server (a wildcard bind address is asked on loopback)."""
-    return url.rstrip("/") if url else settings.server.local_url
+    """``url`` (``--url``), else the address the ``amaris serve`` running on the data folder
+    recorded, else the configured server (a wildcard bind address is asked on loopback)."""
+    if url:
+        return url.rstrip("/")
+    return recorded_service(Path(settings.memory.path)) or settings.server.local_url

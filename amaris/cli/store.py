@@ -45,7 +45,9 @@ def api_get(settings: Settings, url: str | None, path: str, params: Query | None
         response = httpx.get(f"{base}{path}", params=query, headers=headers, timeout=30)
     except httpx.HTTPError as exc:
         raise CommandError(
-            f"the store is locked by another process and its API is unreachable: {exc}", 1
+            f"the store is locked by another process and its API at {redact_url(base)} is "
+            f"unreachable ({exc}): start the server, or give its address with --url",
+            1,
         ) from exc
     if response.is_success:
         return response.json()

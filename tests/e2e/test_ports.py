@@ -1,8 +1,10 @@
 """The ports are the user's: ``amaris serve`` and ``amaris simulate`` start their servers
-(amaris's, its Prefect server's) on the ports they are given."""
+(amaris's, its Prefect server's) on the ports they are given, and the commands that talk to
+a running service find it there."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +16,7 @@ import yaml
 
 from amaris.readiness import wait_ok
 from tests.support.fake_llm import free_port
-from tests.support.procs import AMARIS, amaris_env, require_slow
+from tests.support.procs import AMARIS, amaris_env, require_slow, run_amaris
 
 pytestmark = pytest.mark.slow
 
@@ -68,3 +70,24 @@ def test_simulate_serves_on_the_ports_it_is_given(tmp_path: Path) -> None:
     assert f"server http://127.0.0.1:{port}" in said
     assert "simulate simulate" not in said
     assert (tmp_path / "report" / "metrics.json").is_file()
+
+
+def test_the_commands_find_a_service_started_on_another_port(tmp_path: Path) -> None:
+    port, dead = free_port(), free_port()
+    path = config(tmp_path)  # its server.port is the default, not the one served on
+    with answering(["serve", "--config", path, "--port", str(port)], tmp_path, port):
+        shown = run_amaris(["rubrics", "show", "--config", path], tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        assert "The response gives the correct final answer." in shown.stdout
+        history = run_amaris(["rubrics", "history", "--config", path], tmp_path)
+        assert history.returncode == 0, history.stderr
+        assert "config" in history.stdout
+        inspected = run_amaris(["memory", "inspect", "--config", path, "--json"], tmp_path)
+        assert inspected.returncode == 0, inspected.stderr
+        assert isinstance(json.loads(inspected.stdout), dict)
+        # an address given that answers nothing is named in the error
+        missed = run_amaris(
+            ["rubrics", "show", "--config", path, "--url", f"http://127.0.0.1:{dead}"], tmp_path
+        )
+        assert missed.returncode == 1
+        assert f"http://127.0.0.1:{dead}" in missed.stderr and "--url" in missed.stderr
