@@ -276,6 +276,11 @@ class _StateCollector(Collector):
         )
         version.add_metric(["global"], self._store.current().version)
         yield version
+        yield CounterMetricFamily(
+            "amaris_rollouts_late",
+            "Rollouts that arrived after their step was completed: logged, not analysed.",
+            value=self._coordinator.late,
+        )
         known: list[str] = list(self._coordinator.snapshot().values())
         steps = GaugeMetricFamily(
             "amaris_step_status", "Steps this process knows, by status.", labels=["status"]

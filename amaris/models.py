@@ -148,7 +148,12 @@ class TrainingMetadata(BaseModel):
 
     high_level_goal: Text | None = Field(default=None, description="Training objective.")
     model_size: Text | None = Field(default=None, description="Policy size, e.g. 7B.")
-    current_step: int = Field(default=0, ge=0, description="Training step of this rollout.")
+    current_step: int = Field(
+        default=0,
+        ge=0,
+        description="Training step of this rollout. Left out: the step open now (the "
+        "oldest open step, else the one after the newest step amaris knows).",
+    )
     total_steps: int | None = Field(default=None, ge=0, description="Planned training steps.")
     other_context: Text | None = Field(
         default=None, description="Anything else about the run; stored with the rollout."
@@ -261,6 +266,11 @@ class ScoreResponse(BaseModel):
         default_factory=list, description="Fields cut to scoring.max_field_chars before judging."
     )
     breakdown: list[CriterionResult] | None = None
+    late: bool = Field(
+        default=False,
+        description="The rollout's step was completed already: it is logged, not analysed "
+        "(the step's rubric update did not see it). Counted in amaris_rollouts_late_total.",
+    )
 
 
 class BatchScoreRequest(BaseModel):

@@ -3,7 +3,8 @@
 Read top to bottom, :func:`score_rollout` is the whole hot path:
 
 1. check the request's sizes (nothing is judged, created or stored before);
-2. admit the rollout's step (:meth:`StepCoordinator.admission`: the step bounds);
+2. admit the rollout's step (:meth:`StepCoordinator.admission`: the step bounds; without
+   ``metadata.current_step``, the step open now);
 3. check the rollout id (:class:`RolloutIds`: the same id with other content is a conflict);
 4. resolve the scope (global, or the input's in ``per_instance`` mode) and its rubric;
 5. pre-check: a degenerate reply (:func:`degenerate`: empty, punctuation only, a bare
@@ -13,7 +14,8 @@ Read top to bottom, :func:`score_rollout` is the whole hot path:
    the others asked of the judge, in one call or none; sizes, context budget, cache);
 7. aggregate the verdicts into one reward (:func:`aggregate`, by amaris, not the LLM),
    or answer ``unscored`` by ``scoring.on_failure`` (a reward is never made up);
-8. record the rollout, its verdicts and rubric version in the rollout log, before answering;
+8. record the rollout, its verdicts and rubric version in the rollout log, before answering
+   (``late`` in the answer when its step was completed already: logged, not analysed);
 9. in ``sync`` mode, wait for the step's update and score again under the new rubric.
 """
 
@@ -52,6 +54,11 @@ async def score_rollout(
         OverloadedError: ``scoring.max_pending`` judge calls are pending already.
     """
     scorer.check(request)
+    if "current_step" not in request.metadata.model_fields_set:
+        # No step given (no metadata): the step open now, not step 0.
+        step = await coordinator.open_step()
+        metadata = request.metadata.model_copy(update={"current_step": step})
+        request = request.model_copy(update={"metadata": metadata})
     step = request.metadata.current_step
     async with coordinator.admission(step):
         claim = await ids.claim(step, request.rollout)
@@ -60,7 +67,8 @@ async def score_rollout(
             scope = scopes.scope_of(request.rollout.input)
             rubric = await scopes.rubric(scope)
             result = await reward_of(scorer, request, rubric)
-            await coordinator.record(step, log_record(request, result, scope))
+            if await coordinator.record(step, log_record(request, result, scope)):
+                result = result.model_copy(update={"late": True})
             stored = True
         finally:
             ids.release(claim, stored)

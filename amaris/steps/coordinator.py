@@ -95,6 +95,8 @@ class StepCoordinator:
         self._waiting = 0
         self._closing = False
         self._lock = asyncio.Lock()
+        self.late = 0
+        """Rollouts logged after their step was completed (not analysed)."""
 
     def _set_status(self, step: int, status: StepStatus) -> None:
         self._states.of(step).status = status
@@ -155,22 +157,29 @@ class StepCoordinator:
         (any step when it knows none), or when ``pipeline.max_open_steps`` are open.
         A step it does not know is first looked up in the store (at most every second).
         """
-        if (
-            self.status(step) is None
-            and step <= self._settings.pipeline.max_step
-            and time.monotonic() - self._steps_synced >= _STATUS_TTL
-        ):
-            # Other replicas open steps too: judge a step new to this replica on the
-            # registry's view (re-read at most every second: a flood of new or refused
-            # steps is no flood of reads).
-            self._steps_synced = time.monotonic()
-            await self._sync_from_store()
+        if self.status(step) is None and step <= self._settings.pipeline.max_step:
+            await self._sync_now_and_then()
         refusal = self._states.refusal(self._settings.pipeline, step)
         if refusal is not None:
             raise refusal
 
-    async def record(self, step: int, record: RolloutRecord) -> None:
-        """Append a scored rollout to the log (durably, before the response is sent)."""
+    async def _sync_now_and_then(self) -> None:
+        # Other replicas open steps too: read the registry's view, at most every second (a
+        # flood of new or refused steps is no flood of reads).
+        if time.monotonic() - self._steps_synced >= _STATUS_TTL:
+            self._steps_synced = time.monotonic()
+            await self._sync_from_store()
+
+    async def open_step(self) -> int:
+        """The step a rollout without ``metadata.current_step`` goes to: the oldest open
+        step, else the one after the newest step amaris knows (0 when it knows none)."""
+        await self._sync_now_and_then()
+        return self._states.open_step()
+
+    async def record(self, step: int, record: RolloutRecord) -> bool:
+        """Append a scored rollout to the log (durably, before the response is sent);
+        whether it is late: its step was completed already, so it is logged, not analysed
+        (counted in ``late``)."""
         status = await self._open_status(step)
         late = status not in (None, "open")
         record = record.model_copy(update={"step": step, "time": time.time(), "late": late})
@@ -189,18 +198,18 @@ class StepCoordinator:
                         self._states.forget_if_unknown(step)
                     raise
         if late:
+            self.late += 1
             log.warning(
                 "rollout %s arrived after step %s was completed; logged, not analysed",
                 loggable(record.rollout.id),
                 step,
             )
-            return
+            return True
         state.counted = (state.counted or 0) + 1
         target = self._settings.pipeline.rollouts_per_step
-        if target is None:
-            return
-        if await self._store.count(step, state.counted) >= target:
+        if target is not None and await self._store.count(step, state.counted) >= target:
             await self._start(step)
+        return False
 
     async def _open_status(self, step: int) -> StepStatus | None:
         """The step's status; an open step is looked up in the store at most every second,
@@ -220,8 +229,9 @@ class StepCoordinator:
 
     # -- control ------------------------------------------------------------------
     async def complete(self, step: int | None = None) -> str:
-        """``POST /complete``: ``noop`` when steps complete by themselves, else start the
-        flow of ``step`` (default: every open step) and answer ``complete``.
+        """``POST /complete``: ``noop`` when steps complete by themselves or ``step`` was
+        completed already (done, or completing now), else start the flow of ``step``
+        (default: every open step) and answer ``complete``.
 
         Raises:
             StepRefusedError: ``step`` is over ``pipeline.max_step``; or amaris does not
@@ -239,19 +249,11 @@ class StepCoordinator:
             status = await self._stored_status(step)
             if status is None:
                 await self._sync_from_store()
-                known = self.snapshot()
-                following = max(known, default=-1) + 1
-                if step != following and step not in known:
-                    raise StepRefusedError(
-                        "not_next",
-                        (
-                            f"step {step} has no rollouts and is not the next step "
-                            f"({following}): nothing to complete"
-                        ),
-                        field="step",
-                    )
-            if status in (None, "open", "failed"):
-                await self._start(step, new_attempt=status == "failed")
+                if (refused := self._states.not_next(step)) is not None:
+                    raise refused
+            if status not in (None, "open", "failed"):
+                return "noop"  # completed already: nothing changes
+            await self._start(step, new_attempt=status == "failed")
             return "complete"
         await self._sync_from_store()
         for open_step in sorted(s for s, st in self.snapshot().items() if st == "open"):

@@ -103,3 +103,21 @@ class StepStates(dict[int, StepState]):
                 ),
             )
         return None
+
+    def open_step(self) -> int:
+        """The oldest open step, else the one after the newest step known (0: none)."""
+        known = self.known()
+        opened = [step for step, status in known.items() if status == "open"]
+        return min(opened) if opened else max(known, default=-1) + 1
+
+    def not_next(self, step: int) -> StepRefusedError | None:
+        """Why ``step``, unknown here, cannot be completed: it is not the next step."""
+        following = max(self.known(), default=-1) + 1
+        if step == following or step in self.known():
+            return None
+        return StepRefusedError(
+            "not_next",
+            f"step {step} has no rollouts and is not the next step ({following}): "
+            "nothing to complete",
+            field="step",
+        )

@@ -56,10 +56,11 @@ class CompleteRequest(BaseModel):
 
 
 class CompleteResponse(BaseModel):
-    """``complete``: the step's pipeline started; ``noop``: steps complete by themselves
-    (``pipeline.rollouts_per_step`` is set)."""
+    """``complete``: the step's pipeline started; ``noop``: nothing changed (steps complete
+    by themselves, or the step was completed already), ``reason`` says which."""
 
     status: Literal["complete", "noop"]
+    reason: str | None = None
 
 
 WAIT_RULE = (
@@ -105,6 +106,7 @@ class WaitResponse(BaseModel):
 @router.post(
     "/complete",
     response_model=CompleteResponse,
+    response_model_exclude_none=True,
     responses={**INPUT_ERRORS, **STEP_ERRORS, **STORAGE_ERRORS},
 )
 async def complete(
@@ -115,10 +117,17 @@ async def complete(
     Without a body: every open step. A ``step`` amaris does not know (no rollout logged,
     never completed) is completed only if it is the next step, the one after the newest
     step amaris knows (0 when none): else 409, nothing changes. Over ``pipeline.max_step``:
-    422.
+    422. A step completed already (done, or completing now) answers ``noop``.
     """
-    status = await services.coordinator.complete(body.step if body else None)
-    return CompleteResponse.model_validate({"status": status})
+    step = body.step if body else None
+    status = await services.coordinator.complete(step)
+    if status == "complete":
+        return CompleteResponse(status="complete")
+    if services.settings.pipeline.rollouts_per_step is not None:
+        why = "steps complete by themselves (pipeline.rollouts_per_step is set)"
+    else:
+        why = f"step {step} is {services.coordinator.status(step or 0)} already: nothing changed"
+    return CompleteResponse(status="noop", reason=why)
 
 
 _WAIT_ERRORS: Responses = {

@@ -9,7 +9,9 @@ import os
 from amaris.integrations.verl import compute_score, compute_score_async
 
 URL = os.environ.get("AMARIS_URL", "http://127.0.0.1:8002")
-REWARD_KWARGS = {"url": URL, "high_level_goal": "math", "step": 0}
+# No step: verl's reward managers forward the trainer's (extra_info["global_steps"]), else
+# amaris scores into the step it has open.
+REWARD_KWARGS = {"url": URL, "high_level_goal": "math"}
 # What a gsm8k preprocessing writes, plus the prompt amaris judges against.
 EXTRA_INFO = {"split": "train", "index": 0, "question": "What is 6 * 7?"}
 

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from fastapi.routing import iter_route_contexts
 
+from tests.support.api import NOOP
 from tests.support.app import in_memory_app
 from tests.support.fake_llm import free_port, serve_in_thread
 from tests.support.procs import amaris_process
@@ -191,8 +192,8 @@ def test_a_post_without_a_body_must_declare_json(tmp_path: Path) -> None:
             {"Content-Type": "application/json"},
             {"Content-Type": "application/json; charset=utf-8", "Content-Length": "0"},
         ):
-            assert client.post("/complete", headers=headers).json() == {"status": "noop"}
-        assert client.post("/complete", json={}).json() == {"status": "noop"}
+            assert client.post("/complete", headers=headers).json() == NOOP
+        assert client.post("/complete", json={}).json() == NOOP
         for headers in ({}, {"Content-Type": "text/plain"}):
             untyped = client.post("/complete", headers=headers)
             assert untyped.status_code == 415

@@ -62,6 +62,7 @@ def test_amaris_body_accepted_as_is(tmp_path: Path) -> None:
         "reason": None,
         "cached": False,
         "truncated": [],
+        "late": False,
         "breakdown": None,
     }
 

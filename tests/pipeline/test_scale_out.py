@@ -107,8 +107,9 @@ def test_manual_complete_at_one_replica_wakes_the_other(tmp_path: Path) -> None:
         for i in range(4):
             score(a, step, i)
         assert b.post("/complete", json={"step": step}).json() == {"status": "complete"}
-        # a second /complete elsewhere starts nothing new
-        assert a.post("/complete", json={"step": step}).json() == {"status": "complete"}
+        # a second /complete elsewhere starts nothing new, and says so
+        again = a.post("/complete", json={"step": step}).json()
+        assert again["status"] == "noop" and again["reason"].startswith(f"step {step} is "), again
         done = a.get("/rubric_status/wait", params={"step": step, "timeout": 120}).json()
         assert done["status"] == "unchanged", done
         assert done["scopes"]["global"]["rollouts"] == 4

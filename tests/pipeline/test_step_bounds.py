@@ -14,6 +14,7 @@ from amaris.memory.qdrant import open_qdrant
 from amaris.memory.rollout_log import StepRegistry
 from amaris.offline.judge import respond
 from amaris.sim.judge_server import Reply
+from tests.support.api import NOOP
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM
 from tests.support.replicas import replicas
@@ -224,7 +225,7 @@ def test_complete_past_max_step_is_refused_even_when_steps_complete_by_themselve
     settings = make_settings(tmp_path, **BOUNDS, **{"pipeline.rollouts_per_step": 4})
     with serve(settings) as client:
         refused(client.post("/complete", json={"step": 101}), 422, "step", "pipeline.max_step")
-        assert client.post("/complete", json={"step": 7}).json() == {"status": "noop"}
+        assert client.post("/complete", json={"step": 7}).json() == NOOP
         assert steps(client) == {}
 
 

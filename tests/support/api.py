@@ -9,6 +9,12 @@ from amaris.agents.prompts import read_data
 from amaris.sim.judge_server import Reply
 from tests.support.testclient import TestClient
 
+NOOP = {
+    "status": "noop",
+    "reason": "steps complete by themselves (pipeline.rollouts_per_step is set)",
+}
+"""``POST /complete``'s answer when steps complete by themselves."""
+
 
 def body(output: str = "4", **rollout: Any) -> dict[str, Any]:
     """A minimal /score body; keyword arguments override rollout fields."""

@@ -400,7 +400,7 @@ async def test_a_step_another_replica_completed_is_watched_not_started(store: St
     await other.complete(4)
     runs = Runs()
     mine = store.coordinator(runs, shared=True, replica="a")
-    assert await mine.complete(4) == "complete"
+    assert await mine.complete(4) == "noop"  # completing already: nothing changes
     assert mine.status(4) == "completing"
     await theirs.started(1)
     waiter = asyncio.create_task(mine.wait(4, timeout=DEADLINE_S))  # polls the store
@@ -411,7 +411,7 @@ async def test_a_step_another_replica_completed_is_watched_not_started(store: St
         "updated",
         {**MIXED, "x": {"outcome": "already_published"}},
     )
-    assert await mine.complete(4) == "complete"
+    assert await mine.complete(4) == "noop"
     assert await mine.rerun(4) == "done"
     assert runs.starts == []
 
