@@ -1,6 +1,11 @@
 """Markdown and tables attached to step runs (rubric diff, summary, hacking findings,
 per-criterion informativeness, token usage, run manifest), and the writers that attach
-them."""
+them.
+
+Every string an LLM, the trainer or the policy wrote (rollout ids, tags, criterion texts,
+summaries, rationales, reasons) goes in through :func:`~amaris.text.markdown.inert`:
+Prefect's UI renders these artifacts, and the string cells of a table, as Markdown.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from amaris.settings import ModelPrice
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped
 from amaris.tasks.models import ScopeOutcome, UpdateOutcome
+from amaris.text.markdown import inert
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -43,26 +49,27 @@ def rubric_diff_markdown(
     lines = [
         f"# Rubric update: version {before.version} -> {after.version}",
         "",
-        f"**Outcome:** {outcome.outcome}" + (f" ({outcome.reason})" if outcome.reason else ""),
+        f"**Outcome:** {outcome.outcome}"
+        + (f" ({inert(outcome.reason)})" if outcome.reason else ""),
         f"**Strategy:** {proposal.update_strategy if proposal else None}",
         "",
-        f"**Rationale:** {proposal.rationale.summary if proposal else ''}",
+        f"**Rationale:** {inert(proposal.rationale.summary) if proposal else ''}",
         "",
         "| change | id | weight | criterion | rests on |",
         "|---|---|---|---|---|",
     ]
     for cid, c in new.items():
-        cites = ", ".join(c.findings)
+        cites = ", ".join(inert(f) for f in c.findings)
         if cid not in old:
-            lines.append(f"| added | {cid} | {c.weight:+.2f} | {c.text} | {cites} |")
+            lines.append(f"| added | {inert(cid)} | {c.weight:+.2f} | {inert(c.text)} | {cites} |")
         elif old[cid] != c:
             lines.append(
-                f"| changed | {cid} | {old[cid].weight:+.2f} -> {c.weight:+.2f} | "
-                f"{old[cid].text} -> {c.text} | {cites} |"
+                f"| changed | {inert(cid)} | {old[cid].weight:+.2f} -> {c.weight:+.2f} | "
+                f"{inert(old[cid].text)} -> {inert(c.text)} | {cites} |"
             )
     for cid, c in old.items():
         if cid not in new:
-            lines.append(f"| retired | {cid} | {c.weight:+.2f} | {c.text} | |")
+            lines.append(f"| retired | {inert(cid)} | {c.weight:+.2f} | {inert(c.text)} | |")
     if len(lines) == 10:
         lines.append("| (none) | | | | |")
     if due:
@@ -83,8 +90,7 @@ def rubric_diff_markdown(
                 done = "reworded"
             else:
                 done = "kept (no room for the change, or the update was not published)"
-            evidence = item.evidence.replace("|", "/")
-            lines.append(f"| {item.criterion_id} | {done} | {evidence} |")
+            lines.append(f"| {inert(item.criterion_id)} | {done} | {inert(item.evidence)} |")
     return "\n".join(lines)
 
 
@@ -105,8 +111,8 @@ def criteria_table(scopes: Sequence[ScopeStats]) -> list[TableRow]:
             ]
             rows.append(
                 {
-                    "scope": scope_stats.scope,
-                    "criterion": c.id,
+                    "scope": inert(scope_stats.scope),
+                    "criterion": inert(c.id),
                     "anchor": c.is_anchor,
                     "verdicts": c.verdicts,
                     "mean": round(c.mean, 3),
@@ -131,17 +137,18 @@ def summary_markdown(
     dropped: list[Dropped] | None = None,
 ) -> str:
     """The step summary as markdown, and the outputs the step went on without."""
-    lines = [f"# Step {step} summary ({scope})", ""]
+    lines = [f"# Step {step} summary ({inert(scope)})", ""]
     if summary is None:
         lines += ["**No summary:** every summary of this step was dropped (below)."]
     else:
-        lines += [summary.executive_summary.summary, "", "## Reward hacking"]
+        lines += [inert(summary.executive_summary.summary), "", "## Reward hacking"]
         lines += [
-            f"- **{b.tag}**: {b.count} rollouts ({b.share:.0%}) {b.description}"
+            f"- **{inert(b.tag)}**: {b.count} rollouts ({b.share:.0%}) {inert(b.description)}"
             for b in summary.aggregated_reward_hacking.behaviours
         ] or ["- none detected"]
         lines += ["", "## Recommendations"]
-        lines += [f"- {r}" for r in summary.rubric_evolution_plan.recommendations] or ["- none"]
+        recommendations = summary.rubric_evolution_plan.recommendations
+        lines += [f"- {inert(r)}" for r in recommendations] or ["- none"]
     if dropped:
         lines += [
             "",
@@ -153,7 +160,7 @@ def summary_markdown(
             "| agent | part | reason |",
             "|---|---|---|",
         ]
-        lines += [f"| {d.agent} | {d.part} | {d.reason.replace('|', '/')} |" for d in dropped]
+        lines += [f"| {inert(d.agent)} | {inert(d.part)} | {inert(d.reason)} |" for d in dropped]
     return "\n".join(lines)
 
 
@@ -164,11 +171,11 @@ def hacking_table(scopes: Mapping[str, ScopeOutcome]) -> list[TableRow]:
         for b in result.hacking:
             rows.append(
                 {
-                    "scope": scope,
-                    "tag": b.tag,
+                    "scope": inert(scope),
+                    "tag": inert(b.tag),
                     "count": b.count,
                     "share": round(b.share, 3),
-                    "examples": ", ".join(b.rollout_ids[:5]),
+                    "examples": ", ".join(inert(r) for r in b.rollout_ids[:5]),
                 }
             )
     return rows

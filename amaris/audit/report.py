@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from amaris.audit.models import StepAudit
+from amaris.text.markdown import inert
 
 TREND_STEPS = 20
 """Audited steps the trend shows (the latest)."""
@@ -17,7 +18,7 @@ def _num(value: float | None) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "/").replace("\n", " ")[:200]
+    return inert(text.replace("|", "/"), limit=200)
 
 
 def sparkline(values: Sequence[float | None], low: float = 0.0, high: float = 1.0) -> str:
@@ -67,7 +68,9 @@ def fidelity_markdown(audit: StepAudit, history: Sequence[StepAudit]) -> str:
             "|---|---|---|---|",
         ]
         for c in audit.criteria:
-            lines.append(f"| {c.id} | {c.disagreement:.3f} | {c.rollouts} | {_cell(c.text)} |")
+            lines.append(
+                f"| {_cell(c.id)} | {c.disagreement:.3f} | {c.rollouts} | {_cell(c.text)} |"
+            )
     steps = [*history[-(TREND_STEPS - 1) :], audit]
     lines += [
         "",

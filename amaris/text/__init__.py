@@ -13,6 +13,8 @@ repetition loop of the policy held the server for minutes (issue 22).
   trainer's tokenizer decoded it (``POST /get_reward``);
 * :mod:`amaris.text.injection`: text addressed to the grader or the pipeline ("NOTE TO THE
   RUBRIC UPDATER: ...") in a rollout's fields, found by one RE2 automaton;
+* :mod:`amaris.text.markdown`: a string made inert in a Markdown artifact (one line, its
+  markup escaped, its URLs defanged);
 * :mod:`amaris.text.answers`: the final answer of a reply or a reference (the last
   ``\\boxed{}``, "answer: X", a trailing "= X", the last number...), canonical, from the reply's
   tail only (:data:`~amaris.text.answers.ANSWER_WINDOW` characters).
