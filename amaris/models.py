@@ -335,6 +335,14 @@ class StructuredOutputStatus(BaseModel):
     )
 
 
+class JudgeReachability(BaseModel):
+    """Whether an agent's LLM endpoint answers (``server.probe_judges_seconds``)."""
+
+    reachable: bool
+    since: str = Field(description="When it became so (ISO 8601, UTC).")
+    error: str | None = Field(default=None, description="Why it is unreachable.")
+
+
 class HealthResponse(BaseModel):
     """Answer of ``GET /healthz``."""
 
@@ -366,6 +374,11 @@ class HealthResponse(BaseModel):
     )
     structured_output: dict[str, StructuredOutputStatus] = Field(
         default_factory=dict, description="Per agent: the structured-output mode in use and why."
+    )
+    judges: dict[str, JudgeReachability] = Field(
+        default_factory=dict,
+        description="Per agent with an LLM endpoint, once probed: whether it answers, since "
+        "when, and why not (server.probe_judges_seconds; the offline agents have none).",
     )
     auditor: str | None = Field(
         default=None,

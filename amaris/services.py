@@ -15,6 +15,7 @@ from qdrant_client import QdrantClient
 from amaris.audit.pause import AuditPause
 from amaris.llm.gateway import LLMGateway
 from amaris.llm.providers import ChatProvider
+from amaris.llm.reachability import Reachabilities
 from amaris.memory.precheck_rules import PrecheckRuleStore
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.memory.store import MemoryStore
@@ -69,7 +70,10 @@ class Services:
     owns_qdrant: bool = True
     precheck_rules: PrecheckRuleStore | None = None
     """The pre-check's learned rules (judge canaries): ``/precheck/rules``."""
+    judges: Reachabilities | None = None
+    """Whether each agent's LLM endpoint answers (``server.probe_judges_seconds``)."""
     _refresher: asyncio.Task[None] | None = None
+    _prober: asyncio.Task[None] | None = None
 
     @property
     def offline(self) -> bool:
@@ -83,6 +87,10 @@ class Services:
         interval = self.settings.memory.rubric_refresh_seconds
         if interval is not None:
             self._refresher = asyncio.create_task(self._refresh_rubrics(interval))
+        every = self.settings.server.probe_judges_seconds
+        if self.judges is not None and every is not None:
+            # In the background: an unreachable judge must not hold start-up.
+            self._prober = asyncio.create_task(self.judges.run(every))
         # Everything loaded so far (Prefect, torch, the stores) lives as long as the process:
         # keep it out of the collector's full passes, which otherwise stall the event loop
         # for hundreds of milliseconds once the memory holds many points.
@@ -112,9 +120,10 @@ class Services:
     async def stop(self) -> None:
         """Stop supervising steps, the pipeline thread and the gateways; close the rollout log
         and Qdrant."""
-        if self._refresher is not None:
-            self._refresher.cancel()
-            await asyncio.gather(self._refresher, return_exceptions=True)
+        for task in (self._refresher, self._prober):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.coordinator.close()
         await asyncio.to_thread(self.runner.stop)
         await self.gateway.close()

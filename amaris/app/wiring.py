@@ -25,6 +25,7 @@ from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.llm.ledger import TokenLedger
 from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
+from amaris.llm.reachability import Reachabilities
 from amaris.manifest import ManifestJSON
 from amaris.memory.embedder import Embedder, build_embedder, preload
 from amaris.memory.precheck_rules import PrecheckRuleStore
@@ -41,7 +42,7 @@ from amaris.scoring.learned_rules import LearnedRules
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer
 from amaris.services import Services, settle_heap
-from amaris.settings import Settings
+from amaris.settings import AGENTS, Settings
 from amaris.steps.context import (
     PipelineContext,
     pipeline_gateway_settings,
@@ -307,6 +308,9 @@ def build_services(
         pause=AuditPause(settings.memory.path),
         owns_qdrant=owns_qdrant,
         precheck_rules=precheck_rules,
+        judges=Reachabilities(
+            providers, {agent: settings.agent_options(agent).timeout for agent in AGENTS}
+        ),
     )
 
 

@@ -52,6 +52,9 @@ class ServerSettings(Section):
     """Larger request bodies get 413 (by their Content-Length, else as they stream in)."""
     body_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     """A request body must have arrived whole this long after its headers, else 408."""
+    probe_judges_seconds: float | None = Field(default=30.0, gt=0, le=86400)
+    """How often the service checks that each agent's LLM endpoint answers (a model-list
+    request, from start-up on; ``/healthz`` ``judges``); null: never."""
     max_connections: int = Field(default=1024, gt=0)
     """Connection cap (uvicorn's ``limit_concurrency``): a request arriving while this many
     connections are open (its own included) or this many requests run gets 503."""

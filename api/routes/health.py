@@ -1,12 +1,14 @@
 """``GET /healthz``: liveness, judge backend (offline shown unmistakably), rubric version,
 and ``degraded`` with its cause while durable writes fail (full disk, locked database)."""
 
+from datetime import UTC, datetime
+
 from fastapi import APIRouter
 
 from amaris import __version__
 from amaris.api.deps import ServicesDep
 from amaris.audit.pause import ScoringPausedError
-from amaris.models import HealthResponse, StructuredOutputStatus
+from amaris.models import HealthResponse, JudgeReachability, StructuredOutputStatus
 from amaris.services import Services
 from amaris.settings import AUDITOR
 
@@ -36,6 +38,14 @@ async def healthz(services: ServicesDep) -> HealthResponse:
             agent: StructuredOutputStatus(mode=state.mode, reason=state.reason)
             for agent in agents
             for state in [services.gateway.output_mode(agent)]
+        },
+        judges={
+            agent: JudgeReachability(
+                reachable=state.reachable,
+                since=datetime.fromtimestamp(state.since, UTC).isoformat(),
+                error=state.error,
+            )
+            for agent, state in (services.judges.states() if services.judges else {}).items()
         },
         auditor=_auditor(services),
         scoring_paused=str(ScoringPausedError(paused)) if paused else None,

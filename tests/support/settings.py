@@ -22,8 +22,10 @@ def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
 
 
 def llm_settings(tmp_path: Path, fake: FakeLLM, **overrides: Any) -> Settings:
-    """Settings that judge through ``fake`` with fast retries."""
-    return make_settings(
+    """Settings that judge through ``fake`` with fast retries, and no endpoint probe unless
+    ``server.probe_judges_seconds`` is given (its model-list requests would count among the
+    fake's: tests/api/test_judge_probe.py)."""
+    settings = make_settings(
         tmp_path,
         **{
             "client.default.base_url": fake.url,
@@ -34,3 +36,7 @@ def llm_settings(tmp_path: Path, fake: FakeLLM, **overrides: Any) -> Settings:
             **overrides,
         },
     )
+    if "server.probe_judges_seconds" in overrides:
+        return settings
+    server = settings.server.model_copy(update={"probe_judges_seconds": None})
+    return settings.model_copy(update={"server": server})
