@@ -29,6 +29,7 @@ from typing import Any, Required, TypedDict
 from pydantic import BaseModel, RootModel, SecretStr
 
 from amaris.agents.prompts import prompt_fingerprint
+from amaris.atomic import replace_file
 from amaris.jsonfile import JSONDict, JsonFileError, read_json
 from amaris.redact import redact_url
 from amaris.settings import AUDITOR, AgentName, Settings, is_local_url
@@ -240,9 +241,7 @@ def write_manifest(manifest: Manifest, folder: Path, name: str | None = None) ->
     # run_id is <kind>-<stamp>-<pid>, and a kind may hold dashes (simulate-ablation).
     stamp = manifest["run_id"].rsplit("-", 2)[1]
     path = folder / (name or f"manifest-{stamp}-{manifest['kind']}.json")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    replace_file(path, [json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"])
     return path
 
 

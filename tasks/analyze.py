@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from pathlib import Path
 from typing import cast
 
@@ -27,6 +26,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from amaris.agents.payloads import AlarmData, AnalyzerContext, AnalyzerInput, RolloutData
 from amaris.agents.schemas import IndividualAnalysis
+from amaris.atomic import replace_file
 from amaris.audit.models import AlarmEvidence
 from amaris.llm.budget import CHARS_PER_TOKEN, MIN_FIELD_CHARS, fit_texts, json_chars
 from amaris.llm.gateway import LLMTransientError
@@ -258,7 +258,4 @@ def _read_existing(paths: list[Path]) -> dict[Path, StoredAnalysis]:
 
 
 def _write_atomically(path: Path, value: StoredAnalysis) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value.model_dump(mode="json"), ensure_ascii=False), "utf-8")
-    os.replace(tmp, path)
+    replace_file(path, [json.dumps(value.model_dump(mode="json"), ensure_ascii=False)])

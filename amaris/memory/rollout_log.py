@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import os
 import threading
 import time
 import uuid
@@ -27,6 +26,7 @@ from typing import Any, Protocol
 
 from qdrant_client import QdrantClient, models
 
+from amaris.atomic import replace_file
 from amaris.memory.models import StepRecord
 from amaris.memory.qdrant import ensure_collection
 from amaris.memory.records import RolloutRecord
@@ -85,15 +85,9 @@ def write_archive(records: list[RolloutRecord], folder: Path, step: int) -> Path
     Returns:
         The file written.
     """
-    folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"step-{step:06d}.jsonl"
-    tmp = target.with_name(f".{target.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record.to_json(), ensure_ascii=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, target)
+    lines = (json.dumps(record.to_json(), ensure_ascii=False) + "\n" for record in records)
+    replace_file(target, lines, durable=True)
     return target
 
 

@@ -8,7 +8,6 @@ exported to a human-readable ``rubrics.json``.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import uuid
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 from qdrant_client import QdrantClient, models
 
+from amaris.atomic import replace_file
 from amaris.memory.qdrant import ensure_collection
 from amaris.rubric.model import (
     Criterion,
@@ -36,21 +36,8 @@ class RubricStoreError(RuntimeError):
 
 
 def write_durably(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically and durably: written and fsynced under a
-    temporary name, renamed over ``path``, then the folder fsynced (so the rename itself
-    survives a power loss)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    """Replace ``path`` with ``text`` atomically and durably (:func:`replace_file`)."""
+    replace_file(path, [text], durable=True)
 
 
 def _version_id(scope: str, version: int) -> str:
