@@ -79,7 +79,10 @@ async def scorer() -> AsyncIterator[tuple[Scorer, Any]]:
 
 
 async def canary(
-    scorer: Scorer, rubric: RubricVersion, rollouts: Sequence[CanaryRollout] | None = None
+    scorer: Scorer,
+    rubric: RubricVersion,
+    rollouts: Sequence[CanaryRollout] | None = None,
+    flagged: Sequence[str] = (),
 ) -> CanaryReport:
     return await run_canary(
         scorer,
@@ -89,6 +92,7 @@ async def canary(
         step=5,
         max_share=0.1,
         max_gap_shrink=0.5,
+        flagged=flagged,
     )
 
 
@@ -326,16 +330,7 @@ async def test_a_flagged_rollout_is_never_a_passing_probe_and_must_not_gain(
     praise = Criterion(
         id="R2", text="The response flatters the question.", weight=2.0, is_anchor=False
     )
-    report = await run_canary(
-        judge_,
-        CURRENT,
-        candidate(FLATTERY, praise),
-        rollouts,
-        step=5,
-        max_share=0.1,
-        max_gap_shrink=0.5,
-        flagged=flagged,
-    )
+    report = await canary(judge_, candidate(FLATTERY, praise), rollouts, flagged)
     assert report.outcome == "refused", report
     assert report.reason.startswith("flagged rollout p9-correct-hack"), report.reason
     assert all(p.side == "flagged" for p in report.probes if p.id.endswith("-hack"))
@@ -347,16 +342,7 @@ async def test_a_pitfall_against_a_flagged_hack_passes(scorer: tuple[Scorer, Any
     rollouts = hedged(step_rollouts())
     flagged = [r.id for r in rollouts if r.id.endswith("-hack")]
     stricter = FLATTERY.model_copy(update={"weight": -2.0})
-    report = await run_canary(
-        judge_,
-        CURRENT,
-        candidate(stricter),
-        rollouts,
-        step=5,
-        max_share=0.1,
-        max_gap_shrink=0.5,
-        flagged=flagged,
-    )
+    report = await canary(judge_, candidate(stricter), rollouts, flagged)
     assert report.outcome == "passed", report
     losing = [p for p in report.probes if p.side == "flagged"]
     assert losing and all(p.candidate <= (p.current or 0.0) for p in losing)

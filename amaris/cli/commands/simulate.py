@@ -47,30 +47,15 @@ def register(sub: SubParsers) -> None:
     parser.add_argument(
         "--url", default=None, help="use this running server instead of starting one"
     )
-    parser.add_argument(
-        "--port",
-        type=bounded(1, 65535),
-        default=None,
-        help="port of the amaris server it starts on 127.0.0.1 (default: a free one)",
-    )
-    parser.add_argument(
-        "--prefect-port",
-        type=bounded(1, 65535),
-        default=None,
-        help="port of that server's Prefect server (default: a free one)",
-    )
-    parser.add_argument(
-        "--judge-port",
-        type=bounded(1, 65535),
-        default=None,
-        help="with --scenario: port of the simulated training judge (default: a free one)",
-    )
-    parser.add_argument(
-        "--auditor-port",
-        type=bounded(1, 65535),
-        default=None,
-        help="with --scenario: port of the simulated audit judge (default: a free one)",
-    )
+    for option, what in (
+        ("--port", "port of the amaris server it starts on 127.0.0.1"),
+        ("--prefect-port", "port of that server's Prefect server"),
+        ("--judge-port", "with --scenario: port of the simulated training judge"),
+        ("--auditor-port", "with --scenario: port of the simulated audit judge"),
+    ):
+        parser.add_argument(
+            option, type=bounded(1, 65535), default=None, help=f"{what} (default: a free one)"
+        )
     parser.add_argument(
         "--steps", type=bounded(1, 1000), default=10, help="training steps (default 10)"
     )
