@@ -40,6 +40,8 @@ STEP_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0,
 """Seconds, 1 s to 1 h: a step's flow analyses every rollout of the step."""
 
 STEP_STATUSES = ("open", "completing", "done", "failed")
+REWARD_STATUSES = ("scored", "cached", "degenerate", "unscored")
+"""Each rollout answered counts in exactly one (the scorer's ``counters``)."""
 TRUNCATION_CAUSES = ("max_field_chars", "context_window")
 UNSCORED_REASONS = (
     "judge_unavailable",
@@ -247,13 +249,22 @@ class _StateCollector(Collector):
         # dict(...) copies in one step: the pipeline thread updates its gateway's stats.
         counters = dict(self._scorer.counters)
         rewards = CounterMetricFamily(
-            "amaris_rewards", "Rewards answered, by status.", labels=["status"]
+            "amaris_rewards",
+            "Rollouts answered once stored in the rollout log, by status: scored by the "
+            "judge, from the cache, given the pre-check's floor (degenerate), unscored.",
+            labels=["status"],
         )
-        for status in ("scored", "cached", "unscored"):
+        for status in REWARD_STATUSES:
             rewards.add_metric([status], counters.get(status, 0))
         yield rewards
+        yield CounterMetricFamily(
+            "amaris_rollouts_unstored",
+            "Rollouts refused with 503 because a durable write failed (full disk, locked "
+            "database): judged, not stored, not counted in amaris_rewards.",
+            value=counters.get("unstored", 0),
+        )
         unscored = CounterMetricFamily(
-            "amaris_unscored", "Unscored rollouts, by reason.", labels=["reason"]
+            "amaris_unscored", "Unscored rollouts answered, by reason.", labels=["reason"]
         )
         reasons = {
             *UNSCORED_REASONS,
@@ -264,8 +275,8 @@ class _StateCollector(Collector):
         yield unscored
         truncated = CounterMetricFamily(
             "amaris_rollouts_truncated",
-            "Rollouts judged with their text cut (head and tail kept), by cause: over "
-            "scoring.max_field_chars, or over the scorer's context window.",
+            "Rollouts answered that were judged with their text cut (head and tail kept), by "
+            "cause: over scoring.max_field_chars, or over the scorer's context window.",
             labels=["cause"],
         )
         for cause in TRUNCATION_CAUSES:

@@ -22,6 +22,7 @@ from amaris.logs import loggable
 from amaris.models import ScoreRequest, ScoreResponse, valid_text
 from amaris.rubric.scopes import ScopeResolver
 from amaris.scoring.refusals import OverloadedError, OversizeError
+from amaris.scoring.reward import held_counts
 from amaris.scoring.rollout_ids import RolloutConflictError
 from amaris.scoring.rules import RuleInputError, check_references
 from amaris.scoring.scorer import Scorer
@@ -171,7 +172,13 @@ class BatchScoring:
     async def score(self, checked: Sequence[Checked]) -> list[ScoreResponse | InvalidItem]:
         """Score the requests among ``checked`` concurrently; answers in order (an
         :class:`InvalidItem` in ``checked`` is kept, and a request refused while scored
-        becomes one)."""
+        becomes one).
+
+        An error that refuses the whole batch (an item's durable write failed) is raised
+        once every item is done, the first in the items' order: nothing of the batch is
+        still running when it is answered, and none of its answers is counted in
+        ``/healthz`` ``counters`` (:func:`~amaris.scoring.reward.held_counts`).
+        """
 
         async def one(index: int, request: ScoreRequest) -> ScoreResponse | InvalidItem:
             rollout_id = request.rollout.id
@@ -192,7 +199,12 @@ class BatchScoring:
                 )
 
         pending = [one(i, item) for i, item in enumerate(checked) if isinstance(item, ScoreRequest)]
-        scored = iter(await asyncio.gather(*pending))
+        with held_counts(self.scorer):
+            answers = await asyncio.gather(*pending, return_exceptions=True)
+            for answer in answers:
+                if isinstance(answer, BaseException):
+                    raise answer
+        scored = iter([a for a in answers if not isinstance(a, BaseException)])
         return [next(scored) if isinstance(item, ScoreRequest) else item for item in checked]
 
 

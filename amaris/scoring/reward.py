@@ -16,12 +16,20 @@ Read top to bottom, :func:`score_rollout` is the whole hot path:
    or answer ``unscored`` by ``scoring.on_failure`` (a reward is never made up);
 8. record the rollout, its verdicts and rubric version in the rollout log, before answering
    (``late`` in the answer when its step was completed already: logged, not analysed);
-9. in ``sync`` mode, wait for the step's update and score again under the new rubric.
+9. in ``sync`` mode, wait for the step's update and score again under the new rubric;
+10. count the answer in the scorer's counters (``/healthz``): only now, so a rollout the
+    rollout log refused (answered 503) counts as ``unstored``, never as scored or unscored.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from amaris.memory.records import RolloutRecord
+from amaris.memory.storage_health import StorageUnavailableError
 from amaris.models import ScoreRequest, ScoreResponse
 from amaris.request_context import request_id_var
 from amaris.rubric.model import RubricVersion
@@ -44,7 +52,8 @@ async def score_rollout(
     sync: bool,
 ) -> ScoreResponse:
     """Check, admit the rollout's step, judge, aggregate, log durably (before answering),
-    and in sync mode wait for the step's update and score again under its rubric.
+    and in sync mode wait for the step's update and score again under its rubric; then
+    count the answer (:func:`held_counts`), or ``unstored`` when a durable write failed.
 
     Raises:
         OversizeError: a free-text field is over ``scoring.max_field_chars``.
@@ -52,6 +61,7 @@ async def score_rollout(
         RolloutConflictError: the rollout id is in the step with other content.
         RuleInputError: a rule criterion needs a reference answer the rollout lacks.
         OverloadedError: ``scoring.max_pending`` judge calls are pending already.
+        StorageUnavailableError: the rollout log (or the step registry) refused the write.
     """
     scorer.check(request)
     if "current_step" not in request.metadata.model_fields_set:
@@ -63,11 +73,17 @@ async def score_rollout(
     async with coordinator.admission(step):
         claim = await ids.claim(step, request.rollout)
         stored = False
+        counts: Counter[str] = Counter()
         try:
             scope = scopes.scope_of(request.rollout.input)
             rubric = await scopes.rubric(scope)
-            result = await reward_of(scorer, request, rubric)
-            if await coordinator.record(step, log_record(request, result, scope)):
+            result = await reward_of(scorer, request, rubric, counts=counts)
+            try:
+                late = await coordinator.record(step, log_record(request, result, scope))
+            except StorageUnavailableError:
+                scorer.counters["unstored"] += 1
+                raise
+            if late:
                 result = result.model_copy(update={"late": True})
             stored = True
         finally:
@@ -76,20 +92,57 @@ async def score_rollout(
         await coordinator.wait(step)
         updated = await scopes.rubric(scope)
         if updated.version != rubric.version:
-            result = await reward_of(scorer, request, updated)
+            # The answer is the new rubric's: its counts, not the first judgement's.
+            counts = Counter()
+            result = await reward_of(scorer, request, updated, counts=counts)
+    _count(scorer, counts)
     if not request.include_breakdown:
         result = result.model_copy(update={"breakdown": None})
     return result
 
 
+_held: ContextVar[list[Counter[str]] | None] = ContextVar("amaris_held_counts", default=None)
+"""The counts of the answers of the batch being scored (:func:`held_counts`), if any."""
+
+
+def _count(scorer: Scorer, counts: Counter[str]) -> None:
+    held = _held.get()
+    if held is None:
+        scorer.counters.update(counts)
+    else:
+        held.append(counts)
+
+
+@contextmanager
+def held_counts(scorer: Scorer) -> Iterator[None]:
+    """Within: the counts of the rollouts :func:`score_rollout` answers (the tasks started
+    inside too) are held, and added to ``scorer.counters`` only if the block ends without
+    an error: a batch refused as a whole (a 503 when one item's write failed) counts none
+    of its items, the stored ones included."""
+    held: list[Counter[str]] = []
+    token = _held.set(held)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+    for counts in held:
+        scorer.counters.update(counts)
+
+
 async def reward_of(
-    scorer: Scorer, request: ScoreRequest, rubric: RubricVersion | None = None
+    scorer: Scorer,
+    request: ScoreRequest,
+    rubric: RubricVersion | None = None,
+    *,
+    counts: Counter[str] | None = None,
 ) -> ScoreResponse:
     """The answer for one rollout judged against ``rubric`` (default: the global one in
     force): the aggregated reward, or ``unscored`` with the judge's failure.
 
     The breakdown is always filled in (the rollout log keeps it; empty for a degenerate
     reply, which no criterion judged); the API drops it unless asked. Stores nothing.
+    ``counts``: where the answer's counts go (:meth:`Scorer.judge`); by default the
+    scorer's counters, at once.
     """
     precheck = scorer.settings.precheck
     if precheck.enabled:
@@ -108,7 +161,7 @@ async def reward_of(
         )
         if found is not None:
             # A reward, not a failure: the trainer should push the policy away from it.
-            scorer.counters["degenerate"] += 1
+            (scorer.counters if counts is None else counts)["degenerate"] += 1
             return ScoreResponse(
                 score=precheck.floor,
                 rubric_version=(rubric or scorer.rubric()).version,
@@ -117,7 +170,7 @@ async def reward_of(
                 reason=found.reason(),
                 breakdown=[],
             )
-    judgement = await scorer.judge(request, rubric)
+    judgement = await scorer.judge(request, rubric, counts=counts)
     if judgement.breakdown is None:
         policy = scorer.settings
         return ScoreResponse(

@@ -112,10 +112,14 @@ class Scorer:
         self._inflight: dict[str, asyncio.Future[_Judged]] = {}
         self._fit = ContextFit(gateway, agent, prompt)
         self.counters: Counter[str] = Counter()
-        """``scored``, ``cached``, ``unscored``, ``unscored.<reason kind>``,
-        ``truncated.<cause>`` (``max_field_chars``, ``context_window``); with logprobs,
-        ``logprobs_used`` / ``logprobs_missing`` per judge reply; ``rule_only``: scored by
-        rule criteria alone, no judge call; ``degenerate``: given the pre-check's floor."""
+        """What ``/healthz`` shows. Per rollout answered (on the hot path: once it is stored
+        in the rollout log, :func:`~amaris.scoring.reward.score_rollout`), exactly one of
+        ``scored``, ``cached``, ``degenerate`` (given the pre-check's floor) and
+        ``unscored``; with it ``unscored.<reason kind>``, ``rule_only`` (scored by rule
+        criteria alone, no judge call) and ``truncated.<cause>`` (``max_field_chars``,
+        ``context_window``). Refusals, at once: ``overloaded`` (``scoring.max_pending``)
+        and ``unstored`` (its durable write failed: answered 503, judged but not counted
+        above). Judge replies, stored or not: ``logprobs_used`` / ``logprobs_missing``."""
 
     @property
     def pending(self) -> int:
@@ -164,8 +168,6 @@ class Scorer:
                 value = cut_middle(value, limit)
                 truncated.append(f"rollout.{name}")
             fields[name] = value
-        if truncated:
-            self.counters["truncated.max_field_chars"] += 1
         return fields, truncated
 
     def rubric(self) -> RubricVersion:
@@ -177,16 +179,30 @@ class Scorer:
         """``scoring:``: limits, cache and the policy for an unscored rollout."""
         return self._settings
 
-    async def judge(self, request: ScoreRequest, rubric: RubricVersion | None = None) -> Judgement:
+    async def judge(
+        self,
+        request: ScoreRequest,
+        rubric: RubricVersion | None = None,
+        *,
+        counts: Counter[str] | None = None,
+    ) -> Judgement:
         """The verdicts on one rollout against ``rubric`` (default: the global one in force).
 
         Never fabricates: a judge failure is a :class:`Judgement` with a ``failure`` and no
         breakdown. Call :meth:`check` first: this checks only the judged fields.
 
+        ``counts``: where the judgement's own counts go (``scored``, ``cached``,
+        ``unscored.<kind>``, ``truncated.<cause>``...), for the caller to add to
+        :attr:`counters` once its answer is acknowledged; by default :attr:`counters`,
+        at once. ``overloaded`` and the judge replies' counts go to :attr:`counters` always.
+
         Raises:
             OverloadedError: ``scoring.max_pending`` judge calls are pending already.
         """
+        tally = self.counters if counts is None else counts
         whole, truncated = self.prepare(request)
+        if truncated:
+            tally["truncated.max_field_chars"] += 1
         rubric = rubric or self._store.current()
         # On the whole reply, never the cut one: a rule needs no context window. The rules of
         # a long rollout run in a thread (RE2 releases the interpreter lock; a regex whose
@@ -200,17 +216,17 @@ class Scorer:
         )
         if not rubric.judged:
             # Every criterion is a rule: nothing to ask the judge.
-            self.counters["scored"] += 1
-            self.counters["rule_only"] += 1
+            tally["scored"] += 1
+            tally["rule_only"] += 1
             return Judgement(rubric.version, truncated, _merge(rubric, rules, ()))
         fields, cut = await self._fit.within_budget(rubric, whole)
         if cut:
-            self.counters["truncated.context_window"] += 1
+            tally["truncated.context_window"] += 1
         key = self._key(rubric, fields)
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
-            self.counters["cached"] += 1
+            tally["cached"] += 1
             return Judgement(
                 rubric.version,
                 _merged(truncated, cut),
@@ -235,7 +251,7 @@ class Scorer:
                     if refitted == fields:
                         raise
                     if not cut:
-                        self.counters["truncated.context_window"] += 1
+                        tally["truncated.context_window"] += 1
                     cut = recut
                     key, fields = self._key(rubric, refitted), refitted
                     judged = await self._judge_once(
@@ -262,13 +278,13 @@ class Scorer:
                 kind = "judge_truncated"
             else:
                 kind = "judge_invalid"
-            self.counters["unscored"] += 1
-            self.counters[f"unscored.{kind}"] += 1
+            tally["unscored"] += 1
+            tally[f"unscored.{kind}"] += 1
             # The error may quote the judge's reply (or an endpoint's error body).
             failure = storable(f"{kind}: {exc}")
             log.warning("unscored rollout %s: %s", loggable(request.rollout.id), failure)
             return Judgement(rubric.version, _merged(truncated, cut), failure=failure)
-        self.counters["scored"] += 1
+        tally["scored"] += 1
         return Judgement(
             rubric.version, _merged(truncated, cut), _merge(rubric, rules, judged.breakdown)
         )

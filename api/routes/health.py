@@ -17,7 +17,14 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz", response_model=HealthResponse)
 async def healthz(services: ServicesDep) -> HealthResponse:
-    """Service status. Needs no key."""
+    """Service status. Needs no key.
+
+    ``counters`` (:attr:`~amaris.scoring.scorer.Scorer.counters`): each rollout answered
+    once stored in the rollout log counts in exactly one of ``scored``, ``cached``,
+    ``degenerate`` and ``unscored``; one refused with 503 because a durable write failed,
+    in ``unstored``; one the judge's queue refused (``scoring.max_pending``), in
+    ``overloaded``.
+    """
     provider = services.gateway.provider("scorer")
     agents = services.settings.served_agents
     paused = services.pause.current()
