@@ -14,6 +14,7 @@ from prefect.events.worker import EventsWorker
 from prefect.logging.handlers import APILogWorker
 
 from amaris.agents.prompts import load_prompts
+from amaris.app.connections import uvicorn_config
 from amaris.app.launch import Launch
 from amaris.app.wiring import build_services, create_app
 from amaris.manifest import build_manifest, write_manifest
@@ -44,18 +45,7 @@ def serve(settings: Settings, launch: Launch) -> int:
             # /healthz answers "ok" only once the step path can run: on a Prefect server
             # that answered (and is amaris's own child: it holds the port).
             server.wait_ready()
-        config = uvicorn.Config(
-            app,
-            host=settings.server.host,
-            port=settings.server.port,
-            log_level=settings.logging.level.lower(),
-            timeout_graceful_shutdown=30,
-            # Longer than clients' pool keep-alive (httpx: 5 s), so the server never
-            # closes a connection a client is about to reuse (a reset mid-request).
-            timeout_keep_alive=75,
-            # A request arriving with this many connections open gets 503.
-            limit_concurrency=settings.server.max_connections,
-        )
+        config = uvicorn_config(app, settings)
         # uvicorn drains requests before the app's shutdown: end step waits first, or
         # long polls would hold the drain for up to its 30 s. It handles the signals while
         # it runs, then re-raises the one it got with the handler it found installed.

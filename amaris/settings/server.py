@@ -55,9 +55,16 @@ class ServerSettings(Section):
     probe_judges_seconds: float | None = Field(default=30.0, gt=0, le=86400)
     """How often the service checks that each agent's LLM endpoint answers (a model-list
     request, from start-up on; ``/healthz`` ``judges``); null: never."""
+    head_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    """A request's head (request line and headers) must have arrived whole this long after
+    the connection opened, or after its first byte on a kept-alive connection, else 408
+    and the connection closes."""
     max_connections: int = Field(default=1024, gt=0)
-    """Connection cap (uvicorn's ``limit_concurrency``): a request arriving while this many
-    connections are open (its own included) or this many requests run gets 503."""
+    """Connection cap. A connection holds a place while a request of it runs and while it
+    idles after a request that carried ``api_key`` (any request, without a key); a request
+    arriving while this many hold one (its own included) or this many requests run gets
+    503. Other connections (no head yet, or a last request without the key) hold none: one
+    more open connection than this closes the one of them that has waited longest."""
     max_batch_items: int = Field(default=1024, gt=0)
     """Most items one /batch_score request may carry."""
     max_wait_seconds: float = Field(default=300.0, gt=0, le=86400)
