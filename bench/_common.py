@@ -421,6 +421,34 @@ def settle(child: Child, *, after_startup: bool = True) -> None:
     )
 
 
+def start_profiler(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None:
+    """``py-spy record`` of process ``pid`` and its children (raw stacks to ``out``)."""
+    if out is None:
+        return None
+    exe = require_py_spy(out)
+    return subprocess.Popen(
+        [
+            exe,
+            "record",
+            "--pid",
+            str(pid),
+            "--subprocesses",
+            "--threads",
+            "--nonblocking",
+            "--rate",
+            "100",
+            "--format",
+            PY_SPY_FORMATS.get(out.suffix, "raw"),
+            "--output",
+            str(out),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
     """Stop ``py-spy record`` by its PID (SIGINT makes it write its output)."""
     if profiler is None or profiler.poll() is not None:

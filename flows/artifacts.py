@@ -41,13 +41,16 @@ def rubric_diff_markdown(
     proposal: RubricUpdateProposal | None,
     outcome: UpdateOutcome,
     due: Sequence[DueCriterion] = (),
+    scope: str | None = None,
 ) -> str:
     """Human-readable diff of the adaptive rubric, with the strategy and rationale, and
-    the criteria due to be retired or reworded as uninformative, with their evidence."""
+    the criteria due to be retired or reworded as uninformative, with their evidence;
+    with ``scope``, a section of a longer document headed by it."""
     old = {c.id: c for c in before.adaptive}
     new = {c.id: c for c in after.adaptive}
+    head = "# Rubric update" if scope is None else f"## {inert(scope)}: rubric update"
     lines = [
-        f"# Rubric update: version {before.version} -> {after.version}",
+        f"{head}: version {before.version} -> {after.version}",
         "",
         f"**Outcome:** {outcome.outcome}"
         + (f" ({inert(outcome.reason)})" if outcome.reason else ""),
@@ -135,9 +138,11 @@ def summary_markdown(
     scope: str,
     summary: BatchSummary | None,
     dropped: list[Dropped] | None = None,
+    level: int = 1,
 ) -> str:
-    """The step summary as markdown, and the outputs the step went on without."""
-    lines = [f"# Step {step} summary ({inert(scope)})", ""]
+    """The step summary as markdown, and the outputs the step went on without; its
+    heading at ``level``."""
+    lines = [f"{'#' * level} Step {step} summary ({inert(scope)})", ""]
     if summary is None:
         lines += ["**No summary:** every summary of this step was dropped (below)."]
     else:

@@ -9,18 +9,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, defaultdict
-from collections.abc import Awaitable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
-from prefect.utilities.annotations import quote
+from prefect import Task
 
 from amaris.agents.blocks import TrainerMetadata
 from amaris.agents.findings import Injections, StepFindings
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis, RubricUpdateProposal
 from amaris.audit.models import AlarmEvidence
-from amaris.flows.artifacts import rubric_diff_artifact
+from amaris.flows.artifacts import (
+    rubric_diff_artifact,
+    rubric_diff_markdown,
+    summary_artifact,
+    summary_markdown,
+)
+from amaris.flows.scope_facts import (
+    as_is,
+    flagged,
+    group_peers,
+    is_update_step,
+    unwalked,
+    with_scores,
+)
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import (
     DueCriterion,
@@ -33,7 +46,7 @@ from amaris.rubric.model import RubricVersion
 from amaris.scoring.canary import canary_rollouts
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped, UpdateKind
-from amaris.tasks._common import DROPS, criteria_context, split_for
+from amaris.tasks._common import DROPS, LLMTask, criteria_context, split_for
 from amaris.tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from amaris.tasks.canary import CanaryRequest, check_canary
 from amaris.tasks.generate_queries import generate_queries
@@ -53,32 +66,8 @@ from amaris.tasks.update_rubric import propose_update
 from amaris.text.injection import scan_records
 
 T = TypeVar("T")
+P = ParamSpec("P")
 log = logging.getLogger("amaris.pipeline")
-
-
-def is_update_step(step: int, frequency: int | None) -> bool:
-    """Rubric updates run at steps 0, N, 2N, ... (every step when N is 1 or null)."""
-    return not frequency or frequency <= 1 or step % frequency == 0
-
-
-def group_peers(records: list[RolloutRecord]) -> dict[int, list[Peer]]:
-    """For each record (by ``seq``), the other rollouts answering the same prompt (its
-    group)."""
-    by_group: dict[tuple[str, str], list[RolloutRecord]] = defaultdict(list)
-    for record in records:
-        rollout = record.rollout
-        key = rollout.group_id or rollout.input
-        by_group[(record.scope, key)].append(record)
-    peers: dict[int, list[Peer]] = {}
-    for members in by_group.values():
-        for record in members:
-            peers[record.seq or 0] = [Peer.of(m) for m in members if m is not record][:16]
-    return peers
-
-
-def unwalked(value: T) -> T:
-    """``value`` as a task parameter Prefect passes on without walking it (``quote``)."""
-    return cast(T, quote(value))
 
 
 @dataclass
@@ -105,6 +94,22 @@ class ScopeRun:
     injections: Injections = field(default_factory=Injections)
     """Text addressed to the grader or the pipeline in the scope's rollouts, as amaris's
     detector finds it, and what each summary covers."""
+    inline: bool = False
+    """The stages run as plain calls inside the caller's task run, with no run of their
+    own (per_instance mode batches scopes into task runs: :mod:`amaris.flows.scope_batches`)."""
+    notes: list[str] = field(default_factory=list)
+    """Inline: the scope's notable summary and rubric diff, as markdown, for its batch's
+    artifact."""
+    analysed: list[str] = field(default_factory=list)
+    """Inline: the keys of the per-rollout analysis files to remove once the batch is done."""
+
+    def stage(
+        self, work: Task[P, Coroutine[Any, Any, T]] | LLMTask[P, T]
+    ) -> Callable[P, Awaitable[T]]:
+        """``work`` as this run calls it: its task, or inline its function."""
+        if self.inline:
+            return work.fn
+        return cast(Callable[P, Awaitable[T]], work)
 
     @property
     def metadata(self) -> TrainerMetadata:
@@ -152,7 +157,7 @@ class ScopeRun:
         if get_context().settings.pipeline.use_chunking and done:
             return analyses, [summary for _, chunk in done for summary in chunk]
         if analyses:
-            return analyses, await self.summarize("0", self._with_scores(analyses, self.records))
+            return analyses, await self.summarize("0", with_scores(analyses, self.records))
         return analyses, []
 
     async def _analyze_part(
@@ -160,23 +165,22 @@ class ScopeRun:
     ) -> tuple[list[IndividualAnalysis], list[BatchSummary]]:
         ctx = get_context()
         groups = [self.peers[r.seq or 0] for r in part]
-        found = await analyze_chunk(index, part, self.criteria, groups, self.alarm)
+        found = await self.stage(analyze_chunk)(index, part, self.criteria, groups, self.alarm)
         self.dropped.extend(found.dropped)
         # amaris's own finding, merged after the task (its cache) whatever the agent wrote.
         self.injections.add(await asyncio.to_thread(scan_records, part))
         analyses = self.injections.analysed(found.analyses)
-        # Prefect holds the chunk's result now: its per-rollout files are redundant.
-        await asyncio.to_thread(
-            forget_analyses,
-            ctx.settings.memory.path,
-            [
-                analysis_key(r, self.criteria, g, self.alarm)
-                for r, g in zip(part, groups, strict=True)
-            ],
-        )
+        keys = [
+            analysis_key(r, self.criteria, g, self.alarm) for r, g in zip(part, groups, strict=True)
+        ]
+        if self.inline:
+            self.analysed.extend(keys)
+        else:
+            # Prefect holds the chunk's result now: its per-rollout files are redundant.
+            await asyncio.to_thread(forget_analyses, ctx.settings.memory.path, keys)
         if not ctx.settings.pipeline.use_chunking or not analyses:
             return analyses, []
-        return analyses, await self.summarize(str(index), self._with_scores(analyses, part))
+        return analyses, await self.summarize(str(index), with_scores(analyses, part))
 
     async def summarize(self, label: str, analyses: list[ScoredAnalysis]) -> list[BatchSummary]:
         """Summaries of ``analyses``: one, or one per part when they do not fit the
@@ -195,7 +199,7 @@ class ScopeRun:
                 self.or_dropped(
                     "summarizer",
                     f"chunk {name}",
-                    summarize_chunk(
+                    self.stage(summarize_chunk)(
                         self.step, self.scope, name, self.metadata, self.criteria, part
                     ),
                 )
@@ -215,7 +219,9 @@ class ScopeRun:
         the step then has no summary of the whole."""
 
         async def ask(part: str, group: list[BatchSummary]) -> BatchSummary | None:
-            work = meta_summarize(self.step, self.scope, part, self.metadata, self.criteria, group)
+            work = self.stage(meta_summarize)(
+                self.step, self.scope, part, self.metadata, self.criteria, group
+            )
             merged = await self.or_dropped("meta_summarizer", part, work)
             return None if merged is None else self.injections.merged(merged, group)
 
@@ -269,18 +275,23 @@ class ScopeRun:
             self.queried.set()
             return self._no_summary(summaries)
         try:
-            queries = await self.or_dropped(
-                "query_generator",
-                "queries",
-                generate_queries(self.step, self.scope, self.metadata, self.criteria, summary),
-            )
-            memory = await retrieve_memory(self.step, self.scope, queries or [])
+            queries = None
+            if get_context().settings.memory.rubrics_mode == "global":
+                # One prompt's memory is its own few summaries, which static memory gives.
+                queries = await self.or_dropped(
+                    "query_generator",
+                    "queries",
+                    self.stage(generate_queries)(
+                        self.step, self.scope, self.metadata, self.criteria, summary
+                    ),
+                )
+            memory = await self.stage(retrieve_memory)(self.step, self.scope, queries or [])
         finally:
             self.queried.set()
         proposal = await self.or_dropped(
             "updater",
             "update",
-            propose_update(
+            self.stage(propose_update)(
                 self.step,
                 self.scope,
                 self.version,
@@ -300,9 +311,13 @@ class ScopeRun:
             )
             outcome = published.model_copy(update={"strategy": proposal.update_strategy})
         after = await asyncio.to_thread(get_context().rubrics.current, self.scope)
-        await rubric_diff_artifact(
-            self.step, self.scope, self.rubric, after, proposal, outcome, self.due
-        )
+        if not self.inline:
+            await rubric_diff_artifact(
+                self.step, self.scope, self.rubric, after, proposal, outcome, self.due
+            )
+        elif outcome.outcome in ("published", "rejected"):
+            diff = rubric_diff_markdown(self.rubric, after, proposal, outcome, self.due, self.scope)
+            self.notes.append(diff)
         return outcome
 
     async def publish(
@@ -314,7 +329,7 @@ class ScopeRun:
         """The rubric canary's report on ``proposal``, then the guardrails and publication;
         ``flagged``: the rollouts the step's analysis flagged as reward hacking;
         ``findings``: what the proposal's criteria may cite."""
-        canary = await check_canary(
+        canary = await self.stage(check_canary)(
             CanaryRequest(
                 step=self.step,
                 scope=self.scope,
@@ -326,8 +341,15 @@ class ScopeRun:
                 findings=findings,
             )
         )
-        return await publish_update(
-            self.step, self.scope, self.version, proposal, list(self.due), canary, findings
+        return await self.stage(publish_update)(
+            self.step,
+            self.scope,
+            self.version,
+            proposal,
+            list(self.due),
+            canary,
+            findings,
+            record=not self.inline,
         )
 
     # remember
@@ -342,18 +364,27 @@ class ScopeRun:
         retrieved: its CPU work would otherwise slow the query generation's answer and the
         retrieval, which are on the critical path."""
         await self.queried.wait()
-        # quote(): Prefect would walk every analysis looking for futures (~0.1 s of the
-        # loop); remember is never cached, so nothing needs to see inside.
-        return await remember(
+        # quote(): Prefect would walk every analysis looking for futures; remember is
+        # never cached, so nothing needs to see inside. Inline, nothing walks them.
+        passed = as_is if self.inline else unwalked
+        return await self.stage(remember)(
             self.step,
             self.scope,
-            unwalked(list(analyses)),
-            unwalked(list(summaries)),
+            passed(list(analyses)),
+            passed(list(summaries)),
             meta,
-            unwalked(self.records),
+            passed(self.records),
         )
 
     # the scope's outcome
+
+    async def report(self, summary: BatchSummary | None) -> None:
+        """The scope's summary artifact; inline, a note for its batch's artifact when the
+        summary found reward hacking or an output was dropped."""
+        if not self.inline:
+            await summary_artifact(self.step, self.scope, summary, self.dropped)
+        elif self.dropped or (summary and summary.aggregated_reward_hacking.behaviours):
+            self.notes.append(summary_markdown(self.step, self.scope, summary, self.dropped, 2))
 
     def outcome(self, summary: BatchSummary | None, update: UpdateOutcome) -> ScopeOutcome:
         """The scope's outcome as the step's result and the registry keep it."""
@@ -387,14 +418,8 @@ class ScopeRun:
         except DROPS as exc:
             record = Dropped.of(agent, part, exc)
             self.dropped.append(record)
-            log.warning(
-                "step %s (%r): %s output for %s dropped: %s",
-                self.step,
-                self.scope,
-                agent,
-                part,
-                record.reason,
-            )
+            where = f"step {self.step} ({self.scope!r})"
+            log.warning("%s: %s output for %s dropped: %s", where, agent, part, record.reason)
             return None
 
     def _ended(self, kind: UpdateKind, reason: str) -> UpdateOutcome:
@@ -418,23 +443,6 @@ class ScopeRun:
         reason = f"the updater's output was invalid ({self.dropped[-1].reason})"
         log.info("step %s (%r): rubric update rejected: %s", self.step, self.scope, reason)
         return self._ended("rejected", reason)
-
-    @staticmethod
-    def _with_scores(
-        analyses: list[IndividualAnalysis], records: list[RolloutRecord]
-    ) -> list[ScoredAnalysis]:
-        """Analyses with the reward each rollout got, as the summarizer reads them."""
-        scores = {r.rollout.id: r.score for r in records}
-        return [ScoredAnalysis.of(a, scores.get(a.rollout_id)) for a in analyses]
-
-
-def flagged(summary: BatchSummary, analyses: Sequence[IndividualAnalysis]) -> list[str]:
-    """The rollouts the step's analysis flagged as reward hacking: those an analysis found
-    hacking in, and those the summary lists under a hacking behaviour, in that order."""
-    found = dict.fromkeys(a.rollout_id for a in analyses if a.reward_hacking_analysis.detected)
-    for behaviour in summary.aggregated_reward_hacking.behaviours:
-        found.update(dict.fromkeys(behaviour.rollout_ids))
-    return list(found)
 
 
 async def _value(value: T) -> T:

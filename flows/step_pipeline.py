@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, defaultdict
+from collections import Counter
 
 from prefect import State, flow
 from prefect.states import Completed
 from pydantic import BaseModel
 
-from amaris.audit.models import AlarmEvidence
 from amaris.flows.artifacts import (
     audit_artifact,
     criteria_table_artifact,
     hacking_table_artifact,
     manifest_artifact,
-    summary_artifact,
     usage_artifact,
 )
-from amaris.flows.scope import ScopeRun, unwalked
-from amaris.memory.records import RolloutRecord
+from amaris.flows.scope_batches import ScopeWork, by_scope, process_all
+from amaris.flows.scope_facts import unwalked
 from amaris.models import JSONValue
-from amaris.rubric.informativeness import ScopeStats
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import RubricStatus, StepRun, rubric_status
 from amaris.tasks.audit import run_audit
@@ -106,26 +103,22 @@ async def _run_step(step: int) -> StepResult:
     # The statistics of this step and, to count streaks, of the steps before it.
     window = ctx.settings.rubric.retire_uninformative_after or 1
     measured = await measure_criteria(step, unwalked(list(records)), window)
-    by_scope: dict[str, list[RolloutRecord]] = defaultdict(list)
-    for record in records:
-        by_scope[record.scope].append(record)
+    works = [
+        ScopeWork(
+            scope=scope,
+            records=rows,
+            history=measured.get(scope, []),
+            alarm=None if audit is None else audit.evidence_for(scope),
+        )
+        for scope, rows in by_scope(records).items()
+    ]
     # The judge canaries (one task for the step: a per-scope 2% budget would be nothing in
     # per_instance mode) run beside the scopes; the training judge is asked again about the
     # rollouts it paid more than the audit judge (beyond the tolerance an alarm allows).
     pairs = audit_pairs(audit, records, ctx.settings.judge_canaries.swap_tolerance)
+    batched = ctx.settings.memory.rubrics_mode == "per_instance"
     results, _ = await asyncio.gather(
-        asyncio.gather(
-            *(
-                _process_scope(
-                    step,
-                    scope,
-                    scope_records,
-                    measured.get(scope, []),
-                    audit.evidence_for(scope) if audit else None,
-                )
-                for scope, scope_records in sorted(by_scope.items())
-            )
-        ),
+        process_all(step, works, batched),
         check_judge_canaries(
             JudgeCanaryRequest.of(
                 step, records, audit_pairs=pairs, spent=audit.swap_checked if audit else 0
@@ -142,26 +135,3 @@ async def _run_step(step: int) -> StepResult:
     if audit is not None:
         await audit_artifact(step, audit)
     return outcome
-
-
-async def _process_scope(
-    step: int,
-    scope: str,
-    records: list[RolloutRecord],
-    history: list[ScopeStats | None],
-    alarm: AlarmEvidence | None = None,
-) -> tuple[str, ScopeOutcome]:
-    """One scope of the step: load → analyze (each chunk summarised as it is in) →
-    consolidate → query → retrieve → update → canary/publish, and remember beside the
-    update (after retrieval: it reads earlier steps only, so the update never waits)."""
-    run = await ScopeRun.load(step, scope, records, history)
-    run.alarm = alarm
-    analyses, summaries = await run.analyze()
-    meta = await run.consolidate(summaries) if len(summaries) > 1 else None
-    summary = meta if len(summaries) > 1 else (summaries[0] if summaries else None)
-    update, _, _ = await asyncio.gather(
-        run.update(summary, len(summaries), analyses),
-        run.remember(analyses, summaries, meta),
-        summary_artifact(step, scope, summary, run.dropped),
-    )
-    return scope, run.outcome(summary, update)

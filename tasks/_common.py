@@ -158,6 +158,11 @@ class LLMTask(Generic[P, T_co]):
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T_co:
         return await self.task(*args, **kwargs)
 
+    @property
+    def fn(self) -> Callable[P, Coroutine[object, object, T_co]]:
+        """The function itself: a call inside another task's run, with no run of its own."""
+        return self.declared.fn
+
 
 def llm_task(
     agent: AgentName, name: str, run_name: str

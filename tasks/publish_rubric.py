@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Mapping
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -31,8 +33,12 @@ async def publish_update(
     due: list[DueCriterion] | None = None,
     canary: CanaryReport | None = None,
     findings: StepFindings | None = None,
+    record: bool = True,
 ) -> UpdateOutcome:
     """Apply, validate and publish; at most one version per step and scope.
+
+    ``record``: write the published version in the step's registry entry now; a caller
+    publishing many scopes records them together (:func:`record_versions`).
 
     ``canary``: the rubric canary's report on the candidate; ``refused`` refuses the
     update (outcome ``rejected``, the reason prefixed ``rubric canary:``).
@@ -57,7 +63,7 @@ async def publish_update(
     current = await asyncio.to_thread(ctx.rubrics.current, scope)
     if current.step == step and current.origin == "updater":
         # Published by an earlier run of this step that crashed before recording it.
-        await asyncio.to_thread(_record_version, step, scope, current.version)
+        await asyncio.to_thread(record_versions, step, {scope: current.version})
         return UpdateOutcome(
             outcome="already_published", version=current.version, base_version=base_version
         )
@@ -102,7 +108,8 @@ async def publish_update(
                 export=False,
             )
             outcome = ended("published", version.version)
-            await asyncio.to_thread(_record_version, step, scope, version.version)
+            if record:
+                await asyncio.to_thread(record_versions, step, {scope: version.version})
     log.info(
         "step %s (%r): rubric update %s (%s), version %s -> %s%s",
         step,
@@ -113,7 +120,7 @@ async def publish_update(
         outcome.version,
         f": {outcome.reason!r}" if outcome.reason else "",
     )
-    record = {**parsed.model_dump(mode="json"), "outcome": outcome.model_dump(mode="json")}
+    stored = {**parsed.model_dump(mode="json"), "outcome": outcome.model_dump(mode="json")}
     text = (
         f"Step {step} rubric update ({parsed.update_strategy}, {outcome.outcome}): "
         f"{parsed.rationale.summary} "
@@ -132,15 +139,23 @@ async def publish_update(
                 key="update",
                 ids=[],
                 text=text,
-                doc=record,
+                doc=stored,
             )
         ],
     )
     return outcome
 
 
-def _record_version(step: int, scope: str, version: int) -> None:
+_RECORDING = threading.Lock()
+"""The step's registry entry is read, merged and written whole: one writer at a time."""
+
+
+def record_versions(step: int, versions: Mapping[str, int]) -> None:
+    """Add the versions ``versions`` (by scope) published at ``step`` to its registry entry."""
+    if not versions:
+        return
     ctx = get_context()
-    existing = ctx.steps.get(step)
-    versions = {**(existing.rubric_versions if existing is not None else {}), scope: version}
-    ctx.steps.set(step, rubric_versions=versions)
+    with _RECORDING:
+        existing = ctx.steps.get(step)
+        merged = {**(existing.rubric_versions if existing is not None else {}), **versions}
+        ctx.steps.set(step, rubric_versions=merged)

@@ -18,6 +18,7 @@ from typing import Any
 
 from qdrant_client import QdrantClient, models
 
+from amaris.memory.coalesce import Coalescing, Remembered
 from amaris.memory.embedder import Embedder
 from amaris.memory.models import SUMMARY_IDENTITIES, HackProbe, MemoryDocument, MemoryHit
 from amaris.memory.qdrant import delete_points, ensure_collection
@@ -72,6 +73,8 @@ class MemoryStore:
         """
         self._qdrant = client
         self._embedder = embedder
+        self._embed = Coalescing(embedder.embed)
+        self._criteria = Remembered(self._embed)
         self._memory = f"{prefix}_memory"
         self._analyses = f"{prefix}_analyses"
         self._max_fetch = max_fetch
@@ -102,7 +105,7 @@ class MemoryStore:
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Unit vectors of ``texts`` in the memory's space (its embedder; blocking): the
         rubric guardrails' similarity of criteria."""
-        return self._embedder.embed(texts)
+        return self._criteria(texts)
 
     # -- digest ----------------------------------------------------------------
     def add_documents(self, docs: Sequence[MemoryDocument]) -> list[str]:
@@ -113,7 +116,7 @@ class MemoryStore:
         """
         if not docs:
             return []
-        vectors = self._embedder.embed([doc.text for doc in docs])  # slow: outside the lock
+        vectors = self._embed([doc.text for doc in docs])  # slow: outside the lock
         points = []
         for doc, vector in zip(docs, vectors, strict=True):
             payload = doc.model_dump(mode="json")
@@ -147,7 +150,7 @@ class MemoryStore:
         """
         if limit <= 0 or not query.strip():
             return []
-        vector = self._embedder.embed([query])[0]
+        vector = self._embed([query])[0]
         fetch = min(limit * 4, self._max_fetch)
         scores: dict[str, float] = {}
         while True:

@@ -109,18 +109,23 @@ def polarity(criterion: Criterion) -> int:
 
 
 class _Similarity:
-    """Cosine similarities of the texts of one update, embedded in one call."""
+    """Cosine similarities of the texts of one update, embedded in one call when the first
+    is asked for (an update that adds and edits nothing embeds nothing)."""
 
     def __init__(self, embed: Embed | None, texts: Sequence[str]) -> None:
-        unique = list(dict.fromkeys(t for t in texts if t))
-        self._vectors = (
-            dict(zip(unique, (list(v) for v in embed(unique)), strict=True))
-            if embed is not None and unique
-            else {}
-        )
+        self._embed = embed
+        self._texts = list(dict.fromkeys(t for t in texts if t))
+        self._vectors: dict[str, list[float]] | None = None
 
     def __call__(self, a: str, b: str) -> float | None:
         """The cosine of ``a`` and ``b``; None without an embedder."""
+        if self._vectors is None:
+            embed, unique = self._embed, self._texts
+            self._vectors = (
+                dict(zip(unique, (list(v) for v in embed(unique)), strict=True))
+                if embed is not None and unique
+                else {}
+            )
         va, vb = self._vectors.get(a), self._vectors.get(b)
         if va is None or vb is None:
             return None

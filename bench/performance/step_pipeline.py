@@ -71,7 +71,6 @@ import httpx2
 
 from bench._common import (
     CLK_TCK,
-    PY_SPY_FORMATS,
     ROOT,
     Stack,
     command_line,
@@ -82,10 +81,10 @@ from bench._common import (
     proc_stat,
     py_spy,
     raise_interrupt,
-    require_py_spy,
     running_stack,
     session_pids,
     settle,
+    start_profiler,
     stop_profiler,
     work_folder,
     write_doc,
@@ -883,34 +882,6 @@ closer look; it was off for these figures.
 
 
 # -- main ----------------------------------------------------------------------------------
-def start_profiler(stack: Stack, out: Path | None) -> subprocess.Popen[bytes] | None:
-    """``py-spy record`` of amaris and its children (raw stacks to ``out``) during the step."""
-    if out is None:
-        return None
-    exe = require_py_spy(out)
-    return subprocess.Popen(
-        [
-            exe,
-            "record",
-            "--pid",
-            str(stack.amaris.pid),
-            "--subprocesses",
-            "--threads",
-            "--nonblocking",
-            "--rate",
-            "100",
-            "--format",
-            PY_SPY_FORMATS.get(out.suffix, "raw"),
-            "--output",
-            str(out),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-
-
 async def measure(stack: Stack, args: argparse.Namespace) -> Report:
     url = stack.amaris_url
     limits = httpx2.Limits(max_connections=128, max_keepalive_connections=128)
@@ -961,7 +932,7 @@ async def measure(stack: Stack, args: argparse.Namespace) -> Report:
         )
         await asyncio.to_thread(settle, stack.amaris, after_startup=False)
 
-        profiler = start_profiler(stack, args.py_spy)
+        profiler = start_profiler(stack.amaris.pid, args.py_spy)
         try:
             cpu_before = {"amaris": thread_cpu(stack.amaris.pid), "llm": thread_cpu(stack.llm.pid)}
             bench_before = sum(os.times()[:2])

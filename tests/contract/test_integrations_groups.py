@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amaris.flows.scope import group_peers as _group_peers
+from amaris.flows.scope_facts import group_peers as _group_peers
 from amaris.offline.agents import handle_analyzer
 from tests.support.testclient import TestClient
 
