@@ -31,6 +31,11 @@ from amaris.settings import Settings, secret_value
 
 log = logging.getLogger("amaris")
 
+WORKER_GRACE_S = 2.0
+"""How long the repair worker has to exit on SIGTERM before it is killed: it holds no
+state (its schedule and runs live in Prefect's server), and Prefect's runner may wait on
+that server, which stops beside it."""
+
 
 @dataclass
 class Launch:
@@ -244,7 +249,7 @@ class RepairWorker:
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
-                proc.wait(15)
+                proc.wait(WORKER_GRACE_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)

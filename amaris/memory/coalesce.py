@@ -24,10 +24,12 @@ class _Request:
 
 class Coalescing:
     """``embed`` called by many threads: a caller that finds it busy queues its texts, and
-    whichever caller runs it next embeds every queued text in one call (group commit)."""
+    whichever caller runs it next embeds the queued texts in one call (group commit), up
+    to ``most`` texts a call: a call stays short, and so does what a shutdown waits for."""
 
-    def __init__(self, embed: Callable[[list[str]], Vectors]) -> None:
+    def __init__(self, embed: Callable[[list[str]], Vectors], most: int = 64) -> None:
         self._embed = embed
+        self._most = most
         self._running = threading.Lock()
         self._queue = threading.Lock()
         self._pending: list[_Request] = []
@@ -38,14 +40,24 @@ class Coalescing:
             return []
         with self._queue:
             self._pending.append(request)
-        with self._running:
-            if not request.done:
-                with self._queue:
-                    batch, self._pending = self._pending, []
-                self._run(batch)
+        while not request.done:
+            with self._running:
+                if not request.done:
+                    self._run(self._take())
         if request.error is not None:
             raise request.error
         return request.vectors
+
+    def _take(self) -> list[_Request]:
+        """The oldest queued requests, up to ``most`` texts (one at least)."""
+        with self._queue:
+            taken, texts = 0, 0
+            for request in self._pending:
+                if taken and texts + len(request.texts) > self._most:
+                    break
+                taken, texts = taken + 1, texts + len(request.texts)
+            batch, self._pending = self._pending[:taken], self._pending[taken:]
+        return batch
 
     def _run(self, batch: list[_Request]) -> None:
         try:

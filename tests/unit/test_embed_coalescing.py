@@ -64,3 +64,22 @@ def test_remembered_embeds_each_text_once_and_forgets_the_oldest() -> None:
     embed(["ccc"])  # over the size: the least recently used ("b") goes
     assert embed(["b"]) == [[1.0]]
     assert calls[-1] == ["b"]
+
+
+def test_a_model_call_takes_at_most_the_cap_and_every_caller_is_served() -> None:
+    calls: list[list[str]] = []
+    gate = threading.Lock()
+
+    def model(texts: list[str]) -> list[list[float]]:
+        with gate:
+            calls.append(list(texts))
+        threading.Event().wait(0.01)
+        return [[float(len(t))] for t in texts]
+
+    embed = Coalescing(model, most=5)
+    with ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(embed, ["x" * n, "y" * n]) for n in range(1, 33)]
+        results = [f.result(10) for f in futures]
+    assert results == [[[float(n)], [float(n)]] for n in range(1, 33)]
+    assert max(len(c) for c in calls) <= 5
+    assert sum(len(c) for c in calls) == 64
