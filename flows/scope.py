@@ -349,7 +349,7 @@ class ScopeRun:
             list(self.due),
             canary,
             findings,
-            record=not self.inline,
+            batched=self.inline,
         )
 
     # remember
@@ -374,6 +374,7 @@ class ScopeRun:
             passed(list(summaries)),
             meta,
             passed(self.records),
+            searchable=not self.inline,
         )
 
     # the scope's outcome

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 
 from prefect import task
 from prefect.artifacts import acreate_markdown_artifact
-from prefect.context import TaskRunContext
 from pydantic import BaseModel, ConfigDict
 
 from amaris.audit.models import AlarmEvidence
@@ -22,8 +21,7 @@ from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import ScopeStats
 from amaris.settings import AgentName
 from amaris.steps.context import get_context
-from amaris.steps.retry import digest
-from amaris.tasks._common import RESULT_FORMAT
+from amaris.tasks._common import work_key
 from amaris.tasks.analyze import forget_analyses
 from amaris.tasks.models import ScopeOutcome
 from amaris.tasks.publish_rubric import record_versions
@@ -48,16 +46,7 @@ BATCH_AGENTS: tuple[AgentName, ...] = (
     "query_generator",
     "updater",
 )
-
-
-def batch_key(context: TaskRunContext, params: Mapping[str, object]) -> str:
-    """A batch's cache key: its step and scopes' work (the rollouts, with the verdicts and
-    rubric versions they were scored under) and every agent's prompt and model. A re-run
-    of a failed step reuses the outcomes of the batches that had ended."""
-    ctx = get_context()
-    fingerprints = [ctx.prompt_fingerprint(agent) for agent in BATCH_AGENTS]
-    work = (params["step"], params["index"], params["works"])
-    return "scopes-" + digest(ctx.namespace, work, fingerprints, RESULT_FORMAT)
+"""The agents a batch asks: their prompts and models are in its cache key."""
 
 
 async def process_scope(
@@ -94,7 +83,14 @@ def scope_batches(works: Sequence[ScopeWork], size: int) -> list[list[ScopeWork]
     return batches
 
 
-@task(name="scopes", cache_key_fn=batch_key, persist_result=True, task_run_name="scopes-{index}")
+# Cached: a re-run of a failed step reuses the outcomes of the batches that had ended
+# (the key holds their rollouts, with the verdicts and rubric versions they were scored under).
+@task(
+    name="scopes",
+    cache_key_fn=work_key("scopes", BATCH_AGENTS),
+    persist_result=True,
+    task_run_name="scopes-{index}",
+)
 async def process_scopes(
     step: int, index: int, works: list[ScopeWork]
 ) -> list[tuple[str, ScopeOutcome]]:

@@ -119,11 +119,20 @@ CacheKeyFn = Callable[[TaskRunContext, Mapping[str, object]], str]
 def cache_key(agent: AgentName) -> CacheKeyFn:
     """A task cache key: the data folder, every parameter, and the agent's prompt and model
     fingerprint, so a re-run reuses a result only when nothing it depends on changed."""
+    return work_key(agent, [agent])
+
+
+def work_key(name: str, agents: Sequence[AgentName]) -> CacheKeyFn:
+    """A cache key of a task asking several agents: the data folder, every parameter, and
+    each agent's prompt and model fingerprint."""
 
     return lambda context, params: (
-        f"{agent}-"
+        f"{name}-"
         + digest(
-            get_context().namespace, params, get_context().prompt_fingerprint(agent), RESULT_FORMAT
+            get_context().namespace,
+            params,
+            [get_context().prompt_fingerprint(agent) for agent in agents],
+            RESULT_FORMAT,
         )
     )
 

@@ -33,12 +33,13 @@ async def publish_update(
     due: list[DueCriterion] | None = None,
     canary: CanaryReport | None = None,
     findings: StepFindings | None = None,
-    record: bool = True,
+    batched: bool = False,
 ) -> UpdateOutcome:
     """Apply, validate and publish; at most one version per step and scope.
 
-    ``record``: write the published version in the step's registry entry now; a caller
-    publishing many scopes records them together (:func:`record_versions`).
+    ``batched``: one scope of a per_instance batch. Its caller records the batch's
+    published versions together (:func:`record_versions`), and an update that changed
+    nothing is not remembered (a prompt's scope has no search of past updates to feed).
 
     ``canary``: the rubric canary's report on the candidate; ``refused`` refuses the
     update (outcome ``rejected``, the reason prefixed ``rubric canary:``).
@@ -108,7 +109,7 @@ async def publish_update(
                 export=False,
             )
             outcome = ended("published", version.version)
-            if record:
+            if not batched:
                 await asyncio.to_thread(record_versions, step, {scope: version.version})
     log.info(
         "step %s (%r): rubric update %s (%s), version %s -> %s%s",
@@ -120,6 +121,8 @@ async def publish_update(
         outcome.version,
         f": {outcome.reason!r}" if outcome.reason else "",
     )
+    if batched and outcome.outcome not in ("published", "rejected"):
+        return outcome
     stored = {**parsed.model_dump(mode="json"), "outcome": outcome.model_dump(mode="json")}
     text = (
         f"Step {step} rubric update ({parsed.update_strategy}, {outcome.outcome}): "

@@ -52,8 +52,13 @@ async def remember(
     summaries: list[BatchSummary],
     meta_summary: BatchSummary | None,
     records: list[RolloutRecord] | None = None,
+    searchable: bool = True,
 ) -> int:
     """Store full analyses (by rollout id) and the searchable digest; returns documents.
+
+    ``searchable=False``: the summaries are stored by id only, not embedded (a
+    per_instance scope: one prompt's summaries, which its static memory reads by id);
+    the findings stay searchable.
 
     A finding (a flagged analysis) keeps its rollout from ``records`` (the step's
     rollout-log records), bounded (:class:`HackProbe`), and the step's re-scorable hacks
@@ -65,12 +70,12 @@ async def remember(
         step,
         [(a.rollout_id, a.model_dump(mode="json")) for a in analyses],
     )
-    docs: list[MemoryDocument] = []
+    summary_docs: list[MemoryDocument] = []
     for index, summary in enumerate(summaries):
         # The step's own summary (the only chunk, or the meta-summary) is keyed STEP_KEY:
         # static memory retrieves it by id.
         key = STEP_KEY if meta_summary is None and len(summaries) == 1 else f"chunk-{index}"
-        docs.append(
+        summary_docs.append(
             MemoryDocument(
                 type="batch_summary",
                 step=step,
@@ -84,7 +89,7 @@ async def remember(
             )
         )
     if meta_summary is not None:
-        docs.append(
+        summary_docs.append(
             MemoryDocument(
                 type="meta_summary",
                 step=step,
@@ -95,6 +100,9 @@ async def remember(
                 doc=meta_summary.model_dump(mode="json"),
             )
         )
+    docs = list(summary_docs) if searchable else []
+    if not searchable:
+        await asyncio.to_thread(ctx.memory.add_documents, summary_docs, searchable=False)
     findings = notable(analyses, ctx.settings.pipeline.findings_per_step)
     probes = hack_probes(records or [], {a.rollout_id for a in findings})
     for analysis in findings:
@@ -113,5 +121,6 @@ async def remember(
     if docs:
         await asyncio.to_thread(ctx.memory.add_documents, docs)
     rescorable = [a.rollout_id for a in findings if (p := probes.get(a.rollout_id)) and p.reference]
-    await asyncio.to_thread(ctx.memory.put_hack_index, scope, step, rescorable)
-    return len(docs) + len(analyses)
+    if rescorable:  # an absent index reads as none
+        await asyncio.to_thread(ctx.memory.put_hack_index, scope, step, rescorable)
+    return len(docs) + len(analyses) + (0 if searchable else len(summary_docs))

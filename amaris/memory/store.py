@@ -108,14 +108,31 @@ class MemoryStore:
         return self._criteria(texts)
 
     # -- digest ----------------------------------------------------------------
-    def add_documents(self, docs: Sequence[MemoryDocument]) -> list[str]:
+    def add_documents(
+        self, docs: Sequence[MemoryDocument], *, searchable: bool = True
+    ) -> list[str]:
         """Embed and store documents; a document of the same identity is replaced.
+
+        ``searchable=False``: stored without a vector, read by id only (static memory,
+        inspection), never embedded: a per_instance step's summaries, one per prompt.
 
         Returns:
             Their point ids, in order.
         """
         if not docs:
             return []
+        if not searchable:
+            points = [
+                models.PointStruct(
+                    id=document_id(doc.type, doc.scope, doc.step, doc.key),
+                    vector={},
+                    payload=doc.model_dump(mode="json"),
+                )
+                for doc in docs
+            ]
+            with self._lock:
+                self._qdrant.upsert(self._analyses, points=points)
+            return [str(p.id) for p in points]
         vectors = self._embed([doc.text for doc in docs])  # slow: outside the lock
         points = []
         for doc, vector in zip(docs, vectors, strict=True):
@@ -212,11 +229,22 @@ class MemoryStore:
         return result
 
     def _retrieve_documents(self, ids: list[str]) -> dict[str, MemoryDocument]:
+        """Documents by id: the searchable ones, else those stored by id only."""
         if not ids:
             return {}
         with self._lock:
             points = self._qdrant.retrieve(self._memory, ids=ids, with_payload=True)
-        return {str(p.id): MemoryDocument.model_validate(p.payload or {}) for p in points}
+        found = {str(p.id): MemoryDocument.model_validate(p.payload or {}) for p in points}
+        rest = [i for i in ids if i not in found]
+        if rest:
+            with self._lock:
+                points = self._qdrant.retrieve(self._analyses, ids=rest, with_payload=True)
+            found.update(
+                (str(p.id), MemoryDocument.model_validate(p.payload))
+                for p in points
+                if p.payload and "type" in p.payload
+            )
+        return found
 
     # -- hacks the rubric canary re-scores ---------------------------------------
     def put_hack_index(self, scope: str, step: int, rollout_ids: Sequence[str]) -> None:
@@ -262,21 +290,25 @@ class MemoryStore:
 
     # -- inspection (offline tools: these scroll the whole digest) -------------
     def _scroll(self, fields: list[str], limit_points: int | None) -> Iterator[models.Record]:
-        offset: Any = None
+        """Every document's point: the searchable ones, then those stored by id only
+        (among the analyses: the points with a ``type``)."""
         seen = 0
-        while limit_points is None or seen < limit_points:
-            page = 256 if limit_points is None else min(256, limit_points - seen)
-            # "type" too, or the embedder marker below could not be told apart.
-            with self._lock:
-                points, offset = self._qdrant.scroll(
-                    self._memory, limit=page, offset=offset, with_payload=[*fields, "type"]
-                )
-            for point in points:
-                if (point.payload or {}).get("type") != _MARKER_TYPE:
-                    yield point
-            seen += len(points)
-            if offset is None:
-                return
+        for collection in (self._memory, self._analyses):
+            offset: Any = None
+            while limit_points is None or seen < limit_points:
+                page = 256 if limit_points is None else min(256, limit_points - seen)
+                # "type" too, or the embedder marker below could not be told apart.
+                with self._lock:
+                    points, offset = self._qdrant.scroll(
+                        collection, limit=page, offset=offset, with_payload=[*fields, "type"]
+                    )
+                for point in points:
+                    kind = (point.payload or {}).get("type")
+                    if kind is not None and kind != _MARKER_TYPE:
+                        yield point
+                seen += len(points)
+                if offset is None:
+                    break
 
     def counts_by_type_and_step(self, limit_points: int | None = None) -> dict[str, dict[int, int]]:
         """Documents per type and step, reading at most ``limit_points`` points.

@@ -17,7 +17,7 @@ Usage::
 
     .venv/bin/python -m bench.performance.instance_steps [--prompts 3000]
         [--modes per_instance,global] [--latency-ms 0] [--sigterm S] [--keep DIR]
-        [--py-spy FILE]
+        [--embedder hashing] [--py-spy FILE]
 
 Prints its figures; ``docs/benchmarks.md`` quotes them with this command.
 """
@@ -124,7 +124,7 @@ def peak_rss_mb(pid: int) -> float:
 
 def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> None:
     sections = {
-        "memory": {"rubrics_mode": mode},
+        "memory": {"rubrics_mode": mode, "embedding_model": args.embedder},
         "pipeline": {"rollouts_per_step": None},
         "server": {"max_batch_items": BATCH},
     }
@@ -176,6 +176,9 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=0.0)
     parser.add_argument("--sigterm", type=float, default=None)
     parser.add_argument("--keep", type=Path, default=None)
+    parser.add_argument(
+        "--embedder", default=None, help="memory.embedding_model (default: MiniLM)"
+    )
     parser.add_argument("--py-spy", type=Path, default=None, help="record the step with py-spy")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, raise_interrupt)

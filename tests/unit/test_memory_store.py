@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -162,3 +162,28 @@ def test_semantic_search_with_minilm(client: QdrantClient) -> None:
     )
     hits = store.search("the model gives several answers to game the grader", limit=3)
     assert [h.document.key for h in hits] == ["a", "b", "c"]
+
+
+def test_documents_stored_by_id_only_are_read_and_listed_but_never_embedded(
+    client: QdrantClient,
+) -> None:
+    embedded: list[str] = []
+
+    class Counting(HashingEmbedder):
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            embedded.extend(texts)
+            return super().embed(texts)
+
+    store = MemoryStore(client, "t", Counting())
+    summaries = [_doc("batch_summary", s, f"step {s} of the prompt", scope="in-1") for s in (1, 2)]
+    store.add_documents(summaries, searchable=False)
+    store.put_analyses("in-1", 2, [("r1", {"rollout_id": "r1"})])
+    assert embedded == []
+    # static memory reads them by id; inspection lists them; search never finds them
+    assert [d.text for d in store.recent_summaries("in-1", 3, 5)] == [d.text for d in summaries]
+    assert store.counts_by_type_and_step() == {"batch_summary": {1: 1, 2: 1}}
+    assert {d.text for d in store.recent(10)} == {d.text for d in summaries}
+    assert store.search("step 1 of the prompt", limit=5) == []
+    # retention of the analyses leaves them
+    store.drop_analyses("in-1", 2, ["r1"])
+    assert len(store.recent_summaries("in-1", 3, 5)) == 2
