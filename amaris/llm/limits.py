@@ -1,13 +1,15 @@
 """How many requests one gateway has outstanding, and how long one may take.
 
-Three limits, each optional: per agent (``concurrency.<agent>``), per endpoint (the least
-``client.<agent>.request_limit`` of the agents that send to it), and in total
-(``concurrency.total``); then the timeout backstop around the request itself.
+Three limits: per agent (``concurrency.<agent>``), per endpoint (the least
+``client.<agent>.request_limit`` of the agents that send to it), each optional, and in
+total (``concurrency.total``, never above :func:`in_flight_ceiling`); then the timeout
+backstop around the request itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import resource
 from collections.abc import Mapping
 from types import TracebackType
 
@@ -19,12 +21,22 @@ TIMEOUT_GRACE_SECONDS = 5.0
 timeout itself; this is for providers and proxies that ignore it."""
 
 
+def in_flight_ceiling() -> int:
+    """The most requests one gateway has in flight whatever the settings: an eighth of the
+    process's open-file limit (each request holds a connection; the API's connections,
+    the other gateway and the stores need theirs), 16 at least: with no limit set, a step
+    of a dataset's rollouts would open a connection per analysis at once."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, soft // 8) if soft != resource.RLIM_INFINITY else 65536
+
+
 class Limits:
     """The semaphores of one gateway, entered as one context manager (:meth:`slot`)."""
 
     def __init__(self, settings: Settings, providers: Mapping[str, ChatProvider]) -> None:
         limits = settings.concurrency
-        self._total = asyncio.Semaphore(limits.total) if limits.total else None
+        ceiling = in_flight_ceiling()
+        self._total = asyncio.Semaphore(min(limits.total or ceiling, ceiling))
         self._per_agent: dict[str, asyncio.Semaphore] = {
             agent: asyncio.Semaphore(slots)
             for agent in settings.served_agents
