@@ -27,7 +27,6 @@ from amaris.flows.artifacts import (
     summary_markdown,
 )
 from amaris.flows.scope_facts import (
-    as_is,
     flagged,
     group_peers,
     is_update_step,
@@ -98,18 +97,20 @@ class ScopeRun:
     """The stages run as plain calls inside the caller's task run, with no run of their
     own (per_instance mode batches scopes into task runs: :mod:`amaris.flows.scope_batches`)."""
     notes: list[str] = field(default_factory=list)
-    """Inline: the scope's notable summary and rubric diff, as markdown, for its batch's
-    artifact."""
+    """Inline: the scope's notable summary and rubric diff (markdown) for its batch's."""
     analysed: list[str] = field(default_factory=list)
-    """Inline: the keys of the per-rollout analysis files to remove once the batch is done."""
+    """Inline: keys of the per-rollout analysis files to remove once the batch is done."""
 
     def stage(
         self, work: Task[P, Coroutine[Any, Any, T]] | LLMTask[P, T]
     ) -> Callable[P, Awaitable[T]]:
         """``work`` as this run calls it: its task, or inline its function."""
-        if self.inline:
-            return work.fn
-        return cast(Callable[P, Awaitable[T]], work)
+        return work.fn if self.inline else cast(Callable[P, Awaitable[T]], work)
+
+    def passed(self, value: T) -> T:
+        """``value`` as a stage takes it: a task unwalked (Prefect would walk every record
+        and analysis looking for futures; its cache key still sees them), inline as is."""
+        return value if self.inline else unwalked(value)
 
     @property
     def metadata(self) -> TrainerMetadata:
@@ -165,7 +166,9 @@ class ScopeRun:
     ) -> tuple[list[IndividualAnalysis], list[BatchSummary]]:
         ctx = get_context()
         groups = [self.peers[r.seq or 0] for r in part]
-        found = await self.stage(analyze_chunk)(index, part, self.criteria, groups, self.alarm)
+        found = await self.stage(analyze_chunk)(
+            index, self.passed(part), self.passed(self.criteria), self.passed(groups), self.alarm
+        )
         self.dropped.extend(found.dropped)
         # amaris's own finding, merged after the task (its cache) whatever the agent wrote.
         self.injections.add(await asyncio.to_thread(scan_records, part))
@@ -200,7 +203,7 @@ class ScopeRun:
                     "summarizer",
                     f"chunk {name}",
                     self.stage(summarize_chunk)(
-                        self.step, self.scope, name, self.metadata, self.criteria, part
+                        self.step, self.scope, name, self.metadata, self.criteria, self.passed(part)
                     ),
                 )
                 for name, part in zip(labels, parts, strict=True)
@@ -364,16 +367,13 @@ class ScopeRun:
         retrieved: its CPU work would otherwise slow the query generation's answer and the
         retrieval, which are on the critical path."""
         await self.queried.wait()
-        # quote(): Prefect would walk every analysis looking for futures; remember is
-        # never cached, so nothing needs to see inside. Inline, nothing walks them.
-        passed = as_is if self.inline else unwalked
         return await self.stage(remember)(
             self.step,
             self.scope,
-            passed(list(analyses)),
-            passed(list(summaries)),
+            self.passed(list(analyses)),
+            self.passed(list(summaries)),
             meta,
-            passed(self.records),
+            self.passed(self.records),
             searchable=not self.inline,
         )
 

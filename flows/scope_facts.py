@@ -56,9 +56,3 @@ def with_scores(
 def unwalked(value: T) -> T:
     """``value`` as a task parameter Prefect passes on without walking it (``quote``)."""
     return cast(T, quote(value))
-
-
-def as_is(value: T) -> T:
-    """``value`` itself: what a function called inline takes where a task takes
-    :func:`unwalked`."""
-    return value

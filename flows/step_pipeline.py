@@ -90,8 +90,7 @@ async def step_pipeline(step: int) -> State[StepResult]:
     except Exception:
         await usage_artifact(step, None, failed=True)
         raise
-    await usage_artifact(step, outcome.rollouts)
-    await manifest_artifact(step)
+    await asyncio.gather(usage_artifact(step, outcome.rollouts), manifest_artifact(step))
     return outcome.final_state()
 
 
@@ -130,8 +129,10 @@ async def _run_step(step: int) -> StepResult:
     await asyncio.to_thread(ctx.steps.set, step, scopes=outcome.scopes_json())
     if any(r.outcome == "published" for _, r in results):
         await asyncio.to_thread(ctx.rubrics.export)
-    await hacking_table_artifact(step, outcome.scopes)
-    await criteria_table_artifact(step, measured)
-    if audit is not None:
-        await audit_artifact(step, audit)
+    # Each artifact is a request to Prefect's server: sent together, not one after another.
+    await asyncio.gather(
+        hacking_table_artifact(step, outcome.scopes),
+        criteria_table_artifact(step, measured),
+        *([audit_artifact(step, audit)] if audit is not None else []),
+    )
     return outcome
