@@ -26,7 +26,8 @@ callable), its profiles set its API URL and database. File name -> the variables
 
 
 def configure_prefect(settings: Settings) -> None:
-    """Keep Prefect's home (database, results) under the data folder, quietly.
+    """Keep Prefect's home (database, results) under the data folder, quietly, and its
+    server's vacuum in step with amaris's retention (:func:`retention_env`).
 
     Values already in the environment win (``PREFECT_HOME``, ``PREFECT_API_URL``),
     so users and tests can point amaris at another Prefect.
@@ -47,3 +48,30 @@ def configure_prefect(settings: Settings) -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "60")
     for name, value in RUN_LOGS.items():
         os.environ.setdefault(name, value)
+    for name, value in retention_env(settings).items():
+        os.environ.setdefault(name, value)
+
+
+def retention_env(settings: Settings) -> dict[str, str]:
+    """The settings of the Prefect server's database vacuum that carry amaris's retention
+    (``prefect.retention_hours``, ``prefect.retention_interval_seconds``); empty when it is off.
+
+    Its events vacuum deletes events older than the events retention; its orphan vacuum, the
+    artifacts (and any logs left) of the flow runs amaris deleted. Its flow-run vacuum stays
+    off: it deletes every terminal run past an age, a failed step's awaiting repair
+    included; amaris deletes runs itself (:mod:`amaris.app.retention`).
+    """
+    prefect = settings.prefect
+    if not prefect.retention_on:
+        return {}
+    every = f"{prefect.retention_interval_seconds:g}"
+    env = {
+        "PREFECT_SERVER_SERVICES_DB_VACUUM_ENABLED": "events,orphans",
+        "PREFECT_SERVER_SERVICES_DB_VACUUM_LOOP_SECONDS": every,
+        "PREFECT_SERVER_SERVICES_DB_VACUUM_ORPHAN_CLEANUP_LOOP_SECONDS": every,
+    }
+    if prefect.retention_hours is not None:
+        # An ISO 8601 duration: this setting of Prefect's does not read plain seconds.
+        seconds = max(1, round(prefect.retention_hours * 3600))
+        env["PREFECT_SERVER_EVENTS_RETENTION_PERIOD"] = f"PT{seconds}S"
+    return env

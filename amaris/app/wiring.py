@@ -15,6 +15,7 @@ from qdrant_client import QdrantClient
 from amaris.agents.prompts import load_prompts
 from amaris.api.app import build_api
 from amaris.app.prefect_env import configure_prefect
+from amaris.app.retention import PrefectRetention
 from amaris.app.step_executor import DeploymentExecutor
 from amaris.audit.monitor import FidelityMonitor
 from amaris.audit.pause import AuditPause
@@ -234,10 +235,14 @@ def build_services(
         else None
     )
 
+    retention = PrefectRetention(settings.prefect, steps)
+
     async def start_pipeline() -> None:
         await warm_up()
         if executor is not None:
             await executor.start()
+        # On the pipeline's loop: it has the Prefect settings the flows run under.
+        retention.start()
 
     runner = PipelineRunner(on_start=start_pipeline)
 

@@ -168,6 +168,22 @@ class PrefectSettings(Section):
     ``PREFECT_API_URL`` is set (the UI's address); null or busy = a free port."""
     repair_interval_seconds: int | None = Field(default=300, ge=10)
     """How often the scheduled repair re-runs failed steps; null = no schedule."""
+    keep_steps: int | None = Field(default=200, ge=1)
+    """Prefect's history of the newest N steps is kept: the runs of older steps that are
+    done go with their task runs, logs and artifacts, and so do the scheduled repair's
+    runs beyond its newest N; null = no bound by count."""
+    retention_hours: float | None = Field(default=168.0, gt=0)
+    """Runs of done steps, and repair runs, that ended longer ago go too, and Prefect keeps
+    its events this long (its events retention); null = no bound by age (events: Prefect's
+    own default)."""
+    retention_interval_seconds: float = Field(default=600.0, gt=0)
+    """How often amaris applies ``keep_steps`` / ``retention_hours`` (and Prefect's server
+    vacuums old events)."""
+
+    @property
+    def retention_on(self) -> bool:
+        """Whether amaris removes anything from Prefect's store."""
+        return self.keep_steps is not None or self.retention_hours is not None
 
 
 class GatewaySettings(Section):

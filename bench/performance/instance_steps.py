@@ -176,9 +176,7 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=0.0)
     parser.add_argument("--sigterm", type=float, default=None)
     parser.add_argument("--keep", type=Path, default=None)
-    parser.add_argument(
-        "--embedder", default=None, help="memory.embedding_model (default: MiniLM)"
-    )
+    parser.add_argument("--embedder", default=None, help="memory.embedding_model (default: MiniLM)")
     parser.add_argument("--py-spy", type=Path, default=None, help="record the step with py-spy")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, raise_interrupt)
