@@ -369,8 +369,10 @@ class HealthResponse(BaseModel):
     rubric_version: int
     counters: dict[str, int] = Field(
         default_factory=dict,
-        description="Scored, cached and unscored rewards since start; "
-        "truncated.<cause>: rollouts judged with their text cut.",
+        description="Rollouts answered since start, once stored: scored, cached, degenerate "
+        "or unscored (one each); unstored: refused because they could not be stored; "
+        "overloaded: refused by the judge's queue; truncated.<cause>: rollouts judged with "
+        "their text cut.",
     )
     structured_output: dict[str, StructuredOutputStatus] = Field(
         default_factory=dict, description="Per agent: the structured-output mode in use and why."
