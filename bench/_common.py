@@ -399,6 +399,34 @@ def running_stack(
             child.stop()
 
 
+@contextmanager
+def keyed_serve(workdir: Path) -> Iterator[tuple[Child, int]]:
+    """``amaris serve`` with ``server.api_key`` (:data:`API_KEY`), the hashing embedder and
+    WARNING logs, its data under ``workdir``, on a free port of 127.0.0.1: (child, port),
+    ready and idle; stopped by PID on exit, whatever happens."""
+    port = free_port()
+    config = {
+        "server": {"host": "127.0.0.1", "port": port, "api_key": API_KEY},
+        "memory": {"path": str(workdir / "data"), "embedding_model": "hashing"},
+        "logging": {"level": "WARNING"},
+    }
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    server = Child(
+        "amaris",
+        [amaris_executable(), "serve", "--config", str(path)],
+        workdir / "amaris.log",
+        workdir,
+        child_env(),
+    )
+    try:
+        wait_ready(server, f"http://127.0.0.1:{port}/healthz", lambda r: True)
+        settle(server)
+        yield server, port
+    finally:
+        server.stop()
+
+
 def settle(child: Child, *, after_startup: bool = True) -> None:
     """Wait until ``child`` (and what it started) is idle: start-up work still running
     after /healthz answers (e.g. amaris's Prefect server) would skew the first measurement.

@@ -35,19 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bench._common import (
     API_KEY,
-    Child,
-    amaris_executable,
-    child_env,
-    free_port,
+    keyed_serve,
     loadavg,
     machine,
     raise_interrupt,
-    settle,
-    wait_ready,
     work_folder,
 )
 
@@ -209,30 +202,12 @@ def main() -> int:
     signal.signal(signal.SIGTERM, raise_interrupt)
     print(f"{machine()}; load average at start {loadavg()}", flush=True)
     with work_folder("amaris-slow-bodies-", None) as workdir:
-        port = free_port()
-        config = {
-            "server": {"host": "127.0.0.1", "port": port, "api_key": API_KEY},
-            "memory": {"path": str(workdir / "data"), "embedding_model": "hashing"},
-            "logging": {"level": "WARNING"},
-        }
-        path = workdir / "config.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        server = Child(
-            "amaris",
-            [amaris_executable(), "serve", "--config", str(path)],
-            workdir / "amaris.log",
-            workdir,
-            child_env(),
-        )
         try:
-            wait_ready(server, f"http://127.0.0.1:{port}/healthz", lambda r: True)
-            settle(server)
-            asyncio.run(measure(port, server.pid, args))
+            with keyed_serve(workdir) as (server, port):
+                asyncio.run(measure(port, server.pid, args))
         except KeyboardInterrupt:
             print("interrupted; server stopped", file=sys.stderr)
             return 130
-        finally:
-            server.stop()
     print(f"load average at end {loadavg()}")
     return 0
 

@@ -40,21 +40,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
-import yaml
 
 from bench._common import (
     API_KEY,
-    Child,
-    amaris_executable,
-    child_env,
     fmt,
-    free_port,
+    keyed_serve,
     loadavg,
     machine,
     percentile,
     raise_interrupt,
-    settle,
-    wait_ready,
     work_folder,
 )
 
@@ -221,31 +215,13 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * args.connections)), hard))
     print(f"{machine()}; load average at start {loadavg()}", flush=True)
     with work_folder("amaris-slow-heads-", None) as workdir:
-        port = free_port()
-        config = {
-            "server": {"host": "127.0.0.1", "port": port, "api_key": API_KEY},
-            "memory": {"path": str(workdir / "data"), "embedding_model": "hashing"},
-            "logging": {"level": "WARNING"},
-        }
-        path = workdir / "config.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-        server = Child(
-            "amaris",
-            [amaris_executable(), "serve", "--config", str(path)],
-            workdir / "amaris.log",
-            workdir,
-            child_env(),
-        )
         try:
-            wait_ready(server, f"http://127.0.0.1:{port}/healthz", lambda r: True)
-            settle(server)
-            probes, attack = asyncio.run(measure(port, args))
-            report(probes, attack)
+            with keyed_serve(workdir) as (_, port):
+                probes, attack = asyncio.run(measure(port, args))
+                report(probes, attack)
         except KeyboardInterrupt:
             print("interrupted; server stopped", file=sys.stderr)
             return 130
-        finally:
-            server.stop()
     print(f"load average at end {loadavg()}")
     return 0
 
