@@ -90,7 +90,6 @@ async def step_pipeline(step: int) -> State[StepResult]:
     except Exception:
         await usage_artifact(step, None, failed=True)
         raise
-    await asyncio.gather(usage_artifact(step, outcome.rollouts), manifest_artifact(step))
     return outcome.final_state()
 
 
@@ -125,14 +124,16 @@ async def _run_step(step: int) -> StepResult:
         ),
     )
     outcome = StepResult(step=step, rollouts=len(records), scopes=dict(results))
-    # In the shared registry too: a replica that did not run this flow reads it there.
-    await asyncio.to_thread(ctx.steps.set, step, scopes=outcome.scopes_json())
-    if any(r.outcome == "published" for _, r in results):
-        await asyncio.to_thread(ctx.rubrics.export)
-    # Each artifact is a request to Prefect's server: sent together, not one after another.
+    published = any(r.outcome == "published" for _, r in results)
+    # The registry (in the shared one too: a replica that did not run this flow reads it
+    # there), the rubrics' export and each artifact (a request to Prefect's server), together.
     await asyncio.gather(
+        asyncio.to_thread(ctx.steps.set, step, scopes=outcome.scopes_json()),
+        *([asyncio.to_thread(ctx.rubrics.export)] if published else []),
         hacking_table_artifact(step, outcome.scopes),
         criteria_table_artifact(step, measured),
         *([audit_artifact(step, audit)] if audit is not None else []),
+        usage_artifact(step, outcome.rollouts),
+        manifest_artifact(step),
     )
     return outcome

@@ -149,8 +149,10 @@ def plan(
                 remove.append(run)
             else:
                 pinned = True  # the history kept: its results stay as long
-        elif not finished and status != "done":
-            pinned = True  # running, or about to: it may reuse or write results
+        elif not finished and status is not None and status != "done":
+            # running, or about to: it may reuse or write results (a run of a step the
+            # registry does not hold is another store's, on a Prefect server they share)
+            pinned = True
         elif finished and status is not None:
             spare.append(run)
         if pinned and cutoff is not None:

@@ -69,22 +69,23 @@ def request(path: str, headers: dict[str, str] | None = None) -> bytes:
 
 
 def read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes] | None:
-    """One answer (status, headers, body), or None when the server closed unanswered."""
+    """One answer (status, headers, body), or None when the server closed unanswered. Reads
+    no byte past it: pipelined answers may arrive in one segment."""
     data = b""
-    while b"\r\n\r\n" not in data:
+    while not data.endswith(b"\r\n\r\n"):
         try:
-            chunk = sock.recv(65536)
+            chunk = sock.recv(1)
         except ConnectionResetError:
             chunk = b""
         if not chunk:
             assert not data, f"closed mid-answer: {data!r}"
             return None
         data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
+    lines = data[:-4].decode("latin-1").split("\r\n")
     headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    while len(body) < int(headers.get("content-length", "0")):
-        body += sock.recv(65536)
+    body = b""
+    while len(body) < (size := int(headers.get("content-length", "0"))):
+        body += sock.recv(size - len(body))
     return int(lines[0].split()[1]), headers, body
 
 

@@ -32,7 +32,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.settings import get_current_settings
-from prefect.states import Running
+from prefect.states import Cancelled, Running
 
 from amaris.app import retention
 from amaris.app.prefect_env import configure_prefect, retention_env
@@ -347,3 +347,9 @@ def test_a_run_prefect_never_saw_end_gets_its_steps_final_state(
         ids = asyncio.run(running_runs())
         assert prune(client, settings).ended == 2
     assert asyncio.run(states(ids)) == {740: "FAILED", 741: "COMPLETED", 742: "RUNNING"}
+    asyncio.run(cancel(ids[742]))  # the test server is shared: leave no run running
+
+
+async def cancel(run_id: UUID) -> None:
+    async with get_client() as prefect:
+        await prefect.set_flow_run_state(run_id, Cancelled(), force=True)
