@@ -21,13 +21,17 @@ TIMEOUT_GRACE_SECONDS = 5.0
 timeout itself; this is for providers and proxies that ignore it."""
 
 
-def in_flight_ceiling() -> int:
+def in_flight_ceiling(open_files: int | None = None) -> int:
     """The most requests one gateway has in flight whatever the settings: an eighth of the
-    process's open-file limit (each request holds a connection; the API's connections,
-    the other gateway and the stores need theirs), 16 at least: with no limit set, a step
-    of a dataset's rollouts would open a connection per analysis at once."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return max(16, soft // 8) if soft != resource.RLIM_INFINITY else 65536
+    process's open-file limit (``open_files``, else its soft ``RLIMIT_NOFILE``; each
+    request holds a connection, and the API's connections, the other gateway and the
+    stores need theirs), 16 at least: with no limit set, a step of a dataset's rollouts
+    would open a connection per analysis at once."""
+    if open_files is None:
+        open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if open_files == resource.RLIM_INFINITY:
+            return 65536
+    return max(16, open_files // 8)
 
 
 class Limits:
