@@ -36,7 +36,14 @@ from prefect.states import Cancelled, Running
 
 from amaris.app import retention
 from amaris.app.prefect_env import configure_prefect, retention_env
-from amaris.app.retention import PrefectRetention, Pruned, plan, remove_results
+from amaris.app.retention import (
+    PrefectRetention,
+    Pruned,
+    is_result_file,
+    plan,
+    remove_results,
+    step_of,
+)
 from amaris.flows.step_pipeline import step_pipeline
 from amaris.services import Services
 from amaris.settings import Settings
@@ -353,3 +360,14 @@ def test_a_run_prefect_never_saw_end_gets_its_steps_final_state(
 async def cancel(run_id: UUID) -> None:
     async with get_client() as prefect:
         await prefect.set_flow_run_state(run_id, Cancelled(), force=True)
+
+
+def test_names_are_read_without_a_regex_and_bounded() -> None:
+    assert is_result_file("analyzer-" + "a" * 64)
+    assert not is_result_file("analyzer-" + "A" * 64)
+    assert not is_result_file("stranger-" + "a" * 64)
+    assert not is_result_file("analyzer-" * 12_000)
+    assert not is_result_file("-" * 100_000)
+    assert step_of(_run("step-12", StateType.COMPLETED, datetime.now(UTC))) == 12
+    for name in ("step-" + "9" * 100_000, "step-1e3", "step-\u0663", "step-"):
+        assert step_of(_run(name, StateType.COMPLETED, datetime.now(UTC))) is None
