@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from amaris.audit.models import AlarmEvidence
 from amaris.flows.scope import ScopeRun
+from amaris.flows.scope_facts import unwalked
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import ScopeStats
 from amaris.settings import AgentName
@@ -133,7 +134,7 @@ async def process_all(
     size = get_context().settings.pipeline.chunk_size
     batches = scope_batches(works, size)
     found = await asyncio.gather(
-        *(process_scopes(step, i, batch) for i, batch in enumerate(batches))
+        *(process_scopes(step, i, unwalked(batch)) for i, batch in enumerate(batches))
     )
     return [pair for batch in found for pair in batch]
 
