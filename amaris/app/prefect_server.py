@@ -77,6 +77,8 @@ def listening_socket(port: int | None) -> socket.socket:
     It listens from the moment it is bound, without ``SO_REUSEADDR``/``SO_REUSEPORT``:
     from then on no other socket can bind that address, and every connection to it reaches
     this socket and, through the descriptor it hands down, amaris's own server child.
+    Accepted connections inherit ``TCP_NODELAY`` from it: uvicorn's loop does not set it,
+    and an answer written in two segments would wait on the client's delayed ACK.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -89,6 +91,7 @@ def listening_socket(port: int | None) -> socket.socket:
             sock.close()
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind(("127.0.0.1", 0))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.listen(socket.SOMAXCONN)
     except BaseException:
         sock.close()

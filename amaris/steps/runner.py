@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from prefect.context import AsyncClientContext, SyncClientContext
+
 T = TypeVar("T")
 log = logging.getLogger("amaris.pipeline")
 
@@ -24,7 +26,7 @@ log = logging.getLogger("amaris.pipeline")
 class PipelineRunner:
     """A daemon thread owning an event loop for step flows."""
 
-    def __init__(self, on_start: Callable[[], Coroutine[Any, Any, None]] | None = None) -> None:
+    def __init__(self, on_start: Callable[[], Coroutine[Any, Any, None]]) -> None:
         self._loop = asyncio.new_event_loop()
         # The thread runs in a copy of the creator's context, so Prefect settings set there
         # (a test harness, a profile) apply to the flows too.
@@ -34,6 +36,9 @@ class PipelineRunner:
         )
         self._on_start = on_start
         self.ready = concurrent.futures.Future[None]()
+        self._holder: asyncio.Task[None] | None = None
+        # The context flows run in: it holds the loop's Prefect clients once they are open.
+        self._flow_context = context
 
     def start(self) -> None:
         """Start the thread (and warm Prefect up in it)."""
@@ -41,23 +46,42 @@ class PipelineRunner:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        if self._on_start is not None:
-            try:
-                self._loop.run_until_complete(self._on_start())
-            except asyncio.CancelledError:  # stop() during start-up: nothing to report
-                self._settle_ready(RuntimeError("the pipeline stopped during start-up"))
-            except Exception as exc:  # reported through `ready`; the API stays up
-                log.exception("pipeline start-up failed")
-                self._settle_ready(exc)
-            else:
-                # Prefect's warm-up loaded objects that live as long as the process: keep them
-                # out of full collections too (see Services.start).
-                gc.collect()
-                gc.freeze()
-                self._settle_ready(None)
+        try:
+            self._loop.run_until_complete(self._start())
+        except asyncio.CancelledError:  # stop() during start-up: nothing to report
+            self._settle_ready(RuntimeError("the pipeline stopped during start-up"))
+        except Exception as exc:  # reported through `ready`; the API stays up
+            log.exception("pipeline start-up failed")
+            self._settle_ready(exc)
         else:
+            # Prefect's warm-up loaded objects that live as long as the process: keep them
+            # out of full collections too (see Services.start).
+            gc.collect()
+            gc.freeze()
             self._settle_ready(None)
         self._loop.run_forever()
+
+    async def _start(self) -> None:
+        await self._on_start()
+        opened = asyncio.get_running_loop().create_future()
+        # Lives until stop() cancels it, which closes the clients.
+        self._holder = asyncio.create_task(self._hold_clients(opened))
+        await opened
+
+    async def _hold_clients(self, opened: asyncio.Future[None]) -> None:
+        """Every flow run on this loop shares one Prefect client pair: without one, each run
+        builds an async and a sync client (and a TLS context for each) on the critical path."""
+        try:
+            async with AsyncClientContext.get_or_create():
+                with SyncClientContext.get_or_create():
+                    self._flow_context = contextvars.copy_context()
+                    opened.set_result(None)
+                    await asyncio.Event().wait()
+        except Exception as exc:
+            if not opened.done():
+                opened.set_exception(exc)
+                return
+            raise
 
     def _settle_ready(self, error: BaseException | None) -> None:
         # A waiter cancelled while start-up ran may have cancelled `ready` with it.
@@ -73,7 +97,10 @@ class PipelineRunner:
 
         async def gated() -> T:
             await asyncio.wrap_future(self.ready)
-            return await coro
+            # Awaiting the task cancels it when `gated` is cancelled.
+            return await asyncio.get_running_loop().create_task(
+                coro, context=self._flow_context.copy()
+            )
 
         return asyncio.run_coroutine_threadsafe(gated(), self._loop)
 

@@ -1,0 +1,50 @@
+"""The pipeline's loop: step flows run there on one Prefect client pair."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from prefect import flow
+from prefect.client.orchestration import get_client
+
+from amaris.steps.runner import PipelineRunner
+
+
+@flow(name="amaris-test-client-ids")
+async def client_ids() -> tuple[int, int]:
+    return id(get_client()), id(get_client(sync_client=True))
+
+
+async def nothing() -> None:
+    return None
+
+
+@pytest.fixture
+def runner(prefect_harness: None) -> Iterator[PipelineRunner]:
+    started = PipelineRunner(on_start=nothing)
+    started.start()
+    started.ready.result(timeout=60)
+    yield started
+    started.stop()
+
+
+def test_every_flow_run_on_the_pipeline_shares_one_prefect_client_pair(
+    runner: PipelineRunner,
+) -> None:
+    first = runner.submit(client_ids()).result(timeout=60)
+    second = runner.submit(client_ids()).result(timeout=60)
+    assert first == second
+
+
+def test_a_failing_start_up_is_reported_through_ready(prefect_harness: None) -> None:
+    async def broken() -> None:
+        raise RuntimeError("no Prefect here")
+
+    failed = PipelineRunner(on_start=broken)
+    failed.start()
+    try:
+        with pytest.raises(RuntimeError, match="no Prefect here"):
+            failed.ready.result(timeout=60)
+    finally:
+        failed.stop()
