@@ -9,7 +9,8 @@ and its shutdown grow with the step's prompts; a batch of whole scopes, of at mo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import TypeVar, cast
 
 from prefect import task
 from prefect.artifacts import acreate_markdown_artifact
@@ -27,6 +28,8 @@ from amaris.tasks.analyze import forget_analyses
 from amaris.tasks.models import ScopeOutcome
 from amaris.tasks.publish_rubric import record_versions
 from amaris.text.markdown import inert
+
+T = TypeVar("T")
 
 
 class ScopeWork(BaseModel):
@@ -129,14 +132,24 @@ async def process_all(
     """Every scope of the step: a batch task run per ``pipeline.chunk_size`` rollouts when
     ``batched``, else each scope with its stages as task runs of their own."""
     if not batched:
-        done = await asyncio.gather(*(process_scope(step, work) for work in works))
+        done = await all_ended([process_scope(step, work) for work in works])
         return [(run.scope, outcome) for run, outcome in done]
     size = get_context().settings.pipeline.chunk_size
     batches = scope_batches(works, size)
-    found = await asyncio.gather(
-        *(process_scopes(step, i, unwalked(batch)) for i, batch in enumerate(batches))
+    found = await all_ended(
+        [process_scopes(step, i, unwalked(batch)) for i, batch in enumerate(batches)]
     )
     return [pair for batch in found for pair in batch]
+
+
+async def all_ended(runs: Sequence[Coroutine[object, object, T]]) -> list[T]:
+    """Every one of ``runs`` to its end, then the first failure raised: a failed step leaves
+    no scope running on past it, and its re-run reuses every scope that ended."""
+    ended = await asyncio.gather(*runs, return_exceptions=True)
+    for result in ended:
+        if isinstance(result, BaseException):
+            raise result
+    return cast(list[T], ended)
 
 
 def by_scope(records: Sequence[RolloutRecord]) -> Mapping[str, list[RolloutRecord]]:

@@ -3,6 +3,8 @@ rollouts' chunks, not with its prompts."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -151,5 +153,44 @@ def test_a_failed_batch_is_rerun_alone_and_the_others_reused(
             assert again.get("analyzer", 0) == 0
             assert again["summarizer"] == again["updater"] == CHUNK
             assert "query_generator" not in first and "query_generator" not in again
+    finally:
+        fake_llm.default = offline_reply
+
+
+def test_a_failed_step_answers_once_no_batch_runs_on(tmp_path: Path, fake_llm: FakeLLM) -> None:
+    broken = f'"{prompt_rollout(PROMPTS - 1)["id"]}"'  # in the last batch
+    slow = f'"{prompt_rollout(0)["id"]}"'  # in the first batch
+
+    def one_fails_one_is_slow(body: dict[str, Any]) -> Reply:
+        content = body["messages"][-1]["content"]
+        if agent_of(body) == "summarizer" and broken in content:
+            return Reply(status=400)
+        reply = offline_reply(body)
+        if agent_of(body) == "summarizer" and slow in content:
+            return dataclasses.replace(reply, delay_s=1.5)
+        return reply
+
+    fake_llm.default = one_fails_one_is_slow
+    settings = llm_settings(
+        tmp_path,
+        fake_llm,
+        **{
+            "memory.rubrics_mode": "per_instance",
+            "pipeline.chunk_size": CHUNK,
+            "memory.embedding_model": "hashing",
+        },
+    )
+    items = [{"rollout": prompt_rollout(n), "metadata": metadata(1)} for n in range(PROMPTS)]
+    try:
+        with TestClient(in_memory_app(settings)) as client:
+            assert client.post("/batch_score", json={"items": items}).status_code == 200
+            assert client.post("/complete", json={"step": 1}).json() == {"status": "complete"}
+            failed = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120})
+            assert failed.json()["status"] == "failed"
+            at_answer = calls_by_agent(fake_llm)
+            # the slow batch's updates were asked before the answer, not after it
+            assert at_answer["updater"] == PROMPTS - 1
+            time.sleep(2.0)
+            assert calls_by_agent(fake_llm) == at_answer
     finally:
         fake_llm.default = offline_reply
