@@ -6,7 +6,7 @@ Every ``amaris serve`` start, every ``amaris simulate`` / ``amaris replay`` run 
 and its hash, the versions of amaris and its key dependencies, each agent's model,
 endpoint kind (``offline`` / ``local`` / ``hosted``) and prompt fingerprint, the seed, the
 git commit of the source tree when there is one, and the start time. Building one reads
-package metadata and asks git once (about 0.15 s: ``bench/performance/manifest_cost.py``).
+package metadata and asks git once.
 
 Secrets never enter it: every ``SecretStr`` setting (API keys) becomes null and is listed
 in ``secrets_removed``; a mapping entry whose name says key, token, secret, password or

@@ -1,11 +1,9 @@
 """Waiting for a process's HTTP server to answer, with one HTTP client for the whole wait.
 
 ``httpx.get`` builds a new client for each call, and with it a TLS context that parses the
-CA bundle, for a plain-HTTP URL too: 43-49 ms of CPU a call on the two-core test machine
-against 1.2-1.5 ms through one kept client (``python -m bench.performance.reward_call_cpu``,
-its first two rows). A wait that polls every 0.1-0.25 s that way spends a fifth to half a
-core while the server it waits for starts on the same cores. One client for the wait pays
-for its TLS context once.
+CA bundle, for a plain-HTTP URL too: costly, and a wait that polls that way takes CPU from
+the server it waits for, starting on the same cores. One client for the wait pays for its
+TLS context once.
 """
 
 from __future__ import annotations

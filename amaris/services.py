@@ -34,15 +34,13 @@ GC_THRESHOLDS = (20_000, 20, 100)
 """Python's collector thresholds while amaris serves (generations 0, 1, 2).
 
 A young collection walks every container object allocated since the last one and still
-alive. While 64 ``/score`` requests wait on their judge calls, that is their request
-state, so with the default generation-0 threshold (700) collections came every few
-requests (199.5 of generation 0 and 18 of generation 1 per 1,000 ``/score``,
-``bench/performance/score_app_cpu.py --judge-ms 200``), and in ``amaris serve`` under that load
-the generation-1 ones stalled every thread ~10 ms each, 5.5% of the wall time, which every
-request in flight waits out. At 20,000 a young collection comes only when objects
-outlive their requests (caches, the rollout-id index): 0.2 per 1,000 ``/score``. The
-heap garbage cycles can hold until then is a few megabytes; full collections stay rare
-(generation 2 every 100 of generation 1), and :func:`settle_heap` collects once a step."""
+alive. While many ``/score`` requests wait on their judge calls, that is their request
+state, so with the default generation-0 threshold (700) collections come every few
+requests, and the generation-1 ones stall every thread, which every request in flight
+waits out. At 20,000 a young collection comes only when objects outlive their requests
+(caches, the rollout-id index). The heap garbage cycles can hold until then is a few
+megabytes; full collections stay rare (generation 2 every 100 of generation 1), and
+:func:`settle_heap` collects once a step."""
 
 
 @dataclass
@@ -93,14 +91,12 @@ class Services:
             self._prober = asyncio.create_task(self.judges.run(every))
         # Everything loaded so far (Prefect, torch, the stores) lives as long as the process:
         # keep it out of the collector's full passes, which otherwise stall the event loop
-        # for hundreds of milliseconds once the memory holds many points.
+        # once the memory holds many points.
         gc.collect()
         gc.freeze()
         # Full collections walk every object not frozen; with the default thresholds
-        # (700, 10, 10) a step's allocations set off several, of 50-160 ms each, stalling
-        # every thread (measured with a gc callback during
-        # bench/performance/step_pipeline.py); young ones come every few requests under
-        # load. See GC_THRESHOLDS.
+        # (700, 10, 10) a step's allocations set off several, each stalling every thread;
+        # young ones come every few requests under load. See GC_THRESHOLDS.
         gc.set_threshold(*GC_THRESHOLDS)
 
     async def _refresh_rubrics(self, interval: float) -> None:
@@ -141,8 +137,7 @@ def settle_heap() -> None:
     """Collect, then freeze what survives (caches, loaded models, warmed-up Prefect).
 
     Full collections walk every object not frozen: without this, objects a step leaves
-    behind make each later full collection stall every thread for 50-160 ms, several
-    times a step (measured with a gc callback during ``bench/performance/step_pipeline.py``). Called
+    behind make each later full collection stall every thread, several times a step. Called
     once a step is over, after its waiters are answered: one collection per step.
     Every ``UNFREEZE_EVERY`` steps the frozen objects are collected too, so cycles that
     died after being frozen are not kept for the whole run.

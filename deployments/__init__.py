@@ -1,1 +1,1 @@
-"""Prefect deployments and schedules, as code (operations issue)."""
+"""Prefect deployments and schedules, as code."""

@@ -1,1 +1,1 @@
-"""Prefect flows that compose tasks: the step pipeline and repair (pipeline issue)."""
+"""Prefect flows that compose tasks: the step pipeline and repair."""

@@ -1,1 +1,1 @@
-"""Prefect tasks, one per file, named for the verb (pipeline issue)."""
+"""Prefect tasks, one per file, named for the verb."""

@@ -1,8 +1,8 @@
 """Analyzer: one deep analysis per rollout, a chunk of rollouts per task run.
 
-One task run per rollout cost the step measurable time (``bench/performance/step_pipeline.py``):
-each run's set-up and state changes ran on the pipeline loop and in Prefect's server
-ahead of its LLM call, for 256+ runs a step. A chunk task asks for its rollouts'
+One task run per rollout would cost the step time: each run's set-up and state changes run
+on the pipeline loop and in Prefect's server ahead of its LLM call, for hundreds of runs a
+step. A chunk task asks for its rollouts'
 analyses concurrently (the gateway bounds the calls) and writes each analysis to
 ``<memory.path>/pipeline-cache/`` under its own key as soon as it arrives, so a retry
 or a re-run of the chunk asks only for the analyses still missing. Once the chunk's
@@ -10,8 +10,8 @@ result is persisted by Prefect (its cache), those files are removed. Prefect's c
 alone does not do this: it keeps a task's result only when the whole task succeeded, so
 without these files a chunk that failed on one rollout asks again for all of them
 (``tests/e2e/test_repair.py``, ``test_rerun_asks_only_for_the_analyses_a_failed_chunk_lacked``).
-(Prefect's own result store, written per analysis, resolved its folder on every write: a
-quarter of the pipeline thread's CPU in a profile of the step.)
+(Prefect's own result store, written per analysis, resolves its folder on every write,
+which is costly.)
 """
 
 from __future__ import annotations

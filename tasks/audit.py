@@ -145,11 +145,10 @@ def confirm_probes(
 
     One check is one Bernoulli draw of the ``swap_blind`` test, which asks two blind ones:
     a judge turned lenient to a hack the policy had all but dropped shows on one top-tail
-    rollout at the drift step and maybe on none the next steps (issue 25, seed 4 of the
-    judge-drift simulation), so the step that shows it must confirm it. A steady judge is
-    found blind rarely, so these cost nothing there; once a blind check is in the history,
-    later ones are tested against it and are not confirmed (at most ``swap_checks`` calls a
-    run while the judge stays blind)."""
+    rollout at the drift step and maybe on none the next steps, so the step that shows it
+    must confirm it. A steady judge is found blind rarely, so these cost nothing there;
+    once a blind check is in the history, later ones are tested against it and are not
+    confirmed (at most ``swap_checks`` calls a run while the judge stays blind)."""
     if not any(c.alarm for c in checked if c.reward is not None):
         return []
     if any(p.swaps is not None and p.swaps.blind for p in earlier):

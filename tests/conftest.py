@@ -101,7 +101,7 @@ def _restore_loggers() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
-    """One Prefect test server for the whole session (it boots in 7-16 s)."""
+    """One Prefect test server for the whole session (it boots slowly)."""
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=120):

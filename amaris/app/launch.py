@@ -131,7 +131,7 @@ class _Signals:
     During start-up nothing has been served: the handler stops the children started so
     far and ends the process at once, exit code 0. It does not raise: an exception raised
     by a signal handler surfaces wherever the main thread is, and in a callback whose
-    exceptions Python ignores (importlib's module-lock callback, seen here) it is lost,
+    exceptions Python ignores (importlib's module-lock callback, for one) it is lost,
     the signal with it, and an import lock may be left behind. While serving, uvicorn
     handles the signals (drain, shutdown) and then re-raises the one it got: then the
     handler raises ``SystemExit(0)`` in plain code, through :func:`launched`'s ``finally``.

@@ -38,7 +38,7 @@ STOP_TIMEOUT_S = 3.0
 
 READY_TIMEOUT_S = 300.0
 """How long the server child has to answer before ``amaris serve`` gives up: a first start
-creates its database (migrations), seen to take over 90 s on a loaded two-core machine."""
+creates its database (migrations), which is slow on a loaded machine."""
 
 AUTH_FILE = "auth-string"
 """The file under the Prefect home holding the server's auth string."""
@@ -182,7 +182,7 @@ class PrefectServer:
         return {"PREFECT_API_URL": self.api_url, "PREFECT_API_AUTH_STRING": self.auth_string}
 
     def start(self) -> None:
-        """Spawn the server (it takes 5-15 s to answer; see :meth:`wait_ready`)."""
+        """Spawn the server (it takes seconds to answer; see :meth:`wait_ready`)."""
         env = {
             k: v
             for k, v in os.environ.items()

@@ -1,4 +1,4 @@
-"""The audit judge, reward fidelity and the Goodhart alarm (issue 25; docs/fidelity.md).
+"""The audit judge, reward fidelity and the Goodhart alarm (docs/fidelity.md).
 
 :mod:`~amaris.audit.sampling` draws a step's sample, :mod:`amaris.scoring.regrade` has the
 auditor grade it, :mod:`~amaris.audit.fidelity` compares the two judges,

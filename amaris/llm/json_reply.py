@@ -28,9 +28,9 @@ T = TypeVar("T", bound=BaseModel)
 
 INLINE_PARSE_CHARS = 16_384
 """Longest answer parsed and validated on the event loop; a longer one is read in a
-worker thread (``json.loads`` and validation of 256 KB take milliseconds)."""
+worker thread (``json.loads`` and validation of a long one would stall the loop)."""
 REPAIR_MAX_CHARS = 65_536
-"""Longest answer ``json_repair`` is run on (in a worker thread; ~5 us a character): a
+"""Longest answer ``json_repair`` is run on (in a worker thread; slow per character): a
 longer answer that is not JSON is an invalid output."""
 
 

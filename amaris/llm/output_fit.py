@@ -40,8 +40,8 @@ from amaris.llm.schema import JsonScalar, SchemaNode
 
 OUTPUT_CHARS_PER_TOKEN = 2.5
 """Characters per token of a reply's free text and key names. BPE tokenizers write English
-prose at 4 to 6 characters per token (SmolLM2's: 5.6) and an agent's JSON reply, structure
-included, at about 3.7; digits and hexadecimal ids go one character per token on tokenizers
+prose at 4 to 6 characters per token and an agent's JSON reply, structure included, at
+fewer; digits and hexadecimal ids go one character per token on tokenizers
 that split digits (SmolLM2, Llama 3), so a string filled to its bound with digits can still
 be cut. Below the prompt estimate's 3.5 (:data:`amaris.llm.budget.CHARS_PER_TOKEN`): a cut
 reply costs a whole request, an over-estimate only some room."""

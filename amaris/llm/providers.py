@@ -29,10 +29,8 @@ TOP_LOGPROBS = 10
 tokens beside spellings of them (`` 4``) and other tokens (OpenAI allows up to 20)."""
 OFFLINE_ON_LOOP_CHARS = 384
 """Longest request (its non-system messages) the offline judge answers on the event loop; a
-longer one is answered in a worker thread. Its rules read the candidate answers of a reply:
-<= 0.7 ms on a 321-character message (128 characters of reply), 0.9-2 ms on 451 characters,
-9-19 ms on 100 KB, every degenerate family (bench/performance/off_loop_work.py,
-docs/benchmarks.md)."""
+longer one is answered in a worker thread: its rules read the candidate answers of a reply,
+cheap on a short message but a stall of the loop on a long one."""
 
 
 _TRANSIENT_STATUS = {408, 409, 425, 429}
@@ -199,8 +197,8 @@ class OpenAIProvider:
     The client holds the endpoint's configuration (base URL, key, auth and platform
     headers) and defines the errors. Requests go through
     :class:`~amaris.llm.transport.JsonEndpoint` (``aiohttp``), which sends the body with
-    those headers and raises those errors at a fraction of the SDK request path's CPU
-    (measured in ``docs/benchmarks.md``). The answer is read from the response's JSON.
+    those headers and raises those errors for less CPU than the SDK's request path. The
+    answer is read from the response's JSON.
     """
 
     offline = False

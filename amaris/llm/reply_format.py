@@ -7,8 +7,8 @@ answers valid JSON of its own shape. In those two modes the system message ends 
 :func:`format_instructions`: one filled example of the exact reply expected (the caller's,
 such as the scorer's verdicts with the rubric's own criterion ids, else
 :func:`example_of` the agent's schema). An example, not the schema: a small model shown
-a JSON schema copies it (SmolLM2-135M answered ``{"properties": {...}}`` in 3 of 4 replies,
-``docs/benchmarks.md``), while it follows an example's shape. The section depends on the
+a JSON schema tends to copy it (answering ``{"properties": {...}}``), while it follows an
+example's shape. The section depends on the
 schema (or example) alone, so the system message stays byte-identical from call to call
 for a provider's prefix cache.
 """

@@ -81,8 +81,8 @@ _COPIED: dict[str, _Copied] = {
 _KEPT = frozenset({*_COPIED, "properties", "items", "anyOf"})
 """Keywords kept: those OpenAI strict mode documents, and vLLM's and llama.cpp's grammars
 (xgrammar) understand. String lengths (``minLength``, ``maxLength``) and array lengths
-(``minItems``, ``maxItems``) are kept: OpenAI's strict mode accepts them since May 2025
-(except for fine-tuned models, whose ``400`` naming the schema sends the endpoint to the
+(``minItems``, ``maxItems``) are kept: OpenAI's strict mode accepts them (except for
+fine-tuned models, whose ``400`` naming the schema sends the endpoint to the
 ``json_object`` fallback), and a constrained decoder then cannot emit an empty
 ``memory_entry.text`` that validation would refuse. Everything else (titles, descriptions,
 defaults, patterns, formats) is dropped: the model's own validation still checks it after

@@ -1,8 +1,7 @@
 """The judge's HTTP client: chat-completion requests over ``aiohttp``, the SDK's errors.
 
-On the scoring hot path the ``openai`` SDK's request machinery was the largest cost amaris
-added to a judge call: 1.87-2.30 ms of CPU a call at 64 in flight, against ~0.3-0.4 ms
-for ``aiohttp`` (``bench/performance/judge_call_cpu.py``, ``docs/benchmarks.md``). So an
+On the scoring hot path the ``openai`` SDK's request machinery is the largest cost amaris
+would add to a judge call, several times that of ``aiohttp``. So an
 ``openai.AsyncOpenAI`` client holds the endpoint's configuration (base URL, including
 ``OPENAI_BASE_URL``; its auth, user agent and platform headers, read through its public
 ``base_url``, ``default_headers`` and ``auth_headers``) and :class:`JsonEndpoint` posts

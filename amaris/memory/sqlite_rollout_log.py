@@ -1,8 +1,8 @@
 """The embedded store's rollout log: SQLite in the data folder, one transaction per batch.
 
 Embedded Qdrant commits every point of an upsert in a SQLite transaction of its own (a
-rollback journal and its fsyncs per rollout), which cost ``/score`` most of its CPU and
-tens of milliseconds of latency under load. Here a whole batch of the group commit
+rollback journal and its fsyncs per rollout), which would cost ``/score`` most of its CPU
+and much of its latency under load. Here a whole batch of the group commit
 (:mod:`amaris.memory.batched_append`) is one transaction, in write-ahead-log mode.
 
 Durability: ``/score`` answers only once its record's commit returned. With

@@ -5,7 +5,7 @@ findings) with their embedding; ``<prefix>_analyses`` (payload only) holds every
 analysis of a step, read back by id. Every read is a search of the digest or a
 ``retrieve`` of deterministic ids: nothing on the request or step path scans a
 collection, and no Qdrant filter is used (embedded Qdrant evaluates filters in Python,
-~0.5 s over 50k points). Methods block; async callers run them in a thread.
+slow on a large collection). Methods block; async callers run them in a thread.
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ SHOWN_CHARS = 120
 """Characters of a probe's text shown in its result (log, artifact)."""
 MAX_TRIES = 8
 """Replies tried per kind for a probe (each try reads a reply of up to
-:data:`~amaris.scoring.canary_probes.MAX_SOURCE_CHARS` characters: tens of milliseconds on a
-degenerate 20 KB one), so planning stays bounded whatever the policy writes."""
+:data:`~amaris.scoring.canary_probes.MAX_SOURCE_CHARS` characters, costly on a degenerate
+one), so planning stays bounded whatever the policy writes."""
 
 
 class AuditPair(BaseModel):

@@ -3,7 +3,7 @@
 A rule matches a reply whose whole normalised text (:func:`~amaris.scoring.precheck.normalise`)
 equals the probe's: never a reply that merely starts with it or contains it, so a rule
 learned from an opening sentence floors a reply that is *only* that sentence, and a correct
-answer that opens with it is judged as before. A rule is scoped to the prompt its probe came
+answer that opens with it is still judged. A rule is scoped to the prompt its probe came
 from, except an opening sentence that is *generic*: no digit in it and no word of four
 letters or more shared with its prompt ("I am confident this is right.", not "The capital
 of France is a large city."), which matches as a reply to any prompt. A reply equal to the

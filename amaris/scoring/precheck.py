@@ -189,7 +189,8 @@ _OPENER = _opener()
 _ITEM = rf"(?:{_OPENER}|{'|'.join(re2.escape(label) for label in _LABELS)})"
 _SEQUENCE = compile_pattern(rf"{_ITEM}(?: {_ITEM})*")
 """One or more openers or labels, separated by single spaces (the normalised form). RE2: a
-backtracking engine took 89 s on "Let's think step by step. " x 26 + "The answer is 42."."""
+backtracking engine is catastrophically slow on "Let's think step by step. " x 26 + "The
+answer is 42."."""
 _ITEM_WORDS = frozenset(
     word
     for phrase in (*_LABELS, *(w for _, words in _OPENER_SLOTS for w in words))
@@ -249,7 +250,7 @@ def degenerate(
     Without ``learned``, a long reply is normalised whole only when its first
     :data:`HEAD_CHARS` characters or so do not settle it (:func:`_settled_by_head`), and a
     long prompt only as far as the comparison with the reply reads it: the same answer,
-    without normalising 100 KB twice (1-2 ms each) for a reply that says something.
+    without normalising a long reply twice for a reply that says something.
     """
     shown = output.strip()
     if not shown:
@@ -263,7 +264,7 @@ def degenerate(
         norm = normalise(shown)
     found = _finding(shown, norm, prompt, learned)
     # The exemption is read only for a reply found degenerate: most replies are not, and
-    # the reference's answer extraction would cost each of them (a fifth of /score's CPU).
+    # the reference's answer extraction would cost each of them a large share of /score's CPU.
     if found is not None and _is_reference(norm, reference):
         return None
     return found

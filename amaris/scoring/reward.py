@@ -148,7 +148,7 @@ async def reward_of(
     if precheck.enabled:
         rollout = request.rollout
         rules = scorer.learned_rules
-        # Linear, yet milliseconds on 100 KB: a long rollout's pre-check runs in a thread.
+        # Linear, yet costly on a long rollout: its pre-check runs in a thread.
         found = await off_loop_above(
             rollout_chars(request),
             OFF_LOOP_CHARS,

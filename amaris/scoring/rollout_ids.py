@@ -6,7 +6,7 @@ in place of the first, and both records would show its analysis. So, per step, a
 remembers the content digest of every id logged or being scored:
 
 - the same id with the same content (a client retrying) is scored and logged again,
-  as before; the pipeline keeps the last record of an id;
+  like the first time; the pipeline keeps the last record of an id;
 - the same id with other content is a :class:`RolloutConflictError` (HTTP 409), raised
   before anything is judged or stored.
 
@@ -70,7 +70,7 @@ def content_digest(rollout: _Content) -> str:
     for name in _CONTENT:
         value = getattr(rollout, name)
         # Length-prefixed: no two different field lists give the same bytes. surrogatepass:
-        # records logged before lone surrogates were refused must not fail the index.
+        # records of older versions may hold lone surrogates and must not fail the index.
         encoded = b"\xff" if value is None else str(value).encode("utf-8", "surrogatepass")
         digest.update(len(encoded).to_bytes(8, "big") + encoded)
     metadata = rollout.metadata

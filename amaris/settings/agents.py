@@ -32,7 +32,7 @@ MethodAgent = Literal[
 ]
 """The name of one of the six LLM agents of the AMARIS method."""
 AgentName = Literal[MethodAgent, "auditor"]
-"""The name of an LLM agent: one of the method's six, or the audit judge (issue 25)."""
+"""The name of an LLM agent: one of the method's six, or the audit judge."""
 AGENTS: tuple[MethodAgent, ...] = get_args(MethodAgent)
 """The six agents, in the method's order."""
 AUDITOR: AgentName = "auditor"
@@ -52,7 +52,7 @@ clipped reasons, an updater's proposal, a reasoning model's separate reasoning) 
 of KB; a body past this is abandoned while it is read."""
 MAX_RESPONSE_BYTES_LOGPROBS = 4_194_304
 """The same with ``agents.scorer.logprobs``: ``top_logprobs`` lists ~10 alternatives of
-every token, some 400 bytes a token."""
+every token, hundreds of bytes a token."""
 
 REMOTE_TIMEOUT_SECONDS = 60.0
 """Built-in ``agents.<agent>.timeout`` of an endpoint on another host (a hosted API)."""

@@ -1,6 +1,6 @@
 """The fidelity figures of a simulated run (pure functions): ``fidelity.json``.
 
-Issue 25's measure of the audit judge and the judge canaries in simulation: when the
+The measure of the audit judge and the judge canaries in simulation: when the
 alarm fires after the training judge drifts (``--scenario judge-drift``) or whether it
 fires at all without a drift (``--scenario steady``), what the audit and the canaries
 cost in judge calls, and the reward gap between correct and hacked rollouts before the

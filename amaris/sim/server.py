@@ -94,7 +94,7 @@ def _tail(log: Path, lines: int = 20) -> str:
 
 @contextmanager
 def shared_prefect(folder: Path, port: int | None = None) -> Iterator[dict[str, str] | None]:
-    """One Prefect server for several ``amaris serve`` (each would boot its own, 5-15 s),
+    """One Prefect server for several ``amaris serve`` (each would boot its own, slowly),
     on ``port`` (None: a free one): yields the environment that points them at it (its API
     URL and auth string), or None when ``PREFECT_API_URL`` names one already."""
     if os.environ.get("PREFECT_API_URL"):

@@ -2,7 +2,7 @@
 
 :mod:`amaris.sim.judge_server` reads a few fields of a request body and writes the whole
 answer; these TypedDicts say which (the bodies stay plain JSON dicts at run time, so a
-client's other fields pass through unread and the answers are the same bytes as before).
+client's other fields pass through unread and the types change no byte of the answers).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ and the rubric updater's criteria are text amaris did not write. Everything here
 text with google-re2 (:mod:`re2`: a linear-time automaton, no backtracking; it releases the
 interpreter lock while it matches) or with single passes of ``str`` methods, and says how much
 of the text it reads. Python's :mod:`re` is never run on it: a backtracking pattern on a
-repetition loop of the policy held the server for minutes (issue 22).
+repetition loop of the policy can stall the server.
 
 * :mod:`amaris.text.chars`: Python's ``\\w`` and ``\\s`` for RE2, and character-class maps
   applied with ``str.translate``;

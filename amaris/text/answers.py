@@ -10,16 +10,15 @@ Bounds: :func:`extract_final_answer`, :func:`find_candidate_answers`, :func:`box
 and :func:`answer_segments` read only the last :data:`ANSWER_WINDOW` characters of the text
 (a reply ends with its answer; a ``\boxed{`` opened before the window is not seen), and the
 last-number fallback only the last :data:`NUMBER_WINDOW`. The patterns run on RE2 (linear in
-the text) and the brace matching is one pass. Each RE2 match costs about 10 us of Python in
-the binding, so nothing iterates over an unbounded number of them: candidate answers read
+the text) and the brace matching is one pass. Each RE2 match costs Python time in the
+binding, so nothing iterates over an unbounded number of them: candidate answers read
 at most :data:`MAX_LISTS` boxes, answer segments and lists of alternatives, and a list at
 most :data:`MAX_LISTED` numbers; a box, segment or list that repeats one already read is not
 read again (a repetition loop offers the same one many times). Integers are made canonical
-without :class:`~fractions.Fraction`, and brace matching visits the braces only. A call
-costs a few milliseconds at most, whatever the reply repeats
-(bench/probes/degenerate_replies.py).
+without :class:`~fractions.Fraction`, and brace matching visits the braces only. A call's
+cost stays bounded, whatever the reply repeats.
 
-Against the former ``re`` patterns: a list of alternatives written right after another
+Known limits: a list of alternatives written right after another
 one's closing punctuation with no space (``"3 or 4,5 or 6."``) yields the first only, and
 the caps above.
 """
@@ -165,7 +164,7 @@ def _last_number(text: str, window: int) -> str | None:
 
 def _no_bad_commas(text: str) -> str:
     """``text`` with every comma followed by four digits made U+E000 (same length): such a
-    comma ends a number, as the former pattern's lookahead ``(?!\\d)`` had it, and still
+    comma ends a number, as a lookahead ``(?!\\d)`` would have it, and still
     separates a list of alternatives."""
     # A function, not a template: the binding's templates mangle non-ASCII characters.
     return _BAD_COMMA.sub(_mark, text) if "," in text else text
@@ -188,7 +187,7 @@ def normalise_text(text: str) -> str:
 def _unwrap(text: str) -> str:
     r"""``text`` with every ``\boxed{x}``, ``\text{x}`` (``\textbf``, ``\mathrm``, ``\mbox``)
     replaced by ``x`` when ``x``, its own wrappers unwrapped, holds no brace: one pass with a
-    stack of open braces (repeating a substitution to a fixpoint was quadratic on nesting)."""
+    stack of open braces (repeating a substitution to a fixpoint is quadratic on nesting)."""
     if "}" not in text:  # nothing is closed, nothing unwrapped
         return text
     wrappers: dict[int, int] = {}  # index of a wrapper's "{" -> where its backslash is
@@ -226,8 +225,7 @@ def _unwrap(text: str) -> str:
 
 def _braces(text: str) -> Iterator[int]:
     """The index of every ``{`` and ``}`` of ``text``, in order: ``str.find`` skips the
-    characters between them at C speed (a Python loop over each character of the window
-    cost about 1 ms)."""
+    characters between them at C speed (a Python loop over each character would be slow)."""
     opening, closing = text.find("{"), text.find("}")
     while opening >= 0 or closing >= 0:
         if closing < 0 or 0 <= opening < closing:

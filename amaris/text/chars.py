@@ -2,7 +2,7 @@
 
 RE2's ``\\w``, ``\\d``, ``\\s`` and ``\\b`` are ASCII-only; Python's (on ``str``) are Unicode.
 The patterns of :mod:`amaris.text` use the spellings below where the difference matters (a
-digit or a letter outside ASCII), so that they read text as the former ``re`` patterns did.
+digit or a letter outside ASCII), so that they read text as Python's ``re`` does.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class CharMap(dict[int, int | None]):
 
     ``rule`` maps one character to its replacement (``""``: dropped). A policy's reply uses
     a few hundred distinct characters, so after the first ones ``text.translate(table)``
-    runs at C speed over 100 KB (a Python loop per character took 25 ms).
+    runs at C speed over 100 KB (a Python loop per character would be slow).
     """
 
     def __init__(self, rule: Callable[[str], str]) -> None:
@@ -88,13 +88,12 @@ def spaced_words(text: str, fold: bool = False) -> str:
     with ``fold``, of ``text.casefold()`` (the same, in the same pass).
 
     ``str.translate`` looks every character up in the map once the text holds a non-ASCII
-    one (about 7 ms for 100 KB), and ``casefold`` copies the text once more (1 ms).
+    one, and ``casefold`` copies the text once more.
     Instead: one ``bytes.translate`` of the UTF-8 text maps (and folds) the ASCII
     characters, and one ``bytes.replace`` each distinct non-ASCII character that the map
     (or folding) changes (a UTF-8 character's bytes never occur inside another's), up to
-    :data:`MAX_REPLACED` of them (the mixed 100 KB reply of ``tests/support/degenerate.py``,
-    folded: 1.6-2.0 ms CPU against 2.8-3.3 ms with a ``casefold`` of the whole text first,
-    on a loaded machine). ``str.casefold`` maps each character on its own (no context), so
+    :data:`MAX_REPLACED` of them (cheaper than a ``casefold`` of the whole text first).
+    ``str.casefold`` maps each character on its own (no context), so
     folding character by character folds the text.
     """
     if text.isascii():  # str.translate's own fast path (ASCII's case folding is lower)

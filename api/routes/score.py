@@ -30,14 +30,13 @@ class ScoreRoute(APIRoute):
     """``POST /score`` without FastAPI's per-request dependency solving.
 
     FastAPI resolves a route's dependencies and validates its body through its own layers
-    on every request: about a third of the event loop's CPU per ``/score`` inside the app
-    (``bench/performance/score_app_cpu.py``, ``docs/benchmarks.md``). This handler does the
-    same work
-    directly: one ``model_validate_json`` of the body (errors answered as FastAPI's 422),
-    then the endpoint with its two parameters (the bearer key and the body's type were
-    checked at the edge, :class:`amaris.api.middleware.RequestGuard`). The endpoint's signature
-    still defines the route's OpenAPI schema. Any other dependency would be skipped, so
-    the route refuses one.
+    on every request, a large share of the event loop's CPU per ``/score`` inside the app.
+    This handler does the same work directly: one ``model_validate_json`` of the body
+    (errors answered as FastAPI's 422), then the endpoint with its two parameters (the
+    bearer key and the body's type were checked at the edge,
+    :class:`amaris.api.middleware.RequestGuard`). The endpoint's signature still defines
+    the route's OpenAPI schema. Any other dependency would be skipped, so the route
+    refuses one.
     """
 
     _HANDLED = frozenset({"get_services"})

@@ -1,4 +1,4 @@
-"""``POST /audit/ack`` lifts the pause a fidelity alarm put on scoring (issue 25, point 3);
+"""``POST /audit/ack`` lifts the pause a fidelity alarm put on scoring;
 the pause is read from the data folder on each request (another process may write it)."""
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""Degenerate replies (issue 22, point 1): every family, at 100 KB, in every field, scores.
+"""Degenerate replies: every family, at 100 KB, in every field, scores.
 
 Through the real app (the offline judge, the default) and at the matchers themselves. The
-bound is the watchdog's (a minute, for work of milliseconds): on the former ``re`` patterns
-these calls ran for minutes to hours, so the tests failed by it; nothing here times speed
-(the figures are bench/probes/degenerate_replies.py's).
+bound is the watchdog's (a minute, for work of milliseconds): backtracking ``re`` patterns
+would run far longer on these replies, so a test fails by it; nothing here times speed.
 """
 
 from __future__ import annotations
@@ -40,17 +39,19 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.mark.parametrize(
     ("reply", "score"),
     [
-        # 693 characters: 89 s on the pre-check's backtracking opener sequence.
+        # The pre-check's opener sequence, as a backtracking pattern spells it.
         ("Let's think step by step. " * 26 + "The answer is 42.", 1.0),
-        # 95 s on the trailing "= X" of answer extraction: no number, a wrong answer.
+        # The trailing "= X" of answer extraction: no number, a wrong answer.
         ("= a" + " " * 5000 + "b", 0.0),
-        # 60,000 characters, 50 s on the lists of alternatives: one answer, 1, wrong.
+        # The lists of alternatives, 60,000 characters: one answer, 1, wrong.
         ("1, " * 20_000, 0.0),
     ],
     ids=["opener-693", "equation-5k", "list-60k"],
 )
-def test_the_issue_replies_score(client: TestClient, reply: str, score: float) -> None:
-    body = {"rollout": rollout(f"issue-{len(reply)}", "output", reply)}
+def test_replies_that_stall_a_backtracking_regex_score(
+    client: TestClient, reply: str, score: float
+) -> None:
+    body = {"rollout": rollout(f"backtrack-{len(reply)}", "output", reply)}
     result = _score(client, body)
     assert result["status"] == "scored"
     assert result["score"] == score

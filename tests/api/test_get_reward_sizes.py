@@ -1,5 +1,5 @@
 """``POST /get_reward``: sizes checked before any work, the prompt found in its query in
-linear time (issue 22, point 5)."""
+linear time."""
 
 from __future__ import annotations
 
@@ -118,8 +118,8 @@ def test_a_truncated_prompt_within_the_limits_is_scored(tmp_path: Path, fake_llm
 def test_a_long_prompt_without_group_ids_is_scored_and_grouped_by_prompt(
     tmp_path: Path, fake_llm: FakeLLM
 ) -> None:
-    # OpenRLHF sends no group_ids: the default group was the prompt, a 422 on group_ids[i]
-    # past 512 characters.
+    # OpenRLHF sends no group_ids: the default group comes from the prompt, without a 422 on
+    # group_ids[i] when the prompt passes 512 characters.
     first = ("Compute 2+2. " * 200)[:1988] + "What is 2+2?"
     second = ("Compute 3+3. " * 200)[:1988] + "What is 3+3?"
     assert len(first) == len(second) == 2000

@@ -137,9 +137,9 @@ def test_a_lone_surrogate_in_score_is_422_naming_the_field(
 
 
 def test_a_surrogate_cannot_poison_a_step(tmp_path: Path, prefect_harness: None) -> None:
-    # Before: the item was logged, then GET /steps/0/rollouts, the step's flow and
-    # `amaris export` failed on it for good. Now the step holds the valid item only and
-    # goes through the real pipeline.
+    # Logged, the item would fail GET /steps/0/rollouts, the step's flow and `amaris
+    # export` for good. The step holds the valid item only and goes through the real
+    # pipeline.
     settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": None})
     items = [item("ok", step=0), item("bad", step=0, output="4" + BAD)]
     with serve(settings) as (client, _):
@@ -175,7 +175,7 @@ def test_nesting_at_the_limit_is_accepted(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 900])
 def test_a_deep_item_is_invalid_and_the_batch_is_answered(tmp_path: Path, depth: int) -> None:
-    # Before: 500 after the valid item had been logged.
+    # Not a 500 after the valid item was logged: the deep item is invalid, the batch answered.
     items = [item("ok"), item("deep", metadata=nested(depth))]
     with serve(make_settings(tmp_path)) as (client, services):
         r = post(client, "/batch_score", {"items": items})
@@ -248,8 +248,8 @@ def test_non_finite_numbers_in_metadata_are_refused(tmp_path: Path) -> None:
 def test_every_free_text_field_is_under_max_field_chars(
     tmp_path: Path, fake_llm: FakeLLM, plant: Any, field: str, oversize: str
 ) -> None:
-    # Before: metadata of 3.9 MB was accepted, stored and passed to the analyzer. The
-    # judged fields alone may be truncated; these are refused under either policy.
+    # Unbounded metadata would be accepted, stored and passed to the analyzer. The judged
+    # fields alone may be truncated; these are refused under either policy.
     limit = 200
     body = item("r")
     plant(body, limit + 1)
@@ -335,8 +335,8 @@ def reward_body(*responses: str, **extra: Any) -> dict[str, Any]:
 def test_get_reward_checks_every_sample_before_scoring_any(
     tmp_path: Path, fake_llm: FakeLLM, body: dict[str, Any], field: str
 ) -> None:
-    # Before: the valid sample was judged and logged, then the batch refused (and
-    # OpenRLHF's retries logged it again under a fresh id).
+    # Nothing is judged or logged before the batch is refused (else OpenRLHF's retries
+    # would log the valid sample again under a fresh id).
     settings = llm_settings(tmp_path, fake_llm, **{"scoring.max_field_chars": 200})
     with serve(settings) as (client, services):
         before = state(services)

@@ -1,5 +1,5 @@
 """Hostile judge replies through the real app: each ends as one rollout's typed ``unscored``
-(or a clipped, storable verdict), never a 500 or a failed batch (issue 22, point 2).
+(or a clipped, storable verdict), never a 500 or a failed batch.
 
 The judge is the fake LLM server (real HTTP); raw bodies (``Reply.body``) carry what its
 JSON encoder would refuse (NaN, a lone surrogate escape at the HTTP level).
@@ -89,7 +89,7 @@ def unscored_kind(result: dict[str, Any]) -> str:
 def test_reply_past_max_response_bytes_is_unscored_and_not_asked_again(
     tmp_path: Path, fake_llm: FakeLLM
 ) -> None:
-    # A verdict whose reason is 1 MB: accepted whole before, now refused while read.
+    # A verdict whose reason is 1 MB: refused while read, not accepted whole.
     fake_llm.push(Reply(content=verdicts_json("x" * 1_000_000)))
     with serve(settings_for(tmp_path, fake_llm, **{"gateway.max_attempts": 3})) as client:
         result = score(client)
@@ -152,7 +152,7 @@ def test_verdict_ids_are_checked_in_linear_time() -> None:
 
 
 def test_long_broken_json_is_not_repaired(tmp_path: Path, fake_llm: FakeLLM) -> None:
-    # 1.5 MB, one brace short: json_repair would mend it (seconds on the event loop).
+    # 1.5 MB, one brace short: json_repair would mend it (a long stall of the event loop).
     broken = verdicts_json("z" * 1_500_000)[:-1]
     fake_llm.default = lambda body: Reply(content=broken)
     settings = settings_for(tmp_path, fake_llm, **{"agents.scorer.max_response_bytes": 4_000_000})

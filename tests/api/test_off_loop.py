@@ -1,11 +1,11 @@
-"""The text work of a long rollout runs off the event loop (issue 22, point 1).
+"""The text work of a long rollout runs off the event loop.
 
-Linear in time is still milliseconds on 100 KB: the pre-check, the rule criteria, the
-scorer's messages and the offline judge each took 1.5-19 ms on a 100 KB degenerate reply
-(docs/benchmarks.md). Each is spied on where the scoring path calls it (the spy calls the real
-function): on a 100 KB reply, while it works, a coroutine on the event loop runs to completion
-(the loop is serving); on a short reply, it runs inline (a thread hop would cost more). The
-assertions are on the order of events and the thread, never on durations.
+Linear in time is still a stall of the loop on 100 KB: the pre-check, the rule criteria,
+the scorer's messages and the offline judge. Each is spied on where the scoring path calls
+it (the spy calls the real function): on a 100 KB reply, while it works, a coroutine on the
+event loop runs to completion (the loop is serving); on a short reply, it runs inline (a
+thread hop would cost more). The assertions are on the order of events and the thread,
+never on durations.
 """
 
 from __future__ import annotations

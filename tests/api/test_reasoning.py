@@ -182,7 +182,7 @@ SPLIT_IN_CHILD = (
 def test_think_tags_by_the_hundred_thousand_are_split_in_linear_time(
     content: str, expected: tuple[str, str]
 ) -> None:
-    # A backtracking pattern took minutes on 100 KB of "<think>", holding the interpreter
+    # A backtracking pattern would stall on 100 KB of "<think>", holding the interpreter
     # lock throughout: only a watchdog in another process can stop it.
     child = subprocess.run(
         [sys.executable, "-c", SPLIT_IN_CHILD],

@@ -20,7 +20,7 @@ def test_dynamic_and_static_memory_stay_in_the_scope(tmp_path: Path) -> None:
     with TestClient(app):
         # The tasks' context is registered by the pipeline's start-up, in its own thread; a
         # task called here waits for it as the pipeline's flows do (Runner.submit). Without
-        # the wait, a loaded machine ran the task on the previous test's closed context.
+        # the wait, a loaded machine could run the task on the previous test's closed context.
         app.state.services.runner.ready.result(timeout=120)
         memory = app.state.services.memory
         memory.add_documents(

@@ -1,7 +1,7 @@
 """A rollout id is one rollout per step: another content under it is a 409, a retry is not.
 
-Before, a second rollout under a logged id was kept too, and the step's analyses (stored
-and shown by id) were attached to the wrong record.
+Otherwise a second rollout under a logged id would be kept too, and the step's analyses
+(stored and shown by id) attached to the wrong record.
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def test_a_constrained_decoder_holds_the_bounds() -> None:
 
 def test_a_constrained_decoder_writes_only_consistent_detections() -> None:
     # A detection without a behaviour, or behaviours without a detection, cannot be
-    # decoded: a small model's "detected: true, behaviours: []" was a re-ask per analysis.
+    # decoded: a small model's "detected: true, behaviours: []" would be a re-ask per analysis.
     schema = strict_schema(IndividualAnalysis)
     base = IndividualAnalysis.model_validate(
         {

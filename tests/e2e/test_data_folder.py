@@ -1,4 +1,4 @@
-"""The data folder is amaris's alone (issue 23): what another user of the machine plants
+"""The data folder is amaris's alone: what another user of the machine plants
 there is refused, not loaded, followed or adopted; what amaris writes there they cannot read.
 
 The slow test plants as another user would: a process of uid 65534 (``setpriv``; CI runs

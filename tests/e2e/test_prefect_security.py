@@ -1,10 +1,10 @@
 """The Prefect server ``amaris serve`` starts: credentials, origins, Host, and the
 repair deployment, which must never hand the server's key to another address.
 
-The attack this guards against (issue 11): any local process, or a web page in a
-browser on the machine, asked the Prefect server for a run of the repair deployment
-with ``api_url`` pointing at its own listener, which then received
-``Authorization: Bearer <server key>``.
+The attack this guards against: any local process, or a web page in a browser on the
+machine, asks the Prefect server for a run of the repair deployment with ``api_url``
+pointing at its own listener, which would then receive ``Authorization: Bearer <server
+key>``.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def final_state(api: str, auth: dict[str, str], run_id: str, deadline: float) ->
     return result
 
 
-# -- issue 23: another user of the machine ------------------------------------------------------
+# -- another user of the machine ----------------------------------------------------------------
 
 SQUATTER = """
 import http.server, socket, sys, time
@@ -202,7 +202,7 @@ def drain(proc: subprocess.Popen[str], lines: list[str]) -> threading.Thread:
 def check_the_prefect_api(
     origin: str, config: Path, cwd: Path, home: Path, deadline: float
 ) -> tuple[str, list[dict[str, str]]]:
-    """Issue 11's checks of a running serve's Prefect server (credentials, origins, Host, the
+    """The checks of a running serve's Prefect server (credentials, origins, Host, the
     repair deployment's runs, ``amaris ui`` and ``amaris repair``); returns its secret and
     what the attacker's listener received (after the runs ended)."""
     prefect_port = int(origin.rsplit(":", 1)[1])
@@ -316,11 +316,12 @@ def check_the_prefect_api(
 def test_the_prefect_server_of_serve_gives_nothing_away_to_a_client_a_page_or_another_user(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One ``amaris serve``, its Prefect server in the data folder, for issues 11 and 23.
+    """One ``amaris serve``, its Prefect server in the data folder, against a client, a page
+    and another user.
 
-    Issue 11: the Prefect server needs credentials, allows no foreign origin or Host, and a
-    run of the repair deployment cannot send the key anywhere (the checks of
-    :func:`check_the_prefect_api`). Issue 23: uid 65534 tries to take the Prefect port
+    The Prefect server needs credentials, allows no foreign origin or Host, and a run of
+    the repair deployment cannot send the key anywhere (the checks of
+    :func:`check_the_prefect_api`). Another user (uid 65534) tries to take the Prefect port
     from the moment amaris names it (in its log, as in the child's command line): it gets
     nothing, step 0 runs on amaris's own Prefect server, a dead Prefect server stops
     amaris, and nothing in the data folder is open to other users. Neither secret is in

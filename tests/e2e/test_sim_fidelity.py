@@ -64,9 +64,9 @@ def test_judge_drift_is_caught_within_two_steps_and_the_response_restores_the_ga
     tmp_path: Path, seed: str
 ) -> None:
     # Seed 1: its auditor reads the sampled top tail otherwise from step 1 on, before the
-    # drift too; the audit alone never told the drift from that noise (docs/benchmarks.md).
-    # The swap checks do: the drifted judge pays a padded reply with its answer swapped
-    # as it paid the original, the honest one never did.
+    # drift too, so the audit alone cannot tell the drift from that noise. The swap checks
+    # do: the drifted judge pays a padded reply with its answer swapped as it paid the
+    # original, the honest one never did.
     fidelity = _simulate(
         tmp_path,
         DRIFT_STEPS,
@@ -98,9 +98,9 @@ def test_judge_drift_is_caught_within_two_steps_and_the_response_restores_the_ga
 def test_steady_with_a_noisy_auditor_raises_no_false_alarm(tmp_path: Path) -> None:
     # The noisy auditor reads 10% of its verdicts the other way; the alarm asks the
     # window's disagreement to beat that steady noise (audit.false_alarm_rate), so a run
-    # without a drift raises none (docs/benchmarks.md: 0 in 20 steady steps). The learning
-    # policy of the benchmark's steady runs: on seed 0 its auditor reads a top-tail reply
-    # otherwise at step 1, which the alarm before the binomial tests fired on.
+    # without a drift raises none. The learning policy of the benchmark's steady runs: on
+    # seed 0 its auditor reads a top-tail reply otherwise at step 1, which a plain
+    # threshold alarm would fire on.
     fidelity = _simulate(tmp_path, STEADY_STEPS, "--scenario", "steady", mix=())
     audits = _audits(tmp_path)
     assert fidelity["drift_step"] is None

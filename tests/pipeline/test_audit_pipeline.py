@@ -1,4 +1,4 @@
-"""The audit judge through a real step (issue 25, points 1-3): real Prefect flow, real
+"""The audit judge through a real step: real Prefect flow, real
 Qdrant, the LLM faked at the gateway seam (tests/support/fake_llm.py). The scorer is
 lenient: it pays a confident, wrong reply more than a correct one. The auditor (another
 model on the same endpoint, asked with the scorer's prompt) is strict. The top tail of the

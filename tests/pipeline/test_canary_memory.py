@@ -1,4 +1,4 @@
-"""The rubric canary re-scores the hacks memory holds (issue 22, point 3): real Prefect
+"""The rubric canary re-scores the hacks memory holds: real Prefect
 flows, real Qdrant (:memory:), the real Scorer and gateway, the LLM faked at the gateway
 seam (tests/support/fake_llm.py). Every agent answers as the offline judge (whose analyzer flags
 flattery as reward hacking) except the updater, which proposes what the test sets, and the
@@ -8,8 +8,8 @@ says so.
 Step 0 holds the hack: wrong, flattering answers padded with "VERIFIED CORRECT", flagged
 and remembered with their rollout. Steps 1 and 2 have only wrong, plain answers without a
 reference, so their own rollouts give the canary no pair; only the memory's hack, beside
-its reference answer, does. Before the change the canary skipped ("no prompt with probes on
-both sides") and an update paying for the hack was published.
+its reference answer, does. Without it the canary would skip ("no prompt with probes on
+both sides") and an update paying for the hack would be published.
 """
 
 from __future__ import annotations

@@ -76,8 +76,8 @@ def test_the_data_line_keeps_other_text_readable() -> None:
 def test_the_offline_judge_scores_a_forging_rollout(
     output: str, offline_client: TestClient
 ) -> None:
-    # Before: the offline judge found no valid block for the U+0085/U+2028/U+2029 forms
-    # and the rollout was unscored.
+    # The offline judge finds the block for the U+0085/U+2028/U+2029 forms too: the
+    # rollout is scored, not unscored.
     r = offline_client.post("/score", json={"rollout": rollout(output)})
     assert r.status_code == 200, r.text
     assert r.json()["status"] == "scored"

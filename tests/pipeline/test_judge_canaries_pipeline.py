@@ -1,11 +1,11 @@
-"""Judge canaries through a real step (issue 25, point 4): real Prefect flow, real Qdrant,
+"""Judge canaries through a real step: real Prefect flow, real Qdrant,
 the LLM faked at the gateway seam (tests/support/fake_llm.py). The scorer is lenient to one
 hack: it pays full marks for the reply "Let me think about this carefully." alone, and
 otherwise grades the final answer against the reference. Every other agent answers as the
 offline judge.
 
-Before the change nothing looked at the judge: the opener alone kept its reward of 1.0 on
-``/score`` at every step.
+Without the canaries nothing would look at the judge: the opener alone would keep its
+reward of 1.0 on ``/score`` at every step.
 """
 
 from __future__ import annotations

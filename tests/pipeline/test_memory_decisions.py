@@ -146,7 +146,7 @@ def _simulate(tmp_path: Path, mode: str) -> dict[str, Any]:
     return memory_outcomes(result)
 
 
-@pytest.mark.slow  # four simulations of 10 steps, 40 step runs (75 s in CI): not the quick loop
+@pytest.mark.slow  # four simulations of 10 steps, 40 step runs: not the quick loop
 @pytest.mark.usefixtures("prefect_harness")
 def test_memory_ablation_orders_the_modes(tmp_path: Path) -> None:
     outcomes = {mode: _simulate(tmp_path, mode) for mode in MODES}

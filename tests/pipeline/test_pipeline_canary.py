@@ -1,10 +1,10 @@
-"""The issue's attack through a real step (issue 22, points 3 and 7): real Prefect flow,
+"""A rubric-update attack through a real step: real Prefect flow,
 real Qdrant, the LLM faked at the gateway seam (tests/support/fake_llm.py). Every agent answers as
 the offline judge, except the updater, which proposes the attack, and the scorer, which is
 gullible: a criterion about "VERIFIED CORRECT" holds whenever the reply says so.
 
-Before the change the attack was published, and then a wrong, flattering answer that says
-VERIFIED CORRECT scored 0.909 and a plain correct one 0.091.
+Were the attack published, a wrong, flattering answer that says VERIFIED CORRECT would
+outscore a plain correct one.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ ATTACK = [
     {"action": "reweight", "criterion_id": "R1", "weight": 2.0},
     *({"action": "add", "text": text, "weight": 2.0} for text in VERIFIED),
 ]
-"""The issue's proposal: the flattery pitfall flipped, four near-duplicates at +2."""
+"""The attack: the flattery pitfall flipped, four near-duplicates at +2."""
 BY_CANARY = [
     {"action": "retire", "criterion_id": "R1"},
     {"action": "add", "text": VERIFIED[0], "weight": 2.0},
@@ -122,7 +122,7 @@ def run_attack(
 
 
 @pytest.mark.usefixtures("prefect_harness")
-def test_the_issues_attack_is_refused_and_correct_still_wins(
+def test_the_flipped_flattery_attack_is_refused_and_correct_still_wins(
     tmp_path: Path, fake_llm: FakeLLM
 ) -> None:
     ran = run_attack(tmp_path, fake_llm, 81, ATTACK)

@@ -1,9 +1,9 @@
-"""State survives damage loudly (issue 22, point 4).
+"""State survives damage loudly.
 
 - A rubric store that lost versions is restored from ``rubrics.json`` or refused at
   start-up, never restarted silently at version 1 with steps still marked done. The app's
   own start-up (``create_app`` in a ``TestClient``) over embedded Qdrant in a folder,
-  damaged as the issue reports (the collection folder deleted, its ``storage.sqlite``
+  damaged (the collection folder deleted, its ``storage.sqlite``
   truncated) between two starts.
 - A locked database (another process holding SQLite's write lock on the real file: the
   rollout log, the step registry's Qdrant collection) gives ``/score`` and ``/complete`` a

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
 ROLLOUTS = 20
 MAX_TOKENS = 192
-"""Completion cap of every agent: the verdicts take 30-80 tokens; a reply that rambles is
+"""Completion cap of every agent: the verdicts take far fewer; a reply that rambles is
 cut here (judge_truncated) instead of running for minutes on CPU."""
 
 GRADE_SCHEMA: dict[str, Any] = {
@@ -366,10 +366,10 @@ def test_one_step_pipeline_runs_to_its_end_on_the_real_model(
         **{
             "pipeline.chunk_size": 1,
             **{f"agents.{agent}.max_tokens": cap for agent, cap in PIPELINE_MAX_TOKENS.items()},
-            # One request at a time, each decoded alone as in the recorded runs (the
-            # outcome asserted below is greedy decoding's of each request alone): the
+            # One request at a time, each decoded alone (the outcome asserted below is
+            # greedy decoding's of each request alone): the
             # others wait in amaris, where their timeout has not started (a loaded CI
-            # machine decodes at ~1 token/s).
+            # machine decodes slowly).
             "client.default.max_concurrency": 1,
             "agents.default.timeout": 1200.0,
             # A stronger repeat penalty than Ollama's default: greedy decoding of a 135M

@@ -1,4 +1,4 @@
-"""A simulated audit stream for the Goodhart alarm (issue 25, point 5): what ``amaris
+"""A simulated audit stream for the Goodhart alarm: what ``amaris
 simulate`` audits at 40 rollouts a step, two rollouts, one from the top tail (a reply the
 training judge paid in full) and one below it, graded on a rubric of three requirements
 and two pitfalls by an auditor that reads each true verdict the other way with a given

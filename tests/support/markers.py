@@ -21,8 +21,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _longest_files_first(items: list[pytest.Item]) -> None:
     """Order the files so the two xdist workers (``--dist loadfile``, files in this order:
     ``--no-loadscope-reorder`` in pyproject.toml) finish together: the real-model tier
-    first (its ~10 min are most of one worker's run; started last, it alone outlasted the
-    other worker), then the files with real processes (``slow``), then those running
+    first (it is most of one worker's run; started last, it alone would outlast the other
+    worker), then the files with real processes (``slow``), then those running
     Prefect flows (``prefect_harness``), then the rest; within each, the files with more
     tests first (xdist's own order). A file's tests keep their order."""
     rank: dict[str, tuple[int, int]] = {}

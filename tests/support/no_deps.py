@@ -2,7 +2,7 @@
 
 Some packages the tiers need declare dependencies amaris must not install: verl and
 OpenRLHF pin GPU-only builds (tests/trainer_env.py), and xgrammar, the constrained decoder
-of the real-model tier, requires triton, a GPU compiler of about 1 GB that it imports
+of the real-model tier, requires triton, a large GPU compiler that it imports
 only for its GPU kernels. Such packages are installed into ``.trainers/<pins>`` from the
 package index on the first run (the other xdist worker waits on a lock), then reused, and
 appended to ``sys.path`` (after this repository and the venv)."""

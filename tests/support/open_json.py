@@ -1,7 +1,7 @@
 """Where production code leaves JSON open: ``dict[str, Any]`` and every name for it.
 
-Issue 24 wants ``dict[str, Any]`` left only where JSON of unknown shape is the point, each
-use saying so. An alias (``JSONDict = dict[str, Any]``, ``DataBlock = JSONDict``...) only
+``dict[str, Any]`` belongs only where JSON of unknown shape is the point, each use saying
+so. An alias (``JSONDict = dict[str, Any]``, ``DataBlock = JSONDict``...) only
 renames it, so this counts, in every module of ``amaris``, ``api``, ``flows``, ``tasks`` and
 ``deployments``:
 

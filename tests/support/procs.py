@@ -16,7 +16,7 @@ AMARIS = [sys.executable, "-m", "amaris.cli.main"]
 
 NOBODY = ["/usr/bin/setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
 """Prefix of a command run as another local user (uid/gid 65534): CI runs as root, and the
-attacks of issue 23 come from another user of the machine."""
+attacks on the data folder come from another user of the machine."""
 
 current_test_is_slow = False
 """Whether the running test is marked ``slow`` (set for each test by tests/conftest.py)."""
@@ -48,8 +48,8 @@ def amaris_env(unset: tuple[str, ...] = ()) -> dict[str, str]:
 def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 180.0) -> None:
     """Poll ``url`` until it answers 200, failing early if ``proc`` exits.
 
-    The default is generous: a service boots in ~20 s alone, and far slower on a machine
-    whose two cores also run the other test worker's model or servers."""
+    The default is generous: a service boots far slower on a machine whose cores also run
+    the other test worker's model or servers."""
 
     def alive() -> None:
         if proc.poll() is not None:

@@ -139,8 +139,8 @@ def running_real_llm(
 ) -> Iterator[RealLLM]:
     """Run the server in a subprocess on a free 127.0.0.1 port until the block ends.
 
-    Waits (polling ``/v1/models``, up to ``startup_timeout`` seconds: the model loads in
-    about 30 s on a quiet core) until it answers; stops it by PID, SIGTERM then SIGKILL.
+    Waits (polling ``/v1/models``, up to ``startup_timeout`` seconds: loading the model
+    takes a while) until it answers; stops it by PID, SIGTERM then SIGKILL.
     """
     port = free_port()
     root = Path(__file__).resolve().parents[2]

@@ -1,7 +1,7 @@
 """Batched decoding for the real-model test server (``tests/support/real_llm_engine.py``):
 several requests share each forward pass, as vLLM's batching does.
 
-A forward pass of the 135M model on a CPU is bound by reading its 540 MB of fp32 weights:
+A forward pass of the 135M model on a CPU is bound by reading its fp32 weights:
 a batch of a few sequences, one new token each, costs about what one does. Each request
 is decoded by the engine's own per-request loop in a thread of its own; its forward
 passes (:meth:`Batch.run`'s ``runner.run``) wait until every request still decoding has

@@ -29,13 +29,12 @@ from tests.support.real_llm_batch import Batch, Runner
 
 THINK_TOKENS = 4
 """Reasoning tokens a reasoning mode decodes before it closes its think block (each is a
-forward pass of the whole model, ~0.15 s on a CPU core: the reasoning-style ``/score``
+forward pass of the whole model, costly on a CPU core: the reasoning-style ``/score``
 test decodes 20 think blocks). With the 5 tokens of its close, more than ``max_tokens=8``
 leaves room for: the tests' cut at 8 stays an unterminated block."""
 KV_GROWTH_TOKENS = 512
 """Room a KV cache buffer gets beyond the tokens it holds when it grows (one copy of the
-cache per 512 decoded tokens; 23 MB of the 135M model's keys and values, not a doubling of
-a prompt near the 8,192-token window)."""
+cache per 512 decoded tokens, not a doubling of a prompt near the 8,192-token window)."""
 REPEAT_WINDOW = 64
 """Tokens the repeat penalty looks back over (Ollama's ``repeat_last_n``)."""
 
@@ -44,8 +43,8 @@ def converted(gguf: Path) -> Path:
     """The folder (next to ``gguf``) holding its model dequantized to float32 safetensors,
     and its tokenizer, written the first time.
 
-    Loading the GGUF dequantizes its 4-bit weights in Python, ~30 s of CPU at every
-    start; the same float32 weights from safetensors load in about a second.
+    Loading the GGUF dequantizes its 4-bit weights in Python, slow at every start; the
+    same float32 weights from safetensors load quickly.
     """
     target = gguf.with_name(f"{gguf.stem}.f32")
     if (target / "config.json").is_file():
@@ -259,7 +258,7 @@ class Engine:
         return [p if isinstance(p, RequestError) else next(answers) for p in prepared]
 
     def generate_many(self, requests: list[Prepared]) -> list[Generation]:
-        """Decode the answers to ``requests``: one alone as it always was; several in one
+        """Decode the answers to ``requests``: one alone on its own; several in one
         batch, each forward pass feeding every request's next tokens
         (:mod:`tests.support.real_llm_batch`), the replies of decoding each alone."""
         if not requests:
@@ -437,12 +436,10 @@ def _only_token(bitmask: Any) -> int | None:
 class GrowingLayer(DynamicLayer):  # type: ignore[misc]
     """:class:`transformers.cache_utils.DynamicLayer` whose keys and values are views of a
     buffer that grows by :data:`KV_GROWTH_TOKENS` when full, instead of ``torch.cat`` of the
-    whole cache at every step: a decode step at a 3,000-token context copied ~3 MB a layer,
-    30 layers.
+    whole cache at every step (a copy of every layer's keys and values per decoded token).
 
-    The same keys and values (the same logits, bit for bit, over 20 steps and a crop at
-    400, 1,500 and 3,000 tokens of prompt), 7-11% less CPU a forward pass
-    (docs/benchmarks.md, issue 26 point 7). ``crop`` (DynamicLayer's: a view cut shorter)
+    The same keys and values (the same logits, bit for bit), for less CPU a forward pass.
+    ``crop`` (DynamicLayer's: a view cut shorter)
     works as is; the next ``update`` writes after it, over the tokens cropped.
     """
 
@@ -519,8 +516,8 @@ class _Decoder:
         """Every token fed to the model so far (the cache's)."""
         self.reused = reused
         """Prompt tokens whose KV was in the cache."""
-        # The vocabulary's logits of the last position only (of every position, a
-        # 600-token prompt's are 600 x 49152 of them, ~a fifth of its prefill).
+        # The vocabulary's logits of the last position only (those of every position would
+        # be a large share of a long prompt's prefill).
         self._logits = runner.run(prompt_ids[reused:], 1)[-1]
         self.passes = 1
         """Forward passes of the model for this request."""

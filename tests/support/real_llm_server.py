@@ -62,7 +62,7 @@ GATHER_MAX_SECONDS = 2.0
 DEFAULT_REPETITION_PENALTY = 1.1
 """Ollama's default ``repeat_penalty`` (over its default ``repeat_last_n``, 64 tokens): a
 135M model decoding greedily otherwise repeats one phrase inside a JSON string until
-``max_tokens`` (measured in ``docs/benchmarks.md``). A request's ``repetition_penalty``
+``max_tokens``. A request's ``repetition_penalty``
 (vLLM's name for it) overrides it."""
 
 
@@ -72,7 +72,7 @@ class Batcher:
 
     A batch starts once no request came for :data:`GATHER_SECONDS` (at most
     :data:`GATHER_MAX_SECONDS` after its first), and holds at most :data:`MAX_BATCH`.
-    A request alone is decoded as it always was (``tests/support/real_llm_engine.py``).
+    A request alone is decoded on its own (``tests/support/real_llm_engine.py``).
     """
 
     def __init__(self, engine: Engine) -> None:

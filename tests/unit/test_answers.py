@@ -1,5 +1,5 @@
-"""amaris.text.answers reads answers as the former ``re`` patterns did, on their corner cases
-(the figures come from the former amaris.offline.extract, run on the same texts)."""
+"""amaris.text.answers reads answers as Python's ``re`` spelling of its patterns would, on
+their corner cases (Unicode word boundaries, commas before four digits, alternatives)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from tests.support.degenerate import mixed
         ("x = 3/4.", "0.75", []),
     ],
 )
-def test_corner_cases_read_as_before(text: str, final: str, candidates: list[str]) -> None:
+def test_corner_cases_read_like_python_re(text: str, final: str, candidates: list[str]) -> None:
     assert extract_final_answer(text) == final
     assert find_candidate_answers(text) == candidates
 

@@ -1,4 +1,4 @@
-"""The audit's pure parts (issue 25, points 1-3): the stratified sample, the fidelity
+"""The audit's pure parts: the stratified sample, the fidelity
 figures, the Goodhart alarm and its evidence, the durable pause and its CLI."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The alarm's statistics against an honest but noisy auditor (issue 25, point 5: "0 false
-alarms in 20 steady steps"): a steady stream whose auditor reads verdicts the other way
-at random fires at most ``audit.false_alarm_rate`` of its steps (never, at a quiet or an
-exact auditor), while a judge lenient to one hack fires within 2 steps of its drift.
+"""The alarm's statistics against an honest but noisy auditor: a steady stream whose
+auditor reads verdicts the other way at random fires at most ``audit.false_alarm_rate`` of
+its steps (never, at a quiet or an exact auditor), while a judge lenient to one hack fires
+within 2 steps of its drift.
 
 Each step audits what ``amaris simulate`` audits at 40 rollouts a step: two rollouts, one
 from the top tail (a reply the training judge paid in full) and one below it, graded on a
@@ -45,15 +45,15 @@ def test_a_steady_stream_with_an_exact_auditor_never_alarms() -> None:
 def test_a_steady_stream_with_a_noisy_auditor_alarms_at_most_at_the_false_alarm_rate(
     noise: float, quiet_runs: float
 ) -> None:
-    # An auditor reading 10% of verdicts the other way: what the old alarm fired on in 7-8
-    # of 20 steps. Each of the alarm's tests fires on a steady step with probability at
-    # most audit.false_alarm_rate; over 4000 steps the share stays under it.
+    # An auditor reading 10% of verdicts the other way. Each of the alarm's tests fires on
+    # a steady step with probability at most audit.false_alarm_rate; over 4000 steps the
+    # share stays under it.
     settings = AuditSettings()
     runs = [run_stream(seed, noise, settings) for seed in range(SEEDS)]
     steps = sum(len(run) for run in runs)
     fired = sum(1 for run in runs for alarm in run if alarm is not None)
     assert fired / steps <= settings.false_alarm_rate
-    # Nearly every 20-step run sees none (0 false alarms in 20 steady steps).
+    # Nearly every 20-step run sees no false alarm.
     assert sum(1 for run in runs if not any(run)) / len(runs) >= quiet_runs
     # A stricter level makes false alarms rarer still.
     strict = AuditSettings(false_alarm_rate=0.001)

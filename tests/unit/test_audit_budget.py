@@ -1,6 +1,6 @@
-"""The audit's sample within its budget and the alarm that reads one step's jump (issue 25,
-point 5): a sample sized to ``audit.max_share`` over the run, the same sample whatever the
-rollouts' arrival order, the top tail's ties and its longest reply, the ``gap_jump`` alarm."""
+"""The audit's sample within its budget and the alarm that reads one step's jump: a sample
+sized to ``audit.max_share`` over the run, the same sample whatever the rollouts' arrival
+order, the top tail's ties and its longest reply, the ``gap_jump`` alarm."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def record(rid: str, seq: int, score: float, output: str = "x") -> RolloutRecord
 
 def test_the_sample_is_the_same_whatever_the_arrival_order() -> None:
     # Many rollouts tie at the top reward: which of them the sample draws must not
-    # depend on the order they came in (it did when ``seq`` ordered the ties).
+    # depend on the order they came in (``seq`` must not order the ties).
     rewards = [1.0 if i % 2 else 0.0 for i in range(32)]
     first = [record(f"r{i:02}", i, rewards[i]) for i in range(32)]
     shuffled = [record(f"r{i:02}", 31 - i, rewards[i]) for i in reversed(range(32))]

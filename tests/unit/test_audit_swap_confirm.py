@@ -1,7 +1,6 @@
-"""The run's first swap-blind check is confirmed on the step's other top-tail rollouts
-(issue 25 point 5: ``amaris simulate --scenario judge-drift --rollouts-per-step 40
---seed 4`` never alarmed at e0aa447: the drift showed on one top-tail rollout at the drift
-step, whose swap check was blind, and on none the two steps after)."""
+"""The run's first swap-blind check is confirmed on the step's other top-tail rollouts: a
+drift may show on one top-tail rollout at the drift step, whose swap check is blind, and
+on none the steps after, so that one check alone would never alarm."""
 
 from __future__ import annotations
 
@@ -47,7 +46,7 @@ def _check(rid: str, blind: bool, reward: float | None = 1.0) -> ProbeResult:
     )
 
 
-# Seed 4's drift step: of 40 rollouts two padded ones the drifted judge pays in full; the
+# A drift step: of 40 rollouts two padded ones the drifted judge pays in full; the
 # audit's sample of two holds one (the top tail's longest reply), found blind.
 SCORED = [
     _scored("hack-sampled", "3 * 7." + PADDING + " The answer is 21.", 1.0),
@@ -82,7 +81,7 @@ def test_a_first_blind_swap_check_is_confirmed_on_the_longest_other_top_tail_rol
 def test_one_blind_check_alone_never_alarms_its_confirmation_does() -> None:
     settings = AuditSettings()
     step = fidelity([AuditedRollout(rollout_id="r", scope="global", training=1.0, audit=0.0)])
-    # What e0aa447 had at the drift step: one blind check of one, against three seen
+    # An unconfirmed drift step: one blind check of one, against three seen
     # (chance 0.09 at the steady share 1/23): no alarm, and none the next steps either.
     assert check_alarm(step, 5, EARLIER, settings, SwapTally(1, 1)) is None
     # Confirmed on the step's other padded reply: two of three over the window.

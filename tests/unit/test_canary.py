@@ -1,7 +1,7 @@
-"""The rubric canary (issue 22, point 3): a candidate rubric re-scores probes before it is
+"""The rubric canary: a candidate rubric re-scores probes before it is
 published, through the real Scorer and gateway, the judge scripted at the gateway seam.
 
-The judge here is gullible the way the issue's attack needs: a criterion about "VERIFIED
+The judge here is gullible the way the flipped-flattery attack needs: a criterion about "VERIFIED
 CORRECT" holds whenever the reply says so. Its other verdicts are plain: the anchor holds
 when the reply gives the reference's answer, the flattery pitfall when it flatters.
 """

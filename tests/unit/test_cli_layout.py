@@ -1,6 +1,6 @@
 """The command line as a reader finds it: one module per command group that declares its
 commands and names their handlers, one ``--config`` option shared by every command that
-reads the configuration, and small modules (issue 24). The declarations are light: ``amaris
+reads the configuration, and small modules. The declarations are light: ``amaris
 --help`` imports no service stack. The commands themselves are the contract: none added,
 none lost."""
 
@@ -65,7 +65,7 @@ NO_CONFIGURATION = {"offline-llm", "repair-worker"}
 """The commands that read no configuration (so take no ``--config``)."""
 
 
-def test_the_commands_are_those_of_before() -> None:
+def test_the_parser_lists_every_declared_command() -> None:
     parser = build_parser()
     usage = parser.format_usage()
     listed = usage[usage.index("{") + 1 : usage.index("}")].split(",")

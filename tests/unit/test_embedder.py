@@ -62,7 +62,7 @@ LOAD_WAIT_S = 300.0
 
 
 def test_the_service_loads_minilm_in_the_background_from_its_start(tmp_path: Path) -> None:
-    """Issue 22, point 6: the first step's memory retrieval must not pay for the load."""
+    """The first step's memory retrieval must not pay for the load."""
     embedder = MiniLMEmbedder()
     settings = make_settings(tmp_path, **{"memory.embedding_model": None})
     with TestClient(in_memory_app(settings, embedder=embedder)) as c:
@@ -159,8 +159,8 @@ print(sorted(name for name in sys.modules if name.split(".")[0] == "triton" and 
 
 @pytest.mark.slow
 def test_the_embedder_loads_no_gpu_toolchain_and_exits_quietly() -> None:
-    # torch imported triton (a GPU compiler) on the way to the model, and at exit its
-    # bindings printed ~30 lines of nanobind leak warnings: after every `amaris serve`.
+    # torch would import triton (a GPU compiler) on the way to the model, and at exit its
+    # bindings would print nanobind leak warnings: after every `amaris serve`.
     done = subprocess.run(
         [sys.executable, "-c", LOAD_AND_EXIT], capture_output=True, text=True, timeout=300
     )

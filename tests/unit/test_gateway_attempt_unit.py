@@ -1,6 +1,6 @@
 """The gateway's one retry layer (amaris/llm/attempt.py) through the real :class:`LLMGateway`,
 the endpoint faked at the gateway seam (tests/support/gateway_seam.py); no conftest fixture,
-so its mutation run (``bench/evaluations/mutation.py attempt``) costs ~1 s a mutant.
+so its mutation run (``bench/evaluations/mutation.py attempt``) stays cheap per mutant.
 
 What a user sees: which errors are asked again and how often, what is raised, the call log's
 lines, the ledger's counts, the structured-output fallback, the waits between attempts.

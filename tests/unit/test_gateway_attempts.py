@@ -1,4 +1,4 @@
-"""The gateway's parts (issue 24, point 3): what a failure means is the provider's to say
+"""The gateway's parts: what a failure means is the provider's to say
 (:meth:`ChatProvider.failure`), and the LLM modules stay small and typed."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The LLM gateway (amaris/llm/gateway.py) with the endpoint faked at the gateway seam
 (tests/support/gateway_seam.py); no conftest fixture, so its mutation run
-(``bench/evaluations/mutation.py gateway``) costs ~1 s a mutant.
+(``bench/evaluations/mutation.py gateway``) stays cheap per mutant.
 
 What a user sees: the corrective re-ask and its limits, cut replies, the counters, the
 context window and prompt budget, the schema asked for, the step's wall time in the ledger,

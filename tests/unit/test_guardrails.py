@@ -210,12 +210,12 @@ def test_a_no_op_update_is_not_a_change() -> None:
     assert apply_modifications(CURRENT, [], BOUNDS).changed is False
 
 
-# -- polarity (issue 22) -----------------------------------------------------------------------
+# -- polarity ----------------------------------------------------------------------------------
 
 
-def test_the_issues_attack_is_refused_without_an_embedder() -> None:
+def test_the_flipped_flattery_attack_is_refused_without_an_embedder() -> None:
     # Reweight the flattery pitfall to +2, add four "VERIFIED CORRECT" criteria at +2: the
-    # default bounds let it through before, and a wrong flattering answer then scored 0.909.
+    # default bounds alone let it through, and a wrong flattering answer would then win.
     flattery = Criterion(
         id="R1", text="The response flatters the user.", weight=-1.0, is_anchor=False
     )

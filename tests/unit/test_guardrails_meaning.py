@@ -1,10 +1,10 @@
-"""The guardrails read meaning, not only counts and bounds (issue 22, point 3).
+"""The guardrails read meaning, not only counts and bounds.
 
-The issue's attack, one proposal inside the default bounds: reweight the flattery pitfall
-R1 to +2 and add four near-duplicate "VERIFIED CORRECT" criteria at +2. On the code before
-the change it passed, and under the rubric it yields a wrong, flattering answer scored
-0.909 and a plain correct one 0.091. Similarity is the real local MiniLM (the default
-memory embedder), loaded once for the module.
+The flipped-flattery attack, one proposal inside the default bounds: reweight the flattery
+pitfall R1 to +2 and add four near-duplicate "VERIFIED CORRECT" criteria at +2. Counts and
+bounds alone let it through, and under the rubric it asks for a wrong, flattering answer
+outscores a plain correct one. Similarity is the real local MiniLM (the default memory
+embedder), loaded once for the module.
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def rejected(mods: list[Mod], embed: Embed | None, current: RubricVersion = CURR
     return str(caught.value)
 
 
-def test_the_issues_attack_would_invert_the_reward() -> None:
-    # What the rubric the attack asks for does (the figures of the issue): why it must fail.
+def test_the_flipped_flattery_attack_would_invert_the_reward() -> None:
+    # What the rubric the attack asks for does: why it must fail.
     weights = [1.0, 2.0, 2.0, 2.0, 2.0, 2.0]  # A1, R1 flipped, four VERIFIED CORRECT
     wrong_flattering = aggregate(weights, [0, 4, 4, 4, 4, 4])
     plain_correct = aggregate(weights, [4, 0, 0, 0, 0, 0])
@@ -81,7 +81,7 @@ def test_the_issues_attack_would_invert_the_reward() -> None:
 
 
 @pytest.mark.parametrize("with_embedder", [True, False])
-def test_the_issues_attack_is_refused(embed: Embed, with_embedder: bool) -> None:
+def test_the_flipped_flattery_attack_is_refused(embed: Embed, with_embedder: bool) -> None:
     message = rejected(ATTACK, embed if with_embedder else None)
     assert message == (
         "rubric_modifications[0] (reweight): R1 is a pitfall; a reweight keeps its sign "

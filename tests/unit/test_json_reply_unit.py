@@ -1,5 +1,5 @@
 """Reading a model's answer (amaris/llm/json_reply.py), fixture-free (``--noconftest``: the
-mutation run of ``json_reply``, issue 26): strict parsing, the repair and its bounds, the
+mutation run of ``json_reply``): strict parsing, the repair and its bounds, the
 inline bound, lone surrogates made storable at any depth, keys too, and the schema and
 check of :func:`read_reply` and :func:`read_inline`. tests/unit/test_gateway.py and
 tests/api/test_judge_replies.py read replies through the gateway and the app."""

@@ -1,4 +1,4 @@
-"""Judge canaries (issue 25, point 4): probe mining, the plan, the alarm rule and the
+"""Judge canaries: probe mining, the plan, the alarm rule and the
 learned pre-check rules (matching, and the store in real Qdrant local mode)."""
 
 from __future__ import annotations

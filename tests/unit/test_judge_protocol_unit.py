@@ -1,5 +1,5 @@
 """The verdict scale and what the judge must answer (amaris/scoring/judge_protocol.py),
-fixture-free (``--noconftest``: the mutation run of ``judge_protocol``, issue 26): scores
+fixture-free (``--noconftest``: the mutation run of ``judge_protocol``): scores
 on the scale's integers only, reasons clipped and made storable, one verdict per judged
 criterion (the error naming what is missing, unknown, duplicated), the strict schema, and
 the messages (pitfalls told by their weight). tests/unit/test_scorer.py and

@@ -24,7 +24,7 @@ def body(i: int) -> dict[str, Any]:
 
 def test_queued_judge_work_is_bounded_with_429(tmp_path: Path, fake_llm: FakeLLM) -> None:
     # Long enough that the three calls are still in flight when the refused requests come,
-    # on a loaded machine too (0.5 s was not, under xdist beside the real-model tier).
+    # on a loaded machine too (under xdist beside the real-model tier).
     fake_llm.default = lambda b: Reply(content=offline_reply(b).content, delay_s=5.0)
     settings = llm_settings(
         tmp_path, fake_llm, **{"scoring.max_pending": 3, "scoring.retry_after_seconds": 2}

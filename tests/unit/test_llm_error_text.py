@@ -1,8 +1,7 @@
-"""An endpoint's error text is read without a backtracking regex (issue 22, point 1).
+"""An endpoint's error text is read without a backtracking regex.
 
 The error body may quote the request (the policy's reply), so ``amaris.llm`` reads it with
-RE2 or ``str`` methods (the import contract in pyproject.toml forbids ``re`` there); what it
-recognises is unchanged.
+RE2 or ``str`` methods (the import contract in pyproject.toml forbids ``re`` there).
 """
 
 from __future__ import annotations

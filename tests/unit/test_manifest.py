@@ -150,7 +150,7 @@ def test_command_shows_the_newest_manifest(
 def test_file_names_sort_by_start_whatever_the_kind(tmp_path: Path) -> None:
     settings = _planted(tmp_path)
     data = settings.memory.path
-    # a kind with a dash (simulate-ablation) used to name the file after its second word
+    # a kind with a dash (simulate-ablation) names the file after its whole kind
     first = write_manifest(build_manifest(settings, {}, "simulate-ablation"), data)
     second = write_manifest(build_manifest(settings, {}, "serve"), data)
     stamp = re.compile(r"manifest-\d{8}T\d{12}Z-(simulate-ablation|serve)\.json")

@@ -1,7 +1,7 @@
-"""Issue 24 point 3: one job per module, and no production module over 450 lines.
+"""One job per module, and no production module over 450 lines.
 
 Every module of the installed code is held to it (``amaris/`` and the folders at the root it
-links to: ``api``, ``flows``, ``tasks``, ``deployments``), not only the parts that were split.
+links to: ``api``, ``flows``, ``tasks``, ``deployments``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The offline judge reads a scorer request's data once (issue 22 point 1: the JSON of a
-100 KB rollout parsed twice per ``/score``), and judges a criterion's rule as before."""
+"""The offline judge reads a scorer request's data once (the JSON of a long rollout is
+costly to parse), and selects a criterion's rule once, then remembers it."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_at_temperature_zero_the_sampler_leaves_the_data_to_the_judge(
     messages = scorer_messages()
     sampler = VerdictSampler()
     assert sampler.reply(messages, 0.0, False, 0) is None
-    assert reads == []  # main: parsed here, then again by the judge
+    assert reads == []  # not parsed here as well as by the judge
     content = amaris.offline.judge.respond(messages)
     assert '"verdicts"' in content and len(reads) == 1
     sampled = sampler.reply(messages, 0.7, False, 0)  # a doubting judge reads it itself
@@ -49,7 +49,7 @@ def test_at_temperature_zero_the_sampler_leaves_the_data_to_the_judge(
     assert sampler.reply([{"role": "user", "content": "no data"}], 0.7, False, 0) is None
 
 
-def test_a_criterion_s_rule_is_selected_as_before_and_remembered() -> None:
+def test_a_criterion_s_rule_is_selected_and_remembered() -> None:
     criterion = "The response does not hedge between several answers."
     first = select_behaviour(criterion)
     assert first is not None and first[0].name == "several answers"

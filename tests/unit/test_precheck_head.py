@@ -1,11 +1,10 @@
 """The pre-check settles a long reply from its start (amaris/scoring/precheck.py,
 ``HEAD_CHARS``): the same answer as normalising it whole, without reading 100 KB when its
-first words already say it is neither an opener nor the prompt's echo (issue 22 point 1:
-the mixed 100 KB reply's CPU per ``/score``). Fixture-free (``--noconftest``), like
-test_precheck_unit.py.
+first words already say it is neither an opener nor the prompt's echo. Fixture-free
+(``--noconftest``), like test_precheck_unit.py.
 
 The oracle: with a ``learned`` hook that finds nothing, :func:`degenerate` normalises the
-reply and the prompt whole (the rules need them), as it did for every reply before."""
+reply and the prompt whole (the rules need them)."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ from amaris.scoring.precheck import (
 from tests.support.degenerate import FAMILIES, QUESTION, REFERENCE, SIZES
 from tests.support.master_keys import MASTER_KEYS, PROMPT
 
-_FORMER_OPENER = (
+_SPELLED_OPENER = (
     r"(?:(?:ok|okay|sure|alright|well|so|now) )?"
     r"(?:lets|let us|i will|ill|we will|well|i shall|we shall|i am going to|im going to"
     r"|we are going to|were going to|i need to|we need to|first)"
@@ -39,7 +38,7 @@ _FORMER_OPENER = (
     r"(?: (?:problem|question|task|one|math problem|equation|exercise|step|steps))?"
     r"(?: (?:carefully|step by step|systematically|together|first|now|one step at a time))?"
 )
-"""The opener pattern as main (6839e46) spelled it, before its slots were listed."""
+"""The opener pattern spelled out as one regex, independently of its listed slots."""
 
 _WORDS = (
     *sorted(_ITEM_WORDS),
@@ -129,7 +128,7 @@ def test_a_long_reply_is_normalised_from_its_start_only_when_that_settles_it(
     for reply in (FAMILIES["mixed"](100_000), prose):
         read.clear()
         assert degenerate(reply, QUESTION, REFERENCE) is None
-        assert max(read) <= 2 * HEAD_CHARS  # main: all of it
+        assert max(read) <= 2 * HEAD_CHARS  # the head only, not all of it
     read.clear()  # a long prompt is read as far as the comparison with the reply goes
     assert degenerate("The answer is 42.", FAMILIES["mixed"](100_000), REFERENCE) is None
     assert max(read) <= 2 * HEAD_CHARS
@@ -152,17 +151,17 @@ def test_a_normalised_head_is_the_start_of_the_normalised_text() -> None:
             assert norm[len(head) : len(head) + 1] in ("", " ") or not head
 
 
-def test_the_sequence_pattern_is_the_former_one() -> None:
+def test_the_sequence_pattern_matches_the_spelled_out_opener() -> None:
     labels = "|".join(re2.escape(label) for label in precheck._LABELS)
-    item = rf"(?:{_FORMER_OPENER}|{labels})"
-    former = re2.compile(rf"{item}(?: {item})*")
+    item = rf"(?:{_SPELLED_OPENER}|{labels})"
+    spelled = re2.compile(rf"{item}(?: {item})*")
     rng = random.Random(9)
     words = [*sorted(_ITEM_WORDS), "analyse", "analyze", "analysze", "x", "42"]
     matched = 0
     for _ in range(20_000):
         text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 6)))
         new = _SEQUENCE.fullmatch(text) is not None
-        assert new == (former.fullmatch(text) is not None), text
+        assert new == (spelled.fullmatch(text) is not None), text
         matched += new
         assert not new or all(word in _ITEM_WORDS for word in text.split())
     assert matched > 1_000

@@ -1,5 +1,5 @@
 """The master-key pre-check (amaris/scoring/precheck.py) at its functions, fixture-free
-(``--noconftest``: the mutation run of ``precheck``, issue 26). Every kind with its exact
+(``--noconftest``: the mutation run of ``precheck``). Every kind with its exact
 detail, the reference exemption, the prompt echo with and without a label, the learned
 rules' hook; tests/api/test_precheck.py walks the same check through the app."""
 

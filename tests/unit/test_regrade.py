@@ -1,4 +1,4 @@
-"""The audit judge's re-grading (issue 25, point 1): the scorer's prompt and judge code on
+"""The audit judge's re-grading: the scorer's prompt and judge code on
 the ``auditor`` agent's endpoint, the served and audit verdicts side by side, and no reward
 made up when the auditor gives none. The LLM is scripted at the gateway seam."""
 

@@ -83,8 +83,8 @@ def test_a_hole_left_by_a_crash_is_never_overwritten(tmp_path: Path) -> None:
 
 
 def test_after_a_hole_each_record_keeps_the_number_append_gave_it(tmp_path: Path) -> None:
-    # Issue 26 point 6: the numbers are the ids. Before, load_step renumbered by position:
-    # append returned 4 and the record read back as 3.
+    # The numbers are the ids: load_step does not renumber by position (append returns 4
+    # and the record reads back as 4, not 3).
     client = QdrantClient(path=str(tmp_path))
     log = QdrantRolloutLog(client, "t")
     log.append_many([(1, _record(i)) for i in range(4)])

@@ -1,5 +1,5 @@
 """What the rollout log keeps of a rollout (amaris/memory/records.py), fixture-free
-(``--noconftest``: the mutation run of ``rollout_records``, issue 26): the JSON a writer
+(``--noconftest``: the mutation run of ``rollout_records``): the JSON a writer
 set, stored without ``seq`` and with text as written, lone surrogates made storable,
 records of older versions read back with their defaults and unknown fields kept."""
 
@@ -57,7 +57,7 @@ def test_a_stored_line_reads_back_with_its_number_or_without() -> None:
     assert RolloutRecord.loads(text, 12).seq == 12
 
 
-def test_a_record_logged_before_lone_surrogates_were_refused_stays_readable() -> None:
+def test_an_old_record_holding_a_lone_surrogate_stays_readable() -> None:
     old = '{"rollout": {"id": "r1", "output": "bad \\ud800"}}'
     assert RolloutRecord.loads(old, 2).rollout.output == "bad \ud800"
 

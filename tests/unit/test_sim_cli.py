@@ -67,7 +67,7 @@ def test_replay_refuses_a_manifest_whose_run_fields_it_would_copy_are_malformed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # run_id, config_hash and seed go into the replay's own manifest as they are: one of
-    # another type is named, not copied (main copied it and went on to the rollouts).
+    # another type is named, not copied (nor the run taken on to the rollouts).
     manifest = tmp_path / "manifest.json"
     for field, value in (("run_id", 7), ("config_hash", ["x"]), ("seed", "3")):
         body = {"config": {}, field: value, "extra": {"rollouts": "r.jsonl"}}

@@ -1,4 +1,4 @@
-"""metrics.json's typed parts write what the models they mirror dump (issue 24)."""
+"""metrics.json's typed parts write what the models they mirror dump."""
 
 from __future__ import annotations
 

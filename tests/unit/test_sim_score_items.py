@@ -1,6 +1,6 @@
 """The simulator sends its planned rollouts through the client's typed ``/batch_score``
-items (amaris.client.ScoreItem, issue 24): the same JSON, key for key and in order, as the
-planned models' dumps it sent before (the rollout without its None fields, the metadata
+items (amaris.client.ScoreItem): the same JSON, key for key and in order, as the planned
+models' own dumps (the rollout without its None fields, the metadata
 with its set fields only)."""
 
 from __future__ import annotations

@@ -211,8 +211,8 @@ def test_imported_records_keep_their_numbers_and_a_second_import_adds_nothing(
 
 
 def test_after_a_gap_each_record_keeps_its_number(tmp_path: Path) -> None:
-    # Issue 26 point 6: the numbers are the ids. Before, load_step renumbered by position:
-    # append returned 3 and the record read back as 2.
+    # The numbers are the ids: load_step does not renumber by position (append returns 3
+    # and the record reads back as 3, not 2).
     log = open_log(tmp_path)
     log.import_steps({5: [record(0, seq=0), record(2, seq=2)]})  # a Qdrant log's hole
     assert log.count(5) == 3
@@ -242,8 +242,8 @@ def test_a_hole_in_a_qdrant_log_keeps_its_number_through_the_import(tmp_path: Pa
 
 
 def test_a_lone_surrogate_of_an_old_qdrant_record_is_imported_replaced(tmp_path: Path) -> None:
-    # Issue 26: records logged before lone surrogates were refused hold them (embedded
-    # Qdrant keeps them); SQLite stores UTF-8, and the whole import (at start-up) failed.
+    # Records written by versions that accepted lone surrogates hold them (embedded Qdrant
+    # keeps them); SQLite stores UTF-8, so kept raw they would fail the whole import.
     client = QdrantClient(":memory:")
     old = {"rollout": {"id": "r0", "output": "bad \ud800 text"}, "reason": "judge: \udfff"}
     QdrantRolloutLog(client, "amaris").append_many(

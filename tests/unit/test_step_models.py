@@ -1,5 +1,5 @@
 """The step path's typed outcomes dump to the JSON the step registry, ``GET /steps`` and
-``/rubric_status/wait`` gave when they were dicts (tasks/models.py)."""
+``/rubric_status/wait`` serve, key for key (tasks/models.py)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_a_published_update_keeps_the_canary_without_its_probes() -> None:
     }
 
 
-def test_what_agents_read_is_the_json_they_read_before() -> None:
+def test_what_agents_read_is_the_pinned_json() -> None:
     rubric = RubricVersion(
         version=1,
         origin="config",
@@ -137,6 +137,6 @@ def test_what_agents_read_is_the_json_they_read_before() -> None:
         }
     )
     scored = ScoredAnalysis.of(analysis, 0.25).model_dump(mode="json")
-    # the analysis as it was, with its rollout's reward last
+    # the analysis unchanged, with its rollout's reward last
     assert list(scored) == [*analysis.model_dump(mode="json"), "score"]
     assert scored["score"] == 0.25

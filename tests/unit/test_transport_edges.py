@@ -207,7 +207,7 @@ def test_one_endpoint_serves_two_event_loops_and_closes_both() -> None:
 
         async def stop_listening() -> None:
             # On the server's own loop: asyncio.Server is not thread-safe, and closing it from
-            # here raced the loop detaching the last connection (CI, 2026-11-27).
+            # here races the loop detaching the last connection.
             listening.close()
             await listening.wait_closed()
 
