@@ -25,8 +25,7 @@ from amaris.rubric.informativeness import DueCriterion, ScopeStats
 from amaris.rubric.model import RubricVersion
 from amaris.settings import ModelPrice
 from amaris.steps.context import get_context
-from amaris.steps.outcomes import Dropped
-from amaris.tasks.models import ScopeOutcome, UpdateOutcome
+from amaris.steps.outcomes import Dropped, ScopeOutcome, UpdateOutcome
 from amaris.text.markdown import inert
 
 log = logging.getLogger("amaris.pipeline")

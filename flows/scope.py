@@ -44,19 +44,13 @@ from amaris.rubric.informativeness import (
 from amaris.rubric.model import RubricVersion
 from amaris.scoring.canary import canary_rollouts
 from amaris.steps.context import get_context
-from amaris.steps.outcomes import Dropped, UpdateKind
+from amaris.steps.outcomes import Dropped, ScopeOutcome, UpdateKind, UpdateOutcome
 from amaris.tasks._common import DROPS, LLMTask, criteria_context, split_for
 from amaris.tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from amaris.tasks.canary import CanaryRequest, check_canary
 from amaris.tasks.generate_queries import generate_queries
 from amaris.tasks.meta_summarize import meta_summarize
-from amaris.tasks.models import (
-    AgentCriterion,
-    Peer,
-    ScopeOutcome,
-    ScoredAnalysis,
-    UpdateOutcome,
-)
+from amaris.tasks.models import AgentCriterion, Peer, ScoredAnalysis
 from amaris.tasks.publish_rubric import publish_update
 from amaris.tasks.remember import remember
 from amaris.tasks.retrieve_memory import retrieve_memory

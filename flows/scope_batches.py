@@ -23,9 +23,9 @@ from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import ScopeStats
 from amaris.settings import AgentName
 from amaris.steps.context import get_context
+from amaris.steps.outcomes import ScopeOutcome
 from amaris.tasks._common import work_key
 from amaris.tasks.analyze import forget_analyses
-from amaris.tasks.models import ScopeOutcome
 from amaris.tasks.publish_rubric import record_versions
 from amaris.text.markdown import inert
 

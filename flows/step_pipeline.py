@@ -19,14 +19,12 @@ from amaris.flows.artifacts import (
 )
 from amaris.flows.scope_batches import ScopeWork, by_scope, process_all
 from amaris.flows.scope_facts import unwalked
-from amaris.models import JSONValue
 from amaris.steps.context import get_context
-from amaris.steps.outcomes import RubricStatus, StepRun, rubric_status
+from amaris.steps.outcomes import RubricStatus, ScopeOutcome, StepRun, rubric_status, scopes_json
 from amaris.tasks.audit import run_audit
 from amaris.tasks.judge_canaries import JudgeCanaryRequest, audit_pairs, check_judge_canaries
 from amaris.tasks.load_rollouts import load_step_rollouts
 from amaris.tasks.measure_criteria import measure_criteria
-from amaris.tasks.models import ScopeOutcome
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -38,15 +36,9 @@ class StepResult(BaseModel):
     rollouts: int
     scopes: dict[str, ScopeOutcome]
 
-    def scopes_json(self) -> JSONValue:
-        """The outcome per scope as the step registry and ``GET /rubric_status/wait``
-        give it: the JSON of each scope's :class:`ScopeOutcome`, which the coordinator
-        passes on (:attr:`StepRun.scopes`)."""
-        return {scope: outcome.model_dump(mode="json") for scope, outcome in self.scopes.items()}
-
     def run(self) -> StepRun:
         """What the step's coordinator is told."""
-        return StepRun(step=self.step, scopes=self.scopes_json())
+        return StepRun(step=self.step, scopes=self.scopes)
 
     def rubric(self) -> RubricStatus:
         """What the step did to the rubric (:func:`~amaris.steps.outcomes.rubric_status`)."""
@@ -93,6 +85,13 @@ async def step_pipeline(step: int) -> State[StepResult]:
     return outcome.final_state()
 
 
+async def run_step_flow(step: int) -> StepRun:
+    """Run the step flow in this process: what its coordinator is told (the local
+    :class:`~amaris.steps.launcher.StepLauncher` calls it on the pipeline loop)."""
+    # The flow returns its final state; Prefect gives its caller that state's result.
+    return StepResult.model_validate(await step_pipeline(step)).run()
+
+
 async def _run_step(step: int) -> StepResult:
     ctx = get_context()
     records = await load_step_rollouts(step)
@@ -128,7 +127,7 @@ async def _run_step(step: int) -> StepResult:
     # The registry (in the shared one too: a replica that did not run this flow reads it
     # there), the rubrics' export and each artifact (a request to Prefect's server), together.
     await asyncio.gather(
-        asyncio.to_thread(ctx.steps.set, step, scopes=outcome.scopes_json()),
+        asyncio.to_thread(ctx.steps.set, step, scopes=scopes_json(outcome.scopes)),
         *([asyncio.to_thread(ctx.rubrics.export)] if published else []),
         hacking_table_artifact(step, outcome.scopes),
         criteria_table_artifact(step, measured),

@@ -11,12 +11,12 @@ from pydantic import BaseModel, Field
 
 from amaris.agents.findings import StepFindings
 from amaris.agents.schemas import RubricUpdateProposal
+from amaris.rubric.canary_report import CanaryReport, CanaryRollout
 from amaris.rubric.guardrails import UpdateRejected
 from amaris.rubric.informativeness import DueCriterion
 from amaris.rubric.model import RubricVersion
 from amaris.scoring.canary import run_canary
 from amaris.scoring.canary_plan import MAX_HACK_PROBES
-from amaris.scoring.canary_report import CanaryReport, CanaryRollout
 from amaris.steps.context import get_context
 from amaris.tasks._common import apply_proposal, training_scorer
 

@@ -1,5 +1,6 @@
-"""What the step's tasks exchange, typed: the criteria and peers an agent reads, the
-memory the updater is given, and what became of a scope's rubric update.
+"""What the step's tasks exchange, typed: the criteria and peers an agent reads and the
+memory the updater is given. What became of a scope's rubric update
+(:class:`~amaris.steps.outcomes.ScopeOutcome`) is the coordinator's too: it lives below.
 
 The agents' own outputs are their schemas (:mod:`amaris.agents.schemas`:
 ``IndividualAnalysis``, ``BatchSummary``, ``RubricUpdateProposal``). Models travel between
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict
 
 # Moved to amaris.agents.blocks (the prompts type the blocks that carry them); importable
 # here still, for the importers and the task results Prefect pickled under this name.
@@ -20,11 +21,13 @@ from amaris.agents.blocks import DynamicMemory as DynamicMemory
 from amaris.agents.blocks import ScoredAnalysis as ScoredAnalysis
 from amaris.agents.blocks import StaticMemory as StaticMemory
 from amaris.agents.payloads import CriterionData, PeerData
-from amaris.agents.schemas import AggregatedBehaviour, Strategy
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
-from amaris.scoring.canary_report import CanaryReport
-from amaris.steps.outcomes import Dropped, UpdateKind
+
+# Moved to amaris.steps.outcomes (the coordinator and the API carry them typed); importable
+# here still, for the importers and the task results Prefect pickled under this name.
+from amaris.steps.outcomes import ScopeOutcome as ScopeOutcome
+from amaris.steps.outcomes import UpdateOutcome as UpdateOutcome
 
 
 class _Frozen(BaseModel):
@@ -88,60 +91,3 @@ class RetrievedMemory(_Frozen):
     static: list[StaticMemory]
     dynamic: list[DynamicMemory]
     queries: list[str]
-
-
-_NOT_ASKED: frozenset[UpdateKind] = frozenset({"skipped", "no_update"})
-
-
-class UpdateOutcome(_Frozen):
-    """What became of a scope's rubric update.
-
-    As JSON (what the step registry, ``GET /steps`` and the memory keep): ``reason``,
-    ``canary`` and ``retired_uninformative`` only when set, ``strategy`` only when the
-    updater was asked (``null`` when its output was invalid).
-    """
-
-    outcome: UpdateKind
-    version: int
-    """The rubric version in force for the scope after the update."""
-    base_version: int
-    """The version the update started from."""
-    strategy: Strategy | None = None
-    reason: str | None = None
-    canary: CanaryReport | None = None
-    """The rubric canary's report on the candidate (its probes left out of the JSON)."""
-    retired_uninformative: list[str] | None = None
-    """Criteria retired with the update for being uninformative."""
-
-    @model_serializer(mode="wrap")
-    def _as_recorded(self, handler: SerializerFunctionWrapHandler) -> object:
-        data = handler(self)
-        if not isinstance(data, dict):  # pragma: no cover - a model serialises to a dict
-            return data
-        for name in ("reason", "canary", "retired_uninformative"):
-            if getattr(self, name) is None:
-                data.pop(name, None)
-        if self.outcome in _NOT_ASKED:
-            data.pop("strategy", None)
-        if isinstance(data.get("canary"), dict):
-            data["canary"].pop("probes", None)
-        return data
-
-
-class ScopeOutcome(UpdateOutcome):
-    """A scope's outcome in a step: its update's, with the rollouts it had, the hacking
-    its summary found and the outputs it went on without."""
-
-    rollouts: int
-    hacking: list[AggregatedBehaviour]
-    dropped: list[Dropped]
-
-    @classmethod
-    def of(
-        cls,
-        update: UpdateOutcome,
-        rollouts: int,
-        hacking: list[AggregatedBehaviour],
-        dropped: list[Dropped],
-    ) -> ScopeOutcome:
-        return cls(**dict(update), rollouts=rollouts, hacking=hacking, dropped=dropped)

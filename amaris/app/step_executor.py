@@ -14,6 +14,7 @@ its state and record how it ended in the shared step registry, where every repli
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from uuid import UUID
 
@@ -22,8 +23,9 @@ from prefect.runner import Runner
 
 from amaris.deployments.steps import add_steps, register_steps, submit_step
 from amaris.memory.rollout_log import StepRegistry
-from amaris.steps.coordinator import StepRunFailedError
-from amaris.steps.outcomes import StepRun
+from amaris.steps.errors import StepRunFailedError
+from amaris.steps.outcomes import StepRun, recorded_scopes
+from amaris.steps.runner import PipelineRunner
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -93,7 +95,7 @@ class DeploymentExecutor:
     async def _follow(self, step: int, flow_run_id: UUID) -> StepRun:
         """The step's outcome once its run ends, or once the registry has one (another
         replica recorded it, or a later attempt ended). One Prefect client for the whole
-        wait: a new one builds a TLS context, ~50 ms of CPU (``amaris/readiness.py``)."""
+        wait: a new one builds a TLS context, which is costly (``amaris/readiness.py``)."""
         async with get_client() as client:
             while True:
                 state = (await client.read_flow_run(flow_run_id)).state
@@ -111,4 +113,16 @@ class DeploymentExecutor:
         # The flow stored its scopes in the registry: its result lives in the storage of
         # the process that ran it, which this replica may not reach.
         final = await asyncio.to_thread(self._steps.get, step)
-        return StepRun(step=step, scopes=final.scopes if final is not None else None)
+        return StepRun(step=step, scopes=recorded_scopes(final) if final is not None else None)
+
+
+class DeploymentLauncher:
+    """The :class:`~amaris.steps.launcher.StepLauncher` of ``pipeline.executor:
+    deployment``: each step a run of the step deployment, followed on the pipeline loop."""
+
+    def __init__(self, runner: PipelineRunner, executor: DeploymentExecutor) -> None:
+        self._runner = runner
+        self._executor = executor
+
+    def run(self, step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
+        return self._runner.submit(self._executor.run(step, new_attempt))

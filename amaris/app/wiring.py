@@ -1,25 +1,25 @@
-"""The composition root: builds :class:`~amaris.services.Services` from the settings."""
+"""The composition root: builds :class:`~amaris.services.Services` from the settings.
+
+:func:`build_services` composes one builder per job: the stores (:func:`open_stores`), the
+LLM gateways (:func:`build_gateways`), the scorer (:func:`build_scorer`), the step path
+(:func:`build_step_path`) and what the metrics read of them (:func:`watch_metrics`).
+"""
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
-from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fastapi import FastAPI
-from prefect.client.orchestration import get_client
 from qdrant_client import QdrantClient
 
 from amaris.agents.prompts import load_prompts
 from amaris.api.app import build_api
 from amaris.app.prefect_env import configure_prefect
-from amaris.app.retention import PrefectRetention
-from amaris.app.step_executor import DeploymentExecutor
-from amaris.audit.monitor import FidelityMonitor
+from amaris.app.step_path import StepPath, StepPathStart, build_step_path
+from amaris.app.stores import Stores, open_stores
 from amaris.audit.pause import AuditPause
-from amaris.flows.step_pipeline import StepResult, step_pipeline
 from amaris.llm.budget import ContextWindows
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
@@ -28,32 +28,16 @@ from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
 from amaris.llm.reachability import Reachabilities
 from amaris.manifest import ManifestJSON
-from amaris.memory.embedder import Embedder, build_embedder, preload
-from amaris.memory.precheck_rules import PrecheckRuleStore
+from amaris.memory.embedder import Embedder
 from amaris.memory.qdrant import open_qdrant
-from amaris.memory.retention import enforce_retention
-from amaris.memory.rollout_backend import open_rollout_log
-from amaris.memory.rollout_log import StepRegistry
-from amaris.memory.store import MemoryStore
 from amaris.metrics import Metrics
-from amaris.rubric.integrity import check_rubric_store
 from amaris.rubric.scopes import ScopeResolver
-from amaris.rubric.store import RubricStore
 from amaris.scoring.learned_rules import LearnedRules
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer
-from amaris.services import Services, settle_heap
+from amaris.services import Services
 from amaris.settings import AGENTS, Settings
-from amaris.steps.context import (
-    PipelineContext,
-    pipeline_gateway_settings,
-    set_context,
-    store_namespace,
-)
-from amaris.steps.coordinator import StepCoordinator
-from amaris.steps.outcomes import StepRun
-from amaris.steps.runner import PipelineRunner
-from amaris.steps.store import InProcess, SharedStore
+from amaris.steps.context import pipeline_gateway_settings
 
 log = logging.getLogger("amaris")
 
@@ -127,33 +111,69 @@ def build_services(
     owns_qdrant = qdrant is None
     qdrant = qdrant or open_qdrant(settings.memory, location=qdrant_location)
     try:
-        prefix = settings.memory.collection
-        store = RubricStore(qdrant, prefix, settings.memory.rubrics_export_path)
-        steps = StepRegistry(qdrant, prefix)
-        # Before anything reads or initialises the store: a store that lost versions is
-        # restored from rubrics.json or refused, never restarted at version 1.
-        check_rubric_store(store, settings.memory.rubrics_export_path, steps)
-        store.ensure_initialized(settings)
-        embedder = embedder or build_embedder(settings.memory, settings.client)
-        # MiniLM loads now, in a thread, while the service starts and scores: the first
-        # step's memory retrieval waits for it only if it comes within seconds.
-        preload(embedder)
-        memory = MemoryStore(qdrant, prefix, embedder)
-        shared = settings.pipeline.executor == "deployment"
-        replica = settings.server.replica if shared else ""
-        # SQLite in the data folder for the embedded store, the Qdrant collection for a
-        # shared one: the configuration chooses (amaris/memory/rollout_backend.py).
-        rollouts = open_rollout_log(settings, qdrant, writer=replica)
-        precheck_rules = PrecheckRuleStore(qdrant, prefix)
+        stores = open_stores(settings, qdrant, embedder)
     except Exception:
         if owns_qdrant:
             qdrant.close()
         raise
-    call_log = CallLog(settings.log_dir)
     metrics = metrics or Metrics()
+    gateways = build_gateways(settings, providers, metrics)
+    scorer = build_scorer(settings, gateways.score, stores, prompts)
+    scopes = ScopeResolver(settings, stores.rubrics)
+    steps = build_step_path(
+        settings,
+        stores,
+        gateways.pipeline,
+        prompts,
+        StepPathStart(manifest=manifest, warm_prefect=warm_prefect, prefect_ready=prefect_ready),
+        on_finished=metrics.observe_step,
+    )
+    watch_metrics(metrics, settings, gateways, scorer, stores, steps)
+    log_judges(settings, providers)
+    return Services(
+        settings=settings,
+        qdrant=qdrant,
+        store=stores.rubrics,
+        gateway=gateways.score,
+        pipeline_gateway=gateways.pipeline,
+        scorer=scorer,
+        providers=providers,
+        scopes=scopes,
+        rollouts=stores.rollouts,
+        steps=stores.steps,
+        memory=stores.memory,
+        prompts=prompts,
+        runner=steps.runner,
+        coordinator=steps.coordinator,
+        metrics=metrics,
+        ids=RolloutIds(stores.rollouts),
+        pause=AuditPause(settings.memory.path),
+        owns_qdrant=owns_qdrant,
+        precheck_rules=stores.precheck_rules,
+        judges=Reachabilities(
+            providers, {agent: settings.agent_options(agent).timeout for agent in AGENTS}
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Gateways:
+    """The LLM gateways of the hot path (``score``) and of the step path (``pipeline``)."""
+
+    score: LLMGateway
+    pipeline: LLMGateway
+    ledger: TokenLedger
+    """Both gateways' token use: a step's scorer calls and its pipeline calls in one table."""
+
+
+def build_gateways(
+    settings: Settings, providers: dict[str, ChatProvider], metrics: Metrics
+) -> Gateways:
+    """The two gateways, sharing one call log, ledger and registries of what each endpoint
+    supports; the step path's on providers of its own (:func:`_fresh`)."""
+    call_log = CallLog(settings.log_dir)
     # One registry of structured-output modes: a fallback found on either path holds for both.
     output_modes = OutputModes()
-    # One ledger: a step's scorer calls and its pipeline calls add up in one table.
     ledger = TokenLedger()
     # One registry of context windows: each endpoint's /v1/models is read once for both.
     windows = ContextWindows()
@@ -176,107 +196,49 @@ def build_services(
         context_windows=windows,
         step_wall_time=True,
     )
+    return Gateways(gateway, pipeline_gateway, ledger)
+
+
+def build_scorer(
+    settings: Settings, gateway: LLMGateway, stores: Stores, prompts: dict[str, str]
+) -> Scorer:
+    """The hot path's scorer: the judge the configuration names, the rules it learned."""
     judge = settings.agents.for_agent("scorer")
-    scorer = Scorer(
+    return Scorer(
         settings.scoring,
         gateway,
-        store,
+        stores.rubrics,
         prompts["scorer"],
         samples=judge.samples,
         logprobs=judge.logprobs,
-        learned_rules=LearnedRules(precheck_rules),
-    )
-    scopes = ScopeResolver(settings, store)
-    namespace = store_namespace(settings)
-    canary: Counter[str] = Counter()
-    """The rubric canary's verdicts in this process (step flows run here): /metrics."""
-    judge_canaries: Counter[str] = Counter()
-    """The judge canaries' probes and alarms in this process: /metrics."""
-    fidelity = FidelityMonitor()
-    """The audits of the step flows run here: /metrics."""
-
-    async def warm_up() -> None:
-        set_context(
-            PipelineContext(
-                settings=settings,
-                gateway=pipeline_gateway,
-                memory=memory,
-                rollouts=rollouts,
-                steps=steps,
-                rubrics=store,
-                prompts=prompts,
-                namespace=namespace,
-                manifest=manifest,
-                canary=canary,
-                precheck_rules=precheck_rules,
-                judge_canaries=judge_canaries,
-                fidelity=fidelity,
-            )
-        )
-        if prefect_ready is not None:
-            await asyncio.to_thread(prefect_ready)
-        if warm_prefect:
-            # Boot (or reach) the Prefect API now rather than at the first step.
-            async with get_client() as client:
-                await client.api_healthcheck()
-
-    async def after_step(step: int) -> None:
-        await asyncio.to_thread(enforce_retention, settings, rollouts, memory, step)
-
-    # One replica or several: which collaborators run steps and hold their state is the only
-    # difference (configuration), not a second path through the coordinator.
-    executor = (
-        DeploymentExecutor(
-            steps,
-            replica,
-            work_pool=settings.pipeline.work_pool,
-        )
-        if shared
-        else None
+        learned_rules=LearnedRules(stores.precheck_rules),
     )
 
-    retention = PrefectRetention(settings.prefect, steps)
 
-    async def start_pipeline() -> None:
-        await warm_up()
-        if executor is not None:
-            await executor.start()
-        # On the pipeline's loop: it has the Prefect settings the flows run under.
-        retention.start()
-
-    runner = PipelineRunner(on_start=start_pipeline)
-
-    async def run_here(step: int) -> StepRun:
-        # The flow returns its final state; Prefect gives its caller that state's result.
-        return StepResult.model_validate(await step_pipeline(step)).run()
-
-    def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
-        if executor is not None:
-            return runner.submit(executor.run(step, new_attempt))
-        return runner.submit(run_here(step))
-
-    coordinator = StepCoordinator(
-        settings,
-        rollouts,
-        steps,
-        run_step,
-        on_done=after_step,
-        on_finished=metrics.observe_step,
-        store=SharedStore(steps, rollouts) if shared else InProcess(),
-        replica=replica,
-        after_wake=settle_heap,
-    )
+def watch_metrics(
+    metrics: Metrics,
+    settings: Settings,
+    gateways: Gateways,
+    scorer: Scorer,
+    stores: Stores,
+    steps: StepPath,
+) -> None:
+    """Export the counters of what was built, read at each scrape of ``/metrics``."""
     metrics.watch(
-        {"score": gateway, "pipeline": pipeline_gateway},
+        {"score": gateways.score, "pipeline": gateways.pipeline},
         scorer,
-        store,
-        coordinator,
-        ledger,
+        stores.rubrics,
+        steps.coordinator,
+        gateways.ledger,
         settings.pricing,
-        canary,
-        fidelity,
+        steps.context.canary,
+        steps.context.fidelity,
     )
-    metrics.watch_judge_canaries(judge_canaries, precheck_rules)
+    metrics.watch_judge_canaries(steps.context.judge_canaries, stores.precheck_rules)
+
+
+def log_judges(settings: Settings, providers: dict[str, ChatProvider]) -> None:
+    """Say which agents the offline rule-based judge serves, and the audit judge's share."""
     if providers["scorer"].offline:
         log.warning(OFFLINE_BANNER)
     if settings.auditor_on:
@@ -293,30 +255,6 @@ def build_services(
         log.warning(
             "agents served by the OFFLINE rule-based agents, not an LLM: %s", ", ".join(offline)
         )
-    return Services(
-        settings=settings,
-        qdrant=qdrant,
-        store=store,
-        gateway=gateway,
-        pipeline_gateway=pipeline_gateway,
-        scorer=scorer,
-        providers=providers,
-        scopes=scopes,
-        rollouts=rollouts,
-        steps=steps,
-        memory=memory,
-        prompts=prompts,
-        runner=runner,
-        coordinator=coordinator,
-        metrics=metrics,
-        ids=RolloutIds(rollouts),
-        pause=AuditPause(settings.memory.path),
-        owns_qdrant=owns_qdrant,
-        precheck_rules=precheck_rules,
-        judges=Reachabilities(
-            providers, {agent: settings.agent_options(agent).timeout for agent in AGENTS}
-        ),
-    )
 
 
 def _fresh(providers: dict[str, ChatProvider], settings: Settings) -> dict[str, ChatProvider]:

@@ -57,10 +57,7 @@ from collections.abc import Collection, Mapping, Sequence
 from amaris.memory.models import HackProbe
 from amaris.memory.records import RolloutRecord
 from amaris.models import ScoreRequest
-from amaris.rubric.model import Criterion, RubricVersion
-from amaris.scoring.aggregate import aggregate, normalise
-from amaris.scoring.canary_plan import CANDIDATE_ONLY, Plan, Probe, probe_rollout
-from amaris.scoring.canary_report import (
+from amaris.rubric.canary_report import (
     PASS_AT,
     CanaryProbe,
     CanaryReport,
@@ -68,6 +65,9 @@ from amaris.scoring.canary_report import (
     Side,
     decide,
 )
+from amaris.rubric.model import Criterion, RubricVersion
+from amaris.scoring.aggregate import aggregate, normalise
+from amaris.scoring.canary_plan import CANDIDATE_ONLY, Plan, Probe, probe_rollout
 from amaris.scoring.scorer import Scorer
 
 FAIL_AT = 0.25

@@ -1,5 +1,5 @@
 """The rubric canary's probes and the plan of which to judge within its budget
-(:mod:`amaris.scoring.canary` judges them and :mod:`amaris.scoring.canary_report` decides)."""
+(:mod:`amaris.scoring.canary` judges them and :mod:`amaris.rubric.canary_report` decides)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 from amaris.memory.models import HackProbe
 from amaris.models import Rollout
+from amaris.rubric.canary_report import CanaryRollout, Kind, Side
 from amaris.rubric.model import Criterion
 from amaris.scoring.canary_probes import swapped
-from amaris.scoring.canary_report import CanaryRollout, Kind, Side
 from amaris.scoring.probes import MASTER_KEYS, claim_probe, phrase_probe
 from amaris.text.answers import extract_final_answer
 

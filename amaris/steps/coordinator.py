@@ -16,7 +16,6 @@ process's memory alone.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -31,12 +30,12 @@ from amaris.memory.storage_health import StorageHealth, StorageUnavailableError
 from amaris.settings import Settings
 from amaris.steps.durable import DurableWrites
 from amaris.steps.errors import StepRefusedError, StepRunFailedError, UnknownStepError
-from amaris.steps.outcomes import StepOutcome, StepRun, WaitResult
+from amaris.steps.launcher import StepLauncher
+from amaris.steps.outcomes import StepOutcome, WaitResult, scopes_json
 from amaris.steps.state import StepState, StepStates
 from amaris.steps.store import InProcess, StepStore
 
 __all__ = [
-    "RunStep",
     "StepCoordinator",
     "StepRefusedError",
     "StepRunFailedError",
@@ -46,9 +45,6 @@ __all__ = [
 
 log = logging.getLogger("amaris.steps.coordinator")
 
-# Runs a step (once more when its bool is set: a new attempt), its outcome in the future.
-RunStep = Callable[[int, bool], concurrent.futures.Future[StepRun]]
-"""Runs a step's flow (``True``: as a new attempt after a failure); the outcome."""
 _STATUS_TTL = 1.0
 """Seconds a replica trusts its view of an open step's status."""
 _WAIT_POLL = 0.5
@@ -62,7 +58,7 @@ class StepCoordinator:
         settings: Settings,
         rollouts: RolloutLog,
         steps: StepRegistry,
-        run_step: RunStep,
+        launcher: StepLauncher,
         on_done: Callable[[int], Coroutine[Any, Any, None]] | None = None,
         on_finished: Callable[[str, float], None] | None = None,
         store: StepStore | None = None,
@@ -72,6 +68,7 @@ class StepCoordinator:
     ) -> None:
         """``on_finished`` (metrics) gets ``done`` or ``failed`` and the pipeline's seconds.
 
+        ``launcher``: starts each step's run, here or elsewhere (:class:`StepLauncher`).
         ``after_wake``: called (on the loop) once a step's waiters are woken.
         ``store``: what other processes did to steps (default: none do, :class:`InProcess`).
         ``replica``: this process's name in the registry's ``executor`` field.
@@ -85,7 +82,7 @@ class StepCoordinator:
         self._settings = settings
         self._rollouts = rollouts
         self._steps = steps
-        self._run_step = run_step
+        self._launcher = launcher
         self._on_done = on_done
         self._on_finished = on_finished
         self._states = StepStates()
@@ -396,7 +393,7 @@ class StepCoordinator:
     async def _supervise(self, step: int, new_attempt: bool = False) -> None:
         started = time.monotonic()
         try:
-            outcome = await asyncio.wrap_future(self._run_step(step, new_attempt))
+            outcome = await asyncio.wrap_future(self._launcher.run(step, new_attempt))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -416,7 +413,7 @@ class StepCoordinator:
                 started,
                 error=None,
                 duration_s=round(time.monotonic() - started, 3),
-                scopes=scopes,
+                scopes=scopes_json(scopes),
             )
             if recorded and self._on_done is not None:
                 await self._on_done(step)

@@ -21,6 +21,7 @@ from amaris.api.errors import (
     Responses,
     error_response,
 )
+from amaris.api.step_scopes import PublicScopes
 from amaris.audit.history import audit_of
 from amaris.audit.models import AuditSummary, StepAudit
 from amaris.jsonfile import JSONDict
@@ -30,7 +31,7 @@ from amaris.memory.rollout_log import step_records
 from amaris.models import ErrorDetail, ErrorResponse
 from amaris.services import Services
 from amaris.steps.coordinator import UnknownStepError
-from amaris.steps.outcomes import RubricStatus, StepOutcome, UpdateKind, WaitStatus
+from amaris.steps.outcomes import RubricStatus, StepOutcome, WaitStatus
 
 router = APIRouter(tags=["steps"])
 log = logging.getLogger("amaris.api")
@@ -73,21 +74,6 @@ WAIT_RULE = (
 )
 
 
-class ScopeUpdatePublic(BaseModel):
-    """A scope's outcome in a step's run: what became of its rubric update and why, then
-    the rest of what the run recorded for the scope."""
-
-    # The run's other fields for the scope (version, base_version, strategy, canary,
-    # retired_uninformative, rollouts, hacking, dropped) pass through as the registry keeps
-    # them.
-    model_config = ConfigDict(extra="allow")
-
-    outcome: UpdateKind = Field(
-        description="skipped, no_update, rejected, unchanged, published or already_published."
-    )
-    reason: str | None = Field(default=None, description="Why; null when there is no reason.")
-
-
 class WaitResponse(BaseModel):
     """Outcome of waiting for a step's pipeline."""
 
@@ -96,7 +82,7 @@ class WaitResponse(BaseModel):
     step: int | None
     error: str | None = None
     step_status: str | None = None
-    scopes: dict[str, ScopeUpdatePublic] | None = Field(
+    scopes: PublicScopes = Field(
         default=None,
         description="Per scope, once the run ended: outcome, reason, rubric version, "
         "strategy, findings.",
@@ -179,7 +165,7 @@ async def rubric_status_wait(
         # Nobody reads this answer; 499 (nginx's "client closed request") labels the
         # request in the metrics.
         return Response(status_code=499)
-    return WaitResponse.model_validate(outcome.model_dump())
+    return WaitResponse.model_validate(outcome, from_attributes=True)
 
 
 async def _until_disconnected(request: Request) -> None:
@@ -227,7 +213,7 @@ class StepDetail(BaseModel):
     step: int
     status: Literal["open", "completing", "done", "failed"]
     rubric: RubricStatus | None = Field(default=None, description=_RUBRIC)
-    scopes: dict[str, ScopeUpdatePublic] | None = Field(
+    scopes: PublicScopes = Field(
         default=None,
         description="Per scope, once the step's run is done: the outcome of its rubric "
         "update and its reason, rubric version, strategy, findings; null before.",
@@ -247,7 +233,7 @@ class RerunResponse(BaseModel):
     status: Literal["started", "running", "done", "open"]
 
 
-# exclude_unset: a step without an audit is listed as before the audit existed.
+# exclude_unset: a step without an audit is listed without the audit's fields.
 @router.get(
     "/steps",
     response_model=list[StepStatusPublic],
@@ -279,11 +265,17 @@ async def list_steps(
     return listed
 
 
-def _rubric(status: StepStatus | None, record: StepRecord | None) -> RubricStatus | None:
-    """What a done step did to the rubric, from its registry record."""
+def _done(status: StepStatus | None, record: StepRecord | None) -> StepOutcome | None:
+    """A done step's outcome, from its registry record."""
     if status != "done" or record is None:
         return None
-    return StepOutcome.of(record).rubric()
+    return StepOutcome.of(record)
+
+
+def _rubric(status: StepStatus | None, record: StepRecord | None) -> RubricStatus | None:
+    """What a done step did to the rubric, from its registry record."""
+    outcome = _done(status, record)
+    return None if outcome is None else outcome.rubric()
 
 
 @router.get("/steps/{step}", response_model=StepDetail, responses=_LOOKUP_ERRORS)
@@ -295,13 +287,13 @@ async def step_detail(step: StepNumber, services: ServicesDep) -> StepDetail | J
         return unknown
     record = await asyncio.to_thread(services.steps.get, step)
     status = services.coordinator.status(step)
-    rubric = _rubric(status, record)
+    outcome = _done(status, record)
     return StepDetail.model_validate(
         {
             "step": step,
             "status": status,
-            "rubric": rubric,
-            "scopes": record.scopes if rubric is not None and record is not None else None,
+            "rubric": None if outcome is None else outcome.rubric(),
+            "scopes": None if outcome is None else outcome.scopes,
             "audit": audit_of(record),
         }
     )

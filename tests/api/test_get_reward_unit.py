@@ -317,17 +317,19 @@ def test_a_batch_refused_for_one_samples_rubric_scores_and_logs_none(tmp_path: P
 # -- the step ------------------------------------------------------------------------------
 
 
-def never_ending(step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
-    """The coordinator's ``run_step`` seam: a run that never ends (its step stays
-    ``completing``)."""
-    return concurrent.futures.Future()
+class NeverEnding:
+    """The coordinator's launcher: a run that never ends (its step stays ``completing``)."""
+
+    def run(self, step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
+        return concurrent.futures.Future()
 
 
 async def test_the_step_of_a_request_without_one() -> None:
     # The real coordinator over real stores; only the step's run is left pending.
     qdrant = QdrantClient(":memory:")
     log = SqliteRolloutLog(":memory:", "t")
-    coordinator = StepCoordinator(load_settings(None), log, StepRegistry(qdrant, "t"), never_ending)
+    steps = StepRegistry(qdrant, "t")
+    coordinator = StepCoordinator(load_settings(None), log, steps, NeverEnding())
     record = RolloutRecord.model_validate({"rollout": {"id": "r", "input": "i", "output": "o"}})
     try:
         assert current_step(coordinator, 5) == 0  # none known: the first

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
 
+from amaris.steps.launcher import LocalLauncher, StepLauncher
+from amaris.steps.outcomes import StepRun
 from amaris.steps.runner import PipelineRunner
+from tests.support.step_runs import scope_outcome
 
 
 @flow(name="amaris-test-client-ids")
@@ -35,6 +39,22 @@ def test_every_flow_run_on_the_pipeline_shares_one_prefect_client_pair(
     first = runner.submit(client_ids()).result(timeout=60)
     second = runner.submit(client_ids()).result(timeout=60)
     assert first == second
+
+
+def test_the_local_launcher_runs_the_step_flow_on_the_pipeline_loop(
+    runner: PipelineRunner,
+) -> None:
+    ran: list[tuple[int, str]] = []
+
+    async def step_flow(step: int) -> StepRun:
+        ran.append((step, threading.current_thread().name))
+        return StepRun(step=step, scopes={"global": scope_outcome("published")})
+
+    launcher: StepLauncher = LocalLauncher(runner, step_flow)
+    # A new attempt is the same call: the flow reuses what an earlier run finished.
+    outcome = launcher.run(4, True).result(timeout=60)
+    assert outcome == StepRun(step=4, scopes={"global": scope_outcome("published")})
+    assert ran == [(4, "amaris-pipeline")]
 
 
 def test_a_failing_start_up_is_reported_through_ready(prefect_harness: None) -> None:

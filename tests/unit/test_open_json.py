@@ -1,11 +1,11 @@
-"""JSON left open in production code: ``dict[str, Any]`` and every alias of it (issue 24).
+"""JSON left open in production code: ``dict[str, Any]`` and every alias of it.
 
 The count (tests/support/open_json.py) takes each ``dict[str, Any]``, ``Mapping[str, Any]``
 or ``dict[str, object]`` as written and each use of an alias of one (``JSONDict``,
 ``DataBlock``...): renaming the type does not close it. The budget below is a ratchet at
-the count this branch reached, per part, so a new open shape fails here and must be given a
-model or a TypedDict, or the budget raised with a reason. Issue 24's target (≤ 40 in all) is
-far below it; docs/architecture.md ("Open JSON") has the figures and what remains.
+the current count, per part, so a new open shape fails here and must be given a model or a
+TypedDict, or the budget raised with a reason; docs/architecture.md ("Open JSON") has the
+target and what remains.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ UNEXPLAINED_ALLOWED: tuple[str, ...] = ()
 
 def test_the_flows_leave_no_json_open() -> None:
     # The step flow passes models: a scope's trainer metadata is its latest record's field,
-    # the outcome JSON is StepRun's (main had a JSONObject and a dict[str, object] here).
+    # the outcome per scope a ScopeOutcome (StepRun's).
     assert [use for use in open_json_uses() if use.part == "flows"] == []
 
 

@@ -33,6 +33,7 @@ from amaris.settings import Settings, load_settings
 from amaris.steps.coordinator import StepCoordinator, StepRefusedError
 from amaris.steps.outcomes import StepRun
 from tests.support.scripted_llm import ScriptedProvider, gateway, scorer_prompt, verdicts
+from tests.support.step_runs import scope_outcome
 
 RUBRIC: dict[str, Any] = {
     "anchor_rubrics": [{"text": "The response gives the correct final answer.", "weight": 1.0}],
@@ -74,10 +75,11 @@ class Service:
         self.steps_run: list[int] = []
         self.next_rubric = True
         """Whether the step's flow publishes a new global rubric (one more adaptive)."""
-        self.coordinator = StepCoordinator(settings, self.log, StepRegistry(qdrant, "t"), self.run)
+        self.coordinator = StepCoordinator(settings, self.log, StepRegistry(qdrant, "t"), self)
         self.ids = RolloutIds(self.log)
 
     def run(self, step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
+        """The coordinator's launcher: the step's flow, done at once."""
         self.steps_run.append(step)
         if self.next_rubric:
             current = self.store.current()
@@ -91,7 +93,7 @@ class Service:
             )
         done: concurrent.futures.Future[StepRun] = concurrent.futures.Future()
         outcome = "published" if self.next_rubric else "unchanged"
-        done.set_result(StepRun(step=step, scopes={"global": {"outcome": outcome}}))
+        done.set_result(StepRun(step=step, scopes={"global": scope_outcome(outcome)}))
         return done
 
     async def score(self, req: ScoreRequest, sync: bool = False) -> Any:

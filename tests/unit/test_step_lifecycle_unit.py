@@ -2,8 +2,9 @@
 methods: step bounds and admission, rollouts logged and counted, steps completed once,
 outcomes recorded and waited for, a restart resumed, several replicas over one store, and
 retention. Real parts: the rollout log (SQLite in memory), the step registry and memory on
-Qdrant in memory. The step's flow is started through the coordinator's seam, ``run_step``:
-:class:`Runs` records each start and the test settles its outcome. Needs no fixture of
+Qdrant in memory. The step's flow is started through the coordinator's seam, a
+:class:`~amaris.steps.launcher.StepLauncher`: :class:`Runs` records each start and the test
+settles its outcome. Needs no fixture of
 tests/conftest.py (mutation testing runs it with ``--noconftest``: bench/evaluations/mutation.py
 ``step_lifecycle``)."""
 
@@ -34,26 +35,48 @@ from amaris.steps.coordinator import (
     StepRunFailedError,
     UnknownStepError,
 )
-from amaris.steps.outcomes import StepRun, WaitResult
+from amaris.steps.outcomes import (
+    ScopeOutcome,
+    ScopeOutcomes,
+    StepRun,
+    UpdateKind,
+    WaitResult,
+    scopes_json,
+)
 from amaris.steps.store import SharedStore
 
 DEADLINE_S = 30.0
 """Generous bound of every wait below, all in one event loop (never part of an assertion)."""
-PUBLISHED = {"global": {"outcome": "published"}}
-"""A run's outcome per scope (the fields the coordinator reads): one scope published."""
-MIXED = {"global": {"outcome": "unchanged"}, "in-7": {"outcome": "rejected", "reason": "canary"}}
+
+
+def scope(outcome: UpdateKind, reason: str | None = None) -> ScopeOutcome:
+    """A scope's outcome in a run (the coordinator reads its ``outcome``)."""
+    return ScopeOutcome(
+        outcome=outcome,
+        version=1,
+        base_version=1,
+        reason=reason,
+        rollouts=1,
+        hacking=[],
+        dropped=[],
+    )
+
+
+PUBLISHED = {"global": scope("published")}
+"""A run's outcome per scope: one scope published."""
+MIXED = {"global": scope("unchanged"), "in-7": scope("rejected", "canary")}
 """Two scopes, one unchanged and one rejected: the step was rejected."""
 
 
 class Runs:
-    """The ``run_step`` seam: records every start; the test settles each run's outcome."""
+    """The coordinator's launcher: records every start; the test settles each run's outcome."""
 
     def __init__(self) -> None:
         self.starts: list[tuple[int, bool]] = []
         self.runs: dict[int, concurrent.futures.Future[StepRun]] = {}
         self._started = asyncio.Event()
 
-    def __call__(self, step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
+    def run(self, step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
         self.starts.append((step, new_attempt))
         self.runs[step] = concurrent.futures.Future()
         self._started.set()
@@ -66,7 +89,7 @@ class Runs:
                 self._started.clear()
                 await self._started.wait()
 
-    def finish(self, step: int, scopes: dict[str, Any] | None = None) -> None:
+    def finish(self, step: int, scopes: ScopeOutcomes | None = None) -> None:
         self.runs[step].set_result(
             StepRun(step=step, scopes=PUBLISHED if scopes is None else scopes)
         )
@@ -137,7 +160,7 @@ async def store() -> AsyncIterator[Store]:
 
 async def settled() -> None:
     """Until every task created before this call has run its first step (asyncio runs ready
-    tasks in order): a step run the coordinator started by then has reached ``run_step``."""
+    tasks in order): a step run the coordinator started by then has reached its launcher."""
     await asyncio.create_task(asyncio.sleep(0))
 
 
@@ -405,11 +428,11 @@ async def test_a_step_another_replica_completed_is_watched_not_started(store: St
     await theirs.started(1)
     waiter = asyncio.create_task(mine.wait(4, timeout=DEADLINE_S))  # polls the store
     await until(lambda: mine.waiters == 1)
-    theirs.finish(4, {**MIXED, "x": {"outcome": "already_published"}})
+    theirs.finish(4, {**MIXED, "x": scope("already_published")})
     answer = await waiter
     assert (answer.status, answer.scopes) == (
         "updated",
-        {**MIXED, "x": {"outcome": "already_published"}},
+        {**MIXED, "x": scope("already_published")},
     )
     assert await mine.complete(4) == "noop"
     assert await mine.rerun(4) == "done"
@@ -545,7 +568,7 @@ async def test_a_done_run_records_its_outcome_and_calls_back(
     assert 0 <= finished[0][1] <= elapsed  # the run's own duration, within the test's
     record = store.registry.get(6)
     assert record is not None
-    assert (record.status, record.error, record.scopes) == ("done", None, MIXED)
+    assert (record.status, record.error, record.scopes) == ("done", None, scopes_json(MIXED))
     assert 0 <= record.duration_s <= elapsed + 0.001
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step 6 done")]
     assert len(logged) == 1
@@ -616,7 +639,7 @@ async def test_wait_without_a_step_follows_the_latest_started_step_in_the_store(
 
 
 async def test_a_step_known_only_from_the_store_is_waited_for(store: Store) -> None:
-    store.registry.set(8, status="done", scopes=PUBLISHED)
+    store.registry.set(8, status="done", scopes=scopes_json(PUBLISHED))
     c = store.coordinator(Runs(), shared=True)
     answer = await c.wait(8, timeout=DEADLINE_S)
     assert (answer.status, answer.step, answer.scopes) == ("updated", 8, PUBLISHED)
@@ -624,7 +647,7 @@ async def test_a_step_known_only_from_the_store_is_waited_for(store: Store) -> N
 
 # -- restart ---------------------------------------------------------------------------
 async def test_recover_loads_statuses_and_resumes_completing_steps(store: Store) -> None:
-    store.registry.set(1, status="done", scopes=PUBLISHED)
+    store.registry.set(1, status="done", scopes=scopes_json(PUBLISHED))
     store.registry.set(2, status="failed", error="boom")
     store.registry.set(3, status="completing", executor="me")
     store.registry.set(4, status="completing", executor="alpha")

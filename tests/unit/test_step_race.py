@@ -16,6 +16,7 @@ from amaris.steps.coordinator import StepCoordinator
 from amaris.steps.outcomes import StepRun
 from tests.support.rollout_logs import KINDS, memory_log
 from tests.support.settings import make_settings
+from tests.support.step_runs import scope_outcome
 
 PER_STEP = 2
 SENT = 8
@@ -29,6 +30,20 @@ def scored(rid: str) -> RolloutRecord:
     )
 
 
+class OneRun:
+    """The coordinator's launcher: every start gets the one run the test settles."""
+
+    def __init__(self) -> None:
+        self.starts: list[tuple[int, bool]] = []
+        self.started = asyncio.Event()
+        self.outcome: concurrent.futures.Future[StepRun] = concurrent.futures.Future()
+
+    def run(self, step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
+        self.starts.append((step, new_attempt))
+        self.started.set()
+        return self.outcome
+
+
 @pytest.mark.parametrize("kind", KINDS)
 async def test_rollouts_racing_past_the_threshold_start_the_step_once(
     kind: str, tmp_path: Path
@@ -36,29 +51,21 @@ async def test_rollouts_racing_past_the_threshold_start_the_step_once(
     settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": PER_STEP})
     client = QdrantClient(":memory:")
     steps = StepRegistry(client, "race")
-    starts: list[tuple[int, bool]] = []
-    started = asyncio.Event()
-    outcome: concurrent.futures.Future[StepRun] = concurrent.futures.Future()
-
-    def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
-        starts.append((step, new_attempt))
-        started.set()
-        return outcome
-
-    coordinator = StepCoordinator(settings, memory_log(kind, "race"), steps, run_step)
+    launcher = OneRun()
+    coordinator = StepCoordinator(settings, memory_log(kind, "race"), steps, launcher)
     try:
         # Every call reads the step as open before any is logged (they share one batched
         # write), so all of them count towards the threshold; all but one find it reached
         # by another rollout, whose start is still under way.
         await asyncio.gather(*(coordinator.record(0, scored(f"r{i}")) for i in range(SENT)))
         async with asyncio.timeout(DEADLINE_S):
-            await started.wait()
+            await launcher.started.wait()
         assert coordinator.status(0) == "completing"
-        outcome.set_result(StepRun(step=0, scopes={"global": {"outcome": "published"}}))
+        launcher.outcome.set_result(StepRun(step=0, scopes={"global": scope_outcome("published")}))
         result = await coordinator.wait(0, timeout=DEADLINE_S)
     finally:
         await coordinator.close()
-    assert starts == [(0, False)]
+    assert launcher.starts == [(0, False)]
     assert result.status == "updated"
     record = steps.get(0)
     assert record is not None

@@ -9,8 +9,15 @@ from prefect.client.schemas.objects import StateType
 from pydantic import ValidationError
 
 from amaris.flows.step_pipeline import StepResult
-from amaris.steps.outcomes import RubricStatus, StepOutcome, UpdateKind, rubric_status
-from amaris.tasks.models import ScopeOutcome
+from amaris.memory.models import StepRecord
+from amaris.steps.outcomes import (
+    RubricStatus,
+    ScopeOutcome,
+    StepOutcome,
+    UpdateKind,
+    rubric_status,
+    scopes_json,
+)
 
 
 @pytest.mark.parametrize(
@@ -27,16 +34,19 @@ from amaris.tasks.models import ScopeOutcome
 )
 def test_the_rule(kinds: list[UpdateKind], status: RubricStatus) -> None:
     assert rubric_status(kinds) == status
-    scopes = {f"s{i}": {"outcome": kind, "version": 1} for i, kind in enumerate(kinds)}
+    scopes = {f"s{i}": outcome(kind) for i, kind in enumerate(kinds)}
     assert StepOutcome(scopes=scopes).rubric() == status
+    recorded = StepRecord(step=0, status="done", scopes=scopes_json(scopes))
+    assert StepOutcome.of(recorded) == StepOutcome(scopes=scopes)
 
 
 def test_a_recorded_outcome_is_read_strictly() -> None:
-    assert StepOutcome(scopes=None).rubric() == "unchanged"
+    assert StepOutcome.of(StepRecord(step=0)).rubric() == "unchanged"
+    fields = outcome("unchanged").model_dump(mode="json")
     with pytest.raises(ValidationError):
-        StepOutcome(scopes={"global": {"outcome": "refused"}}).rubric()
+        StepOutcome.of(StepRecord(step=0, scopes={"global": {**fields, "outcome": "refused"}}))
     with pytest.raises(ValidationError):
-        StepOutcome(scopes=["global"]).rubric()
+        StepOutcome.of(StepRecord(step=0, scopes=["global"]))
 
 
 def outcome(kind: UpdateKind, reason: str | None = None) -> ScopeOutcome:

@@ -1,4 +1,4 @@
-"""A full disk under the step lifecycle (issue 22, point 4): a step's status changes only
+"""A full disk under the step lifecycle: a step's status changes only
 after its durable write succeeded, so a refused write leaves it retryable, and the
 failure is recorded (``/healthz``) and raised as
 :class:`~amaris.memory.storage_health.StorageUnavailableError` (``/score``, ``/complete``:
@@ -30,6 +30,7 @@ from amaris.memory.storage_health import StorageUnavailableError
 from amaris.settings import load_settings
 from amaris.steps.coordinator import StepCoordinator
 from amaris.steps.outcomes import StepRun
+from tests.support.step_runs import scope_outcome
 
 DEADLINE_S = 30.0
 """Generous bound of the waits below (never part of an assertion)."""
@@ -92,17 +93,18 @@ class World:
         self.runs: dict[int, concurrent.futures.Future[StepRun]] = {}
         self.done: list[int] = []
 
-        def run_step(step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
-            self.starts.append((step, new_attempt))
-            self.runs[step] = concurrent.futures.Future()
-            return self.runs[step]
-
         async def on_done(step: int) -> None:
             self.done.append(step)
 
         self.coordinator = StepCoordinator(
-            load_settings(None), self.log, self.registry, run_step, on_done=on_done
+            load_settings(None), self.log, self.registry, self, on_done=on_done
         )
+
+    def run(self, step: int, new_attempt: bool) -> concurrent.futures.Future[StepRun]:
+        """The coordinator's launcher: the test settles each run."""
+        self.starts.append((step, new_attempt))
+        self.runs[step] = concurrent.futures.Future()
+        return self.runs[step]
 
     def stored_status(self, step: int) -> str | None:
         record = self.registry.get(step)
@@ -120,7 +122,7 @@ async def world() -> AsyncIterator[World]:
 
 async def settled() -> None:
     """Until every task created before this call has run its first step: a step run the
-    coordinator started by then has reached ``run_step``."""
+    coordinator started by then has reached its launcher."""
     await asyncio.create_task(asyncio.sleep(0))
 
 
@@ -185,7 +187,7 @@ async def test_an_outcome_the_disk_refuses_leaves_the_step_failed_and_retryable(
     await c.complete(0)
     await settled()
     world.disk.full = True
-    world.runs[0].set_result(StepRun(step=0, scopes={"global": {"outcome": "unchanged"}}))
+    world.runs[0].set_result(StepRun(step=0, scopes={"global": scope_outcome("unchanged")}))
     async with asyncio.timeout(DEADLINE_S):
         answer = await c.wait(0)
     assert answer.status == "failed" and answer.error is not None

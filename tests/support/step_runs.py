@@ -1,0 +1,12 @@
+"""A step run's outcome as a test settles it in place of the step flow."""
+
+from __future__ import annotations
+
+from amaris.steps.outcomes import ScopeOutcome, UpdateKind
+
+
+def scope_outcome(kind: UpdateKind, reason: str | None = None) -> ScopeOutcome:
+    """A scope's outcome: ``kind`` (with ``reason``), on rubric version 1, one rollout."""
+    return ScopeOutcome(
+        outcome=kind, version=1, base_version=1, reason=reason, rollouts=1, hacking=[], dropped=[]
+    )
