@@ -1,21 +1,31 @@
-"""``RewardClient``: score rollouts from a training loop."""
+"""``RewardClient``: score rollouts from a training loop; the trainer adapters call amaris
+through it too (:mod:`amaris.integrations._remote`)."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Container, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Required, TypedDict
 
 import httpx
 
 from amaris.jsonfile import JSONDict
-from amaris.models import BatchScoreResponse, ScoreResponse
+from amaris.models import (
+    BatchScoreResponse,
+    GetRewardBody,
+    Rollout,
+    ScoreRequest,
+    ScoreResponse,
+    TrainingMetadata,
+    request_json,
+)
 
 
 class RolloutBody(TypedDict, total=False):
-    """A rollout as ``/score`` and ``/batch_score`` take it (the server's
-    :class:`amaris.models.Rollout`, which checks it: a 422 names the field)."""
+    """A rollout's JSON: the fields of :class:`amaris.models.Rollout`, which the client takes
+    too and the server checks it with (a 422 names the field)."""
 
     id: Required[str]
     input: Required[str]
@@ -27,9 +37,8 @@ class RolloutBody(TypedDict, total=False):
 
 
 class MetadataBody(TypedDict, total=False):
-    """Where the trainer is (the server's :class:`amaris.models.TrainingMetadata`). The
-    server keeps a trainer's own keys as well: declare them in a ``TypedDict`` that
-    extends this one."""
+    """Where the trainer is, as JSON: the fields of :class:`amaris.models.TrainingMetadata`
+    (taken too), and a trainer's own keys in a ``TypedDict`` that extends this one."""
 
     high_level_goal: str | None
     model_size: str | None
@@ -41,8 +50,8 @@ class MetadataBody(TypedDict, total=False):
 class ScoreItem(TypedDict):
     """One rollout to score and where the trainer is (an item of ``/batch_score``)."""
 
-    rollout: RolloutBody
-    metadata: MetadataBody
+    rollout: Rollout | RolloutBody
+    metadata: TrainingMetadata | MetadataBody
 
 
 class _ScoreBody(ScoreItem):
@@ -112,8 +121,7 @@ class WaitAnswer(TypedDict):
 
 
 STEP_HEADER = "X-Amaris-Step"
-"""The header a trainer names its step with on ``POST /get_reward`` (the server reads it
-in :mod:`amaris.api.routes.openrlhf`; the adapters send it, :mod:`amaris.integrations._remote`)."""
+"""A trainer's step on ``POST /get_reward`` (read in :mod:`amaris.api.routes.openrlhf`)."""
 
 
 class AmarisError(Exception):
@@ -134,7 +142,11 @@ class InvalidRequestError(AmarisError):
 
 
 class ServerUnavailableError(AmarisError):
-    """The server cannot be reached, timed out, or answered 5xx."""
+    """The server cannot be reached, timed out, or answered 5xx (or a redirect)."""
+
+
+class ServerUnreachableError(ServerUnavailableError):
+    """No answer: the server cannot be reached, or it timed out."""
 
 
 class StepFailedError(AmarisError):
@@ -149,8 +161,38 @@ class RewardUnscoredError(AmarisError):
         self.result = result
 
 
+def raise_for_answer(path: str, response: httpx.Response, keep: Container[int] = ()) -> None:
+    """Raise the error amaris's answer to ``path`` stands for, unless it is a success (2xx)
+    or its status is in ``keep``: the client and the adapters read every answer so.
+
+    Raises:
+        AuthenticationError: 401.
+        InvalidRequestError: another 4xx; ``fields`` names the offending fields.
+        ServerUnavailableError: any other status (5xx, a redirect).
+    """
+    code = response.status_code
+    if code == 401:
+        raise AuthenticationError(
+            "amaris needs a valid api_key (RewardClient's; the adapters read AMARIS_API_KEY)"
+        )
+    if 200 <= code < 300 or code in keep:
+        return
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    listed = data.get("detail") if isinstance(data, dict) else None
+    detail = [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
+    message = (
+        "; ".join(f"{d.get('field')}: {d.get('message')}" for d in detail) or response.text[:300]
+    )
+    if 400 <= code < 500:
+        raise InvalidRequestError(code, message, [str(d.get("field", "")) for d in detail])
+    raise ServerUnavailableError(f"{path}: HTTP {code}: {message}")
+
+
 class RewardClient:
-    """Async client of an amaris server.
+    """Client of an amaris server (async; the step control and ``/get_reward`` also block).
 
     Example::
 
@@ -169,6 +211,9 @@ class RewardClient:
         self._timeout = timeout
         self._headers = headers
         self._http = httpx.AsyncClient(base_url=self._base_url, timeout=timeout, headers=headers)
+        # Made at the first blocking call: a client builds a TLS context, which costs.
+        self._blocking: httpx.Client | None = None
+        self._lock = threading.Lock()
 
     async def __aenter__(self) -> RewardClient:
         return self
@@ -182,18 +227,25 @@ class RewardClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pools."""
+        self.close()
         await self._http.aclose()
 
+    def close(self) -> None:
+        """Close the connection pool of the blocking calls."""
+        with self._lock:
+            if self._blocking is not None:
+                self._blocking.close()
+                self._blocking = None
+
     async def score_async(
-        self,
-        rollout: RolloutBody,
-        metadata: MetadataBody,
+        self, rollout: Rollout | RolloutBody, metadata: TrainingMetadata | MetadataBody
     ) -> float:
         """The reward of one rollout.
 
         Raises:
             RewardUnscoredError: the judge could not score it (never a made-up value).
+            TypeError: ``rollout`` or ``metadata`` is neither its model nor JSON.
         """
         result = await self.score_detailed_async(rollout, metadata)
         if result.status != "scored" or result.score is None:
@@ -202,32 +254,54 @@ class RewardClient:
 
     async def score_detailed_async(
         self,
-        rollout: RolloutBody,
-        metadata: MetadataBody,
+        rollout: Rollout | RolloutBody,
+        metadata: TrainingMetadata | MetadataBody,
         include_breakdown: bool = False,
     ) -> ScoreResponse:
         """The whole /score answer: score, status, rubric version, optional breakdown."""
         body: _ScoreBody = {
-            "rollout": rollout,
-            "metadata": metadata,
+            "rollout": request_json(rollout, "rollout", Rollout),
+            "metadata": request_json(metadata, "metadata", TrainingMetadata),
             "include_breakdown": include_breakdown,
         }
         data = await self._post("/score", body, allow_503=True)
         return ScoreResponse.model_validate(data)
 
     async def batch_score_async(
-        self,
-        items: Sequence[ScoreItem],
-        include_breakdown: bool = False,
+        self, items: Sequence[ScoreItem | ScoreRequest], include_breakdown: bool = False
     ) -> list[ScoreResponse]:
-        """Score ``[{"rollout":..., "metadata":...}, ...]``; one result per item, in order.
+        """Score ``[{"rollout":..., "metadata":...}, ...]`` (or ``ScoreRequest`` models); one
+        result per item, in order.
 
         Items keep their own status (``scored`` / ``unscored`` / ``invalid``).
         """
-        data = await self._post(
-            "/batch_score", {"items": items, "include_breakdown": include_breakdown}
-        )
+        sent = [_item(item, f"items[{i}]") for i, item in enumerate(items)]
+        body: _BatchBody = {"items": sent, "include_breakdown": include_breakdown}
+        data = await self._post("/batch_score", body)
         return BatchScoreResponse.model_validate(data).results
+
+    def get_reward(self, body: GetRewardBody, step: int | None = None) -> httpx.Response:
+        """``POST /get_reward`` (OpenRLHF's protocol) under ``step`` (None: the step open),
+        blocking, on a connection kept for the next call; the answer is the caller's to read
+        (:func:`raise_for_answer`; the adapters: :mod:`amaris.integrations._remote`).
+
+        Raises:
+            ServerUnreachableError: no answer.
+        """
+        with self._lock:
+            if self._blocking is None:
+                self._blocking = httpx.Client(
+                    base_url=self._base_url, timeout=self._timeout, headers=self._headers
+                )
+            http = self._blocking
+        return _send(http.post, "/get_reward", json=body, headers=_step_header(step))
+
+    async def get_reward_async(
+        self, body: GetRewardBody, step: int | None = None
+    ) -> httpx.Response:
+        """Async :meth:`get_reward`."""
+        headers = _step_header(step)
+        return await _send_async(self._http.post, "/get_reward", json=body, headers=headers)
 
     # -- step control (AMARIS API) ---------------------------------------------------
     def rollouts_complete(self, step: int | None = None) -> str:
@@ -237,11 +311,8 @@ class RewardClient:
             ``complete``, or ``noop`` when the server completes steps by itself.
         """
         with self._sync_client() as http:
-            return str(
-                self._check("/complete", _send(http.post, "/complete", json=_step_body(step)))[
-                    "status"
-                ]
-            )
+            response = _send(http.post, "/complete", json=_step_body(step))
+        return str(self._check("/complete", response)["status"])
 
     async def rollouts_complete_async(self, step: int | None = None) -> str:
         """Async :meth:`rollouts_complete`."""
@@ -281,14 +352,9 @@ class RewardClient:
         path = "/rubric_status/wait"
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            try:
-                response = await self._http.get(
-                    path,
-                    params=_wait_params(step, _left(deadline)),
-                    timeout=_http_timeout(self._timeout, timeout),
-                )
-            except httpx.TransportError as exc:
-                raise ServerUnavailableError(f"{path}: {exc}") from exc
+            params = _wait_params(step, _left(deadline))
+            wait = _http_timeout(self._timeout, timeout)
+            response = await _send_async(self._http.get, path, params=params, timeout=wait)
             result = self._check(path, response)
             if not _ask_again(result, deadline):
                 return _wait_result(result)
@@ -304,44 +370,45 @@ class RewardClient:
     async def _post(
         self, path: str, body: _ScoreBody | _BatchBody | _StepBody, allow_503: bool = False
     ) -> Any:
-        try:
-            response = await self._http.post(path, json=body)
-        except httpx.TransportError as exc:
-            raise ServerUnavailableError(f"{path}: {exc}") from exc
-        return self._check(path, response, allow_503)
+        return self._check(path, await _send_async(self._http.post, path, json=body), allow_503)
 
     @staticmethod
     def _check(path: str, response: httpx.Response, allow_503: bool = False) -> Any:
-        if response.status_code == 401:
-            raise AuthenticationError("the server needs a valid api_key")
-        if response.status_code == 503 and allow_503:
-            return response.json()
-        if 400 <= response.status_code < 500:
-            try:
-                detail = response.json().get("detail", [])
-            except ValueError:
-                detail = []
-            fields = [d.get("field", "") for d in detail if isinstance(d, dict)]
-            message = (
-                "; ".join(
-                    f"{d.get('field')}: {d.get('message')}" for d in detail if isinstance(d, dict)
-                )
-                or response.text[:300]
-            )
-            raise InvalidRequestError(response.status_code, message, fields)
-        if response.status_code >= 500:
-            raise ServerUnavailableError(
-                f"{path}: HTTP {response.status_code}: {response.text[:300]}"
-            )
+        raise_for_answer(path, response, (503,) if allow_503 else ())
         return response.json()
+
+
+def _item(item: ScoreItem | ScoreRequest, field: str) -> ScoreItem:
+    """A ``/batch_score`` item as the server reads it (:func:`amaris.models.request_json`)."""
+    if not isinstance(item, Mapping):
+        dumped: ScoreItem = request_json(item, field, ScoreRequest)
+        return dumped
+    sent = ScoreItem(**item)
+    if "rollout" in item:
+        sent["rollout"] = request_json(item["rollout"], f"{field}.rollout", Rollout)
+    if "metadata" in item:
+        sent["metadata"] = request_json(item["metadata"], f"{field}.metadata", TrainingMetadata)
+    return sent
 
 
 def _send(method: Any, path: str, **kwargs: Any) -> httpx.Response:
     try:
         response: httpx.Response = method(path, **kwargs)
     except httpx.TransportError as exc:
-        raise ServerUnavailableError(f"{path}: {exc}") from exc
+        raise ServerUnreachableError(f"{path}: {exc}") from exc
     return response
+
+
+async def _send_async(method: Any, path: str, **kwargs: Any) -> httpx.Response:
+    try:
+        response: httpx.Response = await method(path, **kwargs)
+    except httpx.TransportError as exc:
+        raise ServerUnreachableError(f"{path}: {exc}") from exc
+    return response
+
+
+def _step_header(step: int | None) -> dict[str, str]:
+    return {STEP_HEADER: str(step)} if step is not None else {}
 
 
 def _step_body(step: int | None) -> _StepBody:

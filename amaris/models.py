@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, Literal, Required, TypedDict
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -204,6 +204,39 @@ class ScoreRequest(BaseModel):
         if len(extras) > 1:
             # Many small extra fields: the analyzer reads them all with every rollout.
             yield "metadata", json_chars(extras)
+
+
+class GetRewardBody(TypedDict, total=False):
+    """A ``/get_reward`` body as a trainer sends it (the server's ``GetRewardRequest``)."""
+
+    query: Required[list[str]]
+    prompts: Required[list[str]]
+    labels: list[Any] | None  # the trainer's reference answers: any JSON
+    group_ids: list[str] | None
+    amaris_metadata: dict[str, str | int] | None  # high_level_goal, model_size, total_steps...
+
+
+_JSON = (Mapping, list, tuple, str, int, float, type(None))  # what JSON encodes (bool: an int)
+
+
+# value: what a caller passed as a request or its part (named by field), checked here.
+def request_json(value: Any, field: str, model: type[BaseModel]) -> Any:
+    """``value`` as a request's JSON: a ``model`` (a subclass too) with the fields it was
+    given only, so that the server rebuilds the same model (an unset
+    ``TrainingMetadata.current_step`` is the step open now, not step 0); JSON as is (the
+    server names what is wrong in it).
+
+    Raises:
+        TypeError: ``value`` is another model, or no JSON; the message names ``field``.
+    """
+    if isinstance(value, model):
+        return value.model_dump(mode="json", exclude_unset=True)
+    if isinstance(value, BaseModel) or not isinstance(value, _JSON):
+        raise TypeError(
+            f"{field} must be an amaris.models.{model.__name__} or its JSON (a dict), "
+            f"got {type(value).__name__}"
+        )
+    return dict(value) if isinstance(value, Mapping) else value
 
 
 class CriterionResult(BaseModel):

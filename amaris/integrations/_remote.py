@@ -1,9 +1,11 @@
-"""What the verl and OpenRLHF adapters share: where amaris is, the step, ``/get_reward``.
+"""What the verl, OpenRLHF and TRL adapters share: where amaris is, the step, ``/get_reward``.
 
-A call retries only what has no reward yet: when amaris answers 503 (some samples
-unscored), the samples it did score are kept and the others are sent again, under the
-step amaris logged the first attempt at, until ``retry_seconds`` have passed. The HTTP
-clients are kept from one call to the next (:mod:`amaris.integrations._clients`).
+A call goes through :class:`amaris.client.RewardClient` (its headers, timeout and answer
+checks, :func:`amaris.client.raise_for_answer`) and retries only what has no reward yet:
+when amaris answers 503 (some samples unscored), the samples it did score are kept and the
+others are sent again, under the step amaris logged the first attempt at, until
+``retry_seconds`` have passed. The clients are kept from one call to the next
+(:mod:`amaris.integrations._clients`).
 """
 
 from __future__ import annotations
@@ -12,18 +14,18 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Required, TypedDict
+from typing import Any, TypedDict, cast
 
 import httpx
 
 from amaris.client import (
-    STEP_HEADER,
     AmarisError,
-    AuthenticationError,
-    InvalidRequestError,
     ServerUnavailableError,
+    ServerUnreachableError,
+    raise_for_answer,
 )
 from amaris.integrations._clients import async_client, sync_client
+from amaris.models import GetRewardBody
 from amaris.redact import redact_url
 
 DEFAULT_URL = "http://127.0.0.1:8002"
@@ -74,13 +76,6 @@ class Target:
             retry_seconds=60.0 if retry_seconds is None else float(retry_seconds),
         )
 
-    def headers(self, step: int | None) -> dict[str, str]:
-        """Authorization and step headers."""
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        if step is not None:
-            headers[STEP_HEADER] = str(step)
-        return headers
-
 
 def env_step() -> int | None:
     """``AMARIS_STEP`` as a step number, or None when unset.
@@ -104,16 +99,6 @@ def optional_float(name: str, value: Any) -> float | None:
         return float(value)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} must be a number, got {value!r}") from exc
-
-
-class GetRewardBody(TypedDict, total=False):
-    """A ``/get_reward`` body (the server's ``GetRewardRequest``); a None value is left out."""
-
-    query: Required[list[str]]
-    prompts: Required[list[str]]
-    labels: list[Any] | None  # the trainer's reference answers: any JSON
-    group_ids: list[str] | None
-    amaris_metadata: dict[str, str | int] | None  # high_level_goal, model_size, total_steps...
 
 
 class _FieldError(TypedDict, total=False):
@@ -175,33 +160,33 @@ class Exchange:
         self._pending = list(range(size))
         self._deadline = time.monotonic() + self.target.retry_seconds
 
-    # The body: GetRewardBody without its unset fields, its lists narrowed to the pending
-    # samples; generic over the keys (any field a caller set passes), so of open shape.
-    def request(self) -> tuple[dict[str, object], dict[str, str]] | None:
-        """The next body and headers to post, or None when every sample has its answer."""
+    def request(self) -> tuple[GetRewardBody, int | None] | None:
+        """The next body to post and its step, or None when every sample has its answer:
+        the body without its None fields, its lists narrowed to the pending samples."""
         if not self._pending:
             return None
+        # Generic over the keys: any field a caller set passes, narrowed if it is a list.
         body = {
             key: [value[i] for i in self._pending] if isinstance(value, list) else value
             for key, value in self.body.items()
             if value is not None
         }
-        return body, self.target.headers(self.result.step)
+        return cast(GetRewardBody, body), self.result.step
 
-    def unreachable(self, exc: httpx.TransportError) -> float:
+    def unreachable(self, exc: BaseException) -> float:
         """Seconds to wait before trying again after a connection error."""
         reason = f"amaris unreachable at {redact_url(self.target.url)}: {exc}"
-        return self._again(1.0, dict.fromkeys(self._pending, reason), ServerUnavailableError)
+        return self._again(1.0, dict.fromkeys(self._pending, reason), ServerUnreachableError)
 
     def receive(self, response: httpx.Response) -> float:
         """Record an answer; returns seconds to wait before the next request (0: none).
 
         Raises:
             RewardUnavailableError: samples still unscored when the budget is spent.
+            AmarisError: an answer neither 2xx nor to retry (:func:`raise_for_answer`).
         """
+        raise_for_answer("/get_reward", response, _RETRIED)
         code = response.status_code
-        if code == 401:
-            raise AuthenticationError("amaris needs a valid api_key (AMARIS_API_KEY)")
         data = _json(response)
         if code == 200 or (code == 503 and "rewards" in data):
             self._record(data)
@@ -211,19 +196,7 @@ class Exchange:
             wait = float(response.headers.get("Retry-After") or 1)
             reasons = {i: self._reasons.get(i, f"HTTP {code}") for i in self._pending}
             return self._again(wait, reasons, RewardUnavailableError)
-        raw = data.get("detail")
-        detail = raw if isinstance(raw, list) else []
-        message = (
-            "; ".join(
-                f"{d.get('field')}: {d.get('message')}" for d in detail if isinstance(d, dict)
-            )
-            or response.text[:300]
-        )
-        if 400 <= code < 500:
-            raise InvalidRequestError(
-                code, message, [str(d.get("field")) for d in detail if isinstance(d, dict)]
-            )
-        raise ServerUnavailableError(f"/get_reward: HTTP {code}: {message}")
+        raise ServerUnavailableError(f"/get_reward: HTTP {code} left samples without a reward")
 
     def _record(self, data: ServerAnswer) -> None:
         sent, still = self._pending, []
@@ -272,13 +245,12 @@ def _index(name: str) -> int | None:
 def get_rewards(target: Target, body: GetRewardBody, step: int | None) -> Rewards:
     """Post ``body`` to ``/get_reward`` (blocking), retrying as the module docstring says."""
     exchange = Exchange(target, body, step)
-    http = sync_client(target.url, target.timeout)
+    client = sync_client(target.url, target.api_key, target.timeout)
     while (request := exchange.request()) is not None:
-        payload, headers = request
         try:
-            wait = exchange.receive(http.post("/get_reward", json=payload, headers=headers))
-        except httpx.TransportError as exc:
-            wait = exchange.unreachable(exc)
+            wait = exchange.receive(client.get_reward(*request))
+        except ServerUnreachableError as error:
+            wait = exchange.unreachable(error.__cause__ or error)
         if wait:
             time.sleep(wait)
     return exchange.result
@@ -286,16 +258,13 @@ def get_rewards(target: Target, body: GetRewardBody, step: int | None) -> Reward
 
 async def get_rewards_async(target: Target, body: GetRewardBody, step: int | None) -> Rewards:
     """Async :func:`get_rewards`."""
-
     exchange = Exchange(target, body, step)
-    http = async_client(target.url, target.timeout)
+    client = async_client(target.url, target.api_key, target.timeout)
     while (request := exchange.request()) is not None:
-        payload, headers = request
         try:
-            response = await http.post("/get_reward", json=payload, headers=headers)
-            wait = exchange.receive(response)
-        except httpx.TransportError as exc:
-            wait = exchange.unreachable(exc)
+            wait = exchange.receive(await client.get_reward_async(*request))
+        except ServerUnreachableError as error:
+            wait = exchange.unreachable(error.__cause__ or error)
         if wait:
             await asyncio.sleep(wait)
     return exchange.result

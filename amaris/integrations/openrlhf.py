@@ -33,13 +33,13 @@ import os
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from amaris.integrations._remote import (
-    GetRewardBody,
     RewardUnavailableError,
     Target,
     env_step,
     get_rewards,
     optional_float,
 )
+from amaris.models import GetRewardBody
 
 if TYPE_CHECKING:  # the trainer's (see reward_func), not a dependency of amaris
     import torch

@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from amaris.integrations._remote import (
-    GetRewardBody,
     Rewards,
     RewardUnavailableError,
     Target,
@@ -30,6 +29,7 @@ from amaris.integrations._remote import (
     get_rewards_async,
 )
 from amaris.integrations.text import Chat, completion_text, render
+from amaris.models import GetRewardBody
 
 RewardFunc = Callable[..., Awaitable[list[float | None]]]
 

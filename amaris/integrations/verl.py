@@ -35,7 +35,6 @@ from typing import Any, TypedDict, Unpack
 
 from amaris.client import AmarisError, ServerUnavailableError
 from amaris.integrations._remote import (
-    GetRewardBody,
     Rewards,
     RewardUnavailableError,
     Target,
@@ -45,6 +44,7 @@ from amaris.integrations._remote import (
     optional_float,
 )
 from amaris.integrations.text import Chat, render
+from amaris.models import GetRewardBody
 
 __all__ = ["RewardUnavailableError", "compute_score", "compute_score_async"]
 

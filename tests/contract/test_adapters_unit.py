@@ -1,7 +1,8 @@
-"""What the verl and OpenRLHF adapters share (``amaris.integrations._remote``): the target,
-the step, and one ``/get_reward`` exchange with its retries, checked answer by answer and
-against a local HTTP server. Needs no fixture of tests/conftest.py (mutation testing runs it
-with ``--noconftest``: bench/evaluations/mutation.py ``adapters``)."""
+"""What the verl, OpenRLHF and TRL adapters share (``amaris.integrations._remote``): the
+target, the step, and one ``/get_reward`` exchange with its retries, checked answer by answer
+and against a local HTTP server, through ``RewardClient``. Needs no fixture of
+tests/conftest.py (mutation testing runs it with ``--noconftest``:
+bench/evaluations/mutation.py ``adapters``)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,16 @@ from typing import Any
 import httpx
 import pytest
 
-from amaris.client import AuthenticationError, InvalidRequestError, ServerUnavailableError
+from amaris.client import (
+    STEP_HEADER,
+    AuthenticationError,
+    InvalidRequestError,
+    RewardClient,
+    ServerUnavailableError,
+    ServerUnreachableError,
+)
 from amaris.integrations._remote import (
     DEFAULT_URL,
-    STEP_HEADER,
     Exchange,
     Rewards,
     RewardUnavailableError,
@@ -85,10 +92,18 @@ def test_a_target_takes_arguments_then_the_environment_then_the_defaults(
 
 
 def test_the_headers_carry_the_key_and_the_step_even_step_zero() -> None:
-    assert Target(api_key="k").headers(0) == {"Authorization": "Bearer k", STEP_HEADER: "0"}
-    assert Target(api_key="k").headers(None) == {"Authorization": "Bearer k"}
-    assert Target().headers(12) == {"X-Amaris-Step": "12"}
-    assert Target(api_key="").headers(None) == {}
+    script = Recorder([(200, answer([1.0, 1.0, 1.0]), {})] * 4)
+    with recording_server(script) as url:
+        keyed, bare = RewardClient(url, 30.0, "k"), RewardClient(url, 30.0, "")
+        keyed.get_reward(BODY, 0)
+        keyed.get_reward(BODY, None)
+        asyncio.run(bare.get_reward_async(BODY, 12))
+        bare.get_reward(BODY)
+        keyed.close()
+        bare.close()
+    assert script.header("Authorization") == ["Bearer k", "Bearer k", None, None]
+    assert script.header(STEP_HEADER) == ["0", None, "12", None]
+    assert STEP_HEADER == "X-Amaris-Step"
 
 
 def test_the_step_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -129,7 +144,7 @@ def test_a_whole_answer_ends_the_exchange() -> None:
     request = exchange.request()
     assert request == (
         {"query": ["q0", "q1", "q2"], "prompts": ["p0", "p1", "p2"], "model": "m"},
-        {"Authorization": "Bearer k", STEP_HEADER: "0"},
+        0,
     )
     assert exchange.result == Rewards([None] * 3, ["unscored"] * 3, [None] * 3, 0)
     wait = exchange.receive(response(200, answer([0.5, 0, 1], step=0, versions=[3, 0, 2])))
@@ -143,7 +158,7 @@ def test_unscored_samples_are_sent_again_under_the_first_answers_step() -> None:
     exchange = Exchange(Target(retry_seconds=60), BODY, None)
     assert exchange.request() == (
         {"query": ["q0", "q1", "q2"], "prompts": ["p0", "p1", "p2"], "model": "m"},
-        {},
+        None,
     )
     first = answer(
         [0.25, None, None],
@@ -159,14 +174,14 @@ def test_unscored_samples_are_sent_again_under_the_first_answers_step() -> None:
     assert wait == 2.0
     assert exchange.request() == (
         {"query": ["q1", "q2"], "prompts": ["p1", "p2"], "model": "m"},
-        {STEP_HEADER: "9"},
+        9,
     )
     # Positions in the second answer are those of the samples sent again.
     second = answer([None, 0.75], step=None, detail=[{"field": "query[0]", "message": "again"}])
     assert exchange.receive(response(503, second, {"Retry-After": "3"})) == 3.0
     assert exchange.request() == (
         {"query": ["q1"], "prompts": ["p1"], "model": "m"},
-        {STEP_HEADER: "9"},
+        9,
     )
     assert exchange.result.rewards == [0.25, None, 0.75]
     assert exchange.result.step == 9
@@ -259,7 +274,7 @@ def test_an_unreachable_server_is_retried_then_reported_without_credentials() ->
     error = httpx.ConnectError("refused")
     assert Exchange(Target(retry_seconds=60), BODY, None).unreachable(error) == 1.0
     target = Target(url="http://user:pw@127.0.0.1:1/x?token=t", retry_seconds=0)
-    with pytest.raises(ServerUnavailableError) as info:
+    with pytest.raises(ServerUnreachableError) as info:
         Exchange(target, BODY, None).unreachable(error)
     assert str(info.value) == "amaris unreachable at http://127.0.0.1:1/x: refused"
 
@@ -298,9 +313,35 @@ def test_get_rewards_async_retries_the_unscored_samples() -> None:
         _check(script, asyncio.run(get_rewards_async(Target(url, "k", 30.0, 60.0), BODY, 0)))
 
 
+def test_the_adapters_call_amaris_through_reward_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[Any, int | None]] = []
+    blocking, later = RewardClient.get_reward, RewardClient.get_reward_async
+
+    def get_reward(client: RewardClient, body: Any, step: int | None = None) -> httpx.Response:
+        seen.append((body, step))
+        return blocking(client, body, step)
+
+    async def get_reward_async(
+        client: RewardClient, body: Any, step: int | None = None
+    ) -> httpx.Response:
+        seen.append((body, step))
+        return await later(client, body, step)
+
+    monkeypatch.setattr(RewardClient, "get_reward", get_reward)
+    monkeypatch.setattr(RewardClient, "get_reward_async", get_reward_async)
+    script = Recorder([(200, answer([1.0, 1.0, 1.0]), {})] * 2)
+    with recording_server(script) as url:
+        target = Target(url, "k", 30.0, 0.0)
+        assert get_rewards(target, BODY, 3).values() == [1.0] * 3
+        assert asyncio.run(get_rewards_async(target, BODY, None)).values() == [1.0] * 3
+    sent = {"query": ["q0", "q1", "q2"], "prompts": ["p0", "p1", "p2"], "model": "m"}
+    assert seen == [(sent, 3), (sent, None)]
+    assert script.header("Authorization") == ["Bearer k"] * 2
+
+
 def test_calls_in_a_process_share_one_connection() -> None:
     # verl calls the reward function once per sample: a client (and a TLS context) per
-    # call cost ~50 ms of the trainer's CPU (amaris.integrations._clients).
+    # call would be costly for the trainer's CPU (amaris.integrations._clients).
     script = Recorder([(200, answer([1.0, 1.0, 1.0]), {})] * 3)
     with recording_server(script) as url:
         for _ in range(3):

@@ -1,4 +1,4 @@
-"""What installing amaris puts into site-packages (issue 24, point 5): one top-level package.
+"""What installing amaris puts into site-packages: one top-level package.
 
 The repository keeps ``api/``, ``flows/``, ``tasks/`` and ``deployments/`` at its root (the
 layout of docs/architecture.md); they are installed inside the ``amaris`` package

@@ -1,16 +1,30 @@
-"""The trainer adapters' typed payloads (amaris/integrations) against the server's models:
-the adapters cannot import the server (the light client install), so their TypedDicts
-spell its fields again; these tests keep the two in step."""
+"""The trainer side's typed payloads (amaris/integrations, amaris.client) against the
+server's models: the adapters cannot import the server (the light client install), so their
+TypedDicts spell its fields again, as the client's JSON forms of the request models do;
+these tests keep them in step."""
 
 from __future__ import annotations
 
+from typing import Required, get_origin, get_type_hints
+
 from amaris.api.routes.openrlhf import GetRewardRequest, RunMetadata, UnscoredBatchResponse
+from amaris.client import MetadataBody, RolloutBody
 from amaris.integrations._remote import GetRewardBody, ServerAnswer
 from amaris.integrations.verl import RewardKwargs, _run
+from amaris.models import Rollout, TrainingMetadata
 
 
 def test_the_body_sends_fields_the_server_reads() -> None:
     assert set(GetRewardBody.__annotations__) <= set(GetRewardRequest.model_fields)
+
+
+def test_the_clients_json_forms_spell_the_request_models() -> None:
+    # RewardClient takes the models or their JSON: a field of one is a key of the other.
+    for body, model in ((RolloutBody, Rollout), (MetadataBody, TrainingMetadata)):
+        hints = get_type_hints(body, include_extras=True)
+        assert list(hints) == list(model.model_fields)
+        required = {name for name, info in model.model_fields.items() if info.is_required()}
+        assert {name for name, hint in hints.items() if get_origin(hint) is Required} == required
 
 
 def test_the_answer_reads_fields_the_server_writes() -> None:
