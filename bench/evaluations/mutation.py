@@ -8,8 +8,9 @@ copy of the tracked files (``git ls-files``) under a temporary folder, so the wo
 never edited; one mutant at a time (cosmic-ray's local distributor: one worker, the machine
 is shared). Operators that only make noise for this code (bitwise and shift operators,
 ``**``, ``%``, ``//``) are filtered out. Prints, and writes to ``--out`` (default
-``docs/mutation-last.json``), per module: mutants, killed, survived, timeouts, run time,
-and each survivor's line and operator, for docs/mutation.md.
+``.mutation-last.json`` at the repository's root, git-ignored: generated output, kept out of
+docs/), per module: mutants, killed, survived, timeouts, run time, and each survivor's line
+and operator; docs/mutation.md keeps the scores.
 
     python -m bench.evaluations.mutation scorer --survivors-only  # after adding tests for survivors
 
@@ -313,7 +314,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("modules", nargs="*", help=f"of: {', '.join(MODULES)}")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "mutation-last.json")
+    parser.add_argument("--out", type=Path, default=ROOT / ".mutation-last.json")
     parser.add_argument(
         "--survivors-only",
         action="store_true",
