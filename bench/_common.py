@@ -4,11 +4,11 @@ The scripts run from the repository root as modules, ``.venv/bin/python -m
 bench.<group>.<name>`` (groups: ``performance``, ``probes``, ``evaluations``), and import this
 module as ``bench._common`` and the tests' helpers from ``tests.support``.
 
-Here: free ports, the subprocesses a benchmark owns (started in their own session, stopped by
-PID: terminate, then kill, with whatever they left in their session), their CPU time from
-``/proc``, waiting for HTTP readiness and for idleness, percentiles, the machine and the
-command line for a report, and writing one benchmark's marked section of
-``docs/benchmarks.md``.
+Here: the subprocesses a benchmark owns (started in their own session, stopped by PID:
+terminate, then kill, with whatever they left in their session; free ports, session PIDs and
+stopping them are :mod:`amaris.app.running`'s), their CPU time from ``/proc``, waiting for
+HTTP readiness and for idleness, percentiles, the machine and the command line for a report,
+and writing one benchmark's marked section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import platform
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,8 @@ from typing import Any, Protocol
 import httpx
 import httpx2
 import yaml
+
+from amaris.app.running import free_port, proc_stat, session_pids, stop_session
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_INTRO = (
@@ -101,14 +102,6 @@ async def open_client(lib: str, connections: int, timeout_s: float) -> AsyncIter
 
 
 # -- processes -----------------------------------------------------------------------------
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def amaris_executable() -> str:
     """The ``amaris`` console script next to this interpreter, else the one on PATH."""
     beside = Path(sys.executable).parent / "amaris"
@@ -135,37 +128,6 @@ def require_py_spy(out: Path) -> str:
     return exe
 
 
-def proc_stat(pid: int, tid: int | None = None) -> list[str] | None:
-    """Fields of ``/proc/<pid>/stat`` (of thread ``tid``: ``/proc/<pid>/task/<tid>/stat``)
-    after the command name (state first), or None."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    try:
-        stat = Path(path).read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()
-
-
-def session_pids(sid: int) -> list[int]:
-    """Live processes of session ``sid``: a child started here and what it started.
-
-    Each child runs in its own session (``start_new_session``), so its descendants
-    (e.g. a server amaris spawns) are found, and stopped, by this id. Empty off Linux.
-    """
-    pids: list[int] = []
-    try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:
-        return pids
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        fields = proc_stat(int(entry.name))
-        if fields is not None and fields[0] != "Z" and int(fields[3]) == sid:
-            pids.append(int(entry.name))
-    return pids
-
-
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -184,12 +146,6 @@ def cpu_seconds(sid: int | None) -> float | None:
         if fields is not None:
             total += (int(fields[11]) + int(fields[12])) / CLK_TCK
     return total
-
-
-def send_signal(pid: int, sig: signal.Signals) -> None:
-    """``kill(pid, sig)``, ignoring a process already gone (or not ours)."""
-    with suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
 
 
 class Child:
@@ -226,32 +182,10 @@ class Child:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                print(
-                    f"  {self.name} (pid {self.pid}) ignored SIGTERM; killing it", file=sys.stderr
-                )
-                self.popen.kill()
-                self.popen.wait(timeout=STOP_TIMEOUT_S)
-        # Processes the child started and left behind (same session), by their PIDs.
-        leftovers = session_pids(self.pid)
-        if not leftovers:
-            return
-        print(
-            f"  {self.name} (pid {self.pid}) left {len(leftovers)} process(es) running "
-            f"(pids {', '.join(map(str, leftovers))}); stopping them",
-            file=sys.stderr,
-        )
-        for pid in leftovers:
-            send_signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while time.monotonic() < deadline and session_pids(self.pid):
-            time.sleep(0.1)
-        for pid in session_pids(self.pid):
-            send_signal(pid, signal.SIGKILL)
+        stop_session(self.popen, STOP_TIMEOUT_S, self._report)
+
+    def _report(self, line: str) -> None:
+        print(f"  {self.name} (pid {self.pid}) {line}", file=sys.stderr)
 
 
 def child_env() -> dict[str, str]:

@@ -59,14 +59,6 @@ SERVER_RECORD = "amaris-server.json"
 """The Prefect server child's record (pid, UI and API addresses) in its home."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """An unused TCP port."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class PrefectServerError(RuntimeError):
     """The Prefect server child did not start, or died: the step path cannot run."""
 

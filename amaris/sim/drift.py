@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from amaris.app.prefect_server import free_port
+from amaris.app.running import free_port
 from amaris.offline import tags
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
 from amaris.settings import AGENTS

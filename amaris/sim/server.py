@@ -4,17 +4,16 @@ folder, stopped by its PID (SIGTERM, then SIGKILL) with whatever it left in its 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
-from amaris.app.prefect_server import PrefectServer, free_port
+from amaris.app.prefect_server import PrefectServer
+from amaris.app.running import free_port, stop_session
 from amaris.readiness import wait_ok
 from amaris.settings import load_settings, set_dotted
 from amaris.settings.loader import RawConfig
@@ -46,43 +45,6 @@ def write_config(base: Path | None, folder: Path, overrides: Mapping[str, Config
     path.write_text(yaml.safe_dump(raw.data, sort_keys=False), encoding="utf-8")
     load_settings(path)  # fail here, naming the key, rather than in the child
     return path
-
-
-def _session_pids(sid: int) -> list[int]:
-    """Live processes of session ``sid`` (the server and what it started); Linux only."""
-    found: list[int] = []
-    with suppress(OSError):
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text(encoding="ascii", errors="replace")
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] != "Z" and int(fields[3]) == sid:
-                found.append(int(entry.name))
-    return found
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=STOP_TIMEOUT_S)
-    # Its Prefect server and repair worker share its session: stop leftovers by PID.
-    for pid in _session_pids(proc.pid):
-        with suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _session_pids(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in _session_pids(proc.pid):
-        with suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def _tail(log: Path, lines: int = 20) -> str:
@@ -165,7 +127,8 @@ def managed_server(
         _wait_ready(proc, f"{url}/healthz", log)
         yield url
     finally:
-        _stop(proc)
+        # Its Prefect server and repair worker share its session: stop leftovers by PID.
+        stop_session(proc, STOP_TIMEOUT_S)
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: Path) -> None:

@@ -82,7 +82,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "rollout_records": ("amaris/memory/records.py", ["tests/unit/test_rollout_records_unit.py"]),
     # issue 26: gateway. Fixture-free files, the endpoint faked at the gateway seam
-    # (tests/support/gateway_seam.py); test_gateway*.py (conftest, the fake LLM over HTTP)
+    # (tests/support/scripted_llm.py); test_gateway*.py (conftest, the fake LLM over HTTP)
     # still cover these modules in the suite.
     "gateway": (
         "amaris/llm/gateway.py",

@@ -45,12 +45,12 @@ from typing import Any
 import httpx2
 import yaml
 
+from amaris.app.running import free_port
 from bench._common import (
     Child,
     amaris_executable,
     child_env,
     command_line,
-    free_port,
     loadavg,
     machine,
     markers,

@@ -41,6 +41,7 @@ import uvicorn
 import yaml
 
 import bench._common
+from amaris.app.running import free_port, proc_stat, session_pids
 from amaris.sim.judge_server import FaultProfile, create_llm_app, offline_responder
 from bench._common import (
     API_KEY,
@@ -48,12 +49,9 @@ from bench._common import (
     Child,
     amaris_executable,
     child_env,
-    free_port,
     loadavg,
     open_client,
-    proc_stat,
     require_py_spy,
-    session_pids,
     settle,
     wait_servers_ready,
     work_folder,

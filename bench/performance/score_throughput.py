@@ -52,6 +52,7 @@ import httpx2
 import yaml
 
 from amaris.agents.prompts import load_prompts
+from amaris.app.running import free_port
 from amaris.llm.output_mode import response_format
 from amaris.llm.providers import chat_body
 from amaris.rubric.model import RubricVersion, adaptive_from_config, anchors_from_config
@@ -69,7 +70,6 @@ from bench._common import (
     command_line,
     cpu_seconds,
     fmt,
-    free_port,
     loadavg,
     machine,
     markers,

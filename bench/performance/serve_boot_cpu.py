@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from amaris import readiness
-from tests.support.fake_llm import free_port
+from amaris.app.running import free_port
 from tests.support.procs import AMARIS, amaris_env
 
 TICK = os.sysconf("SC_CLK_TCK")

@@ -38,18 +38,17 @@ from typing import Any
 import httpx2
 import yaml
 
+from amaris.app.running import free_port, session_pids
 from bench._common import (
     ROOT,
     Child,
     amaris_executable,
     child_env,
     command_line,
-    free_port,
     loadavg,
     machine,
     markers,
     raise_interrupt,
-    session_pids,
     settle,
     start_offline_llm,
     wait_ready,

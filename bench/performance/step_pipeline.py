@@ -69,6 +69,7 @@ from typing import Any
 
 import httpx2
 
+from amaris.app.running import proc_stat, session_pids
 from bench._common import (
     CLK_TCK,
     ROOT,
@@ -78,11 +79,9 @@ from bench._common import (
     machine,
     markers,
     percentile,
-    proc_stat,
     py_spy,
     raise_interrupt,
     running_stack,
-    session_pids,
     settle,
     start_profiler,
     stop_profiler,

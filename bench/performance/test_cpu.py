@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from bench._common import proc_stat
+from amaris.app.running import proc_stat
 
 TICK = os.sysconf("SC_CLK_TCK")
 

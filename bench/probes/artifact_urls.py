@@ -42,17 +42,15 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from amaris.app.running import free_port, send_signal, session_pids
 from bench._common import (
     ROOT,
     STOP_TIMEOUT_S,
     Child,
     child_env,
     command_line,
-    free_port,
     machine,
     markers,
-    send_signal,
-    session_pids,
     wait_ready,
     work_folder,
     write_doc,

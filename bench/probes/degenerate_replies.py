@@ -55,6 +55,7 @@ from typing import Any
 import httpx2
 import yaml
 
+from amaris.app.running import free_port
 from bench._common import (
     ROOT,
     Child,
@@ -62,7 +63,6 @@ from bench._common import (
     child_env,
     command_line,
     fmt,
-    free_port,
     loadavg,
     machine,
     main_module,

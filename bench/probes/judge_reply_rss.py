@@ -38,6 +38,7 @@ import uvicorn
 import yaml
 
 from amaris.agents.prompts import parse_data_message
+from amaris.app.running import free_port
 from amaris.offline.judge import respond
 from amaris.sim.judge_server import Reply, create_llm_app
 from bench._common import (
@@ -45,7 +46,6 @@ from bench._common import (
     Child,
     amaris_executable,
     child_env,
-    free_port,
     loadavg,
     settle,
     this_script,

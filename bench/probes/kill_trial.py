@@ -42,6 +42,7 @@ import httpx2
 import yaml
 
 from amaris.app.prefect_server import PrefectServer
+from amaris.app.running import free_port
 from amaris.sim.policy import Policy
 from bench._common import (
     ROOT,
@@ -49,7 +50,6 @@ from bench._common import (
     amaris_executable,
     child_env,
     command_line,
-    free_port,
     loadavg,
     machine,
     markers,

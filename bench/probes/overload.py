@@ -69,6 +69,7 @@ from typing import Any
 import httpx2
 import yaml
 
+from amaris.app.running import free_port, send_signal
 from amaris.settings import Settings, load_settings
 from bench._common import (
     API_KEY,
@@ -83,14 +84,12 @@ from bench._common import (
     command_line,
     cpu_seconds,
     fmt,
-    free_port,
     loadavg,
     machine,
     markers,
     open_client,
     raise_interrupt,
     require_py_spy,
-    send_signal,
     settle,
     start_offline_llm,
     stop_profiler,

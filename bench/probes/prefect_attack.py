@@ -29,7 +29,8 @@ from typing import Any
 import httpx
 import yaml
 
-from bench._common import Child, amaris_executable, child_env, free_port, wait_ready, work_folder
+from amaris.app.running import free_port
+from bench._common import Child, amaris_executable, child_env, wait_ready, work_folder
 
 KEY = "bench-server-key-7c1d"
 

@@ -18,9 +18,10 @@ import pytest
 import yaml
 from fastapi.routing import iter_route_contexts
 
+from amaris.app.running import free_port
 from tests.support.api import NOOP
 from tests.support.app import in_memory_app
-from tests.support.fake_llm import free_port, serve_in_thread
+from tests.support.fake_llm import serve_in_thread
 from tests.support.procs import amaris_process
 from tests.support.settings import make_settings
 from tests.support.testclient import TestClient

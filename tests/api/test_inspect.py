@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from amaris.app.running import free_port
 from amaris.app.wiring import create_app
 from amaris.cli.main import main
 from amaris.memory.embedder import HashingEmbedder
@@ -22,7 +23,6 @@ from amaris.rubric.diff import diff_rubrics
 from amaris.rubric.model import Criterion, RubricVersion
 from amaris.rubric.store import RubricStore
 from amaris.settings import load_settings
-from tests.support.fake_llm import free_port
 from tests.support.procs import amaris_process, run_amaris
 from tests.support.settings import make_settings
 from tests.support.testclient import TestClient

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from amaris.app.running import free_port
 from tests.support.app import serve
-from tests.support.fake_llm import FakeLLM, free_port
+from tests.support.fake_llm import FakeLLM
 from tests.support.settings import llm_settings, make_settings
 from tests.support.testclient import TestClient
 

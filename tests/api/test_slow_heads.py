@@ -17,7 +17,7 @@ import httpx
 import uvicorn
 
 from amaris.app.connections import MAX_HEAD_BYTES, uvicorn_config
-from amaris.app.prefect_server import free_port
+from amaris.app.running import free_port
 from tests.support.app import in_memory_app
 from tests.support.settings import make_settings
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from amaris import RewardClient
-from tests.support.fake_llm import free_port
+from amaris.app.running import free_port
 from tests.support.procs import amaris_process, run_amaris
 
 pytestmark = pytest.mark.slow

@@ -19,12 +19,12 @@ import httpx
 import pytest
 import yaml
 
+from amaris.app.running import free_port
 from amaris.memory.embedder import HashingEmbedder
 from amaris.memory.qdrant import open_qdrant
 from amaris.memory.store import MemoryStore
 from amaris.rubric.store import RubricStore
 from amaris.settings import load_settings
-from tests.support.fake_llm import free_port
 from tests.support.procs import amaris_process
 from tests.support.served import calls, score, start_serve, stop
 

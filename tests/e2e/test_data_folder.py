@@ -25,9 +25,9 @@ import yaml
 
 from amaris.app.prefect_env import configure_prefect
 from amaris.app.prefect_server import AUTH_FILE, ensure_auth_string
+from amaris.app.running import free_port
 from amaris.llm.call_log import CallLog
 from amaris.settings import load_settings
-from tests.support.fake_llm import free_port
 from tests.support.procs import AMARIS, NOBODY, amaris_env, require_slow
 
 OTHER_UID = 65534

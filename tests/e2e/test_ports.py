@@ -14,8 +14,8 @@ import httpx
 import pytest
 import yaml
 
+from amaris.app.running import free_port
 from amaris.readiness import wait_ok
-from tests.support.fake_llm import free_port
 from tests.support.procs import AMARIS, amaris_env, require_slow, run_amaris
 
 pytestmark = pytest.mark.slow

@@ -32,7 +32,7 @@ from websockets.sync.client import connect
 from websockets.typing import Subprotocol
 
 from amaris.app.prefect_server import AUTH_FILE
-from tests.support.fake_llm import free_port
+from amaris.app.running import free_port
 from tests.support.local_http import serving
 from tests.support.pipeline_helpers import metadata, rollout
 from tests.support.procs import (

@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from amaris.app.prefect_server import AUTH_FILE
+from amaris.app.running import free_port
 from amaris.app.wiring import create_app
 from amaris.sim.judge_server import Reply
 from tests.support.agents import HACKED, agent_of, calls_by_agent
-from tests.support.fake_llm import FakeLLM, free_port, offline_reply, serve_in_thread
+from tests.support.fake_llm import FakeLLM, offline_reply, serve_in_thread
 from tests.support.pipeline_helpers import metadata, rollout
 from tests.support.procs import amaris_process
 from tests.support.settings import llm_settings

@@ -18,9 +18,10 @@ import pytest
 import yaml
 
 from amaris.app.prefect_server import AUTH_FILE
+from amaris.app.running import free_port
 from amaris.offline.judge import respond
 from amaris.sim.judge_server import Reply, create_llm_app
-from tests.support.fake_llm import free_port, serve_in_thread
+from tests.support.fake_llm import serve_in_thread
 from tests.support.pipeline_helpers import metadata
 from tests.support.procs import AMARIS, amaris_env, run_amaris
 from tests.support.served import calls, score, start_serve, stop

@@ -19,10 +19,10 @@ import httpx
 import pytest
 import yaml
 
+from amaris.app.running import free_port
 from amaris.cli.main import main
 from amaris.sim.policy import HACKS
 from amaris.sim.usage import ledger_from_metrics
-from tests.support.fake_llm import free_port
 from tests.support.procs import amaris_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from amaris.app.prefect_server import free_port
+from amaris.app.running import free_port
 from amaris.llm.budget import CHARS_PER_TOKEN, ContextWindows, prompt_budget
 from amaris.llm.providers import OpenAIProvider
 from amaris.sim.judge_server import Reply

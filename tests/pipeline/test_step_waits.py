@@ -18,10 +18,11 @@ import pytest
 import uvicorn
 
 from amaris import RewardClient
+from amaris.app.running import free_port
 from amaris.app.serve import WaitEndingServer
 from amaris.app.wiring import build_services, create_app
 from tests.support.app import in_memory_app
-from tests.support.fake_llm import free_port, serve_in_thread
+from tests.support.fake_llm import serve_in_thread
 from tests.support.settings import make_settings
 from tests.support.testclient import TestClient
 

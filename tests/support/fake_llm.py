@@ -21,7 +21,7 @@ from typing import Any
 
 import uvicorn
 
-from amaris.app.prefect_server import free_port
+from amaris.app.running import free_port
 from amaris.offline.judge import respond
 from amaris.sim.judge_server import Reply, create_llm_app, offline_models
 

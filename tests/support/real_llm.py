@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from amaris.app.prefect_server import free_port
+from amaris.app.running import free_port
 from amaris.readiness import wait_ok
 
 MODEL_ID = "SmolLM2-135M-Instruct"

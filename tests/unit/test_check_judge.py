@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from amaris.app.prefect_server import free_port
+from amaris.app.running import free_port
 from amaris.cli.main import main
 from amaris.sim.judge_server import Reply
 from tests.support.fake_llm import FakeLLM

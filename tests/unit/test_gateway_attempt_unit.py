@@ -1,5 +1,5 @@
 """The gateway's one retry layer (amaris/llm/attempt.py) through the real :class:`LLMGateway`,
-the endpoint faked at the gateway seam (tests/support/gateway_seam.py); no conftest fixture,
+the endpoint faked at the gateway seam (tests/support/scripted_llm.py); no conftest fixture,
 so its mutation run (``bench/evaluations/mutation.py attempt``) stays cheap per mutant.
 
 What a user sees: which errors are asked again and how often, what is raised, the call log's
@@ -30,11 +30,11 @@ from amaris.llm.output_fit import fit_schema
 from amaris.llm.schema import strict_schema
 from amaris.llm.transport import ResponseTooLargeError
 from amaris.request_context import request_id_var
-from tests.support.gateway_seam import (
+from tests.support.scripted_llm import (
     GOOD,
     MESSAGES,
     MODEL,
-    Endpoint,
+    ScriptedProvider,
     answer,
     settings,
     status,
@@ -51,7 +51,7 @@ class Reply(BaseModel):
 REFUSED = "response_format json_schema is not supported by this model"
 
 
-def open_gateway(tmp_path: Path, endpoint: Endpoint, **overrides: Any) -> LLMGateway:
+def open_gateway(tmp_path: Path, endpoint: ScriptedProvider, **overrides: Any) -> LLMGateway:
     return LLMGateway(settings(**overrides), {"scorer": endpoint}, CallLog(tmp_path / "logs"))
 
 
@@ -70,7 +70,7 @@ async def test_transient_errors_are_asked_again_and_every_attempt_is_logged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = use_clock(monkeypatch)
-    endpoint = Endpoint([status(503, "overloaded"), timeout(), answer()], clock=clock)
+    endpoint = ScriptedProvider([status(503, "overloaded"), timeout(), answer()], clock=clock)
     seen: list[tuple[str, float]] = []
     gateway = LLMGateway(
         settings(),
@@ -84,7 +84,7 @@ async def test_transient_errors_are_asked_again_and_every_attempt_is_logged(
     finally:
         request_id_var.reset(token)
     assert result == Reply(value=7, reason="ok")
-    assert len(endpoint.requests) == 3
+    assert len(endpoint.calls) == 3
     assert gateway.stats["scorer.errors"] == 2 and gateway.stats["scorer.calls"] == 1
     spent = usage(gateway)
     assert (spent.calls, spent.failed, spent.timed_out) == (1, 2, 1)
@@ -135,14 +135,14 @@ async def test_transient_errors_past_the_budget_raise_a_transient_error(
     tmp_path: Path, max_attempts: int
 ) -> None:
     errors = [status(502, f"bad gateway {i}") for i in range(max_attempts)]
-    endpoint = Endpoint([*errors, answer()])
+    endpoint = ScriptedProvider([*errors, answer()])
     gateway = open_gateway(tmp_path, endpoint, **{"gateway.max_attempts": max_attempts})
     with pytest.raises(LLMTransientError) as raised:
         await gateway.structured("scorer", MESSAGES, Reply)
     last = f"bad gateway {max_attempts - 1}"
     assert str(raised.value) == f"scorer: {max_attempts} attempts failed; last: {last}"
     assert raised.value.__cause__ is errors[-1]
-    assert len(endpoint.requests) == max_attempts
+    assert len(endpoint.calls) == max_attempts
     records = await lines(tmp_path, gateway)
     assert [r["attempt"] for r in records] == list(range(1, max_attempts + 1))
     # a wait before each next attempt, none after the last
@@ -152,13 +152,13 @@ async def test_transient_errors_past_the_budget_raise_a_transient_error(
 
 @pytest.mark.parametrize("code", [400, 401, 404, 501])
 async def test_a_permanent_error_is_not_asked_again(tmp_path: Path, code: int) -> None:
-    endpoint = Endpoint([status(503, "busy"), status(code, "refused"), answer()])
+    endpoint = ScriptedProvider([status(503, "busy"), status(code, "refused"), answer()])
     gateway = open_gateway(tmp_path, endpoint)
     with pytest.raises(LLMUnavailableError) as raised:
         await gateway.structured("scorer", MESSAGES, Reply)
     assert type(raised.value) is LLMUnavailableError  # not transient: not worth a later try
     assert str(raised.value) == "scorer: refused"
-    assert len(endpoint.requests) == 2
+    assert len(endpoint.calls) == 2
     records = await lines(tmp_path, gateway)
     assert [r["outcome"] for r in records] == ["transient_error", "error"]
     assert "retry_in_s" not in records[1]
@@ -168,11 +168,11 @@ async def test_a_permanent_error_is_not_asked_again(tmp_path: Path, code: int) -
 
 async def test_a_context_overflow_is_final_and_teaches_the_window(tmp_path: Path) -> None:
     overflow = "maximum context length is 4096 tokens; your messages resulted in 5000 tokens"
-    endpoint = Endpoint([status(400, overflow), answer()])
+    endpoint = ScriptedProvider([status(400, overflow), answer()])
     gateway = open_gateway(tmp_path, endpoint)
     with pytest.raises(LLMContextOverflowError, match=r"^scorer: maximum context length"):
         await gateway.structured("scorer", MESSAGES, Reply)
-    assert len(endpoint.requests) == 1
+    assert len(endpoint.calls) == 1
     expected = estimate_messages(MESSAGES) / 5000
     assert gateway.context_windows.scale(endpoint.description, MODEL) == expected
     (record,) = await lines(tmp_path, gateway)
@@ -181,7 +181,7 @@ async def test_a_context_overflow_is_final_and_teaches_the_window(tmp_path: Path
 
 
 async def test_an_overflow_that_states_no_count_teaches_nothing(tmp_path: Path) -> None:
-    endpoint = Endpoint([status(400, "the prompt is too long for the context window")])
+    endpoint = ScriptedProvider([status(400, "the prompt is too long for the context window")])
     gateway = open_gateway(tmp_path, endpoint)
     with pytest.raises(LLMContextOverflowError):
         await gateway.structured("scorer", MESSAGES, Reply)
@@ -190,7 +190,7 @@ async def test_an_overflow_that_states_no_count_teaches_nothing(tmp_path: Path) 
 
 
 async def test_an_oversized_answer_is_not_asked_again(tmp_path: Path) -> None:
-    endpoint = Endpoint([ResponseTooLargeError(9000, 100, declared=True), answer()])
+    endpoint = ScriptedProvider([ResponseTooLargeError(9000, 100, declared=True), answer()])
     gateway = open_gateway(tmp_path, endpoint)
     with pytest.raises(LLMResponseTooLargeError) as raised:
         await gateway.structured("scorer", MESSAGES, Reply)
@@ -198,7 +198,7 @@ async def test_an_oversized_answer_is_not_asked_again(tmp_path: Path) -> None:
         "scorer: the response declares 9000 bytes; the limit is 100 "
         "(agents.scorer.max_response_bytes)"
     )
-    assert len(endpoint.requests) == 1
+    assert len(endpoint.calls) == 1
     assert gateway.stats["scorer.oversize"] == 1 and "scorer.errors" not in gateway.stats
     assert usage(gateway).failed == 1
     (record,) = await lines(tmp_path, gateway)
@@ -208,7 +208,7 @@ async def test_an_oversized_answer_is_not_asked_again(tmp_path: Path) -> None:
 
 async def test_a_retry_after_hint_is_the_wait(tmp_path: Path) -> None:
     limited = status(429, "slow down", headers={"retry-after": "0.01234"})
-    endpoint = Endpoint([limited, answer()])
+    endpoint = ScriptedProvider([limited, answer()])
     gateway = open_gateway(tmp_path, endpoint, **{"gateway.backoff_max_seconds": 0.05})
     assert (await gateway.structured("scorer", MESSAGES, Reply)).value == 7
     assert [r.get("retry_in_s") for r in await lines(tmp_path, gateway)] == [0.012, None]
@@ -223,7 +223,7 @@ async def test_the_wait_without_a_hint_is_jittered_under_a_doubling_ceiling(
         "gateway.backoff_base_seconds": 0.02,
         "gateway.backoff_max_seconds": 1.0,
     }
-    endpoint = Endpoint([status(503), status(503), status(503), answer()])
+    endpoint = ScriptedProvider([status(503), status(503), status(503), answer()])
     gateway = open_gateway(tmp_path, endpoint, **overrides)
     random.seed(2026)
     replay = random.Random(2026)
@@ -234,11 +234,11 @@ async def test_the_wait_without_a_hint_is_jittered_under_a_doubling_ceiling(
 
 
 async def test_refused_output_formats_fall_back_without_spending_attempts(tmp_path: Path) -> None:
-    endpoint = Endpoint([status(400, REFUSED), status(400, REFUSED), answer()])
+    endpoint = ScriptedProvider([status(400, REFUSED), status(400, REFUSED), answer()])
     gateway = open_gateway(tmp_path, endpoint, **{"gateway.max_attempts": 1})
     assert (await gateway.structured("scorer", MESSAGES, Reply)).value == 7
     schema = strict_schema(Reply)
-    assert [r.response_format for r in endpoint.requests] == [
+    assert [r.response_format for r in endpoint.calls] == [
         {"type": "json_schema", "json_schema": {"name": "Reply", "strict": True, "schema": schema}},
         {"type": "json_object"},
         None,
@@ -256,19 +256,19 @@ async def test_refused_output_formats_fall_back_without_spending_attempts(tmp_pa
 
 
 async def test_a_refusal_with_no_mode_left_is_an_error(tmp_path: Path) -> None:
-    endpoint = Endpoint([status(400, REFUSED)] * 3 + [answer()])
+    endpoint = ScriptedProvider([status(400, REFUSED)] * 3 + [answer()])
     gateway = open_gateway(tmp_path, endpoint)
     with pytest.raises(LLMUnavailableError, match=REFUSED):
         await gateway.structured("scorer", MESSAGES, Reply)
-    assert len(endpoint.requests) == 3
+    assert len(endpoint.calls) == 3
     await gateway.close()
 
 
 async def test_a_transient_error_keeps_the_output_format(tmp_path: Path) -> None:
-    endpoint = Endpoint([status(503, "json_schema worker busy"), answer()])
+    endpoint = ScriptedProvider([status(503, "json_schema worker busy"), answer()])
     gateway = open_gateway(tmp_path, endpoint)
     assert (await gateway.structured("scorer", MESSAGES, Reply)).value == 7
-    assert [r.response_format["type"] for r in endpoint.requests if r.response_format] == [
+    assert [r.response_format["type"] for r in endpoint.calls if r.response_format] == [
         "json_schema",
         "json_schema",
     ]
@@ -287,12 +287,12 @@ async def test_a_transient_error_keeps_the_output_format(tmp_path: Path) -> None
 async def test_a_configured_format_that_is_refused_is_an_error(
     tmp_path: Path, overrides: dict[str, Any], sent: str
 ) -> None:
-    endpoint = Endpoint([status(400, REFUSED), answer()])
+    endpoint = ScriptedProvider([status(400, REFUSED), answer()])
     gateway = open_gateway(tmp_path, endpoint, **overrides)
     with pytest.raises(LLMUnavailableError, match=REFUSED):
         await gateway.structured("scorer", MESSAGES, Reply)
-    assert len(endpoint.requests) == 1
-    (request,) = endpoint.requests
+    assert len(endpoint.calls) == 1
+    (request,) = endpoint.calls
     assert request.response_format is not None and request.response_format["type"] == sent
     assert "scorer.format_fallbacks" not in gateway.stats
     await gateway.close()
@@ -300,7 +300,7 @@ async def test_a_configured_format_that_is_refused_is_an_error(
 
 async def test_configured_formats_are_sent_as_configured(tmp_path: Path) -> None:
     configured = {"type": "json_object", "x": 1}
-    endpoint = Endpoint([answer(), answer()])
+    endpoint = ScriptedProvider([answer(), answer()])
     gateway = LLMGateway(
         settings(
             **{
@@ -313,7 +313,7 @@ async def test_configured_formats_are_sent_as_configured(tmp_path: Path) -> None
     )
     await gateway.structured("scorer", MESSAGES, Reply)
     await gateway.structured("analyzer", MESSAGES, Reply)
-    assert [r.response_format for r in endpoint.requests] == [configured, {"type": "json_object"}]
+    assert [r.response_format for r in endpoint.calls] == [configured, {"type": "json_object"}]
     assert gateway.output_mode("scorer").mode == "configured"
     assert gateway.output_mode("analyzer") == (
         gateway.output_mode("analyzer").__class__(
@@ -325,7 +325,7 @@ async def test_configured_formats_are_sent_as_configured(tmp_path: Path) -> None
 
 
 async def test_max_tokens_fits_the_schema_it_asks_for(tmp_path: Path) -> None:
-    endpoint = Endpoint([answer(), answer()])
+    endpoint = ScriptedProvider([answer(), answer()])
     gateway = LLMGateway(
         settings(
             **{
@@ -341,27 +341,27 @@ async def test_max_tokens_fits_the_schema_it_asks_for(tmp_path: Path) -> None:
     await gateway.structured("analyzer", MESSAGES, Reply)
     fitted, _ = fit_schema(strict_schema(Reply), 50)
     assert fitted != strict_schema(Reply)
-    first, second = (r.response_format for r in endpoint.requests)
+    first, second = (r.response_format for r in endpoint.calls)
     assert first is not None and first["json_schema"]["schema"] == fitted
     assert second == {"type": "json_object"}
     await gateway.close()
 
 
 async def test_without_max_tokens_the_schema_is_sent_whole(tmp_path: Path) -> None:
-    endpoint = Endpoint([answer()])
+    endpoint = ScriptedProvider([answer()])
     gateway = open_gateway(tmp_path, endpoint)
     await gateway.structured("scorer", MESSAGES, Reply)
-    (request,) = endpoint.requests
+    (request,) = endpoint.calls
     assert request.response_format is not None
     assert request.response_format["json_schema"]["schema"] == strict_schema(Reply)
     await gateway.close()
 
 
 async def test_the_offline_judge_gets_no_format_and_its_own_model_label(tmp_path: Path) -> None:
-    endpoint = Endpoint([answer()], offline=True)
+    endpoint = ScriptedProvider([answer()], offline=True)
     gateway = open_gateway(tmp_path, endpoint)
     assert (await gateway.structured("scorer", MESSAGES, Reply)).value == 7
-    assert endpoint.requests[0].response_format is None
+    assert endpoint.calls[0].response_format is None
     assert gateway.output_mode("scorer").mode == "none"
     assert usage(gateway, model="offline").calls == 1
     (record,) = await lines(tmp_path, gateway)
@@ -369,7 +369,9 @@ async def test_the_offline_judge_gets_no_format_and_its_own_model_label(tmp_path
 
 
 async def test_an_account_gets_the_usage_and_is_logged(tmp_path: Path) -> None:
-    endpoint = Endpoint([status(503), answer(prompt_tokens=5, completion_tokens=2), answer()])
+    endpoint = ScriptedProvider(
+        [status(503), answer(prompt_tokens=5, completion_tokens=2), answer()]
+    )
     gateway = open_gateway(tmp_path, endpoint)
     await gateway.structured_completion("scorer", MESSAGES, Reply, account="canary", step=1)
     await gateway.structured("scorer", MESSAGES, Reply)
@@ -396,7 +398,7 @@ async def test_an_answer_is_logged_with_its_usage_and_reasoning(tmp_path: Path) 
         reasoning_tokens=30,
         cached_tokens=100,
     )
-    endpoint = Endpoint([reply, answer("<think>a draft</think>" + GOOD)])
+    endpoint = ScriptedProvider([reply, answer("<think>a draft</think>" + GOOD)])
     gateway = open_gateway(tmp_path, endpoint)
     assert (await gateway.structured("scorer", MESSAGES, Reply)).value == 7
     assert (await gateway.structured("scorer", MESSAGES, Reply)).value == 7
@@ -417,7 +419,7 @@ async def test_an_answer_is_logged_with_its_usage_and_reasoning(tmp_path: Path) 
 async def test_an_answer_without_reasoning_or_prompt_count_logs_and_learns_none(
     tmp_path: Path,
 ) -> None:
-    endpoint = Endpoint([answer(completion_tokens=3)])
+    endpoint = ScriptedProvider([answer(completion_tokens=3)])
     gateway = open_gateway(tmp_path, endpoint)
     await gateway.structured("scorer", MESSAGES, Reply)
     assert gateway.context_windows.scale(endpoint.description, MODEL) == 1.0
@@ -429,7 +431,7 @@ async def test_failed_attempts_are_timed_in_the_ledger_and_the_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = use_clock(monkeypatch)
-    endpoint = Endpoint([status(404, "gone")], clock=clock, seconds=0.5)
+    endpoint = ScriptedProvider([status(404, "gone")], clock=clock, seconds=0.5)
     gateway = open_gateway(tmp_path, endpoint)
     with pytest.raises(LLMUnavailableError):
         await gateway.structured("scorer", MESSAGES, Reply)

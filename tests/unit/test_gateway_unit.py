@@ -1,5 +1,5 @@
 """The LLM gateway (amaris/llm/gateway.py) with the endpoint faked at the gateway seam
-(tests/support/gateway_seam.py); no conftest fixture, so its mutation run
+(tests/support/scripted_llm.py); no conftest fixture, so its mutation run
 (``bench/evaluations/mutation.py gateway``) stays cheap per mutant.
 
 What a user sees: the corrective re-ask and its limits, cut replies, the counters, the
@@ -29,11 +29,11 @@ from amaris.llm.gateway import (
 from amaris.llm.ledger import TokenLedger
 from amaris.llm.output_mode import OutputModes
 from amaris.llm.schema import strict_schema
-from tests.support.gateway_seam import (
+from tests.support.scripted_llm import (
     GOOD,
     MESSAGES,
     MODEL,
-    Endpoint,
+    ScriptedProvider,
     answer,
     settings,
     status,
@@ -45,7 +45,7 @@ class Reply(BaseModel):
     reason: str
 
 
-def open_gateway(tmp_path: Path, endpoint: Endpoint, **overrides: Any) -> LLMGateway:
+def open_gateway(tmp_path: Path, endpoint: ScriptedProvider, **overrides: Any) -> LLMGateway:
     return LLMGateway(settings(**overrides), {"scorer": endpoint}, CallLog(tmp_path / "logs"))
 
 
@@ -55,9 +55,9 @@ async def lines(tmp_path: Path, gateway: LLMGateway) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def reask_of(endpoint: Endpoint) -> list[dict[str, str]]:
+def reask_of(endpoint: ScriptedProvider) -> list[dict[str, str]]:
     """The messages of the last request, past the original ones."""
-    return endpoint.requests[-1].messages[len(MESSAGES) :]
+    return endpoint.calls[-1].messages[len(MESSAGES) :]
 
 
 @pytest.mark.parametrize(
@@ -71,11 +71,11 @@ def reask_of(endpoint: Endpoint) -> list[dict[str, str]]:
 async def test_invalid_output_is_asked_again_once_quoting_it(
     tmp_path: Path, bad: str, why: str
 ) -> None:
-    endpoint = Endpoint([answer(bad), answer()])
+    endpoint = ScriptedProvider([answer(bad), answer()])
     gateway = open_gateway(tmp_path, endpoint)
     assert await gateway.structured("scorer", MESSAGES, Reply) == Reply(value=7, reason="ok")
-    assert len(endpoint.requests) == 2
-    assert endpoint.requests[0].messages == MESSAGES
+    assert len(endpoint.calls) == 2
+    assert endpoint.calls[0].messages == MESSAGES
     quoted, ask = reask_of(endpoint)
     assert quoted == {"role": "assistant", "content": bad[:4000]}
     assert ask["role"] == "user" and ask["content"].startswith("Your reply was invalid: ")
@@ -91,7 +91,7 @@ async def test_a_failing_check_is_asked_again_with_its_message(tmp_path: Path) -
         if reply.value != 8:
             raise ValueError("value must be 8")
 
-    endpoint = Endpoint([answer(), answer(json.dumps({"value": 8, "reason": "ok"}))])
+    endpoint = ScriptedProvider([answer(), answer(json.dumps({"value": 8, "reason": "ok"}))])
     gateway = open_gateway(tmp_path, endpoint)
     assert (await gateway.structured("scorer", MESSAGES, Reply, check=check)).value == 8
     assert "value must be 8" in reask_of(endpoint)[1]["content"]
@@ -99,26 +99,26 @@ async def test_a_failing_check_is_asked_again_with_its_message(tmp_path: Path) -
 
 
 async def test_invalid_output_after_the_reask_is_an_output_error(tmp_path: Path) -> None:
-    endpoint = Endpoint([answer("nope"), answer("still nope"), answer()])
+    endpoint = ScriptedProvider([answer("nope"), answer("still nope"), answer()])
     gateway = open_gateway(tmp_path, endpoint)
     with pytest.raises(LLMOutputError, match=r"^scorer: invalid output after re-ask: "):
         await gateway.structured("scorer", MESSAGES, Reply)
-    assert len(endpoint.requests) == 2
+    assert len(endpoint.calls) == 2
     assert gateway.stats["scorer.invalid_output"] == 2
     await gateway.close()
 
 
 async def test_without_reask_invalid_output_is_an_output_error_at_once(tmp_path: Path) -> None:
-    endpoint = Endpoint([answer("nope"), answer()])
+    endpoint = ScriptedProvider([answer("nope"), answer()])
     gateway = open_gateway(tmp_path, endpoint, **{"gateway.reask_on_invalid": False})
     with pytest.raises(LLMOutputError, match=r"^scorer: invalid output: "):
         await gateway.structured("scorer", MESSAGES, Reply)
-    assert len(endpoint.requests) == 1
+    assert len(endpoint.calls) == 1
     await gateway.close()
 
 
 async def test_the_reask_has_its_own_attempts(tmp_path: Path) -> None:
-    endpoint = Endpoint([status(503), answer("nope"), status(503), answer()])
+    endpoint = ScriptedProvider([status(503), answer("nope"), status(503), answer()])
     gateway = open_gateway(tmp_path, endpoint, **{"gateway.max_attempts": 2})
     assert (await gateway.structured("scorer", MESSAGES, Reply)).value == 7
     records = await lines(tmp_path, gateway)
@@ -131,7 +131,7 @@ async def test_the_reask_has_its_own_attempts(tmp_path: Path) -> None:
 
 
 async def test_an_unavailable_reask_is_unavailable(tmp_path: Path) -> None:
-    endpoint = Endpoint([answer("nope"), status(404, "gone")])
+    endpoint = ScriptedProvider([answer("nope"), status(404, "gone")])
     gateway = open_gateway(tmp_path, endpoint)
     with pytest.raises(LLMUnavailableError, match="gone"):
         await gateway.structured("scorer", MESSAGES, Reply)
@@ -158,25 +158,25 @@ async def test_an_unavailable_reask_is_unavailable(tmp_path: Path) -> None:
     ],
 )
 async def test_a_cut_reply_is_not_asked_again(tmp_path: Path, reply: Any, message: str) -> None:
-    endpoint = Endpoint([reply, answer()])
+    endpoint = ScriptedProvider([reply, answer()])
     gateway = open_gateway(tmp_path, endpoint)
     with pytest.raises(LLMTruncatedError) as raised:
         await gateway.structured("scorer", MESSAGES, Reply)
     assert str(raised.value) == message
-    assert len(endpoint.requests) == 1
+    assert len(endpoint.calls) == 1
     assert gateway.stats["scorer.truncated"] == 1
     assert "scorer.invalid_output" not in gateway.stats
     await gateway.close()
 
 
 async def test_repaired_json_is_counted_and_clean_json_is_not(tmp_path: Path) -> None:
-    endpoint = Endpoint([answer(), answer("```json\n" + GOOD + "\n```")])
+    endpoint = ScriptedProvider([answer(), answer("```json\n" + GOOD + "\n```")])
     gateway = open_gateway(tmp_path, endpoint)
     assert (await gateway.structured("scorer", MESSAGES, Reply)).value == 7
     assert "scorer.repaired_json" not in gateway.stats
     assert (await gateway.structured("scorer", MESSAGES, Reply)).value == 7
     assert gateway.stats["scorer.repaired_json"] == 1
-    assert len(endpoint.requests) == 2
+    assert len(endpoint.calls) == 2
     await gateway.close()
 
 
@@ -189,7 +189,7 @@ async def test_a_long_answer_is_read_off_the_event_loop(tmp_path: Path) -> None:
         threads.append(threading.get_ident())
 
     long = json.dumps({"value": 7, "reason": "x" * INLINE_PARSE_CHARS})
-    endpoint = Endpoint([answer(), answer(long), answer("```json\n" + GOOD + "\n```")])
+    endpoint = ScriptedProvider([answer(), answer(long), answer("```json\n" + GOOD + "\n```")])
     gateway = open_gateway(tmp_path, endpoint)
     for _ in range(3):
         await gateway.structured("scorer", MESSAGES, Reply, check=check)
@@ -200,11 +200,11 @@ async def test_a_long_answer_is_read_off_the_event_loop(tmp_path: Path) -> None:
 
 async def test_the_schema_asked_for_is_the_models_unless_given(tmp_path: Path) -> None:
     given = {"type": "object", "properties": {"value": {"type": "integer"}}}
-    endpoint = Endpoint([answer(), answer()])
+    endpoint = ScriptedProvider([answer(), answer()])
     gateway = open_gateway(tmp_path, endpoint)
     await gateway.structured("scorer", MESSAGES, Reply)
     await gateway.structured("scorer", MESSAGES, Reply, json_schema=given)
-    sent = [r.response_format["json_schema"] for r in endpoint.requests if r.response_format]
+    sent = [r.response_format["json_schema"] for r in endpoint.calls if r.response_format]
     assert sent == [
         {"name": "Reply", "strict": True, "schema": strict_schema(Reply)},
         {"name": "Reply", "strict": True, "schema": given},
@@ -213,7 +213,7 @@ async def test_the_schema_asked_for_is_the_models_unless_given(tmp_path: Path) -
 
 
 async def test_the_output_mode_of_an_agent(tmp_path: Path) -> None:
-    online, offline = Endpoint(), Endpoint(offline=True)
+    online, offline = ScriptedProvider(), ScriptedProvider(offline=True)
     gateway = LLMGateway(settings(), {"scorer": online, "analyzer": offline}, CallLog(None))
     assert gateway.output_mode("scorer").mode == "json_schema"
     assert gateway.output_mode("analyzer").mode == "none"
@@ -222,9 +222,9 @@ async def test_the_output_mode_of_an_agent(tmp_path: Path) -> None:
 
 
 async def test_the_context_window_is_configured_else_listed_once(tmp_path: Path) -> None:
-    listing = Endpoint(windows={MODEL: 10_000})
-    configured = Endpoint(windows={MODEL: 10_000})
-    offline = Endpoint(offline=True, windows={MODEL: 10_000})
+    listing = ScriptedProvider(windows={MODEL: 10_000})
+    configured = ScriptedProvider(windows={MODEL: 10_000})
+    offline = ScriptedProvider(offline=True, windows={MODEL: 10_000})
     gateway = LLMGateway(
         settings(**{"agents.analyzer.context_window": 3000, "agents.scorer.max_tokens": 1000}),
         {"scorer": listing, "analyzer": configured, "summarizer": offline},
@@ -244,7 +244,7 @@ async def test_the_context_window_is_configured_else_listed_once(tmp_path: Path)
 
 
 async def test_an_unlisted_window_is_unknown_and_read_once(tmp_path: Path) -> None:
-    endpoint = Endpoint(windows={"another-model": 4096})
+    endpoint = ScriptedProvider(windows={"another-model": 4096})
     gateway = LLMGateway(settings(), {"scorer": endpoint}, CallLog(None))
     assert await gateway.context_window("scorer") is None
     assert await gateway.context_window("scorer") is None
@@ -256,7 +256,7 @@ async def test_the_registries_passed_in_are_the_ones_used(tmp_path: Path) -> Non
     """The service's two gateways share one ledger, one output-mode and one window
     registry: what one learns the other uses."""
     ledger, modes, windows = TokenLedger(), OutputModes(), ContextWindows()
-    endpoint = Endpoint([answer(), answer()])
+    endpoint = ScriptedProvider([answer(), answer()])
     shared: dict[str, Any] = {"output_modes": modes, "context_windows": windows, "ledger": ledger}
     first = LLMGateway(settings(), {"scorer": endpoint}, CallLog(None), **shared)
     second = LLMGateway(settings(), {"scorer": endpoint}, CallLog(None), **shared)
@@ -269,7 +269,7 @@ async def test_the_registries_passed_in_are_the_ones_used(tmp_path: Path) -> Non
 
 
 async def test_a_step_gateway_counts_the_steps_wall_time(tmp_path: Path) -> None:
-    endpoint = Endpoint([answer(), answer(), answer()])
+    endpoint = ScriptedProvider([answer(), answer(), answer()])
     pipeline = LLMGateway(settings(), {"scorer": endpoint}, CallLog(None), step_wall_time=True)
     scoring = LLMGateway(settings(), {"scorer": endpoint}, CallLog(None))
     await pipeline.structured("scorer", MESSAGES, Reply, step=3)
@@ -281,7 +281,7 @@ async def test_a_step_gateway_counts_the_steps_wall_time(tmp_path: Path) -> None
 
 
 async def test_close_closes_each_provider_once_and_flushes_the_log(tmp_path: Path) -> None:
-    shared, own = Endpoint([answer()]), Endpoint()
+    shared, own = ScriptedProvider([answer()]), ScriptedProvider()
     gateway = LLMGateway(
         settings(),
         {"scorer": shared, "analyzer": shared, "summarizer": own},

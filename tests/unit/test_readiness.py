@@ -3,7 +3,6 @@ connection kept open) for all its polls."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from amaris.app.running import free_port
 from amaris.readiness import wait_ok
 from tests.support.local_http import serving
 
@@ -46,9 +46,7 @@ def test_the_wait_ends_at_the_first_200_over_one_connection() -> None:
 
 
 def test_nothing_listening_is_false_once_the_time_is_up() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     pauses: list[float] = []
     assert not wait_ok(f"http://127.0.0.1:{port}/", lambda: None, 0.3, 0.05, pauses.append)
     assert pauses and set(pauses) == {0.05}

@@ -1,7 +1,7 @@
 """What a judge without a schema is shown (``json_object``, ``none``), and how its reply is read.
 
-The real gateway and scorer over the scripted provider (tests/support/scripted_llm.py) and
-the fake endpoint (tests/support/gateway_seam.py): the LLM is faked at the gateway seam.
+The real gateway and scorer over the scripted provider (tests/support/scripted_llm.py): the
+LLM is faked at the gateway seam.
 """
 
 from __future__ import annotations
@@ -32,8 +32,15 @@ from amaris.scoring.judge_protocol import (
 )
 from amaris.scoring.scorer import Scorer
 from amaris.settings import load_settings
-from tests.support.gateway_seam import Endpoint, answer, settings, status
-from tests.support.scripted_llm import ScriptedProvider, gateway, scorer_prompt, verdicts
+from tests.support.scripted_llm import (
+    ScriptedProvider,
+    answer,
+    gateway,
+    scorer_prompt,
+    settings,
+    status,
+    verdicts,
+)
 
 A1 = Criterion(id="A1", text="The final answer is correct.", weight=1.0, is_anchor=True)
 R1 = Criterion(id="R1", text="The reply hedges between answers.", weight=-1.0, is_anchor=False)
@@ -122,7 +129,7 @@ async def test_the_example_keeps_the_system_message_identical_across_rollouts(ma
 
 
 async def test_a_refused_json_schema_falls_back_to_json_object_with_the_example() -> None:
-    endpoint = Endpoint([status(400, REFUSED), answer(EXAMPLE)])
+    endpoint = ScriptedProvider([status(400, REFUSED), answer(EXAMPLE)])
     llm = LLMGateway(settings(), {"scorer": endpoint}, CallLog(None))
     messages = judge_messages("Judge.", RUBRIC, _fields(request()))
     example = verdicts_example(("A1", "R1"))
@@ -136,7 +143,7 @@ async def test_a_refused_json_schema_falls_back_to_json_object_with_the_example(
     )
     await llm.close()
     assert [v.id for v in result.verdicts] == ["A1", "R1"]
-    refused, fallback = endpoint.requests
+    refused, fallback = endpoint.calls
     assert refused.response_format is not None
     assert refused.response_format["type"] == "json_schema"
     assert refused.messages == messages  # the json_schema request: the prompt as written
@@ -159,7 +166,7 @@ async def test_without_an_example_one_is_made_from_the_schema_in_json_object_and
     # json_object configured, then none configured: both show the example made from the
     # agent's schema; the offline judge and json_schema are never shown one.
     for mode in ("json_object", "none"):
-        endpoint = Endpoint(
+        endpoint = ScriptedProvider(
             [
                 answer(
                     '{"kind": "add", "weight": 1, "share": 0.5, "steps": ["a", "b"], "done": true}'
@@ -170,7 +177,7 @@ async def test_without_an_example_one_is_made_from_the_schema_in_json_object_and
         llm = LLMGateway(settings(**overrides), {"scorer": endpoint}, CallLog(None))
         await llm.structured("scorer", [{"role": "user", "content": "Plan."}], Plan)
         await llm.close()
-        (sent,) = endpoint.requests
+        (sent,) = endpoint.calls
         expected = {"kind": "add", "weight": 0, "share": 0.5, "steps": ["...", "..."], "done": True}
         assert sent.messages == [
             {"role": "system", "content": f"{FORMAT_HEADING}\n{json.dumps(expected)}"},

@@ -23,7 +23,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from amaris.app.prefect_server import free_port
+from amaris.app.running import free_port
 from amaris.llm.providers import Completion, OpenAIProvider, parse_completion
 from amaris.llm.transport import ResponseTooLargeError
 from amaris.settings import Settings
