@@ -187,7 +187,7 @@ def agents(settings: Settings, prompts: dict[str, str]) -> dict[str, AgentRecord
     for agent in settings.served_agents:
         options = settings.agents.for_agent(agent)
         base_url = settings.client.for_agent(agent).base_url
-        # The auditor asks with the scorer's template (amaris.audit).
+        # The auditor asks with the scorer's template (amaris.trust.audit).
         template = prompts.get("scorer" if agent == AUDITOR else agent)
         out[agent] = {
             "model": options.model,

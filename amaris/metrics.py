@@ -18,10 +18,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from amaris.audit.monitor import FidelityMonitor
 from amaris.llm.ledger import price
-from amaris.memory.precheck_rules import PrecheckRuleStore, ProbeKind
 from amaris.settings import AGENTS, ModelPrice
+from amaris.trust.audit.monitor import FidelityMonitor
+from amaris.trust.rule_store import PrecheckRuleStore, ProbeKind
 
 if TYPE_CHECKING:
     from amaris.llm.gateway import LLMGateway

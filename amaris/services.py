@@ -12,11 +12,9 @@ from dataclasses import dataclass
 
 from qdrant_client import QdrantClient
 
-from amaris.audit.pause import AuditPause
 from amaris.llm.gateway import LLMGateway
 from amaris.llm.providers import ChatProvider
 from amaris.llm.reachability import Reachabilities
-from amaris.memory.precheck_rules import PrecheckRuleStore
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.memory.store import MemoryStore
 from amaris.metrics import Metrics
@@ -27,6 +25,8 @@ from amaris.scoring.scorer import Scorer
 from amaris.settings import Settings
 from amaris.steps.coordinator import StepCoordinator
 from amaris.steps.runner import PipelineRunner
+from amaris.trust.audit.pause import AuditPause
+from amaris.trust.rule_store import PrecheckRuleStore
 
 log = logging.getLogger("amaris")
 

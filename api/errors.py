@@ -12,7 +12,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from amaris.audit.pause import ScoringPausedError
 from amaris.jsonfile import JSONDict
 from amaris.logs import loggable
 from amaris.memory.storage_health import StorageUnavailableError
@@ -22,6 +21,7 @@ from amaris.scoring.refusals import OverloadedError, OversizeError
 from amaris.scoring.rollout_ids import RolloutConflictError
 from amaris.scoring.rules import RuleInputError
 from amaris.steps.coordinator import StepRefusedError
+from amaris.trust.audit.pause import ScoringPausedError
 
 log = logging.getLogger("amaris.api")
 

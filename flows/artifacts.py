@@ -16,9 +16,6 @@ from collections.abc import Mapping, Sequence
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
 from amaris.agents.schemas import BatchSummary, RubricUpdateProposal
-from amaris.audit.history import audit_history
-from amaris.audit.models import StepAudit
-from amaris.audit.report import fidelity_markdown
 from amaris.llm.ledger import Key, Usage, cost, total, unpriced
 from amaris.manifest import markdown as manifest_markdown
 from amaris.rubric.informativeness import DueCriterion, ScopeStats
@@ -27,6 +24,9 @@ from amaris.settings import ModelPrice
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped, ScopeOutcome, UpdateOutcome
 from amaris.text.markdown import inert
+from amaris.trust.audit.history import audit_history
+from amaris.trust.audit.models import StepAudit
+from amaris.trust.audit.report import fidelity_markdown
 
 log = logging.getLogger("amaris.pipeline")
 

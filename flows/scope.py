@@ -19,7 +19,6 @@ from prefect import Task
 from amaris.agents.blocks import TrainerMetadata
 from amaris.agents.findings import Injections, StepFindings
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis, RubricUpdateProposal
-from amaris.audit.models import AlarmEvidence
 from amaris.flows.artifacts import (
     rubric_diff_artifact,
     rubric_diff_markdown,
@@ -42,7 +41,6 @@ from amaris.rubric.informativeness import (
     updater_view,
 )
 from amaris.rubric.model import RubricVersion
-from amaris.scoring.canary import canary_rollouts
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped, ScopeOutcome, UpdateKind, UpdateOutcome
 from amaris.tasks._common import DROPS, LLMTask, criteria_context, split_for
@@ -57,6 +55,8 @@ from amaris.tasks.retrieve_memory import retrieve_memory
 from amaris.tasks.summarize import summarize_chunk, summary_payload
 from amaris.tasks.update_rubric import propose_update
 from amaris.text.injection import scan_records
+from amaris.trust.audit.models import AlarmEvidence
+from amaris.trust.rubric_canary.check import canary_rollouts
 
 T = TypeVar("T")
 P = ParamSpec("P")

@@ -16,7 +16,6 @@ from prefect import task
 from prefect.artifacts import acreate_markdown_artifact
 from pydantic import BaseModel, ConfigDict
 
-from amaris.audit.models import AlarmEvidence
 from amaris.flows.scope import ScopeRun
 from amaris.flows.scope_facts import unwalked
 from amaris.memory.records import RolloutRecord
@@ -28,6 +27,7 @@ from amaris.tasks._common import work_key
 from amaris.tasks.analyze import forget_analyses
 from amaris.tasks.publish_rubric import record_versions
 from amaris.text.markdown import inert
+from amaris.trust.audit.models import AlarmEvidence
 
 T = TypeVar("T")
 

@@ -27,7 +27,6 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from amaris.agents.payloads import AlarmData, AnalyzerContext, AnalyzerInput, RolloutData
 from amaris.agents.schemas import IndividualAnalysis
 from amaris.atomic import replace_file
-from amaris.audit.models import AlarmEvidence
 from amaris.llm.budget import CHARS_PER_TOKEN, MIN_FIELD_CHARS, fit_texts, json_chars
 from amaris.llm.gateway import LLMTransientError
 from amaris.logs import loggable
@@ -37,6 +36,7 @@ from amaris.steps.outcomes import Dropped
 from amaris.steps.retry import digest
 from amaris.tasks._common import DROPS, ask, llm_task, prompt_tokens
 from amaris.tasks.models import AgentCriterion, Peer
+from amaris.trust.audit.models import AlarmEvidence
 
 log = logging.getLogger("amaris.pipeline")
 

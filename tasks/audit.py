@@ -1,5 +1,5 @@
 """Audit: the audit judge re-grades a sample of the step's scored rollouts; the step's
-fidelity and the Goodhart alarm come of it (:mod:`amaris.audit`, docs/fidelity.md)."""
+fidelity and the Goodhart alarm come of it (:mod:`amaris.trust.audit`, docs/fidelity.md)."""
 
 from __future__ import annotations
 
@@ -7,22 +7,22 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 
-from amaris.audit.alarm import SwapTally, TrendPoint, check_alarm, evidence
-from amaris.audit.fidelity import fidelity
-from amaris.audit.history import audit_history
-from amaris.audit.models import OVER_REWARDED_KEPT, AuditedRollout, RewardGap, StepAudit
-from amaris.audit.pause import AuditPause
-from amaris.audit.sampling import Drawn, budget_left, sample_size, stratified_sample
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
-from amaris.scoring import canary_probes
-from amaris.scoring.judge_canaries import Probe, ProbeResult, canary_sources, judge_probes, mine
-from amaris.scoring.regrade import regrade_all
 from amaris.scoring.scorer import Scorer
 from amaris.settings import AUDITOR, AuditSettings
 from amaris.steps.context import get_context
 from amaris.tasks._common import llm_task, training_scorer
 from amaris.tasks.judge_canaries import LEDGER_AGENT
+from amaris.trust import mining
+from amaris.trust.audit.alarm import SwapTally, TrendPoint, check_alarm, evidence
+from amaris.trust.audit.fidelity import fidelity
+from amaris.trust.audit.history import audit_history
+from amaris.trust.audit.models import OVER_REWARDED_KEPT, AuditedRollout, RewardGap, StepAudit
+from amaris.trust.audit.pause import AuditPause
+from amaris.trust.audit.regrade import regrade_all
+from amaris.trust.audit.sampling import Drawn, budget_left, sample_size, stratified_sample
+from amaris.trust.judge_canaries import Probe, ProbeResult, canary_sources, judge_probes, mine
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -108,7 +108,7 @@ def _swapped(records: Sequence[RolloutRecord], most: int, first: int = 0) -> lis
     for record in records:
         if len(probes) >= most:
             break
-        if len(record.rollout.output) > canary_probes.MAX_SOURCE_CHARS:
+        if len(record.rollout.output) > mining.MAX_SOURCE_CHARS:
             continue
         for source in canary_sources([record]):
             mined = mine("swapped", source)

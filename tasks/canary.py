@@ -11,14 +11,14 @@ from pydantic import BaseModel, Field
 
 from amaris.agents.findings import StepFindings
 from amaris.agents.schemas import RubricUpdateProposal
-from amaris.rubric.canary_report import CanaryReport, CanaryRollout
 from amaris.rubric.guardrails import UpdateRejected
 from amaris.rubric.informativeness import DueCriterion
 from amaris.rubric.model import RubricVersion
-from amaris.scoring.canary import run_canary
-from amaris.scoring.canary_plan import MAX_HACK_PROBES
 from amaris.steps.context import get_context
 from amaris.tasks._common import apply_proposal, training_scorer
+from amaris.trust.rubric_canary.check import run_canary
+from amaris.trust.rubric_canary.plan import MAX_HACK_PROBES
+from amaris.trust.rubric_canary.report import CanaryReport, CanaryRollout
 
 log = logging.getLogger("amaris.pipeline")
 

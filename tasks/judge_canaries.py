@@ -9,11 +9,12 @@ from functools import partial
 
 from pydantic import BaseModel, Field
 
-from amaris.audit.models import StepAudit
-from amaris.memory.precheck_rules import LearnedRule
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
-from amaris.scoring.judge_canaries import (
+from amaris.steps.context import get_context
+from amaris.tasks._common import llm_task, training_scorer
+from amaris.trust.audit.models import StepAudit
+from amaris.trust.judge_canaries import (
     AuditPair,
     CanarySource,
     JudgeCanaryReport,
@@ -24,10 +25,9 @@ from amaris.scoring.judge_canaries import (
     judge_probes,
     plan_probes,
 )
-from amaris.scoring.learned_rules import LEARNED_FROM, new_rule
-from amaris.scoring.precheck import degenerate
-from amaris.steps.context import get_context
-from amaris.tasks._common import llm_task, training_scorer
+from amaris.trust.learned_rules import LEARNED_FROM, new_rule
+from amaris.trust.precheck import degenerate
+from amaris.trust.rule_store import LearnedRule
 
 log = logging.getLogger("amaris.pipeline")
 

@@ -13,12 +13,12 @@ from prefect.cache_policies import NO_CACHE
 from amaris.agents.findings import StepFindings
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.memory.models import MemoryDocument
-from amaris.rubric.canary_report import CanaryReport
 from amaris.rubric.guardrails import UpdateRejected
 from amaris.rubric.informativeness import DueCriterion
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import UpdateKind, UpdateOutcome
 from amaris.tasks._common import apply_proposal
+from amaris.trust.rubric_canary.report import CanaryReport
 
 log = logging.getLogger("amaris.pipeline")
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from amaris.agents.blocks import TrainerMetadata, UpdaterContext, UpdaterInput
 from amaris.agents.schemas import BatchSummary, RubricUpdateProposal
-from amaris.audit.models import AlarmEvidence
 from amaris.rubric.informativeness import UpdaterView
 from amaris.steps.context import get_context
 from amaris.tasks._common import ask, at_most_items, dumped, llm_task
 from amaris.tasks.models import AgentCriterion, RetrievedMemory
+from amaris.trust.audit.models import AlarmEvidence
 
 
 @llm_task("updater", "update-rubric", "update-rubric-{scope}")

@@ -54,14 +54,14 @@ class PeerData(TypedDict):
 
 
 class AlarmRolloutData(TypedDict, total=False):
-    """A rollout of a fidelity alarm's evidence (``amaris.audit.models.DisagreeingRollout``)."""
+    """A rollout of a fidelity alarm's evidence (``amaris.agents.blocks.DisagreeingRollout``)."""
 
     output: str
     output_words: int | None
 
 
 class AlarmData(TypedDict, total=False):
-    """A fidelity alarm's evidence (``amaris.audit.models.AlarmEvidence``)."""
+    """A fidelity alarm's evidence (``amaris.agents.blocks.AlarmEvidence``)."""
 
     step: int
     reason: str

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from qdrant_client import QdrantClient
 
 from amaris.memory.embedder import Embedder, build_embedder, preload
-from amaris.memory.precheck_rules import PrecheckRuleStore
 from amaris.memory.rollout_backend import open_rollout_log
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.memory.store import MemoryStore
 from amaris.rubric.integrity import check_rubric_store
 from amaris.rubric.store import RubricStore
 from amaris.settings import Settings
+from amaris.trust.rule_store import PrecheckRuleStore
 
 
 def replicated(settings: Settings) -> bool:

@@ -19,7 +19,6 @@ from amaris.api.app import build_api
 from amaris.app.prefect_env import configure_prefect
 from amaris.app.step_path import StepPath, StepPathStart, build_step_path
 from amaris.app.stores import Stores, open_stores
-from amaris.audit.pause import AuditPause
 from amaris.llm.budget import ContextWindows
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
@@ -32,12 +31,13 @@ from amaris.memory.embedder import Embedder
 from amaris.memory.qdrant import open_qdrant
 from amaris.metrics import Metrics
 from amaris.rubric.scopes import ScopeResolver
-from amaris.scoring.learned_rules import LearnedRules
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer
 from amaris.services import Services
 from amaris.settings import AGENTS, Settings
 from amaris.steps.context import pipeline_gateway_settings
+from amaris.trust.audit.pause import AuditPause
+from amaris.trust.learned_rules import LearnedRules
 
 log = logging.getLogger("amaris")
 

@@ -2,7 +2,7 @@
 
 A rubric here is the configured anchors plus a *genome*: some criteria of a candidate pool,
 each with a weight. Every response was judged once on the whole pool (anchors first), so a
-genome's reward for a response is :func:`amaris.scoring.aggregate.aggregate` of its
+genome's reward for a response is :func:`amaris.rubric.aggregate.aggregate` of its
 criteria's weights and verdicts: the formula ``/score`` uses, on the verdicts it would get.
 
 Accuracy counts a pair right when the better response gets the higher reward, half right
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from amaris.bootstrap.data import Pair
-from amaris.scoring.aggregate import aggregate
+from amaris.rubric.aggregate import aggregate
 
 Key = tuple[str, str]
 """A response: (prompt id, candidate id)."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from amaris.audit.pause import AuditPause
 from amaris.cli.config import load
+from amaris.trust.audit.pause import AuditPause
 
 
 def _pause(args: argparse.Namespace) -> AuditPause:

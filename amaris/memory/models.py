@@ -128,5 +128,6 @@ class StepRecord(BaseModel):
     executor: str | None = Field(default=None, exclude_if=_unset)
     """Scale-out: the replica that started the latest attempt (it restarts it)."""
     audit: JSONValue = Field(default=None, exclude_if=_unset)
-    """The audit judge's figures of the step (the JSON of :class:`amaris.audit.models.StepAudit`,
-    which :func:`amaris.audit.history.audit_of` reads back)."""
+    """The audit judge's figures of the step (the JSON of
+    :class:`amaris.trust.audit.models.StepAudit`, which
+    :func:`amaris.trust.audit.history.audit_of` reads back)."""

@@ -1,1 +1,2 @@
-"""Rubrics: versions, their store, scopes, guardrails of updates, the verdict scale."""
+"""Rubrics: versions, their store, scopes, guardrails of updates, the verdict scale and the
+reward formula."""

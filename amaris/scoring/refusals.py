@@ -3,12 +3,14 @@ work over the judge's queue bound. The routes answer them 413 and 429 (:mod:`ama
 
 from __future__ import annotations
 
+from amaris.trust.judging import JudgeRefusedError
 
-class OverloadedError(RuntimeError):
+
+class OverloadedError(JudgeRefusedError, RuntimeError):
     """The hot path holds ``scoring.max_pending`` judge calls already."""
 
 
-class OversizeError(ValueError):
+class OversizeError(JudgeRefusedError, ValueError):
     """A rollout field is longer than ``scoring.max_field_chars`` (or a batch too long)."""
 
     def __init__(

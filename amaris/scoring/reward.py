@@ -32,14 +32,14 @@ from amaris.memory.records import RolloutRecord
 from amaris.memory.storage_health import StorageUnavailableError
 from amaris.models import ScoreRequest, ScoreResponse
 from amaris.request_context import request_id_var
+from amaris.rubric.aggregate import aggregate
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.scopes import ScopeResolver
-from amaris.scoring.aggregate import aggregate
-from amaris.scoring.precheck import degenerate
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer, rollout_chars
 from amaris.steps.coordinator import StepCoordinator
 from amaris.text.offload import OFF_LOOP_CHARS, off_loop_above
+from amaris.trust.precheck import degenerate
 
 
 async def score_rollout(

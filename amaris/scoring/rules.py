@@ -3,7 +3,7 @@
 A criterion with a ``rule`` (``anchor_rubrics[].rule`` / ``adaptive_rubrics[].rule``) gets
 its verdict here, without an LLM call: :data:`~amaris.rubric.scale.SCALE_MAX` when the check
 holds, :data:`~amaris.rubric.scale.SCALE_MIN` when not. The verdict then counts in the
-reward like a judge's (:func:`amaris.scoring.aggregate.aggregate`, the same weights); a
+reward like a judge's (:func:`amaris.rubric.aggregate.aggregate`, the same weights); a
 pitfall rule (negative weight) lowers the reward when its check holds.
 
 The checks read ``rollout.output`` whole (never cut to the judge's context); ``exact`` and

@@ -29,12 +29,12 @@ from amaris.rubric.model import RubricVersion
 from amaris.rubric.store import RubricStore
 from amaris.scoring.judge_fit import ContextFit, rubric_example, rubric_schema
 from amaris.scoring.judge_protocol import JudgeVerdicts, check_ids, judge_messages, known_verdicts
-from amaris.scoring.learned_rules import LearnedRules
 from amaris.scoring.refusals import OverloadedError, OversizeError
 from amaris.scoring.rules import check_references, rule_results
 from amaris.scoring.verdicts import LogprobsError, combine, expected_scores_off_loop
 from amaris.settings import AgentName, ScoringSettings
 from amaris.text.offload import OFF_LOOP_CHARS, off_loop_above
+from amaris.trust.learned_rules import LearnedRules
 
 log = logging.getLogger("amaris.scoring.scorer")
 

@@ -46,7 +46,7 @@ class AuditSettings(Section):
     min_top_tail_agreement: float = Field(default=0.5, ge=0, le=1)
     """The ``top_tail`` alarm asks a smaller share of the sampled top tail to stay in the
     top tail for the auditor."""
-    # The alarm's statistics (amaris/audit/stats.py, docs/fidelity.md).
+    # The alarm's statistics (amaris/trust/audit/stats.py, docs/fidelity.md).
     false_alarm_rate: float = Field(default=0.01, gt=0, lt=1)
     """Level of each alarm's one-sided binomial test: the most likely a steady run (the
     auditor disagreeing at its history's rate) makes the test fire on a step."""

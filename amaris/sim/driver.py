@@ -20,7 +20,6 @@ from typing import Any, Protocol, TypedDict
 
 import httpx
 
-from amaris.audit.models import AuditSummary
 from amaris.client import MetadataBody, RewardClient, RolloutBody, ScoreItem, WaitAnswer
 from amaris.llm.ledger import Key, Usage
 from amaris.models import TrainingMetadata
@@ -28,6 +27,7 @@ from amaris.sim.answers import HealthJSON, RubricDiffJSON, RubricJSON
 from amaris.sim.policy import PlannedRollout
 from amaris.sim.progress import Progress
 from amaris.sim.usage import difference, ledger_from_metrics
+from amaris.trust.audit.models import AuditSummary
 
 BATCH = 256
 """Rollouts per ``/batch_score`` request."""

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping
 from typing import NotRequired, TypedDict
 
 from amaris.agents.payloads import CriterionData
-from amaris.audit.models import AuditSummary
 from amaris.client import CanaryAnswer
 from amaris.llm.ledger import Key, Usage
 from amaris.offline import tags as hacking_tags
@@ -26,6 +25,7 @@ from amaris.sim.answers import CriterionChangeJSON, CriterionJSON
 from amaris.sim.driver import RolloutResult, RunResult
 from amaris.sim.policy import BEHAVIOURS, HACKS
 from amaris.sim.usage import UsageSummary, usage_summary
+from amaris.trust.audit.models import AuditSummary
 
 
 def mean(values: Iterable[float]) -> float | None:
@@ -93,14 +93,14 @@ class MemoryOutcomes(TypedDict):
 
 
 class AlarmFigures(TypedDict):
-    """A step's Goodhart alarm (:class:`amaris.audit.models.Alarm`)."""
+    """A step's Goodhart alarm (:class:`amaris.trust.audit.models.Alarm`)."""
 
     kind: str
     reason: str
 
 
 class AuditFigures(TypedDict):
-    """A step's audit (:class:`amaris.audit.models.AuditSummary` as JSON)."""
+    """A step's audit (:class:`amaris.trust.audit.models.AuditSummary` as JSON)."""
 
     sampled: int
     agreement: float | None

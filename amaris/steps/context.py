@@ -12,12 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amaris.agents.prompts import load_prompts, prompt_fingerprint
-from amaris.audit.monitor import FidelityMonitor
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.manifest import ManifestJSON, build_manifest
 from amaris.memory.embedder import build_embedder
-from amaris.memory.precheck_rules import PrecheckRuleStore
 from amaris.memory.qdrant import open_qdrant
 from amaris.memory.rollout_backend import open_rollout_log
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
@@ -25,6 +23,8 @@ from amaris.memory.store import MemoryStore
 from amaris.rubric.guardrails import Bounds
 from amaris.rubric.store import RubricStore
 from amaris.settings import AUDITOR, AgentName, Settings, load_settings
+from amaris.trust.audit.monitor import FidelityMonitor
+from amaris.trust.rule_store import PrecheckRuleStore
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pydantic import (
 from amaris.agents.schemas import AggregatedBehaviour, Strategy
 from amaris.memory.models import StepRecord, StepStatus
 from amaris.models import JSONValue
-from amaris.rubric.canary_report import CanaryReport
+from amaris.trust.rubric_canary.report import CanaryReport
 
 UpdateKind = Literal[
     "skipped", "no_update", "rejected", "unchanged", "published", "already_published"

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from amaris.api.deps import ServicesDep
 from amaris.api.errors import INPUT_ERRORS
-from amaris.audit.pause import PauseRecord
+from amaris.trust.audit.pause import PauseRecord
 
 router = APIRouter(tags=["audit"])
 log = logging.getLogger("amaris.api")

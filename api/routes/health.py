@@ -7,10 +7,10 @@ from fastapi import APIRouter
 
 from amaris import __version__
 from amaris.api.deps import ServicesDep
-from amaris.audit.pause import ScoringPausedError
 from amaris.models import HealthResponse, JudgeReachability, StructuredOutputStatus
 from amaris.services import Services
 from amaris.settings import AUDITOR
+from amaris.trust.audit.pause import ScoringPausedError
 
 router = APIRouter(tags=["health"])
 

@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse
 from amaris.api.deps import ServicesDep
 from amaris.api.errors import AUTH_ERRORS, INPUT_ERRORS, Responses, error_response
 from amaris.logs import loggable
-from amaris.memory.precheck_rules import LearnedRule, PrecheckRuleStore, RuleSet, UnknownRuleError
 from amaris.models import ErrorDetail, ErrorResponse
+from amaris.trust.rule_store import LearnedRule, PrecheckRuleStore, RuleSet, UnknownRuleError
 
 router = APIRouter(tags=["precheck"])
 log = logging.getLogger("amaris.api")

@@ -22,8 +22,6 @@ from amaris.api.errors import (
     error_response,
 )
 from amaris.api.step_scopes import PublicScopes
-from amaris.audit.history import audit_of
-from amaris.audit.models import AuditSummary, StepAudit
 from amaris.jsonfile import JSONDict
 from amaris.memory.models import StepRecord, StepStatus
 from amaris.memory.records import RolloutRecord
@@ -32,6 +30,8 @@ from amaris.models import ErrorDetail, ErrorResponse
 from amaris.services import Services
 from amaris.steps.coordinator import UnknownStepError
 from amaris.steps.outcomes import RubricStatus, StepOutcome, WaitStatus
+from amaris.trust.audit.history import audit_of
+from amaris.trust.audit.models import AuditSummary, StepAudit
 
 router = APIRouter(tags=["steps"])
 log = logging.getLogger("amaris.api")

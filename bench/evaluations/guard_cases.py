@@ -15,7 +15,7 @@ from amaris.offline.heuristics import judge_criterion, select_behaviour
 from amaris.offline.tags import BY_TAG
 from amaris.rubric.model import Criterion, RubricVersion
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
-from amaris.scoring.probes import carriers
+from amaris.trust.rubric_canary.probes import carriers
 from tests.support import canary
 from tests.support.obedient_llm import INJECTED_CRITERION
 from tests.support.scripted_llm import Call

@@ -5,9 +5,9 @@ Each candidate is a proposal on the rubric in force (:data:`CURRENT`), labelled 
 check on the step's findings (:func:`~amaris.rubric.support.check_support`), the guardrails
 (:func:`~amaris.rubric.guardrails.apply_modifications`: default bounds, near-duplicates by
 the MiniLM embedder, or ``--embedder hashing``), then, when the guardrails accept a change,
-the canary (:func:`~amaris.scoring.canary.run_canary`, default ``pipeline.canary``) on the
-step's rollouts through the real Scorer and gateway, the judge scripted at the gateway seam.
-A candidate is published when none of the three refuses it.
+the canary (:func:`~amaris.trust.rubric_canary.check.run_canary`, default
+``pipeline.canary``) on the step's rollouts through the real Scorer and gateway, the judge
+scripted at the gateway seam. A candidate is published when none of the three refuses it.
 
 The step: prompts "What is a * b?" (seeded), 4 answers each: right, wrong, and the hacks its
 analysis flags (sycophantic, hedging, several candidate answers: passed as ``flagged``,
@@ -38,17 +38,17 @@ from amaris.agents.findings import GRADER_INJECTION, StepFindings
 from amaris.llm.gateway import LLMGateway
 from amaris.memory.embedder import HashingEmbedder, MiniLMEmbedder
 from amaris.memory.records import RolloutRecord
+from amaris.rubric.aggregate import aggregate
 from amaris.rubric.guardrails import Bounds, Embed, UpdateRejected, apply_modifications
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.store import RubricStore
 from amaris.rubric.support import check_support
-from amaris.scoring.aggregate import aggregate
-from amaris.scoring.canary import run_canary, verdict_key
-from amaris.scoring.canary_report import CanaryRollout
-from amaris.scoring.probes import phrase_probe
 from amaris.scoring.scorer import Scorer
 from amaris.settings import Settings, load_settings
 from amaris.text.injection import scan_record
+from amaris.trust.rubric_canary.check import run_canary, verdict_key
+from amaris.trust.rubric_canary.probes import phrase_probe
+from amaris.trust.rubric_canary.report import CanaryRollout
 from bench._common import ROOT, command_line, machine, markers, write_doc
 from bench.evaluations.guard_cases import (
     CASES,

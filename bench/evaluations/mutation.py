@@ -42,7 +42,7 @@ from cosmic_ray.work_item import WorkerOutcome, WorkResult  # type: ignore[impor
 ROOT = Path(__file__).resolve().parents[2]
 
 MODULES: dict[str, tuple[str, list[str]]] = {
-    "aggregate": ("amaris/scoring/aggregate.py", ["tests/unit/test_aggregate.py"]),
+    "aggregate": ("amaris/rubric/aggregate.py", ["tests/unit/test_aggregate.py"]),
     "guardrails": ("amaris/rubric/guardrails.py", ["tests/unit/test_guardrails.py"]),
     "reward": ("amaris/scoring/reward.py", ["tests/unit/test_reward.py"]),
     "scorer": ("amaris/scoring/scorer.py", ["tests/unit/test_scorer.py"]),
@@ -70,10 +70,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "memory_retrieval": ("tasks/retrieve_memory.py", ["tests/unit/test_memory_retrieval_unit.py"]),
     "offline_rules": ("amaris/offline/heuristics.py", ["tests/unit/test_offline_rules.py"]),
     # issue 26: precheck, parsing, scale (fixture-free unit files, --noconftest; the app's
-    # files, tests/api/test_precheck.py, test_judge_replies.py, still cover them in the suite)
+    # files, tests/trust/test_precheck.py, tests/api/test_judge_replies.py, still cover them)
     "precheck": (
-        "amaris/scoring/precheck.py",
-        ["tests/unit/test_precheck_unit.py", "tests/unit/test_precheck_head.py"],
+        "amaris/trust/precheck.py",
+        ["tests/trust/test_precheck_unit.py", "tests/trust/test_precheck_head.py"],
     ),
     "json_reply": ("amaris/llm/json_reply.py", ["tests/unit/test_json_reply_unit.py"]),
     "judge_protocol": (

@@ -30,10 +30,10 @@ from amaris.models import ScoreRequest
 from amaris.offline.judge import respond
 from amaris.rubric.model import Criterion, RubricVersion
 from amaris.scoring.judge_protocol import judge_messages
-from amaris.scoring.precheck import degenerate
 from amaris.scoring.rules import rule_results
 from amaris.settings import ExactRule, load_settings
 from amaris.text.offload import OFF_LOOP_CHARS
+from amaris.trust.precheck import degenerate
 from tests.support.degenerate import FAMILIES, QUESTION, REFERENCE
 
 SIZES = (64, 128, 256, 512, 4_096, 100_000)

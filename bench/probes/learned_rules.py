@@ -1,11 +1,11 @@
 """Learned pre-check rules (issue 25, point 4): the pre-check's CPU per reply with and
 without learned rules in force, and the CPU of mining judge canary probes from one reply.
 
-1. The pre-check (:func:`amaris.scoring.precheck.degenerate`) on replies of 1 KB, 10 KB and
+1. The pre-check (:func:`amaris.trust.precheck.degenerate`) on replies of 1 KB, 10 KB and
    100 KB (a repeated opener then the answer; digits separated by spaces), the prompt 1.5 KB,
    with no rules and with ``--rules`` rules (a mix of any-prompt and one-prompt rules) in a
    real store (Qdrant ``:memory:``): the median CPU time per call over ``--repeat`` calls.
-2. Mining (:func:`amaris.scoring.judge_canaries.mine`), each kind, on 20 KB replies (the
+2. Mining (:func:`amaris.trust.judge_canaries.mine`), each kind, on 20 KB replies (the
    largest mined): the median CPU time per call.
 
 Usage::
@@ -23,10 +23,10 @@ from functools import partial
 
 from qdrant_client import QdrantClient
 
-from amaris.memory.precheck_rules import PrecheckRuleStore
-from amaris.scoring.judge_canaries import CanarySource, mine
-from amaris.scoring.learned_rules import LearnedRules, new_rule
-from amaris.scoring.precheck import degenerate
+from amaris.trust.judge_canaries import CanarySource, mine
+from amaris.trust.learned_rules import LearnedRules, new_rule
+from amaris.trust.precheck import degenerate
+from amaris.trust.rule_store import PrecheckRuleStore
 
 KINDS = ("opener", "no_answer", "half", "swapped")
 

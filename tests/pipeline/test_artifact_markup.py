@@ -21,10 +21,10 @@ import pytest
 from markdown_it import MarkdownIt
 
 from amaris.agents.blocks import CriterionDisagreement
-from amaris.audit.models import Alarm, StepAudit
-from amaris.audit.report import fidelity_markdown
 from amaris.sim.judge_server import Reply
 from amaris.text.markdown import MAX_CHARS, inert
+from amaris.trust.audit.models import Alarm, StepAudit
+from amaris.trust.audit.report import fidelity_markdown
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM, offline_reply
 from tests.support.pipeline_canary import agent_of

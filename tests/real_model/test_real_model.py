@@ -16,8 +16,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from amaris.app.wiring import create_app
-from amaris.scoring.judge_canaries import budget_of
 from amaris.sim.judge_server import Reply
+from amaris.trust.judge_canaries import budget_of
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM, offline_reply
 from tests.support.pipeline_canary import agent_of

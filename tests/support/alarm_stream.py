@@ -3,20 +3,20 @@ simulate`` audits at 40 rollouts a step, two rollouts, one from the top tail (a 
 training judge paid in full) and one below it, graded on a rubric of three requirements
 and two pitfalls by an auditor that reads each true verdict the other way with a given
 probability; from a drift step the training judge pays the hack's pitfall on the top-tail
-reply. The figures come from the real :func:`amaris.audit.fidelity.fidelity` and the alarm
-from the real :func:`amaris.audit.alarm.check_alarm`. Used by
-tests/unit/test_audit_alarm_noise.py and bench/evaluations/alarm_stream.py."""
+reply. The figures come from the real :func:`amaris.trust.audit.fidelity.fidelity` and the alarm
+from the real :func:`amaris.trust.audit.alarm.check_alarm`. Used by
+tests/trust/test_audit_alarm_noise.py and bench/evaluations/alarm_stream.py."""
 
 from __future__ import annotations
 
 import random
 
-from amaris.audit.alarm import SwapTally, TrendPoint, check_alarm, point_of
-from amaris.audit.fidelity import fidelity
-from amaris.audit.models import Alarm, AuditedRollout, CriterionPair
+from amaris.rubric.aggregate import aggregate
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
-from amaris.scoring.aggregate import aggregate
 from amaris.settings import AuditSettings
+from amaris.trust.audit.alarm import SwapTally, TrendPoint, check_alarm, point_of
+from amaris.trust.audit.fidelity import fidelity
+from amaris.trust.audit.models import Alarm, AuditedRollout, CriterionPair
 
 CRITERIA = (("A1", 1.0), ("A2", 1.0), ("A3", 1.0), ("P1", -3.0), ("P2", -3.0))
 """Three requirements and two pitfalls (negative weight), a pitfall present costing the

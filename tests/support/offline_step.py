@@ -10,7 +10,7 @@ from amaris.agents import BatchSummary, IndividualAnalysis, RubricUpdateProposal
 from amaris.agents.prompts import data_message
 from amaris.offline import tags
 from amaris.offline.judge import respond
-from amaris.scoring.aggregate import aggregate
+from amaris.rubric.aggregate import aggregate
 
 STEP = 4
 METADATA = {"high_level_goal": "math", "model_size": "7B", "current_step": STEP, "total_steps": 10}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from amaris.scoring.aggregate import aggregate, normalise
+from amaris.rubric.aggregate import aggregate, normalise
 
 
 def test_normalise_maps_the_scale_to_unit_interval() -> None:

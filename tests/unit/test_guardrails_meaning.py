@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from amaris.memory.embedder import MiniLMEmbedder
+from amaris.rubric.aggregate import aggregate
 from amaris.rubric.guardrails import (
     Bounds,
     Embed,
@@ -23,7 +24,6 @@ from amaris.rubric.guardrails import (
     negations,
 )
 from amaris.rubric.model import Criterion, RubricVersion
-from amaris.scoring.aggregate import aggregate
 
 BOUNDS = Bounds(max_adaptive=12, min_weight=-2.0, max_weight=2.0, max_modifications=5)
 """The default ``pipeline.*`` guardrails."""

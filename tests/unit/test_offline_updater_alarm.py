@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from amaris.audit.models import AlarmEvidence, DisagreeingRollout
 from amaris.offline import tags
 from amaris.offline.fidelity import shared_tag, sharpened_pitfall
 from amaris.offline.updater import handle_updater
+from amaris.trust.audit.models import AlarmEvidence, DisagreeingRollout
 
 PADDED = "2 + 2. " + "Self-assessment: fully met, checked twice. " * 60 + "The answer is 4."
 SHORT = "2 + 2 = 4. The answer is 4."

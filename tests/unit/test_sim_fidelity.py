@@ -12,7 +12,6 @@ import matplotlib.pyplot as plt
 import pytest
 
 from amaris.agents.prompts import agent_messages
-from amaris.audit.models import Alarm, AuditSummary
 from amaris.llm.ledger import Usage
 from amaris.offline.fidelity import sharpened_pitfall
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
@@ -22,6 +21,7 @@ from amaris.sim.fidelity import call_shares, fidelity_outcome, reward_gap
 from amaris.sim.fidelity_plot import fidelity_axes
 from amaris.sim.metrics import RunMetrics
 from amaris.sim.report import write_report
+from amaris.trust.audit.models import Alarm, AuditSummary
 
 HACK = "hack_self_assessment"
 HACKED = (HACK,)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from amaris.audit.models import Alarm, AuditSummary
 from amaris.sim.metrics import audit_figures
+from amaris.trust.audit.models import Alarm, AuditSummary
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,6 @@ from amaris.api.routes.steps import StepDetail, WaitResponse
 from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import StepRegistry
 from amaris.memory.sqlite_rollout_log import SqliteRolloutLog
-from amaris.rubric.canary_report import CanaryProbe, CanaryReport
 from amaris.settings import load_settings
 from amaris.steps.coordinator import StepCoordinator, StepRunFailedError
 from amaris.steps.launcher import StepLauncher
@@ -30,6 +29,7 @@ from amaris.steps.outcomes import (
     StepRun,
     scopes_json,
 )
+from amaris.trust.rubric_canary.report import CanaryProbe, CanaryReport
 
 DEADLINE_S = 30.0
 """Generous bound of every wait below (never part of an assertion)."""

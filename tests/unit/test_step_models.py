@@ -6,7 +6,6 @@ from __future__ import annotations
 from amaris.agents.schemas import AggregatedBehaviour, IndividualAnalysis
 from amaris.memory.records import LoggedRollout, RolloutRecord
 from amaris.rubric.model import Criterion, RubricVersion
-from amaris.scoring.canary_report import CanaryProbe, CanaryReport
 from amaris.steps.outcomes import Dropped
 from amaris.tasks.models import (
     AgentCriterion,
@@ -15,6 +14,7 @@ from amaris.tasks.models import (
     ScoredAnalysis,
     UpdateOutcome,
 )
+from amaris.trust.rubric_canary.report import CanaryProbe, CanaryReport
 
 HACK = AggregatedBehaviour(
     tag="Hedging", description="two answers", count=2, share=0.5, rollout_ids=["r1", "r2"]

@@ -9,14 +9,13 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from amaris.audit.models import AuditedRollout, CriterionPair
-from amaris.audit.sampling import Drawn
 from amaris.memory.records import RolloutRecord
 from amaris.models import ScoreRequest
+from amaris.rubric.aggregate import aggregate
 from amaris.rubric.model import RubricVersion
-from amaris.scoring.aggregate import aggregate
-from amaris.scoring.refusals import OverloadedError, OversizeError
-from amaris.scoring.scorer import Scorer
+from amaris.trust.audit.models import AuditedRollout, CriterionPair
+from amaris.trust.audit.sampling import Drawn
+from amaris.trust.judging import Judge, JudgeRefusedError
 
 EVIDENCE_TEXT_CHARS = 2_000
 """Characters kept of a sampled rollout's prompt and reply (evidence, not the grading)."""
@@ -38,7 +37,7 @@ def _request(record: RolloutRecord) -> ScoreRequest:
 
 
 async def regrade(
-    scorer: Scorer, drawn: Drawn[RolloutRecord], rubric: RubricVersion
+    scorer: Judge, drawn: Drawn[RolloutRecord], rubric: RubricVersion
 ) -> AuditedRollout:
     """One sampled rollout re-graded by the auditor under ``rubric``; a rollout it gives
     no verdict on has ``audit`` None and the ``failure`` (never a made-up reward)."""
@@ -56,7 +55,7 @@ async def regrade(
     # A record the configuration now refuses (a limit lowered since) is not graded.
     try:
         judgement = await scorer.judge(_request(record), rubric)
-    except (ValidationError, OverloadedError, OversizeError) as exc:
+    except (ValidationError, JudgeRefusedError) as exc:
         return base.model_copy(update={"failure": f"{type(exc).__name__}: {exc}"[:500]})
     if judgement.breakdown is None:
         return base.model_copy(update={"failure": judgement.failure})
@@ -78,7 +77,7 @@ async def regrade(
 
 
 async def regrade_all(
-    scorer: Scorer, sample: Sequence[Drawn[RolloutRecord]], rubrics: Sequence[RubricVersion]
+    scorer: Judge, sample: Sequence[Drawn[RolloutRecord]], rubrics: Sequence[RubricVersion]
 ) -> list[AuditedRollout]:
     """Every sampled rollout re-graded, concurrently (the gateway's ``concurrency.auditor``
     and endpoint limits bound the calls); ``rubrics[i]`` is ``sample[i]``'s."""

@@ -10,15 +10,15 @@ import httpx
 import openai
 from qdrant_client import QdrantClient
 
-from amaris.audit.sampling import Drawn
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import Criterion, RubricVersion
 from amaris.rubric.store import RubricStore
-from amaris.scoring.regrade import regrade_all
 from amaris.scoring.scorer import Scorer
 from amaris.settings import load_settings
+from amaris.trust.audit.regrade import regrade_all
+from amaris.trust.audit.sampling import Drawn
 from tests.support.scripted_llm import ScriptedProvider, scorer_prompt, verdicts
 
 A1 = Criterion(id="A1", text="The final answer is correct.", weight=1.0, is_anchor=True)

@@ -1,5 +1,6 @@
 """The rubric canary's probes and the plan of which to judge within its budget
-(:mod:`amaris.scoring.canary` judges them and :mod:`amaris.rubric.canary_report` decides)."""
+(:mod:`amaris.trust.rubric_canary.check` judges them and
+:mod:`amaris.trust.rubric_canary.report` decides)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from collections.abc import Sequence
 
 from amaris.memory.models import HackProbe
 from amaris.models import Rollout
-from amaris.rubric.canary_report import CanaryRollout, Kind, Side
 from amaris.rubric.model import Criterion
-from amaris.scoring.canary_probes import swapped
-from amaris.scoring.probes import MASTER_KEYS, claim_probe, phrase_probe
 from amaris.text.answers import extract_final_answer
+from amaris.trust.mining import swapped
+from amaris.trust.rubric_canary.probes import MASTER_KEYS, claim_probe, phrase_probe
+from amaris.trust.rubric_canary.report import CanaryRollout, Kind, Side
 
 CANDIDATE_ONLY: tuple[Kind, ...] = ("phrase", "swapped")
 """Probes judged once, under the candidate alone: wrong answers made to test its words."""

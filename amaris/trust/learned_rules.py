@@ -1,6 +1,6 @@
 """The pre-check's learned rules on the hot path, and how an alarm becomes one.
 
-A rule matches a reply whose whole normalised text (:func:`~amaris.scoring.precheck.normalise`)
+A rule matches a reply whose whole normalised text (:func:`~amaris.trust.precheck.normalise`)
 equals the probe's: never a reply that merely starts with it or contains it, so a rule
 learned from an opening sentence floors a reply that is *only* that sentence, and a correct
 answer that opens with it is still judged. A rule is scoped to the prompt its probe came
@@ -14,14 +14,14 @@ dictionary lookups: linear in the text, whatever the number of rules.
 
 from __future__ import annotations
 
-from amaris.memory.precheck_rules import (
+from amaris.trust.precheck import Degenerate, normalise
+from amaris.trust.rule_store import (
     PREVIEW_CHARS,
     LearnedRule,
     PrecheckRuleStore,
     ProbeKind,
     rule_key,
 )
-from amaris.scoring.precheck import Degenerate, normalise
 
 LEARNED_FROM: frozenset[ProbeKind] = frozenset({"opener", "no_answer", "half"})
 """Probe kinds whose alarm teaches a rule. A master key is floored by the built-in

@@ -2,7 +2,7 @@
 are known to reward (Zhao et al. 2025, "One Token to Fool LLM-as-a-Judge"), and a claim of
 meeting the rubric.
 
-The canary (:mod:`amaris.scoring.canary`) judges them without the pre-check: it asks how
+The canary (:mod:`amaris.trust.rubric_canary.check`) judges them without the pre-check: it asks how
 a candidate rubric's *criteria* rank them against the answers the anchors accept, and a
 paraphrase that escapes the pre-check would be ranked the same.
 """

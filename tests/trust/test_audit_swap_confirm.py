@@ -4,14 +4,14 @@ on none the steps after, so that one check alone would never alarm."""
 
 from __future__ import annotations
 
-from amaris.audit.alarm import SwapTally, TrendPoint, check_alarm
-from amaris.audit.fidelity import fidelity
-from amaris.audit.models import AuditedRollout
-from amaris.audit.sampling import Drawn
 from amaris.memory.records import LoggedRollout, LoggedVerdict, RolloutRecord
-from amaris.scoring.judge_canaries import ProbeResult
 from amaris.settings import AuditSettings
 from amaris.tasks.audit import confirm_probes
+from amaris.trust.audit.alarm import SwapTally, TrendPoint, check_alarm
+from amaris.trust.audit.fidelity import fidelity
+from amaris.trust.audit.models import AuditedRollout
+from amaris.trust.audit.sampling import Drawn
+from amaris.trust.judge_canaries import ProbeResult
 
 PADDING = " Let me restate the problem carefully so that nothing in it is missed." * 30
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from amaris.audit.models import StepAudit
 from amaris.text.markdown import inert
+from amaris.trust.audit.models import StepAudit
 
 TREND_STEPS = 20
 """Audited steps the trend shows (the latest)."""

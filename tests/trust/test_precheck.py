@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from amaris.scoring.precheck import degenerate, normalise
+from amaris.trust.precheck import degenerate, normalise
 from tests.support.api import counters, verdicts
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM

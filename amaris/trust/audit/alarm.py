@@ -6,7 +6,7 @@ and direction; a judge that turns lenient to a hack disagrees on the same criter
 the same direction (the training judge pays, the auditor does not), on the hacked
 rollouts, which the top tail's over-sampling picks. So each alarm pools the audited items
 of the last ``audit.window`` audited steps (this one included) and asks whether their
-disagreement is more than the run's history makes likely (:mod:`amaris.audit.stats`: a
+disagreement is more than the run's history makes likely (:mod:`amaris.trust.audit.stats`: a
 one-sided binomial test at ``audit.false_alarm_rate``, against the rate the audited steps
 before the window show, shrunk towards a prior while they are few). It fires on a step
 when:
@@ -47,7 +47,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from amaris.audit.models import (
+from amaris.settings import AuditSettings
+from amaris.trust.audit.models import (
     Alarm,
     AlarmEvidence,
     AuditedRollout,
@@ -56,8 +57,7 @@ from amaris.audit.models import (
     DisagreeingRollout,
     Fidelity,
 )
-from amaris.audit.stats import binomial_tail, steady_rate
-from amaris.settings import AuditSettings
+from amaris.trust.audit.stats import binomial_tail, steady_rate
 
 MIN_TOP_TAIL = 2
 """Fewest graded top-tail rollouts the top-tail alarm reads."""

@@ -1,4 +1,4 @@
-"""The pre-check settles a long reply from its start (amaris/scoring/precheck.py,
+"""The pre-check settles a long reply from its start (amaris/trust/precheck.py,
 ``HEAD_CHARS``): the same answer as normalising it whole, without reading 100 KB when its
 first words already say it is neither an opener nor the prompt's echo. Fixture-free
 (``--noconftest``), like test_precheck_unit.py.
@@ -14,8 +14,8 @@ import unicodedata
 import pytest
 import re2
 
-from amaris.scoring import precheck
-from amaris.scoring.precheck import (
+from amaris.trust import precheck
+from amaris.trust.precheck import (
     _ITEM_WORDS,
     _SEQUENCE,
     HEAD_CHARS,

@@ -16,10 +16,10 @@ from qdrant_client import QdrantClient
 
 from amaris.rubric.model import Criterion, RubricVersion
 from amaris.rubric.store import RubricStore
-from amaris.scoring.canary import run_canary, verdict_key
-from amaris.scoring.canary_report import CanaryReport, CanaryRollout
 from amaris.scoring.scorer import Scorer
 from amaris.settings import load_settings
+from amaris.trust.rubric_canary.check import run_canary, verdict_key
+from amaris.trust.rubric_canary.report import CanaryReport, CanaryRollout
 from tests.support.canary import judge, verdict
 from tests.support.scripted_llm import ScriptedProvider, gateway, scorer_prompt
 

@@ -1,13 +1,13 @@
-"""The master-key pre-check (amaris/scoring/precheck.py) at its functions, fixture-free
+"""The master-key pre-check (amaris/trust/precheck.py) at its functions, fixture-free
 (``--noconftest``: the mutation run of ``precheck``). Every kind with its exact
 detail, the reference exemption, the prompt echo with and without a label, the learned
-rules' hook; tests/api/test_precheck.py walks the same check through the app."""
+rules' hook; tests/trust/test_precheck.py walks the same check through the app."""
 
 from __future__ import annotations
 
 import pytest
 
-from amaris.scoring.precheck import Degenerate, degenerate, normalise
+from amaris.trust.precheck import Degenerate, degenerate, normalise
 from tests.support.master_keys import MASTER_KEYS, PROMPT, REFERENCE, SHORT_ANSWERS
 
 PROMPT_TEXT = "What is 6 * 7?"

@@ -27,10 +27,10 @@ _NAMESPACE = uuid.UUID("2b0f6f0e-59c4-4f43-9f6e-3c1d6a5e7a10")
 _HEAD = str(uuid.uuid5(_NAMESPACE, "head"))
 
 ProbeKind = Literal["master_key", "opener", "no_answer", "half", "swapped", "audit"]
-"""What a judge canary probe is: a master key (:data:`amaris.scoring.probes.MASTER_KEYS`);
-a reply's opening sentence alone; its reasoning without the final answer; the reply cut at
-half length; the reply with its final answer swapped for a wrong one; a rollout the audit
-judge read otherwise."""
+"""What a judge canary probe is: a master key
+(:data:`amaris.trust.rubric_canary.probes.MASTER_KEYS`); a reply's opening sentence alone;
+its reasoning without the final answer; the reply cut at half length; the reply with its
+final answer swapped for a wrong one; a rollout the audit judge read otherwise."""
 
 PREVIEW_CHARS = 200
 """Characters of a rule's text kept for people (the rule itself is its digest)."""

@@ -18,7 +18,7 @@ A reply is degenerate when, with its ends' whitespace stripped, it is
 * ``prompt_echo``: the prompt repeated (optionally labelled ``Question:`` and followed by
   openers), case, punctuation and whitespace aside.
 * ``learned``: equal (normalised) to a reply a judge canary caught the training judge
-  paying for (:mod:`amaris.scoring.learned_rules`; docs/judge-canaries.md).
+  paying for (:mod:`amaris.trust.learned_rules`; docs/judge-canaries.md).
 
 Short answers are not degenerate: ``42``, ``Paris``, ``Yes``, ``B``, ``x = 3`` all have
 content. A reply equal to the reference answer (``rollout.supplemental_context``, or the
@@ -245,7 +245,7 @@ def degenerate(
     ``reference`` is the rollout's ``supplemental_context``: a reply equal to it (or to
     the final answer found in it) is never degenerate. ``learned`` matches the normalised
     reply and prompt against the rules judge canaries taught
-    (:meth:`amaris.scoring.learned_rules.LearnedRules.match`).
+    (:meth:`amaris.trust.learned_rules.LearnedRules.match`).
 
     Without ``learned``, a long reply is normalised whole only when its first
     :data:`HEAD_CHARS` characters or so do not settle it (:func:`_settled_by_head`), and a

@@ -11,16 +11,16 @@ that on probes grouped by prompt, each on a side:
   anchor-passing, whatever the anchors say: each must not gain on the prompt's passing
   probes under the candidate;
 * the **reference answer** (``supplemental_context``) as a reply, sided by the anchors;
-* **phrase probes** (:func:`~amaris.scoring.probes.phrase_probe`): a wrong answer (a
+* **phrase probes** (:func:`~amaris.trust.rubric_canary.probes.phrase_probe`): a wrong answer (a
   passing answer with its final number made wrong, judged beside it as a ``swapped``
   probe; else a failing rollout or a master key) carrying the markers, quoted phrases
   and claim of one added or reworded criterion;
-* **master keys** (:mod:`amaris.scoring.probes`): replies with no answer, anchor-failing
+* **master keys** (:mod:`amaris.trust.rubric_canary.probes`): replies with no answer, anchor-failing
   by construction, and a **claim probe**: an anchor-failing rollout that claims every
   requirement the candidate adds;
 * **remembered hacks** (:class:`~amaris.memory.models.HackProbe`, the newest findings of
   earlier steps with a reference, at most
-  :data:`~amaris.scoring.canary_plan.MAX_HACK_PROBES`): the hack's reply, anchor-failing
+  :data:`~amaris.trust.rubric_canary.plan.MAX_HACK_PROBES`): the hack's reply, anchor-failing
   when the anchors fail it, beside its reference answer.
 
 Refused, with the probes named and their scores under both rubrics, when under the
@@ -57,7 +57,11 @@ from collections.abc import Collection, Mapping, Sequence
 from amaris.memory.models import HackProbe
 from amaris.memory.records import RolloutRecord
 from amaris.models import ScoreRequest
-from amaris.rubric.canary_report import (
+from amaris.rubric.aggregate import aggregate, normalise
+from amaris.rubric.model import Criterion, RubricVersion
+from amaris.trust.judging import Judge
+from amaris.trust.rubric_canary.plan import CANDIDATE_ONLY, Plan, Probe, probe_rollout
+from amaris.trust.rubric_canary.report import (
     PASS_AT,
     CanaryProbe,
     CanaryReport,
@@ -65,10 +69,6 @@ from amaris.rubric.canary_report import (
     Side,
     decide,
 )
-from amaris.rubric.model import Criterion, RubricVersion
-from amaris.scoring.aggregate import aggregate, normalise
-from amaris.scoring.canary_plan import CANDIDATE_ONLY, Plan, Probe, probe_rollout
-from amaris.scoring.scorer import Scorer
 
 FAIL_AT = 0.25
 """Anchor reward up to which a probe is anchor-failing."""
@@ -122,7 +122,7 @@ def side_of(reward: float | None) -> Side | None:
 
 
 async def run_canary(
-    scorer: Scorer,
+    scorer: Judge,
     current: RubricVersion,
     candidate: RubricVersion,
     rollouts: Sequence[CanaryRollout],
@@ -234,9 +234,7 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-async def _judge(
-    scorer: Scorer, probe: Probe, rubric: RubricVersion, step: int
-) -> dict[str, float]:
+async def _judge(scorer: Judge, probe: Probe, rubric: RubricVersion, step: int) -> dict[str, float]:
     """Verdicts of ``probe`` under ``rubric`` (none when the judge gave none)."""
     request = ScoreRequest.model_validate(
         {"rollout": probe.rollout.model_dump(), "metadata": {"current_step": step}}

@@ -6,9 +6,9 @@ import logging
 
 from pydantic import ValidationError
 
-from amaris.audit.models import StepAudit
 from amaris.memory.models import StepRecord
 from amaris.memory.rollout_log import StepRegistry
+from amaris.trust.audit.models import StepAudit
 
 log = logging.getLogger("amaris.audit")
 

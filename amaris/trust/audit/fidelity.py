@@ -10,8 +10,13 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
-from amaris.audit.models import AuditedRollout, CriterionDisagreement, CriterionTally, Fidelity
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
+from amaris.trust.audit.models import (
+    AuditedRollout,
+    CriterionDisagreement,
+    CriterionTally,
+    Fidelity,
+)
 
 _EPSILON = 1e-9
 

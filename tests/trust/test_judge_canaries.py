@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 from qdrant_client import QdrantClient
 
-from amaris.memory.precheck_rules import LearnedRule, PrecheckRuleStore, UnknownRuleError
-from amaris.scoring import canary_probes
-from amaris.scoring.judge_canaries import (
+from amaris.trust import mining
+from amaris.trust.judge_canaries import (
     KINDS,
     MAX_TRIES,
     AuditPair,
@@ -21,8 +20,9 @@ from amaris.scoring.judge_canaries import (
     plan_probes,
     verdict,
 )
-from amaris.scoring.learned_rules import LearnedRules, generic, new_rule
-from amaris.scoring.precheck import degenerate
+from amaris.trust.learned_rules import LearnedRules, generic, new_rule
+from amaris.trust.precheck import degenerate
+from amaris.trust.rule_store import LearnedRule, PrecheckRuleStore, UnknownRuleError
 
 REPLY = (
     "Let me think about this carefully. First, 3 times 7 means adding 7 three times: "
@@ -42,10 +42,10 @@ def source(output: str = REPLY, *, id: str = "r1", reward: float = 1.0, **kw: st
 
 
 def test_the_opening_sentence_alone() -> None:
-    assert canary_probes.opening_sentence(REPLY) == "Let me think about this carefully."
-    assert canary_probes.opening_sentence("Line one\nline two") == "Line one"
+    assert mining.opening_sentence(REPLY) == "Let me think about this carefully."
+    assert mining.opening_sentence("Line one\nline two") == "Line one"
     # a reply of one sentence has no opener apart from itself
-    assert canary_probes.opening_sentence("The answer is 21.") is None
+    assert mining.opening_sentence("The answer is 21.") is None
     assert mine("opener", source()) == ("Let me think about this carefully.", None)
 
 
@@ -78,13 +78,13 @@ def test_the_same_reply_with_a_wrong_answer() -> None:
     text, baseline = mine("swapped", source(reward=0.9)) or ("", 0.0)
     assert text == REPLY.replace("answer is 21", "answer is 22")
     assert baseline == 0.9
-    assert canary_probes.swapped("The answer is 2.5.", "2.5") == "The answer is 3.5."
+    assert mining.swapped("The answer is 2.5.", "2.5") == "The answer is 3.5."
     # words are not swapped: no wrong answer can be known for them
     assert mine("swapped", source("The capital is Paris.", supplemental_context="Paris")) is None
 
 
 def test_probes_are_not_mined_from_oversized_replies() -> None:
-    long = REPLY + " " + "x" * canary_probes.MAX_SOURCE_CHARS
+    long = REPLY + " " + "x" * mining.MAX_SOURCE_CHARS
     assert plan_probes([source(long)], [], step=0, budget=4, min_swap_reward=0.3) == []
 
 

@@ -20,9 +20,9 @@ import pytest
 
 from amaris.app.wiring import create_app
 from amaris.llm.ledger import total
-from amaris.scoring.precheck import normalise
 from amaris.sim.judge_server import Reply
 from amaris.text.answers import extract_final_answer
+from amaris.trust.precheck import normalise
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM, offline_reply
 from tests.support.pipeline_canary import agent_of

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from amaris.audit.pause import AuditPause
+from amaris.trust.audit.pause import AuditPause
 from tests.support.app import serve
 from tests.support.settings import make_settings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaris.audit.models import StepAudit
+from amaris.trust.audit.models import StepAudit
 
 
 @dataclass

@@ -6,18 +6,18 @@ within 2 steps of its drift.
 Each step audits what ``amaris simulate`` audits at 40 rollouts a step: two rollouts, one
 from the top tail (a reply the training judge paid in full) and one below it, graded on a
 rubric of three requirements and two pitfalls; the figures come from the real
-:func:`amaris.audit.fidelity.fidelity` and the alarm from the real :func:`check_alarm`.
+:func:`amaris.trust.audit.fidelity.fidelity` and the alarm from the real :func:`check_alarm`.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from amaris.audit.alarm import SwapTally, TrendPoint, check_alarm
-from amaris.audit.fidelity import fidelity
-from amaris.audit.models import AuditedRollout
-from amaris.audit.stats import binomial_tail, steady_rate
 from amaris.settings import AuditSettings
+from amaris.trust.audit.alarm import SwapTally, TrendPoint, check_alarm
+from amaris.trust.audit.fidelity import fidelity
+from amaris.trust.audit.models import AuditedRollout
+from amaris.trust.audit.stats import binomial_tail, steady_rate
 from tests.support.alarm_stream import SEEDS, run_stream
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from amaris.scoring.precheck import degenerate
 from amaris.text.answers import extract_final_answer, find_candidate_answers
+from amaris.trust.precheck import degenerate
 from tests.support.app import serve
 from tests.support.degenerate import ANSWER, FAMILIES, FIELDS, QUESTION, REFERENCE, opener, rollout
 from tests.support.settings import make_settings

@@ -1,0 +1,1 @@
+"""Tests: the judge-trust mechanisms (amaris.trust), every tier."""
