@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -113,16 +115,10 @@ def test_scope_batches_hold_whole_scopes_up_to_the_chunk_size() -> None:
     assert scope_batches([], 4) == []
 
 
-def test_a_failed_batch_is_rerun_alone_and_the_others_reused(
-    tmp_path: Path, fake_llm: FakeLLM
-) -> None:
-    broken = f'"{prompt_rollout(PROMPTS - 1)["id"]}"'  # in the last batch
-
-    def summarizer_down_for_one(body: dict[str, Any]) -> Reply:
-        failing = agent_of(body) == "summarizer" and broken in body["messages"][-1]["content"]
-        return Reply(status=400) if failing else offline_reply(body)
-
-    fake_llm.default = summarizer_down_for_one
+@contextmanager
+def failed_step(tmp_path: Path, fake_llm: FakeLLM) -> Iterator[TestClient]:
+    """A per-instance service whose step 1 (``PROMPTS`` prompts, batches of ``CHUNK``) was
+    scored, completed and answered ``failed``."""
     settings = llm_settings(
         tmp_path,
         fake_llm,
@@ -133,12 +129,26 @@ def test_a_failed_batch_is_rerun_alone_and_the_others_reused(
         },
     )
     items = [{"rollout": prompt_rollout(n), "metadata": metadata(1)} for n in range(PROMPTS)]
+    with TestClient(in_memory_app(settings)) as client:
+        assert client.post("/batch_score", json={"items": items}).status_code == 200
+        assert client.post("/complete", json={"step": 1}).json() == {"status": "complete"}
+        failed = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120})
+        assert failed.json()["status"] == "failed"
+        yield client
+
+
+def test_a_failed_batch_is_rerun_alone_and_the_others_reused(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    broken = f'"{prompt_rollout(PROMPTS - 1)["id"]}"'  # in the last batch
+
+    def summarizer_down_for_one(body: dict[str, Any]) -> Reply:
+        failing = agent_of(body) == "summarizer" and broken in body["messages"][-1]["content"]
+        return Reply(status=400) if failing else offline_reply(body)
+
+    fake_llm.default = summarizer_down_for_one
     try:
-        with TestClient(in_memory_app(settings)) as client:
-            assert client.post("/batch_score", json={"items": items}).status_code == 200
-            assert client.post("/complete", json={"step": 1}).json() == {"status": "complete"}
-            failed = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120})
-            assert failed.json()["status"] == "failed"
+        with failed_step(tmp_path, fake_llm) as client:
             first = calls_by_agent(fake_llm)
             assert first["analyzer"] == PROMPTS
             fake_llm.default = offline_reply
@@ -171,22 +181,8 @@ def test_a_failed_step_answers_once_no_batch_runs_on(tmp_path: Path, fake_llm: F
         return reply
 
     fake_llm.default = one_fails_one_is_slow
-    settings = llm_settings(
-        tmp_path,
-        fake_llm,
-        **{
-            "memory.rubrics_mode": "per_instance",
-            "pipeline.chunk_size": CHUNK,
-            "memory.embedding_model": "hashing",
-        },
-    )
-    items = [{"rollout": prompt_rollout(n), "metadata": metadata(1)} for n in range(PROMPTS)]
     try:
-        with TestClient(in_memory_app(settings)) as client:
-            assert client.post("/batch_score", json={"items": items}).status_code == 200
-            assert client.post("/complete", json={"step": 1}).json() == {"status": "complete"}
-            failed = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120})
-            assert failed.json()["status"] == "failed"
+        with failed_step(tmp_path, fake_llm):
             at_answer = calls_by_agent(fake_llm)
             # the slow batch's updates were asked before the answer, not after it
             assert at_answer["updater"] == PROMPTS - 1
