@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from amaris.steps.outcomes import ScopeOutcome, UpdateKind
 
 
@@ -10,3 +12,9 @@ def scope_outcome(kind: UpdateKind, reason: str | None = None) -> ScopeOutcome:
     return ScopeOutcome(
         outcome=kind, version=1, base_version=1, reason=reason, rollouts=1, hacking=[], dropped=[]
     )
+
+
+async def settled() -> None:
+    """Until every task created before this call has run its first step (asyncio runs ready
+    tasks in order): a step run the coordinator started by then has reached its launcher."""
+    await asyncio.create_task(asyncio.sleep(0))

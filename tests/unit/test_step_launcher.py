@@ -6,7 +6,6 @@ coordinator, the step registry (Qdrant in memory) and the rollout log (SQLite in
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 from collections.abc import AsyncIterator
 
@@ -30,6 +29,7 @@ from amaris.steps.outcomes import (
     scopes_json,
 )
 from amaris.trust.rubric_canary.report import CanaryProbe, CanaryReport
+from tests.support.step_runs import settled
 
 DEADLINE_S = 30.0
 """Generous bound of every wait below (never part of an assertion)."""
@@ -92,12 +92,6 @@ async def world() -> AsyncIterator[World]:
         await coordinator.close()
     w.log.close()
     w.qdrant.close()
-
-
-async def settled() -> None:
-    """Until every task created before this call has run its first step: a step run the
-    coordinator started by then has reached its launcher."""
-    await asyncio.create_task(asyncio.sleep(0))
 
 
 def scored(rid: str) -> RolloutRecord:

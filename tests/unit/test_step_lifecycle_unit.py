@@ -44,6 +44,7 @@ from amaris.steps.outcomes import (
     scopes_json,
 )
 from amaris.steps.store import SharedStore
+from tests.support.step_runs import settled
 
 DEADLINE_S = 30.0
 """Generous bound of every wait below, all in one event loop (never part of an assertion)."""
@@ -156,12 +157,6 @@ async def store() -> AsyncIterator[Store]:
         await coordinator.close()
     world.log.close()
     world.qdrant.close()
-
-
-async def settled() -> None:
-    """Until every task created before this call has run its first step (asyncio runs ready
-    tasks in order): a step run the coordinator started by then has reached its launcher."""
-    await asyncio.create_task(asyncio.sleep(0))
 
 
 async def until(condition: Callable[[], bool]) -> None:

@@ -30,7 +30,7 @@ from amaris.memory.storage_health import StorageUnavailableError
 from amaris.settings import load_settings
 from amaris.steps.coordinator import StepCoordinator
 from amaris.steps.outcomes import StepRun
-from tests.support.step_runs import scope_outcome
+from tests.support.step_runs import scope_outcome, settled
 
 DEADLINE_S = 30.0
 """Generous bound of the waits below (never part of an assertion)."""
@@ -118,12 +118,6 @@ async def world() -> AsyncIterator[World]:
     await w.coordinator.close()
     w.log.close()
     w.qdrant.close()
-
-
-async def settled() -> None:
-    """Until every task created before this call has run its first step: a step run the
-    coordinator started by then has reached its launcher."""
-    await asyncio.create_task(asyncio.sleep(0))
 
 
 def scored(rid: str) -> RolloutRecord:
