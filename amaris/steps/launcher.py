@@ -10,13 +10,12 @@ deployment that a replica's runner or a work pool's worker executes
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 from amaris.steps.outcomes import StepRun
 
-if TYPE_CHECKING:  # the coordinator imports this module, which must not import Prefect
-    from amaris.steps.runner import PipelineRunner
+T = TypeVar("T")
 
 StepFlow = Callable[[int], Awaitable[StepRun]]
 """The step flow, run in this process: what the step's coordinator is told."""
@@ -33,11 +32,18 @@ class StepLauncher(Protocol):
         ...
 
 
+class Loop(Protocol):
+    """Where :class:`LocalLauncher` runs the flow: :class:`amaris.steps.runner.PipelineRunner`
+    (named here by its shape: the coordinator imports this module, which needs no Prefect)."""
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]: ...
+
+
 class LocalLauncher:
     """Runs the step flow in this process, on the pipeline loop. A new attempt is the same
     call: the flow reuses the finished work of the earlier one."""
 
-    def __init__(self, runner: PipelineRunner, flow: StepFlow) -> None:
+    def __init__(self, runner: Loop, flow: StepFlow) -> None:
         self._runner = runner
         self._flow = flow
 
