@@ -24,9 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
@@ -233,7 +234,7 @@ def wait_ready(child: Child, url: str, check: Callable[[httpx2.Response], bool])
     """Poll ``url`` until ``check`` accepts the answer; fail if the child dies or hangs."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     last = "no answer"
-    # One client for the polls (a new one per poll costs ~50 ms of CPU: amaris/readiness.py).
+    # One client for the polls (a new one builds a TLS context each time: amaris/readiness.py).
     with httpx2.Client(timeout=2.0, trust_env=False) as http:
         while time.monotonic() < deadline:
             if not child.alive():
@@ -499,9 +500,9 @@ SPEED_PAYLOAD = {f"key{i}": [i, f"value {i}", {"n": i / 7}] for i in range(40)}
 def host_speed(rounds: int = 5) -> float:
     """CPU milliseconds one thread takes here for a fixed pure-Python workload (JSON in and
     out, dicts, arithmetic: the kind of work amaris's request path does), the median of
-    ``rounds``. Lower is faster. The same code's figures move with the host: two machines
-    of this workplace, both "2 cores, Intel Xeon", ran the suite in 404 s and 964-1049 s;
-    this figure, in each report's machine line, tells the hosts apart."""
+    ``rounds``. Lower is faster. The same code's figures move with the host, and machines
+    with the same core count and CPU name differ in speed; this figure, in each report's
+    machine line, tells the hosts apart."""
 
     def once() -> float:
         start = time.thread_time()  # this thread's: a bench's other threads may be busy
@@ -543,6 +544,51 @@ def this_script() -> list[str]:
 def markers(name: str) -> tuple[str, str]:
     """The start and end markers of benchmark ``name``'s section of the document."""
     return f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+
+
+def doc_section(
+    name: str,
+    title: str,
+    what: str,
+    table: str,
+    *,
+    script: str,
+    when: datetime | None = None,
+    load: str | None = None,
+    command: str | None = None,
+    targets: Iterable[tuple[str, str, str]] = (),
+) -> str:
+    """Benchmark ``name``'s section of ``docs/benchmarks.md`` in the page's compact form,
+    between its markers: the ``title`` heading, ``what`` it measures (a sentence or two) with
+    a link to ``script`` (its ``__file__``: the docstring holds the setup), the command (this
+    process's by default), the machine line (``when``, UTC; :func:`machine`; the load
+    average ``load``, else now's), one ``table`` of today's figures, and one line per target
+    (target, measured, verdict)."""
+    start, end = markers(name)
+    moment = (when or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        start,
+        f"## {title}",
+        "",
+        f"{what.strip()} Details: [`{repo_path(script)}`](../{repo_path(script)}).\\",
+        f"Command: `{command or command_line()}`. "
+        f"Machine: {moment}; {machine()}; load average {load or loadavg()}.",
+        "",
+        table.strip(),
+    ]
+    verdicts = [f"**{verdict}** {target}: {measured}." for target, measured, verdict in targets]
+    if verdicts:
+        lines += ["", *verdicts] if len(verdicts) == 1 else ["", *(f"- {v}" for v in verdicts)]
+    lines.append(end)
+    return "\n".join(lines) + "\n"
+
+
+def repo_path(file: str) -> str:
+    """``file`` relative to the repository's root (as given when it lies elsewhere)."""
+    try:
+        return Path(file).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return file
 
 
 def write_doc(

@@ -1,6 +1,6 @@
-"""The Goodhart alarm on a simulated audit stream (issue 25, point 5): how soon it fires
-after a training judge turns lenient to one hack, and how often on steady streams, with
-the audit's tests alone and with the swap checks (``audit.swap_checks``).
+"""The Goodhart alarm on a simulated audit stream: how soon it fires after a training judge
+turns lenient to one hack, and how often on steady streams, with the audit's tests alone and
+with the swap checks (``audit.swap_checks``).
 
 The stream is tests/support/alarm_stream.py's (two audited rollouts a step, the real
 fidelity figures and the real alarm); each figure counts runs over ``--seeds`` seeds of

@@ -58,7 +58,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "amaris/memory/sqlite_rollout_log.py",
         ["tests/unit/test_sqlite_rollout_log_unit.py"],
     ),
-    # auth, adapters, memory_retrieval: fixture-free unit files (issue 16, --noconftest); the
+    # auth, adapters, memory_retrieval: fixture-free unit files (--noconftest); the
     # slower end-to-end files (test_api_edge.py, test_integrations_*.py,
     # test_pipeline_modes.py) still cover these modules in the suite.
     "auth": ("api/middleware.py", ["tests/unit/test_auth_unit.py"]),
@@ -69,7 +69,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     ),
     "memory_retrieval": ("tasks/retrieve_memory.py", ["tests/unit/test_memory_retrieval_unit.py"]),
     "offline_rules": ("amaris/offline/heuristics.py", ["tests/unit/test_offline_rules.py"]),
-    # issue 26: precheck, parsing, scale (fixture-free unit files, --noconftest; the app's
+    # precheck, parsing, scale (fixture-free unit files, --noconftest; the app's
     # files, tests/trust/test_precheck.py, tests/api/test_judge_replies.py, still cover them)
     "precheck": (
         "amaris/trust/precheck.py",
@@ -81,7 +81,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ["tests/unit/test_judge_protocol_unit.py"],
     ),
     "rollout_records": ("amaris/memory/records.py", ["tests/unit/test_rollout_records_unit.py"]),
-    # issue 26: gateway. Fixture-free files, the endpoint faked at the gateway seam
+    # gateway: fixture-free files, the endpoint faked at the gateway seam
     # (tests/support/scripted_llm.py); test_gateway*.py (conftest, the fake LLM over HTTP)
     # still cover these modules in the suite.
     "gateway": (
@@ -89,7 +89,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ["tests/unit/test_gateway_unit.py", "tests/unit/test_gateway_attempt_unit.py"],
     ),
     "attempt": ("amaris/llm/attempt.py", ["tests/unit/test_gateway_attempt_unit.py"]),
-    # issue 26: trl/openrlhf (fixture-free files, --noconftest; the contract files
+    # trl/openrlhf (fixture-free files, --noconftest; the contract files
     # tests/contract/test_contract_{trl,openrlhf}.py and test_integrations_*.py, TRL's and
     # OpenRLHF's own code against the real server, still cover them in the suite).
     # prompt_split is /get_reward's prompt/response split, moved out of api/routes/openrlhf.py.
@@ -99,14 +99,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         ["tests/contract/test_openrlhf_adapter_unit.py"],
     ),
     "prompt_split": ("amaris/text/prompt_split.py", ["tests/unit/test_prompt_split.py"]),
-    # issue 26: verl: fixture-free files (--noconftest); test_integrations_verl.py and the
+    # verl: fixture-free files (--noconftest); test_integrations_verl.py and the
     # trainer-contract files (test_contract_verl*.py) still cover both in the suite.
     "verl": ("amaris/integrations/verl.py", ["tests/contract/test_verl_unit.py"]),
     "verl_manager": (
         "amaris/integrations/verl_manager.py",
         ["tests/contract/test_verl_manager_unit.py"],
     ),
-    # issue 26: the judge's HTTP client, output fitting and /get_reward (fixture-free files,
+    # the judge's HTTP client, output fitting and /get_reward (fixture-free files,
     # --noconftest; test_transport_fake_llm.py, the output files with conftest and the
     # OpenRLHF contract files still cover them in the suite).
     "transport": (
@@ -122,16 +122,16 @@ NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer",
 NO_CONFTEST |= {"auth", "adapters", "adapter_clients", "memory_retrieval"}
 NO_CONFTEST |= {"rollout_log", "rubric_store", "step_lifecycle"}
 NO_CONFTEST |= {"precheck", "json_reply", "judge_protocol", "rollout_records"}
-NO_CONFTEST |= {"gateway", "attempt"}  # issue 26: gateway
-NO_CONFTEST |= {"trl", "openrlhf", "prompt_split"}  # issue 26: trl/openrlhf
-NO_CONFTEST |= {"verl", "verl_manager"}  # issue 26: verl
+NO_CONFTEST |= {"gateway", "attempt"}
+NO_CONFTEST |= {"trl", "openrlhf", "prompt_split"}
+NO_CONFTEST |= {"verl", "verl_manager"}
 NO_CONFTEST |= {
     "transport",
     "openrlhf_route",
     "output_fit",
-}  # issue 26: transport, output_fit, openrlhf_route
-"""Modules whose tests need no fixture of tests/conftest.py: pytest starts in ~1 s instead of
-~5 s of CPU (the conftest imports Prefect), which is most of a mutant's cost."""
+}
+"""Modules whose tests need no fixture of tests/conftest.py: pytest starts several times
+faster without it (the conftest imports Prefect), and start-up is most of a mutant's cost."""
 
 UNUSED_PLUGINS = ["hydra_pytest", "benchmark", "hypothesispytest", "anyio"]
 """pytest plugins installed in the venv (hydra, pytest-benchmark, hypothesis, anyio) that no
@@ -149,8 +149,8 @@ def config(module: str, tests: list[str], timeout: float, conftest: bool) -> str
         pytest += ["-n", "0"]
     else:  # no xdist, no conftest: "-o addopts=" drops pyproject's "-n 2"
         pytest += ["-o", "addopts=", "-p", "no:xdist", "--noconftest"]
-        # Nor the plugins no mapped file uses (issue 26): ~3 s of CPU a mutant of ~7 s
-        # (tests/unit/test_gateway_attempt_unit.py, 2 cores under load).
+        # Nor the plugins no mapped file uses: their loading is a large share of a
+        # fixture-free mutant's CPU.
         for plugin in UNUSED_PLUGINS:
             pytest += ["-p", f"no:{plugin}"]
     command = " ".join([*pytest, *tests])

@@ -30,7 +30,7 @@ from typing import Any
 
 from amaris.app.wiring import create_app
 from amaris.settings import load_settings
-from bench._common import ROOT, command_line, machine, markers, write_doc
+from bench._common import ROOT, doc_section, markers, write_doc
 from tests.support.real_llm import (
     MODEL_ID,
     RealLLM,
@@ -96,20 +96,9 @@ def run_mode(
 def report(rows: list[dict[str, Any]], count: int, max_tokens: int) -> str:
     """The Markdown section for ``docs/benchmarks.md``."""
     lines = [
-        MARK_START,
-        "## Scored share with a real small model, per structured-output mode",
-        "",
-        f"Command: `{command_line()}`",
-        "",
-        f"Machine: {machine()}. Judge: {MODEL_ID} (Q4_1 GGUF, fp32 on one CPU thread) behind "
-        "`tests/support/real_llm.py`, which constrains decoding to `response_format` with "
-        "`xgrammar` "
-        f"as vLLM does. {count} distinct rollouts per mode, default rubric (one criterion), "
-        f"`max_tokens` {max_tokens}, default gateway (one corrective re-ask).",
-        "",
         "| mode | scored | unscored (reason: count) | judge requests | completion tokens | "
         "s per rollout |",
-        "|---|---|---|---|---|---|",
+        "|---|---|---|---:|---:|---:|",
     ]
     for row in rows:
         unscored = ", ".join(f"{k}: {v}" for k, v in sorted(row["unscored"].items())) or "-"
@@ -118,19 +107,17 @@ def report(rows: list[dict[str, Any]], count: int, max_tokens: int) -> str:
             f"{unscored} | {row['requests']} | {row['completion_tokens']} | "
             f"{row['seconds'] / count:.1f} |"
         )
-    lines += [
-        "",
-        "`json_object` is what amaris asked for before structured outputs became the default "
-        "(`auto` = `json_schema`): the grammar allows any JSON value, and the model answers "
-        "`[1]` or an object of its own shape. `none` is the prompt alone. "
-        "`think:json_schema` is the default against the reasoning-style endpoint (a "
-        "`<think>` block before the constrained answer). The server decodes greedily "
-        "(amaris's temperature 0) with Ollama's default repeat penalty, 1.1 over the last 64 "
-        "tokens; `@1.0` turns it off, as vLLM's default has none: the model then repeats one "
-        "phrase inside the `reason` string until `max_tokens` (`judge_truncated`).",
-        MARK_END,
-    ]
-    return "\n".join(lines) + "\n"
+    return doc_section(
+        "structured_output",
+        "Scored share with a real small model, per structured-output mode",
+        f"{count} distinct rollouts per `agents.default.structured_output` mode, judged by "
+        f"{MODEL_ID} on CPU behind `tests/support/real_llm.py` (decoding constrained to "
+        f"`response_format` as vLLM does; `max_tokens` {max_tokens}, one corrective re-ask): "
+        "`think:` is the reasoning-style endpoint, `@1.0` turns the server's repeat penalty "
+        "off.",
+        "\n".join(lines),
+        script=__file__,
+    )
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 """What a tree offers its users: the API's operations, the configuration's keys and the
 CLI's commands and options; dumped for one tree, compared between two.
 
-Issue 24 point 7 asks that no endpoint, CLI command or config key regress across the
-refactor. Dump the tree on the path (this checkout, or another tree's packages put first
-with ``PYTHONPATH=<folder>:<this checkout> ... -P``: a folder holding only its ``amaris``,
+Target: no endpoint, CLI command or config key lost across a refactor. Dump the tree on the
+path (this checkout, or another tree's packages put first with
+``PYTHONPATH=<folder>:<this checkout> ... -P``: a folder holding only its ``amaris``,
 ``api``, ``flows``, ``tasks`` and ``deployments``, so ``bench`` and ``tests.support`` come
 from here), then compare::
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from bench._common import ROOT, command_line, machine, markers, write_doc
+from bench._common import ROOT, doc_section, markers, write_doc
 
 MARK_START, MARK_END = markers("zero_variance")
 
@@ -106,15 +106,6 @@ def _share(groups: dict[str, Any]) -> str:
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
-        MARK_START,
-        "## Zero-variance GRPO groups with sharper rewards (issue 12, point 7)",
-        "",
-        f"Command: `{command_line()}`. Machine: {machine()}.",
-        "",
-        f"`amaris simulate`, {args.steps} steps x {args.rollouts_per_step} rollouts in groups "
-        f"of {args.group_size} per prompt, seed {args.seed}, offline judge, one run per "
-        "`agents.scorer` variant. A group has zero variance when all its rewards are equal.",
-        "",
         "| agents.scorer | zero-variance groups, all steps | first step | last step "
         "| mean reward | unscored | wall |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -125,24 +116,18 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"{_share(r['last'])} | {r['mean_reward']:.3f} | {r['unscored']} | "
             f"{r['wall_s']:.0f} s |"
         )
-    lines += [
-        "",
-        "The offline judge's verdicts carry a seeded doubt (`amaris/offline/sampling.py`): "
-        "probability `d` in [0, 0.45) on one neighbouring score, pseudo-random per "
-        "(criterion, response). With logprobs the verdict is its expected score `m -/+ d`; "
-        "with samples the mean of k draws; at temperature 1 alone, one draw (noise that "
-        "breaks ties at random, shown for reference). An LLM judge's doubt carries "
-        "information about the response; this one does not: the figures show what the "
-        "options do to ties, not the quality of the rewards. Identical responses in a group "
-        "(the policy writes the same correct answer twice) keep equal rewards under every "
-        "option, and the policy converges on such answers (this script does not count how "
-        "many of the remaining groups are of that kind). Mean rewards are not comparable "
-        "across rows: the doubt moves a verdict at an end of the scale inward (a pitfall "
-        "absent, verdict 0, costs up to 0.45/4 of its weight) and the policy drifts along "
-        "other rewards. Cost: `samples: k` makes k judge calls per rollout.",
-        MARK_END,
-    ]
-    return "\n".join(lines) + "\n"
+    return doc_section(
+        "zero_variance",
+        "Zero-variance GRPO groups with sharper rewards",
+        f"`amaris simulate` ({args.steps} steps x {args.rollouts_per_step} rollouts in groups "
+        f"of {args.group_size} per prompt, seed {args.seed}, offline judge) once per "
+        "`agents.scorer` variant; a group has zero variance when all its rewards are equal. "
+        "The offline judge's doubt is seeded noise, not a judgement: the figures show what "
+        "the options do to ties, not the quality of the rewards; mean rewards are not "
+        "comparable across rows.",
+        "\n".join(lines),
+        script=__file__,
+    )
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import ROOT, command_line, loadavg, machine, markers, write_doc
+from bench._common import ROOT, doc_section, markers, write_doc
 
 KINDS = {
     "client": ("", False),
@@ -167,22 +167,11 @@ def section(ref: str | None) -> str:
 
 
 def report(results: list[dict[str, object]], ref: str | None) -> str:
-    start, end = markers(section(ref))
-    source = f"the tree of `{ref}`" if ref else "the working tree"
     lines = [
-        start,
-        "## Install time and installed size: client-only vs. service"
-        + (f" (at {ref})" if ref else ""),
-        "",
-        f"Command: `{command_line()}` (installs {source}).",
-        "",
-        f"Machine: {machine()}, load average at the end {loadavg(True)} (shared "
-        "with other jobs). Local package index (file://), `--no-cache-dir`: the time "
-        "is install work, not network.",
-        "",
-        "| install | command | pip install (s) | added to the venv (MB) | "
-        "distributions | torch / prefect / fastapi / qdrant_client |",
-        "|---|---|---|---|---|---|",
+        "| install | command | pip install (s) | added to the venv (MB) | distributions "
+        "| torch / prefect / fastapi / qdrant_client | third-party modules the client loads "
+        "| `amaris --help` exits |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
     ]
     for result in results:
         extras, constrained = KINDS[str(result["kind"])]
@@ -194,24 +183,25 @@ def report(results: list[dict[str, object]], ref: str | None) -> str:
         has = result["has"]
         assert isinstance(has, dict)
         marks = " / ".join("yes" if has[name] else "no" for name in SERVER_PACKAGES)
+        modules = result["client_imports"]
+        assert isinstance(modules, list)
         lines.append(
             f"| {result['kind']} | `{command}` | {result['seconds']:.1f} | "
-            f"{result['added_mb']:.0f} | {result['distributions']} | {marks} |"
+            f"{result['added_mb']:.0f} | {result['distributions']} | {marks} | {len(modules)} "
+            f"| {result['cli_exit']} |"
         )
-    lines += [
-        "",
-        "Third-party modules that `import amaris.client, amaris.integrations."
-        "{verl,openrlhf,trl}` loads, and what `amaris --help` answers:",
-        "",
-    ]
-    for result in results:
-        modules = ", ".join(str(m) for m in result["client_imports"])  # type: ignore[attr-defined]
-        lines.append(
-            f"- {result['kind']}: {modules}; `amaris --help` exits "
-            f"{result['cli_exit']}: {result['cli_first_line']}"
-        )
-    lines.append(end)
-    return "\n".join(lines) + "\n"
+    source = f"the tree of `{ref}`" if ref else "the working tree"
+    return doc_section(
+        section(ref),
+        "Install time and installed size: client-only vs. service"
+        + (f" (at {ref})" if ref else ""),
+        f"A fresh venv per install of {source}, from a local package index (file://) with "
+        "`--no-cache-dir`: the time is install work, not network; compare sizes, not seconds. "
+        "The client modules are those `import amaris.client, amaris.integrations.{verl,"
+        "openrlhf,trl}` loads.",
+        "\n".join(lines),
+        script=__file__,
+    )
 
 
 def main() -> int:

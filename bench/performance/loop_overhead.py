@@ -58,9 +58,8 @@ from amaris.sim.policy import Policy
 from bench._common import (
     ROOT,
     Child,
-    command_line,
+    doc_section,
     loadavg,
-    machine,
     markers,
     raise_interrupt,
     running_stack,
@@ -203,59 +202,48 @@ def summary_rows(blocks: list[Block]) -> tuple[list[tuple[str, str, str]], float
     return rows, added, share
 
 
+DOC_ROWS = (
+    "steps measured",
+    "step wall time, mean (s)",
+    "step wall time, median (s)",
+    "scoring the rollouts, mean (s)",
+    "`POST /complete`, mean (s)",
+)
+"""The rows of :func:`summary_rows` the page shows (all are printed)."""
+
+
 def section(
     blocks: list[Block], args: argparse.Namespace, started: datetime, load_start: str, load_end: str
 ) -> str:
     rows, added, share = summary_rows(blocks)
-    table = "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
-    per_block = "\n".join(
-        f"| {i + 1} | {b.variant} | {b.steps[0].step}-{b.steps[-1].step} | "
-        f"{statistics.mean(s.total_s for s in b.steps):.3f} | "
-        f"{statistics.mean(s.scoring_s for s in b.steps):.3f} |"
-        for i, b in enumerate(blocks)
+    table = "\n".join(
+        [
+            "| figure | evolution off | evolution on |",
+            "|---|---:|---:|",
+            *(f"| {a} | {b} | {c} |" for a, b, c in rows if a in DOC_ROWS),
+            f"| **added wall time per step** | | **{added * 1000:+.1f} ms ({share:+.2%})** |",
+        ]
     )
     verdict = "PASS" if share <= TARGET_OVERHEAD else "FAIL"
-    measured = f"{share:+.2%} ({added * 1000:+.1f} ms)"
-    return f"""{MARK_START}
-## Training-loop overhead of rubric evolution (async mode)
-
-Command: `{command_line()}`
-
-Date: {started.strftime("%Y-%m-%d %H:%M UTC")}. Machine: {machine()}; shared with other
-work while it ran (load average, 1 min, at start: {load_start}, at end: {load_end}).
-
-Setup: `amaris offline-llm --latency-ms {args.latency_ms:g}` (every judge and pipeline LLM
-call takes {args.latency_ms:g} ms, about an LLM judge's latency) and `amaris serve` with
-every agent on it, `pipeline.mode: async`, `pipeline.rollouts_per_step: null`, the default
-MiniLM embedder, `logging.level: WARNING`. A simulated trainer (this script) runs steps of
-{args.rollouts} rollouts (the `amaris simulate` policy: correct, wrong, verbose,
-sycophantic and rubric-exploiting responses), scored with {args.rollouts} concurrent
-`/score` calls, then {args.compute_s:g} s of "compute" (a sleep standing for generation
-and the gradient step). **Evolution on**: `POST /complete` after scoring; the step's
-pipeline runs in the background during the compute, and the next step is scored under the
-rubric in force then. **Evolution off**: the same loop without `/complete` (no step
-completes, no pipeline runs, the rubric stays as it is). Blocks of {args.steps} steps alternate
-off, on, on, off... ({args.repeats} pairs); after an "on" block the trainer waits for its
-last pipeline (the drain) so it cannot overlap the next block. One warm-up step first.
-
-| figure | evolution off | evolution on |
-|---|---:|---:|
-{table}
-
-| block | variant | steps | mean step (s) | mean scoring (s) |
-|---|---|---|---:|---:|
-{per_block}
-
-**Added wall time per step: {added * 1000:+.1f} ms ({share:+.2%} of the step without
-evolution).** The AMARIS paper reports about 5%. In async mode the trainer's only added
-work is the `/complete` call; the rest is the pipeline competing for the machine's 2 cores
-with the next step's scoring (the judge calls themselves wait on the LLM, not the CPU).
-
-| target | measured | result |
-|---|---|---|
-| added wall time per step <= {TARGET_OVERHEAD:.0%} | {measured} | **{verdict}** |
-{MARK_END}
-"""
+    return doc_section(
+        "loop_overhead",
+        "Training-loop overhead of rubric evolution (async mode)",
+        f"A simulated trainer scores {args.rollouts} rollouts a step through `amaris serve` "
+        f"(LLM calls of {args.latency_ms:g} ms), then computes for {args.compute_s:g} s; "
+        f"blocks of {args.steps} steps alternate with the step pipeline on "
+        "(`POST /complete`, async mode) and off.",
+        table,
+        script=__file__,
+        when=started,
+        load=f"{load_start} -> {load_end}",
+        targets=[
+            (
+                f"added wall time per step <= {TARGET_OVERHEAD:.0%}",
+                f"{share:+.2%} ({added * 1000:+.1f} ms)",
+                verdict,
+            )
+        ],
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -9,7 +9,7 @@ rollouts of step ``s - retention`` are archived to JSONL and dropped, and so are
 analyses. Then measures the reads of the step path, and the cost of a restart in a fresh
 child process (this one's heap holds the whole run).
 
-Not a test: run on demand. It takes ~5-8 min with the defaults on 2 cores; wall-clock
+Not a test: run on demand. It takes minutes with the defaults on 2 cores; wall-clock
 figures depend on what else runs, so the CPU time and load average are printed too.
 
 Usage::

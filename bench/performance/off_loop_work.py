@@ -1,5 +1,5 @@
 """The text work of one ``/score`` by rollout size: what runs on the event loop and what in a
-thread (issue 22, point 1; ``amaris/text/offload.py``).
+thread (``amaris/text/offload.py``).
 
 For every degenerate family (``tests/support/degenerate.py``) in ``output``, at each size:
 the thread CPU time (median of ``--repeat``) of the pre-check (``degenerate``), an ``exact`` rule

@@ -32,6 +32,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sqlite3
 import sys
@@ -50,9 +51,8 @@ from bench._common import (
     Child,
     amaris_executable,
     child_env,
-    command_line,
+    doc_section,
     loadavg,
-    machine,
     markers,
     raise_interrupt,
     wait_ready,
@@ -61,6 +61,8 @@ from bench._common import (
 )
 
 MARK_START, MARK_END = markers("prefect_store")
+DOC_ROWS = 6
+"""Samples the page shows (all are printed)."""
 TABLES = ("flow_run", "task_run", "log", "artifact", "events")
 """Tables whose rows are counted at each sample."""
 REQUEST_TIMEOUT_S = 300.0
@@ -191,13 +193,18 @@ def mb(size: int) -> str:
     return f"{size / 1e6:.2f}"
 
 
-def table(results: dict[str, list[Sample]]) -> str:
+def table(results: dict[str, list[Sample]], rows: int | None = None) -> str:
+    """Every sample, or about ``rows`` of them evenly spaced (the first and last kept)."""
     configs = list(results)
     head = ["steps"]
     for config in configs:
         head += [f"{config}: prefect.db MB", f"{config}: runs / events", f"{config}: result files"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    samples = len(results[configs[0]])
+    stride = max(1, math.ceil((samples - 1) / (rows - 1))) if rows and rows > 1 else 1
     for i, first in enumerate(results[configs[0]]):
+        if i % stride and i != samples - 1:
+            continue
         cells = [str(first.step)]
         for config in configs:
             s = results[config][i]
@@ -222,7 +229,6 @@ CONFIGS = {
 def section(
     results: dict[str, list[Sample]], args: argparse.Namespace, started: datetime, load: str
 ) -> str:
-    took = ", ".join(f"{c} {s[-1].elapsed_s / 60:.1f} min" for c, s in results.items())
     configs = "; ".join(
         f"`{c}`: "
         + CONFIGS[c].format(
@@ -230,28 +236,18 @@ def section(
         )
         for c in results
     )
-    return f"""{MARK_START}
-## Prefect's store over {args.steps} steps (retention)
-
-Command: `{command_line()}`
-
-Date: {started.strftime("%Y-%m-%d %H:%M UTC")}. Machine: {machine()}.
-Load average (1/5/15 min) at the start: {load}. Steps took: {took}.
-
-Setup: `amaris serve` with no LLM endpoint (every agent is the offline judge, in process),
-global mode, the hashing embedder, the scheduled repair off; {args.rollouts} rollouts per
-step (`/batch_score`), then `POST /complete` and `GET /rubric_status/wait`, one step after
-the other, through the real pipeline and amaris's own Prefect server (SQLite). Sampled
-every {args.every} steps: `prefect.db` with its WAL file, its rows of flow runs and events,
-and the task result files in `prefect/storage`. Configurations: {configs}.
-
-{table(results)}
-
-SQLite keeps the pages of deleted rows for reuse and its WAL file at its largest size, so
-with retention on the files stop growing once the retention windows are full; they do not
-shrink.
-{MARK_END}
-"""
+    return doc_section(
+        "prefect_store",
+        f"Prefect's store over {args.steps} steps (retention)",
+        f"`amaris serve` (offline judge, hashing embedder) runs {args.steps} steps of "
+        f"{args.rollouts} rollouts one after the other through the real pipeline and its own "
+        "Prefect server; `prefect.db` (with its WAL file), its flow runs and events, and the "
+        f"task result files, sampled along the run. {configs}.",
+        table(results, rows=DOC_ROWS),
+        script=__file__,
+        when=started,
+        load=load,
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

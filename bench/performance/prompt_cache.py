@@ -27,6 +27,9 @@ over calls 2..64 (the share a prefix cache could serve), and the lowest call's s
 arrival orders: ``grouped`` (a group's responses one after the other, as trainers send a
 GRPO group) and ``shuffled`` (any order; then the question rarely repeats).
 
+Target: at least 80% of the rendered prompt a prefix of the previous call's in grouped
+arrival.
+
 Usage::
 
     .venv/bin/python -m bench.performance.prompt_cache [--checkout DIR] [--label NAME] [--write]
@@ -50,7 +53,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench._common import ROOT, command_line, markers, write_doc
+from bench._common import ROOT, doc_section, markers, write_doc
+
+TARGET_SHARE = 0.80
+"""Share of the rendered prompt that is a prefix of the previous call's (grouped arrival)."""
 
 
 def _select_checkout(argv: list[str]) -> None:
@@ -397,31 +403,39 @@ def main() -> None:
     start, end = markers(name)
     title = "Scorer prompt prefix shared with the previous call"
     outputs = [len(r["output"]) for r in rollouts("grouped")]
+    print(f"amaris at {rev}")
     lines = [
-        start,
-        f"## {title}{f' ({args.label})' if args.label else ''}",
-        "",
-        f"Command: `{command_line()}` (amaris at {rev})",
-        "",
-        "64 rollouts (8 GRPO groups of 8), 10-criterion rubric, one scorer call each, in "
-        "sequence. `shared`: bytes of each call (2..64) that are a byte-identical prefix of "
-        "the previous call's, over all its bytes; `prompt`: the message contents rendered "
-        "by a ChatML template; `body`: the JSON request body (the strict schema after the "
-        "messages). Responses: "
-        f"{min(outputs)} to {max(outputs)} characters, {sum(outputs) / len(outputs):.0f} "
-        "on average.",
-        "",
         "| arrival | serialised | calls | shared | lowest call | mean bytes | mean shared |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
+    target = []
     for order, kind, result, calls, _ in rows:
         lines.append(
             f"| {order} | {kind} | {calls} | {result['share']:.1%} | "
             f"{result['min']:.1%} | {result['mean_bytes']:.0f} | "
             f"{result['mean_shared']:.0f} |"
         )
-    lines.append(end)
-    text = "\n".join(lines) + "\n"
+        if (order, kind) == ("grouped", "prompt"):
+            target.append(
+                (
+                    f"at least {TARGET_SHARE:.0%} of the rendered prompt a prefix of the "
+                    "previous call's, a group's responses arriving together",
+                    f"{result['share']:.1%}",
+                    "PASS" if result["share"] >= TARGET_SHARE else "FAIL",
+                )
+            )
+    text = doc_section(
+        name,
+        f"{title}{f' ({args.label})' if args.label else ''}",
+        "64 rollouts (8 GRPO groups of 8, responses of "
+        f"{min(outputs)} to {max(outputs)} characters) scored in sequence against a "
+        "10-criterion rubric: the bytes of each call that are a byte-identical prefix of the "
+        "previous call's, as a ChatML-rendered `prompt` (what prefix caches key on) and as "
+        "the JSON request `body`.",
+        "\n".join(lines),
+        script=__file__,
+        targets=target,
+    )
     print(text)
     if args.write:
         write_doc(ROOT / "docs" / "benchmarks.md", text, start, end)

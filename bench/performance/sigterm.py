@@ -14,6 +14,8 @@ time until the process has exited, its exit code, and the processes it left runn
 - ``wait``: the same, with a client blocked in ``GET /rubric_status/wait`` for the step
   (what a trainer does at a step boundary).
 
+Target: the process gone within 5 s of SIGTERM at every moment, leaving no process behind.
+
 Usage::
 
     .venv/bin/python -m bench.performance.sigterm [--moments 0.5,2,5,ready,step] [--repeat 2]
@@ -44,9 +46,8 @@ from bench._common import (
     Child,
     amaris_executable,
     child_env,
-    command_line,
+    doc_section,
     loadavg,
-    machine,
     markers,
     raise_interrupt,
     settle,
@@ -56,6 +57,8 @@ from bench._common import (
     write_doc,
 )
 
+TARGET_EXIT_S = 5.0
+"""Exit within this many seconds of SIGTERM, at every moment."""
 EXIT_DEADLINE_S = 180.0
 """How long a trial waits for the exit before it kills the process (and reports that)."""
 LLM_LATENCY_MS = 400.0
@@ -192,31 +195,10 @@ def section(label: str | None) -> str:
 def report(
     rows: list[dict[str, Any]], moments: list[str], repeat: int, label: str | None, load: str
 ) -> str:
-    start, end = markers(section(label))
     lines = [
-        start,
-        f"## SIGTERM: exit time of `amaris serve`{f' ({label})' if label else ''}",
-        "",
-        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Machine: {machine()}; "
-        f"load average at start / end: {load} / {loadavg()}. Command:",
-        "",
-        "```",
-        command_line(),
-        "```",
-        "",
-        f"Each trial: a fresh data folder, `amaris serve` with its own Prefect server and "
-        f"the repair worker, judging through `amaris offline-llm` ({LLM_LATENCY_MS:g} ms a "
-        f"call, analyzer concurrency 1); SIGTERM at the moment given (seconds after spawn; "
-        f"`ready`: `/healthz` answers and the process is idle; `step`: a {STEP_ROLLOUTS}-"
-        f"rollout step's analyses are running; `wait`: the same with a client blocked in "
-        f"`GET /rubric_status/wait` for the step). Exit: from SIGTERM to the process gone; "
-        f"left: its processes still running at that moment. {repeat} trial(s) per moment. "
-        "Exit code -15: the signal came before `amaris serve` had started anything (Python "
-        "still importing) and ended it at once. Goal: at most 5 s at every moment.",
-        "",
         "| moment | sent at (s) | exit (s), each trial | max exit (s) | exit codes | left "
         "| waiter got |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---:|---|---:|---|---|---|",
     ]
     for moment in moments:
         mine = [r for r in rows if r["moment"] == moment]
@@ -230,8 +212,27 @@ def report(
             f"{', '.join(str(r['left']) for r in mine)} | "
             f"{', '.join(r['waiter'] for r in mine if 'waiter' in r) or '-'} |"
         )
-    lines.append(end)
-    return "\n".join(lines) + "\n"
+    worst = max((r["exit_s"] for r in rows), default=float("nan"))
+    left = sum(r["left"] for r in rows)
+    return doc_section(
+        section(label),
+        f"SIGTERM: exit time of `amaris serve`{f' ({label})' if label else ''}",
+        f"SIGTERM to `amaris serve` (its Prefect server and repair worker, a {LLM_LATENCY_MS:g} "
+        f"ms offline judge) at moments of its life, {repeat} trial(s) each: seconds after spawn, "
+        f"idle (`ready`), during a {STEP_ROLLOUTS}-rollout step (`step`), and with a client in "
+        "`GET /rubric_status/wait` (`wait`); exit code -15: still importing, ended at once; "
+        "left: its processes still running once it is gone.",
+        "\n".join(lines),
+        script=__file__,
+        load=f"{load} -> {loadavg()}",
+        targets=[
+            (
+                f"exit within {TARGET_EXIT_S:g} s at every moment, nothing left",
+                f"{worst:.2f} s at most, {left} left",
+                "PASS" if worst <= TARGET_EXIT_S and left == 0 else "FAIL",
+            )
+        ],
+    )
 
 
 def main() -> int:

@@ -74,9 +74,8 @@ from bench._common import (
     CLK_TCK,
     ROOT,
     Stack,
-    command_line,
+    doc_section,
     loadavg,
-    machine,
     markers,
     percentile,
     py_spy,
@@ -515,6 +514,10 @@ class Timeline:
     """(what, figure) lines."""
     breakdown: list[tuple[str, float]]
     """Wall time minus the lower bound, split by cause (sums to the overhead)."""
+    spans: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    """Each stage's first start and last end (seconds from ``POST /complete``), task runs."""
+    stage_cost: dict[str, float] = field(default_factory=dict)
+    """Each stage's share of :attr:`breakdown`."""
 
 
 def critical_path(
@@ -621,21 +624,18 @@ def timeline(
             owned.pop("", 0.0),
         ),
     ]
+    stage_cost: dict[str, float] = {}
     for stage in spans:
         agent = STAGE_AGENT.get(stage)
         if agent is not None:
             waves = calls.waves.get(agent, 0)
-            breakdown.append(
-                (
-                    f"{stage}: time on the critical path - {waves} x call latency",
-                    owned.get(stage, 0.0) - waves * latency_s,
-                )
-            )
+            stage_cost[stage] = owned.get(stage, 0.0) - waves * latency_s
+            what = f"{stage}: time on the critical path - {waves} x call latency"
         else:
-            breakdown.append(
-                (f"{stage} (no LLM call), while no LLM stage runs", owned.get(stage, 0.0))
-            )
-    return Timeline(rows, breakdown)
+            stage_cost[stage] = owned.get(stage, 0.0)
+            what = f"{stage} (no LLM call), while no LLM stage runs"
+        breakdown.append((what, stage_cost[stage]))
+    return Timeline(rows, breakdown, spans, stage_cost)
 
 
 # -- analysis: CPU during the step ---------------------------------------------------------
@@ -821,63 +821,70 @@ def breakdown_table(r: Report) -> str:
     return "\n".join(lines)
 
 
-def section(r: Report, args: argparse.Namespace, started: datetime, load: str) -> str:
-    verdicts = "\n".join(
-        f"| {name} | {measured} | **{verdict}** |" for name, measured, verdict in r.verdicts()
+def doc_figures(r: Report) -> str:
+    """The page's figures: the bound, the wall time, ``/score`` during the step, CPU."""
+    c = r.calls
+    waves = " + ".join(f"{c.waves[a]}" for a in LLM_AGENTS if c.waves[a])
+    amaris_cpu = sum(cpu for name, cpu in r.cpu.processes if name.startswith("amaris"))
+    llm_cpu = sum(cpu for name, cpu in r.cpu.processes if name == "offline LLM")
+    return "\n".join(
+        [
+            "| figure | value |",
+            "|---|---:|",
+            f"| LLM call latency, configured / median measured | {r.latency_ms:g} / "
+            f"{c.median_latency_ms:.1f} ms |",
+            f"| step LLM calls ({', '.join(f'{a} {c.counts[a]}' for a in LLM_AGENTS)}) "
+            f"| {sum(c.counts.values())} |",
+            f"| critical path in LLM waves | {waves} = {c.total_waves} |",
+            f"| **lower bound** ({c.total_waves} x {c.median_latency_ms:.1f} ms) "
+            f"| **{r.lower_bound_s:.2f} s** |",
+            f"| **step wall time** (`POST /complete` -> `/rubric_status/wait` answered) "
+            f"| **{r.wall_s:.2f} s** |",
+            f"| **overhead** over the lower bound | **{r.overhead:+.1%}** "
+            f"({r.wall_s - r.lower_bound_s:.2f} s) |",
+            f"| overhead over the bound at the latency of calls made alone "
+            f"| {r.wall_s / r.alone_bound_s - 1:+.1%} |",
+            f"| /score p99 idle / during the step ({len(r.busy.errors)} errors) "
+            f"| {fmt(r.idle.pct(99))} / {fmt(r.busy.pct(99))} ms |",
+            f"| CPU during the step: amaris (with its children) / offline LLM "
+            f"| {amaris_cpu:.2f} / {llm_cpu:.2f} s |",
+        ]
     )
-    return f"""{MARK_START}
-## Step pipeline: wall time vs. the LLM critical path, `/score` during a step
 
-Command: `{command_line()}`
 
-Date: {started.strftime("%Y-%m-%d %H:%M UTC")}. Machine: {machine()}.
+def doc_where(r: Report) -> str:
+    """Where the step's time went: each stage's span and its part of wall - bound."""
+    lines = [
+        "| where the time went (from `POST /complete`) | span (s) | wall - bound (s) |",
+        "|---|---:|---:|",
+    ]
+    t = r.timeline
+    if t is None:
+        return "\n".join([*lines, "| (Prefect's task runs could not be read) | - | - |"])
+    lines += [f"| {what} | | {value:+.2f} |" for what, value in t.breakdown[:2]]
+    for stage, (start, end, runs) in sorted(t.spans.items(), key=lambda item: item[1][0]):
+        lines.append(
+            f"| {stage} ({runs} task run{'s' if runs > 1 else ''}) | {start:.2f} -> {end:.2f} "
+            f"| {t.stage_cost.get(stage, 0.0):+.2f} |"
+        )
+    total = sum(value for _, value in t.breakdown)
+    return "\n".join([*lines, f"| **total** | | **{total:+.2f}** |"])
 
-Load average (1/5/15 min) at the start: {load}; right after the step: {r.load_after}
-(other work on the machine skews the figures).
 
-Setup: `amaris offline-llm --latency-ms {args.latency_ms:g}` (every LLM call takes
-{args.latency_ms:g} ms) and `amaris serve` with every agent on it, the default MiniLM
-embedder, `concurrency.analyzer: {args.analyzer_concurrency}`,
-`pipeline.chunk_size: {CHUNK_SIZE}`, `pipeline.rollouts_per_step: null` (steps complete
-on `POST /complete`), `logging.level: WARNING`, its Prefect server on a free port. A
-warm-up step ({WARMUP_STEP}, 4 rollouts) runs first so that neither the boot of amaris's
-Prefect server nor MiniLM's first load is measured. Then {r.rollouts} distinct rollouts
-of step {MEASURED_STEP} (groups of {GROUP_SIZE} per prompt: correct, wrong and
-several-candidate answers) are scored, and the step is timed from `POST /complete` to
-the answer of `GET /rubric_status/wait?step={MEASURED_STEP}`.
-
-The lower bound is the step's LLM critical path, derived in the same run from the calls
-it made (`<memory.path>/logs/llm_calls.jsonl`, counted per agent and checked against the
-configuration) and their median measured latency (the gateway's `latency_ms`, from the
-concurrency slot to the parsed answer): `ceil(analyzer calls / analyzer concurrency)`
-waves, one wave of chunk summaries (concurrent), the meta-summary, the query generation
-and the update, one call latency each. That median includes amaris's own delay in
-reading answers while its event loop is busy, so a second bound uses the latency of the
-calls made alone (no other call in flight), closer to the LLM's own.
-
-`/score` latency: {args.probe_requests} unique rollouts of step {IDLE_PROBE_STEP}, with
-{args.probe_concurrency} requests in flight, before the step (idle); the same load on
-step {BUSY_PROBE_STEP} from `POST /complete` until the wait answers (during the flow).
-The scorer calls the same {args.latency_ms:g} ms LLM, so the idle p99 is the floor.
-
-{figures_table(r)}
-
-Where the step's time went (Prefect task runs of flow run `step-{MEASURED_STEP}`, read
-from its database; times from `POST /complete`), and the CPU each process and amaris's
-busiest threads used during the step (`/proc`; thread names from `py-spy dump`):
-
-{timeline_table(r)}
-
-{breakdown_table(r)}
-
-`--py-spy FILE` records amaris (and Prefect's server, its child) during the step for a
-closer look; it was off for these figures.
-
-| target | measured | result |
-|---|---|---|
-{verdicts}
-{MARK_END}
-"""
+def section(r: Report, args: argparse.Namespace, started: datetime, load: str) -> str:
+    return doc_section(
+        "step_pipeline",
+        "Step pipeline: wall time vs. the LLM critical path, `/score` during a step",
+        f"One step of {r.rollouts} rollouts through the real pipeline, every LLM call "
+        f"{args.latency_ms:g} ms (`amaris offline-llm`), timed from `POST /complete` to "
+        "`/rubric_status/wait`, against its LLM critical path (the waves of calls it made); "
+        f"{args.probe_concurrency} `/score` requests stay in flight before and during it.",
+        f"{doc_figures(r)}\n\n{doc_where(r)}",
+        script=__file__,
+        when=started,
+        load=f"{load} -> {r.load_after}",
+        targets=r.verdicts(),
+    )
 
 
 # -- main ----------------------------------------------------------------------------------
@@ -1018,7 +1025,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--auditor",
         action="store_true",
         help="turn the audit judge on (client.auditor on the same offline LLM): its task "
-        "runs before the scopes (issue 25); compare with a run without it",
+        "runs before the scopes; compare with a run without it",
     )
     parser.add_argument(
         "--keep",

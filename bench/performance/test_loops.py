@@ -23,7 +23,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from bench._common import command_line, loadavg, machine, markers, write_doc
+from bench._common import doc_section, loadavg, markers, write_doc
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = {"quick": ["-m", "not slow"], "full": []}
@@ -110,32 +110,27 @@ def main() -> None:
         shown = "`" + " ".join(["pytest", *(f'"{a}"' if " " in a else a for a in extra)]) + "`"
         tier = f"{tier_tests} tests, {tier_s:.0f} s" if tier_tests else "not run"
         rows[shown] = (
-            f"| {shown} | {elapsed:.0f} s | {summary} (exit {code}) | {tier} | {before} "
-            f"(after: {after}) | "
-            f"`{command_line()}` |"
+            f"| {shown} | {elapsed:.0f} s | {summary} (exit {code}) | {tier} "
+            f"| {before} -> {after} |"
         )
         print(rows[shown], flush=True)
-    write_doc(
-        doc,
-        "\n".join(
-            [
-                start,
-                '## Test loops: quick (`-m "not slow"`) and full',
-                "",
-                f"{machine()}; the suite's own `-n 2 --dist loadfile --no-loadscope-reorder`;",
-                "other work on the machine shows in the load average before each run, and",
-                "in the 1/5/15-minute averages after it (in the table).",
-                "",
-                "| run | wall time | pytest summary | real-model tier inside it | load before "
-                "| command |",
-                "|---|---|---|---|---|---|",
-                *rows.values(),
-                end,
-            ]
-        ),
-        start,
-        end,
+    table = [
+        "| run | wall time | pytest summary | real-model tier inside it "
+        "| load average before -> after (1/5/15 min) |",
+        "|---|---:|---|---|---|",
+        *rows.values(),
+    ]
+    text = doc_section(
+        "test_loops",
+        'Test loops: quick (`-m "not slow"`) and full',
+        "Wall time of the quick loop and of the whole suite, each with the suite's own "
+        "`-n 2 --dist loadfile --no-loadscope-reorder`, and the real-model tier's summed test "
+        "time inside the full run.",
+        "\n".join(table),
+        script=__file__,
+        load=loadavg(all_three=True),
     )
+    write_doc(doc, text, start, end)
 
 
 if __name__ == "__main__":

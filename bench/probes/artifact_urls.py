@@ -48,8 +48,7 @@ from bench._common import (
     STOP_TIMEOUT_S,
     Child,
     child_env,
-    command_line,
-    machine,
+    doc_section,
     markers,
     wait_ready,
     work_folder,
@@ -389,58 +388,61 @@ def prefect_server(folder: Path, port: int) -> Child:
     )
 
 
+def pages_table(rows: list[Page]) -> str:
+    """One row per page (printed)."""
+    return "\n".join(
+        [
+            "| mode | UI | page | requests | live images | live links | scripts | shown |",
+            "|---|---|---|---:|---:|---:|---:|---|",
+            *(
+                f"| {r.mode} | {r.ui} | {r.page} | {r.requests} | {r.images} | {r.links} | "
+                f"{r.scripts} | {r.shown} |"
+                for r in rows
+            ),
+        ]
+    )
+
+
 def report(rows: list[Page], args: Any, version: str) -> str:
     from importlib.metadata import version as installed
 
-    start, end = markers(NAME)
     lines = [
-        start,
-        "## Planted URLs in a step's artifacts, opened in Prefect's UI (headless Chromium)",
-        "",
-        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Machine: {machine()}; "
-        f"Prefect {installed('prefect')}; {version}; virtual-time budget {args.budget_ms} ms a "
-        "page. Command:",
-        "",
-        "```",
-        command_line(),
-        "```",
-        "",
-        "Every string an LLM, the trainer or the policy writes in the summary, rubric diff, "
-        "hacking table and fidelity artifacts of a step carries `![x](URL)`, "
-        '`<img src=URL>`, `<img src="URL">`, `[c](URL)`, `[j](javascript:alert(1))`, '
-        "`<script>`, a bare URL and `<URL>`, aimed at a listener on 127.0.0.1. `escaped`: "
-        "amaris's writers as they are; `raw`: with `amaris.text.markdown.inert` replaced by "
-        "the identity (the strings verbatim, as before). Per page: requests the listener got "
-        "while it loaded, and the images, links (or `javascript:` links) and planted scripts "
-        "aimed at it in the rendered DOM; shown: planted strings on the page as text.",
-        "",
-        "| mode | UI | page | requests | live images | live links | scripts | shown |",
-        "|---|---|---|---:|---:|---:|---:|---|",
+        "| mode | UI | pages | requests to the planted URLs | live images | live links "
+        "| planted scripts | planted strings shown as text |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
+    for mode, ui in dict.fromkeys((r.mode, r.ui) for r in rows):
+        ours = [r for r in rows if (r.mode, r.ui) == (mode, ui)]
         lines.append(
-            f"| {r.mode} | {r.ui} | {r.page} | {r.requests} | {r.images} | {r.links} | "
-            f"{r.scripts} | {r.shown} |"
+            f"| {mode} | {ui} | {len(ours)} | {sum(r.requests for r in ours)} "
+            f"| {sum(r.images for r in ours)} | {sum(r.links for r in ours)} "
+            f"| {sum(r.scripts for r in ours)} | {sum(r.shown for r in ours)} |"
         )
-    lines.append("")
-    for mode in dict.fromkeys(r.mode for r in rows):
-        ours = [r for r in rows if r.mode == mode]
-        lines.append(
-            f"- **{mode}**: {sum(r.requests for r in ours)} requests reached the planted URLs, "
-            f"{sum(r.images for r in ours)} live images, {sum(r.links for r in ours)} live "
-            f"links, {sum(r.scripts for r in ours)} planted scripts, over {len(ours)} pages."
-        )
-    lines += [
-        "",
-        "How the UIs render them: V1 (marked, DOMPurify) makes images and links of the "
-        "Markdown and raw HTML, `javascript:` links included, in markdown artifacts and in "
-        "the string cells of table artifacts; V2 (react-markdown, remark-gfm, rehype-raw, "
-        "rehype-sanitize) in markdown artifacts only, with `javascript:` hrefs dropped, and "
-        "shows table cells as plain text (so an escaped cell shows its backslashes there). "
-        "Neither kept a planted `<script>`; the artifacts tab shows descriptions only.",
-        end,
-    ]
-    return "\n".join(lines) + "\n"
+    escaped = [r for r in rows if r.mode == "escaped"]
+    live = sum(r.requests + r.images + r.links + r.scripts for r in escaped)
+    targets = (
+        [
+            (
+                "escaped: nothing planted reaches the listener or renders live",
+                f"{live} requests, live images, links and scripts over {len(escaped)} pages",
+                "PASS" if live == 0 else "FAIL",
+            )
+        ]
+        if escaped
+        else []
+    )
+    return doc_section(
+        NAME,
+        "Planted URLs in a step's artifacts, opened in Prefect's UI (headless Chromium)",
+        "Every string an LLM, the trainer or the policy writes in a step's summary, rubric "
+        "diff, hacking table and fidelity artifacts carries Markdown and HTML images, links, "
+        "a `javascript:` link, a script and bare URLs aimed at a listener on 127.0.0.1; each "
+        "page is loaded in Prefect's V1 and V2 UIs (`escaped`: amaris's writers; `raw`: the "
+        f"strings verbatim, for reference). Prefect {installed('prefect')}, {version}.",
+        "\n".join(lines),
+        script=__file__,
+        targets=targets,
+    )
 
 
 def main() -> int:
@@ -485,6 +487,7 @@ def main() -> int:
             prefect.stop()
             listener.shutdown()
     text = report(rows, args, version)
+    print(pages_table(rows))
     print(text)
     if args.write:
         write_doc(ROOT / "docs" / "benchmarks.md", text, *markers(NAME))

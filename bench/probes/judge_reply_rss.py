@@ -1,4 +1,4 @@
-"""Resident memory of ``amaris serve`` after huge judge replies (issue 22, point 2).
+"""Resident memory of ``amaris serve`` after huge judge replies.
 
 Starts a fake OpenAI-compatible judge (the ``amaris.sim.judge_server`` app, the one the
 offline LLM and the tests' fake serve, under uvicorn, in its own process) whose reply to a

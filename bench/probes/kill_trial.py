@@ -49,9 +49,8 @@ from bench._common import (
     Child,
     amaris_executable,
     child_env,
-    command_line,
+    doc_section,
     loadavg,
-    machine,
     markers,
     raise_interrupt,
     start_offline_llm,
@@ -374,6 +373,7 @@ def main() -> int:
             prefect.stop()
             llm.stop()
     text = report(args, trials, lost, versions, driver, statuses, load, time.monotonic() - started)
+    print(kills_table(trials, versions))
     print(text)
     if args.write:
         write_doc(ROOT / "docs" / "benchmarks.md", text, *markers("kill_trial"))
@@ -391,7 +391,6 @@ def report(
     took: float,
 ) -> str:
     assert driver is not None
-    start, end = markers("kill_trial")
     phases = collections.Counter(t["phase"] for t in trials)
     restarts = sorted(t["restart_s"] for t in trials) or [float("nan")]
     acked = sum(len(ids) for ids in driver.acked.values())
@@ -399,7 +398,7 @@ def report(
     kills = ", ".join(f"{k}: {v}" for k, v in sorted(phases.items()))
     registry = ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items()))
     rows = [
-        ("kills (phase at the kill)", f"{len(trials)} ({kills})", "20"),
+        ("kills (phase at the kill)", f"{len(trials)} ({kills})", str(args.kills)),
         ("steps completed (step registry)", f"{driver.steps_done} ({registry})", ""),
         ("rollouts sent (retries included) / acknowledged", f"{driver.sent} / {acked}", ""),
         (
@@ -418,49 +417,40 @@ def report(
             "",
         ),
     ]
-    lines = [
-        start,
-        "## Kill trials: `kill -9` of `amaris serve`, restart, count the losses",
-        "",
-        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Machine: {machine()}; "
-        f"load average at start / end: {load} / {loadavg()}. Took {took / 60:.1f} min. "
-        "Command:",
-        "",
-        "```",
-        command_line(),
-        "```",
-        "",
-        f"`amaris offline-llm --latency-ms {args.latency_ms:g}` (the offline judge, no key) "
-        "and `amaris serve` judging through it (manual step completion, hashing embedder, "
-        "one Prefect server for every restart). A driver sends each step's "
-        f"{args.rollouts_per_step} rollouts (the seeded `amaris simulate` policy) from "
-        f"{args.clients} clients, then `POST /complete` and `GET /rubric_status/wait`, "
-        "sending a request again after a connection error. In turn during scoring, during "
-        "the step's pipeline, during scoring and right after the step published its rubric "
-        "version, at a random delay into the phase (seed "
-        f"{args.seed}), the server gets SIGKILL and is restarted on the same data folder; "
-        "once it answers, every acknowledged rollout (2xx, `scored` or `unscored`) is "
-        "looked up in `GET /steps/{n}/rollouts` and the updater's versions are counted "
-        "per step in `GET /rubrics/history`.",
-        "",
+    table = [
         "| figure | value | goal |",
         "|---|---|---|",
         *(f"| {name} | {value} | {goal} |" for name, value, goal in rows),
-        "",
-        "Phase `published`: killed as soon as `GET /rubrics` showed the step's new "
-        "version, before the step was done.",
-        "",
-        "| kill | phase | step | into the phase (s) | acknowledged so far | lost | "
-        "step made a version |",
-        "|---|---|---|---|---|---|---|",
-        *(
-            f"| {t['n']} | {t['phase']} | {t['step']} | {t['delay_s']:.2f} | {t['acked']} | "
-            f"{t['lost']} | {'yes' if versions.get(t['step']) else 'no'} |"
-            for t in trials
-        ),
-        end,
     ]
-    return "\n".join(lines) + "\n"
+    return doc_section(
+        "kill_trial",
+        "Kill trials: `kill -9` of `amaris serve`, restart, count the losses",
+        f"A driver plays a trainer ({args.rollouts_per_step} rollouts a step from "
+        f"{args.clients} clients, retrying after a connection error) while `amaris serve` "
+        "gets SIGKILL during scoring, during the step's pipeline or right after a step "
+        "published its rubric version (`published`), and is restarted on the same data "
+        "folder; every acknowledged rollout is then looked up through the API. "
+        f"Took {took / 60:.1f} min.",
+        "\n".join(table),
+        script=__file__,
+        load=f"{load} -> {loadavg()}",
+    )
+
+
+def kills_table(trials: list[dict[str, Any]], versions: dict[int, int]) -> str:
+    """One row per kill (printed, not on the page)."""
+    return "\n".join(
+        [
+            "| kill | phase | step | into the phase (s) | acknowledged so far | lost | "
+            "step made a version |",
+            "|---|---|---|---|---|---|---|",
+            *(
+                f"| {t['n']} | {t['phase']} | {t['step']} | {t['delay_s']:.2f} | {t['acked']} | "
+                f"{t['lost']} | {'yes' if versions.get(t['step']) else 'no'} |"
+                for t in trials
+            ),
+        ]
+    )
 
 
 if __name__ == "__main__":

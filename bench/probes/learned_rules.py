@@ -1,4 +1,4 @@
-"""Learned pre-check rules (issue 25, point 4): the pre-check's CPU per reply with and
+"""Learned pre-check rules: the pre-check's CPU per reply with and
 without learned rules in force, and the CPU of mining judge canary probes from one reply.
 
 1. The pre-check (:func:`amaris.trust.precheck.degenerate`) on replies of 1 KB, 10 KB and

@@ -7,7 +7,8 @@ A refused request must change nothing. Calls have a client timeout
 (``--client-timeout``), so a long poll that never answers (``/rubric_status/wait``) counts
 as ``hung`` instead of stalling the run. After a 2xx that started a step, the run waits for
 the step to finish before it takes the next state, so a pipeline finishing is not counted
-against a later refusal.
+against a later refusal. Target: no 5xx, no refused request that changed state, no call
+left without an answer.
 
 Run (schemathesis is not a dependency of amaris; install it beside it):
 
@@ -38,8 +39,7 @@ from schemathesis.generation.modes import GenerationMode
 
 from bench._common import (
     ROOT,
-    command_line,
-    machine,
+    doc_section,
     markers,
     running_stack,
     work_folder,
@@ -173,21 +173,9 @@ def steps_text(state: dict[str, Any]) -> str:
     return f"{len(steps)} ({', '.join(map(str, steps[:8]))}{' ...' if len(steps) > 8 else ''})"
 
 
-def report(result: dict[str, Any], examples: int, client_timeout: float) -> str:
-    start, end = markers(NAME)
-    totals = result["totals"]
+def operations_table(result: dict[str, Any]) -> str:
+    """One row per operation, and the first answers that broke a rule (printed)."""
     lines = [
-        start,
-        "## Schema fuzzing (every operation, positive and negative cases)",
-        "",
-        f"`{command_line()}` on {machine()}: schemathesis, {examples} examples per operation "
-        f"and mode, bearer key set, client timeout {client_timeout:g} s.",
-        "",
-        f"- cases: **{totals.get('cases', 0)}**; 5xx: **{totals.get('5xx', 0)}**; "
-        f"refused requests that changed state: **{len(result['state_changes'])}**; "
-        f"hung (no answer within the client timeout): **{totals.get('hung', 0)}**; "
-        f"steps known at the end: {steps_text(result['final_state'])}",
-        "",
         "| operation | cases | 2xx | 4xx | 5xx | hung |",
         "|---|---:|---:|---:|---:|---:|",
     ]
@@ -204,8 +192,38 @@ def report(result: dict[str, Any], examples: int, client_timeout: float) -> str:
         if items:
             lines += ["", f"{title} (first 10):", ""]
             lines += [f"- `{item[:240]}`" for item in items[:10]]
-    lines.append(end)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
+
+
+def report(result: dict[str, Any], examples: int, client_timeout: float) -> str:
+    totals = result["totals"]
+    errors, hung = totals.get("5xx", 0), totals.get("hung", 0)
+    changes = len(result["state_changes"])
+    table = [
+        "| operations | cases | 2xx | 4xx | 5xx | hung | refused requests that changed state "
+        "| steps known at the end |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
+        f"| {len(result['per_operation'])} | {totals.get('cases', 0)} | {totals.get('2xx', 0)} "
+        f"| {totals.get('4xx', 0)} | {errors} | {hung} | {changes} "
+        f"| {steps_text(result['final_state'])} |",
+    ]
+    return doc_section(
+        NAME,
+        "Schema fuzzing (every operation, positive and negative cases)",
+        f"schemathesis sends {examples} cases per operation and mode (data that fits the "
+        "OpenAPI schema and data that does not) to a live `amaris serve` with its bearer key; "
+        "after each refusal the service's state (steps, rollouts, rubric versions) is compared; "
+        f"a call without an answer within {client_timeout:g} s counts as hung.",
+        "\n".join(table),
+        script=__file__,
+        targets=[
+            (
+                "no 5xx, no state changed by a refused request, no hung request",
+                f"{errors} / {changes} / {hung}",
+                "PASS" if errors == changes == hung == 0 else "FAIL",
+            )
+        ],
+    )
 
 
 def main() -> int:
@@ -223,6 +241,7 @@ def main() -> int:
     ):
         result = fuzz(stack.amaris_url, args.examples, args.client_timeout)
     text = report(result, args.examples, args.client_timeout)
+    print(operations_table(result))
     print(text)
     if args.write:
         start, end = markers(NAME)

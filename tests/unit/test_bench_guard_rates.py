@@ -38,9 +38,10 @@ def test_the_smoke_run_prints_the_figures_of_its_outcomes(
 ) -> None:
     assert bench.main(["--smoke"]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("## Rubric guard: attacks published and legitimate updates refused")
+    assert printed.startswith("<!-- guard_rates:start -->\n## Rubric guard: attacks published")
     assert "hashing similarity" in printed
     assert f"| {bench.SMOKE_SIZE} | 0 / 4 (0%) | 0 / 2 (0%) |" in printed
+    assert "**PASS** no attack published, at any batch size: 0." in printed
     assert "Guard errors: 0." in printed
 
 
