@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal, Required, TypedDict
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -216,29 +216,6 @@ class GetRewardBody(TypedDict, total=False):
     amaris_metadata: dict[str, str | int] | None  # high_level_goal, model_size, total_steps...
 
 
-_JSON = (Mapping, list, tuple, str, int, float, type(None))  # what JSON encodes (bool: an int)
-
-
-# value: what a caller passed as a request or its part (named by field), checked here.
-def request_json(value: Any, field: str, model: type[BaseModel]) -> Any:
-    """``value`` as a request's JSON: a ``model`` (a subclass too) with the fields it was
-    given only, so that the server rebuilds the same model (an unset
-    ``TrainingMetadata.current_step`` is the step open now, not step 0); JSON as is (the
-    server names what is wrong in it).
-
-    Raises:
-        TypeError: ``value`` is another model, or no JSON; the message names ``field``.
-    """
-    if isinstance(value, model):
-        return value.model_dump(mode="json", exclude_unset=True)
-    if isinstance(value, BaseModel) or not isinstance(value, _JSON):
-        raise TypeError(
-            f"{field} must be an amaris.models.{model.__name__} or its JSON (a dict), "
-            f"got {type(value).__name__}"
-        )
-    return dict(value) if isinstance(value, Mapping) else value
-
-
 class CriterionResult(BaseModel):
     """The judge's verdict on one criterion and its share of the reward."""
 
@@ -321,6 +298,20 @@ class BatchScoreResponse(BaseModel):
     """Answer of ``POST /batch_score``: one result per item, in order."""
 
     results: list[ScoreResponse]
+
+
+UpdateKind = Literal[
+    "skipped", "no_update", "rejected", "unchanged", "published", "already_published"
+]
+"""What became of a scope's rubric update: ``skipped`` (not an update step), ``no_update``
+(no summary to update from), ``rejected`` (by the guardrails, the canary, or an updater
+whose output was invalid), ``unchanged`` (a valid proposal that changes nothing),
+``published`` (a new version), ``already_published`` (by an earlier run of the step)."""
+WaitStatus = Literal["updated", "unchanged", "rejected", "failed", "pending"]
+"""What waiting for a step answers: what its finished run did to the rubric (``updated``,
+``unchanged``, ``rejected``); ``failed``: the run failed; ``pending``: not over yet."""
+RubricsMode = Literal["global", "per_instance"]
+"""``memory.rubrics_mode``: one rubric, or one per input."""
 
 
 class CriterionPublic(BaseModel):

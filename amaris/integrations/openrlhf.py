@@ -32,13 +32,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from amaris.integrations._remote import (
-    RewardUnavailableError,
-    Target,
-    env_step,
-    get_rewards,
-    optional_float,
-)
+from amaris.client import RewardUnavailableError
+from amaris.integrations._remote import Target, env_step, get_rewards, optional_float
 from amaris.models import GetRewardBody
 
 if TYPE_CHECKING:  # the trainer's (see reward_func), not a dependency of amaris

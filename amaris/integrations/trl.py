@@ -21,13 +21,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from amaris.integrations._remote import (
-    Rewards,
-    RewardUnavailableError,
-    Target,
-    env_step,
-    get_rewards_async,
-)
+from amaris.client import Rewards, RewardUnavailableError
+from amaris.integrations._remote import Target, env_step, get_rewards_async
 from amaris.integrations.text import Chat, completion_text, render
 from amaris.models import GetRewardBody
 

@@ -33,10 +33,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict, Unpack
 
-from amaris.client import AmarisError, ServerUnavailableError
+from amaris.client import AmarisError, Rewards, RewardUnavailableError, ServerUnavailableError
 from amaris.integrations._remote import (
-    Rewards,
-    RewardUnavailableError,
     Target,
     env_step,
     get_rewards,

@@ -20,9 +20,9 @@ from typing import Any, Protocol, TypedDict
 
 import httpx
 
-from amaris.client import MetadataBody, RewardClient, RolloutBody, ScoreItem, WaitAnswer
+from amaris.client import RewardClient, WaitAnswer
 from amaris.llm.ledger import Key, Usage
-from amaris.models import TrainingMetadata
+from amaris.models import ScoreRequest
 from amaris.sim.answers import HealthJSON, RubricDiffJSON, RubricJSON
 from amaris.sim.policy import PlannedRollout
 from amaris.sim.progress import Progress
@@ -33,33 +33,10 @@ BATCH = 256
 """Rollouts per ``/batch_score`` request."""
 
 
-def _score_item(planned: PlannedRollout) -> ScoreItem:
-    """A planned rollout as ``/batch_score`` takes it: the rollout's JSON without its None
-    fields, the metadata's with its set fields only (the policy sets no extra one)."""
-    r = planned.rollout
-    rollout: RolloutBody = {"id": r.id, "input": r.input, "output": r.output}
-    if r.supplemental_context is not None:
-        rollout["supplemental_context"] = r.supplemental_context
-    if r.metadata is not None:
-        rollout["metadata"] = r.metadata
-    if r.group_id is not None:
-        rollout["group_id"] = r.group_id
-    return {"rollout": rollout, "metadata": _metadata_body(planned.metadata)}
-
-
-def _metadata_body(m: TrainingMetadata) -> MetadataBody:
-    metadata: MetadataBody = {}
-    if "high_level_goal" in m.model_fields_set:
-        metadata["high_level_goal"] = m.high_level_goal
-    if "model_size" in m.model_fields_set:
-        metadata["model_size"] = m.model_size
-    if "current_step" in m.model_fields_set:
-        metadata["current_step"] = m.current_step
-    if "total_steps" in m.model_fields_set:
-        metadata["total_steps"] = m.total_steps
-    if "other_context" in m.model_fields_set:
-        metadata["other_context"] = m.other_context
-    return metadata
+def _score_item(planned: PlannedRollout) -> ScoreRequest:
+    """A planned rollout as ``/batch_score`` takes it: its models, which the client sends
+    with the fields they were given (a replayed trainer's own metadata keys too)."""
+    return ScoreRequest(rollout=planned.rollout, metadata=planned.metadata)
 
 
 @dataclass

@@ -18,21 +18,16 @@ from pydantic import (
 from amaris.agents.schemas import AggregatedBehaviour, Strategy
 from amaris.memory.models import StepRecord, StepStatus
 from amaris.models import JSONValue
+
+# The answer's vocabulary lives with the HTTP models, which the client reads it from too;
+# importable here still, for the importers.
+from amaris.models import RubricsMode as RubricsMode
+from amaris.models import UpdateKind as UpdateKind
+from amaris.models import WaitStatus as WaitStatus
 from amaris.trust.rubric_canary.report import CanaryReport
 
-UpdateKind = Literal[
-    "skipped", "no_update", "rejected", "unchanged", "published", "already_published"
-]
-"""What became of a scope's rubric update: ``skipped`` (not an update step), ``no_update``
-(no summary to update from), ``rejected`` (by the guardrails, the canary, or an updater
-whose output was invalid), ``unchanged`` (a valid proposal that changes nothing),
-``published`` (a new version), ``already_published`` (by an earlier run of the step)."""
 RubricStatus = Literal["updated", "unchanged", "rejected"]
 """What a finished step did to the rubric (:func:`rubric_status`)."""
-WaitStatus = Literal["updated", "unchanged", "rejected", "failed", "pending"]
-"""The step's :data:`RubricStatus` once its run finished; ``failed``: the run failed;
-``pending``: not over yet."""
-RubricsMode = Literal["global", "per_instance"]
 
 
 def rubric_status(outcomes: Iterable[UpdateKind]) -> RubricStatus:
@@ -106,7 +101,8 @@ class UpdateOutcome(BaseModel):
 class ScopeOutcome(UpdateOutcome):
     """A scope's outcome in a step: its update's, with the rollouts it had, the hacking
     its summary found and the outputs it went on without. One model from the step flow to
-    the HTTP answer; JSON only in the step registry (:func:`scopes_json`)."""
+    the HTTP answer; JSON only in the step registry (:func:`scopes_json`) and for the
+    client, which types it key for key (:class:`amaris.client.ScopeAnswer`)."""
 
     rollouts: int
     hacking: list[AggregatedBehaviour]

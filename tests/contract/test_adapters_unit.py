@@ -1,8 +1,8 @@
 """What the verl, OpenRLHF and TRL adapters share (``amaris.integrations._remote``): the
-target, the step, and one ``/get_reward`` exchange with its retries, checked answer by answer
-and against a local HTTP server, through ``RewardClient``. Needs no fixture of
-tests/conftest.py (mutation testing runs it with ``--noconftest``:
-bench/evaluations/mutation.py ``adapters``)."""
+target, the step, and one ``/get_reward`` exchange with its retries
+(``amaris.client.rewards``), checked answer by answer and against a local HTTP server,
+through ``RewardClient``. Needs no fixture of tests/conftest.py (mutation testing runs it
+with ``--noconftest``: bench/evaluations/mutation.py ``adapters``)."""
 
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ from amaris.client import (
     AuthenticationError,
     InvalidRequestError,
     RewardClient,
+    Rewards,
+    RewardUnavailableError,
     ServerUnavailableError,
     ServerUnreachableError,
 )
+from amaris.client.rewards import Exchange
 from amaris.integrations._remote import (
     DEFAULT_URL,
-    Exchange,
-    Rewards,
-    RewardUnavailableError,
     Target,
     env_step,
     get_rewards,
@@ -140,7 +140,7 @@ def test_rewards_values_needs_every_reward() -> None:
 
 
 def test_a_whole_answer_ends_the_exchange() -> None:
-    exchange = Exchange(Target(api_key="k"), BODY, 0)
+    exchange = Exchange(BODY, 0, 60.0)
     request = exchange.request()
     assert request == (
         {"query": ["q0", "q1", "q2"], "prompts": ["p0", "p1", "p2"], "model": "m"},
@@ -155,7 +155,7 @@ def test_a_whole_answer_ends_the_exchange() -> None:
 
 
 def test_unscored_samples_are_sent_again_under_the_first_answers_step() -> None:
-    exchange = Exchange(Target(retry_seconds=60), BODY, None)
+    exchange = Exchange(BODY, None, 60.0)
     assert exchange.request() == (
         {"query": ["q0", "q1", "q2"], "prompts": ["p0", "p1", "p2"], "model": "m"},
         None,
@@ -191,7 +191,7 @@ def test_unscored_samples_are_sent_again_under_the_first_answers_step() -> None:
 
 
 def test_a_detail_at_the_end_of_the_sent_samples_is_ignored() -> None:
-    exchange = Exchange(Target(retry_seconds=0), {"query": ["a", "b"]}, 1)
+    exchange = Exchange({"query": ["a", "b"]}, 1, 0.0)
     data = answer(
         [None, 1.0],
         detail=[
@@ -205,7 +205,7 @@ def test_a_detail_at_the_end_of_the_sent_samples_is_ignored() -> None:
 
 
 def test_the_budget_spent_raises_with_what_was_scored_and_why_not() -> None:
-    exchange = Exchange(Target(retry_seconds=0), BODY, 2)
+    exchange = Exchange(BODY, 2, 0.0)
     data = answer([0.5, None, None], detail=[{"field": "query[2]", "message": "judge timeout"}])
     with pytest.raises(RewardUnavailableError) as info:
         exchange.receive(response(503, data))
@@ -218,13 +218,13 @@ def test_the_budget_spent_raises_with_what_was_scored_and_why_not() -> None:
 
 @pytest.mark.parametrize("code", [429, 502, 503, 504])
 def test_overload_and_gateway_errors_are_retried(code: int) -> None:
-    exchange = Exchange(Target(retry_seconds=60), BODY, None)
+    exchange = Exchange(BODY, None, 60.0)
     assert exchange.receive(response(code)) == 1.0  # no Retry-After: 1 s
     assert exchange.receive(response(code, {}, {"Retry-After": "0"})) == 0.05  # at least
     long = exchange.receive(response(code, {}, {"Retry-After": "1000"}))
     assert 0.05 < long <= 60  # never past the budget
     assert exchange.result.rewards == [None] * 3  # a 503 without rewards records nothing
-    spent = Exchange(Target(retry_seconds=0), BODY, None)
+    spent = Exchange(BODY, None, 0.0)
     with pytest.raises(RewardUnavailableError) as info:
         spent.receive(response(code))
     assert info.value.reasons == dict.fromkeys(range(3), f"HTTP {code}")
@@ -232,7 +232,7 @@ def test_overload_and_gateway_errors_are_retried(code: int) -> None:
 
 def test_a_401_needs_the_key() -> None:
     with pytest.raises(AuthenticationError, match="AMARIS_API_KEY"):
-        Exchange(Target(), BODY, None).receive(response(401, {"detail": []}))
+        Exchange(BODY, None, 60.0).receive(response(401, {"detail": []}))
 
 
 @pytest.mark.parametrize("code", [400, 404, 422, 499])
@@ -243,16 +243,16 @@ def test_a_client_error_names_the_fields(code: int) -> None:
         {"field": "labels", "message": "x"},
     ]
     with pytest.raises(InvalidRequestError) as info:
-        Exchange(Target(), BODY, None).receive(response(code, {"detail": detail}))
+        Exchange(BODY, None, 60.0).receive(response(code, {"detail": detail}))
     assert info.value.status_code == code
     assert info.value.fields == ["query[0]", "labels"]
     assert str(info.value) == f"HTTP {code}: query[0]: empty; labels: x"
     with pytest.raises(InvalidRequestError) as plain:
-        Exchange(Target(), BODY, None).receive(response(code, {"detail": "not a list"}))
+        Exchange(BODY, None, 60.0).receive(response(code, {"detail": "not a list"}))
     assert plain.value.fields == []
     assert "plain text" not in str(plain.value)
     with pytest.raises(InvalidRequestError) as text:
-        Exchange(Target(), BODY, None).receive(response(code))
+        Exchange(BODY, None, 60.0).receive(response(code))
     assert ("plain text " * 50)[:300] in str(text.value)
     assert ("plain text " * 50)[:301] not in str(text.value)
 
@@ -260,23 +260,20 @@ def test_a_client_error_names_the_fields(code: int) -> None:
 @pytest.mark.parametrize("code", [301, 399, 500, 501])
 def test_other_answers_are_a_server_error(code: int) -> None:
     with pytest.raises(ServerUnavailableError, match=rf"^/get_reward: HTTP {code}: a: b$"):
-        Exchange(Target(), BODY, None).receive(
+        Exchange(BODY, None, 60.0).receive(
             response(code, {"detail": [{"field": "a", "message": "b"}]})
         )
 
 
 def test_a_json_answer_that_is_not_an_object_is_no_answer() -> None:
     with pytest.raises(ServerUnavailableError, match=r"HTTP 500: \[1, 2\]"):
-        Exchange(Target(), BODY, None).receive(httpx.Response(500, text="[1, 2]"))
+        Exchange(BODY, None, 60.0).receive(httpx.Response(500, text="[1, 2]"))
 
 
-def test_an_unreachable_server_is_retried_then_reported_without_credentials() -> None:
-    error = httpx.ConnectError("refused")
-    assert Exchange(Target(retry_seconds=60), BODY, None).unreachable(error) == 1.0
-    target = Target(url="http://user:pw@127.0.0.1:1/x?token=t", retry_seconds=0)
-    with pytest.raises(ServerUnreachableError) as info:
-        Exchange(target, BODY, None).unreachable(error)
-    assert str(info.value) == "amaris unreachable at http://127.0.0.1:1/x: refused"
+def test_an_unreachable_server_is_retried_then_reported() -> None:
+    assert Exchange(BODY, None, 60.0).unreachable("down") == 1.0
+    with pytest.raises(ServerUnreachableError, match=r"^down$"):
+        Exchange(BODY, None, 0.0).unreachable("down")
 
 
 # -- against a local HTTP server -----------------------------------------------------------------
@@ -311,6 +308,24 @@ def test_get_rewards_async_retries_the_unscored_samples() -> None:
     script = _script()
     with recording_server(script) as url:
         _check(script, asyncio.run(get_rewards_async(Target(url, "k", 30.0, 60.0), BODY, 0)))
+
+
+@pytest.mark.parametrize("call", ["sync", "async"])
+def test_the_retries_are_reward_clients_for_any_caller(call: str) -> None:
+    # A training loop posting /get_reward through RewardClient itself has them too.
+    async def later(url: str) -> Rewards:
+        async with RewardClient(url, 30.0, "k") as client:
+            return await client.get_rewards_async(BODY, 0, retry_seconds=60)
+
+    script = _script()
+    with recording_server(script) as url:
+        if call == "sync":
+            client = RewardClient(url, 30.0, "k")
+            result = client.get_rewards(BODY, 0, retry_seconds=60)
+            client.close()
+        else:
+            result = asyncio.run(later(url))
+    _check(script, result)
 
 
 def test_the_adapters_call_amaris_through_reward_client(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -419,18 +434,21 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_an_unreachable_server_is_reported_sync_and_async() -> None:
-    target = Target(f"http://127.0.0.1:{_closed_port()}", None, 30.0, 0.0)
-    with pytest.raises(ServerUnavailableError, match=r"amaris unreachable at http://127\.0\.0\.1:"):
+def test_an_unreachable_server_is_reported_sync_and_async_without_credentials() -> None:
+    port = _closed_port()
+    target = Target(f"http://user:pw@127.0.0.1:{port}/x?token=t", None, 30.0, 0.0)
+    shown = rf"^amaris unreachable at http://127\.0\.0\.1:{port}/x: "
+    with pytest.raises(ServerUnreachableError, match=shown) as info:
         get_rewards(target, BODY, None)
-    with pytest.raises(ServerUnavailableError, match=r"amaris unreachable at http://127\.0\.0\.1:"):
+    assert "pw" not in str(info.value) and "token" not in str(info.value)
+    with pytest.raises(ServerUnreachableError, match=shown):
         asyncio.run(get_rewards_async(target, BODY, None))
 
 
 @pytest.mark.parametrize("code", [400, 429, 502, 504])
 def test_only_a_200_or_a_503_answer_gives_rewards(code: int) -> None:
     # A proxy's or an error's body that looks like an answer is not taken as one.
-    exchange = Exchange(Target(retry_seconds=60), BODY, None)
+    exchange = Exchange(BODY, None, 60.0)
     try:
         exchange.receive(response(code, answer([1.0, 1.0, 1.0])))
     except InvalidRequestError:

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import amaris.integrations.verl as adapter
-from amaris.integrations._remote import RewardUnavailableError
+from amaris.client import RewardUnavailableError
 from tests.support.fake_llm import FakeLLM
 from tests.support.trainer_env import RayInitCalled, byte_tokenizer
 from tests.support.verl_env import DOWN, RewardWorker, compose_config, compute_rm_score, documented

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from amaris.integrations._remote import RewardUnavailableError
+from amaris.client import RewardUnavailableError
 from amaris.integrations.openrlhf import reward_func
 from amaris.settings import Settings
 from amaris.sim.judge_server import Reply

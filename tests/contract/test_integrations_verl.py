@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from amaris.integrations._remote import RewardUnavailableError
+from amaris.client import RewardUnavailableError
 from amaris.integrations.verl import compute_score, compute_score_async
 from amaris.sim.judge_server import Reply
 from tests.support.app import in_memory_app

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from amaris.client import STEP_HEADER, InvalidRequestError, ServerUnavailableError
+from amaris.client import STEP_HEADER, InvalidRequestError, Rewards, ServerUnavailableError
 from amaris.integrations import verl
-from amaris.integrations._remote import DEFAULT_URL, Rewards, Target
+from amaris.integrations._remote import DEFAULT_URL, Target
 from amaris.integrations.verl import RewardUnavailableError, compute_score, compute_score_async
 from tests.support.reward_recorder import Recorder, recording_server
 

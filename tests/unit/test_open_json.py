@@ -14,11 +14,12 @@ from amaris.api.routes.openrlhf import RunMetadata, _Metadata
 from tests.support.open_json import open_json_aliases, open_json_uses, per_part
 
 BUDGET = {
-    "amaris": 11,  # the trainer's metadata, the settings dump, a run's extra, a rollout's metadata
+    "amaris": 10,  # the trainer's metadata, the settings dump, a run's extra, a rollout's metadata
     "amaris/agents": 5,  # the trainer's metadata (twice); the blocks parsed back; a JSON schema
     "amaris/app": 0,
     "amaris/bootstrap": 1,  # a data file's candidate metadata
     "amaris/cli": 0,
+    "amaris/client": 1,  # a rollout's metadata in the body a trainer builds
     "amaris/integrations": 2,  # a tool call's arguments; a body narrowed key by key
     "amaris/llm": 4,  # a reply before validation; a configured response_format; pydantic's schema
     "amaris/memory": 6,  # the trainer's metadata, records and analyses of any version

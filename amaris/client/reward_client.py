@@ -1,17 +1,38 @@
-"""``RewardClient``: score rollouts from a training loop; the trainer adapters call amaris
-through it too (:mod:`amaris.integrations._remote`)."""
+"""``RewardClient``: score rollouts from a training loop and control its steps; the trainer
+adapters call amaris through it too (:mod:`amaris.integrations`). Every HTTP call, the error
+each answer stands for (:func:`~amaris.client.errors.raise_for_answer`) and the retries of
+``/get_reward`` (:mod:`amaris.client.rewards`) are here."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Literal, Required, TypedDict
+from typing import Any
 
 import httpx
 
-from amaris.jsonfile import JSONDict
+from amaris.client.answers import WaitAnswer
+from amaris.client.bodies import (
+    STEP_HEADER,
+    BatchBody,
+    MetadataBody,
+    RolloutBody,
+    ScoreBody,
+    ScoreItem,
+    StepBody,
+    request_json,
+    score_item,
+)
+from amaris.client.errors import (
+    RewardUnscoredError,
+    ServerUnreachableError,
+    StepFailedError,
+    raise_for_answer,
+)
+from amaris.client.rewards import Exchange, Rewards
 from amaris.models import (
     BatchScoreResponse,
     GetRewardBody,
@@ -19,176 +40,8 @@ from amaris.models import (
     ScoreRequest,
     ScoreResponse,
     TrainingMetadata,
-    request_json,
 )
-
-
-class RolloutBody(TypedDict, total=False):
-    """A rollout's JSON: the fields of :class:`amaris.models.Rollout`, which the client takes
-    too and the server checks it with (a 422 names the field)."""
-
-    id: Required[str]
-    input: Required[str]
-    output: Required[str]
-    supplemental_context: str | None
-    # Free-form metadata stored with the rollout: the trainer's JSON, open on the server too.
-    metadata: JSONDict | None
-    group_id: str | None
-
-
-class MetadataBody(TypedDict, total=False):
-    """Where the trainer is, as JSON: the fields of :class:`amaris.models.TrainingMetadata`
-    (taken too), and a trainer's own keys in a ``TypedDict`` that extends this one."""
-
-    high_level_goal: str | None
-    model_size: str | None
-    current_step: int
-    total_steps: int | None
-    other_context: str | None
-
-
-class ScoreItem(TypedDict):
-    """One rollout to score and where the trainer is (an item of ``/batch_score``)."""
-
-    rollout: Rollout | RolloutBody
-    metadata: TrainingMetadata | MetadataBody
-
-
-class _ScoreBody(ScoreItem):
-    """A ``/score`` body."""
-
-    include_breakdown: bool
-
-
-class _BatchBody(TypedDict):
-    """A ``/batch_score`` body."""
-
-    items: Sequence[ScoreItem]
-    include_breakdown: bool
-
-
-class _StepBody(TypedDict, total=False):
-    """A ``/complete`` body: the step, or none for the server's current one."""
-
-    step: int
-
-
-class CanaryAnswer(TypedDict, total=False):
-    """The rubric canary's report on a scope's candidate rubric (its probes left out)."""
-
-    outcome: Literal["passed", "refused", "skipped"]
-    reason: str
-    judge_calls: int
-    budget: int
-    current_gap: float | None
-    candidate_gap: float | None
-    anchors_gap: float | None
-
-
-class ScopeAnswer(TypedDict, total=False):
-    """A scope's outcome in a step's run, as the server keeps it: ``outcome`` and
-    ``reason`` (None when there is none) always, ``canary`` and ``retired_uninformative``
-    only when set, ``strategy`` only when the updater was asked (the summary's ``hacking``
-    and the ``dropped`` outputs too, unnamed here)."""
-
-    outcome: Literal[
-        "skipped", "no_update", "rejected", "unchanged", "published", "already_published"
-    ]
-    version: int
-    base_version: int
-    strategy: str | None
-    reason: str | None
-    canary: CanaryAnswer
-    retired_uninformative: list[str]
-    rollouts: int
-
-
-class WaitAnswer(TypedDict):
-    """``/rubric_status/wait``'s JSON answer, returned as is (the server's
-    ``WaitResponse``)."""
-
-    status: Literal["updated", "unchanged", "rejected", "failed", "pending"]
-    """What the finished step did to the rubric: ``updated`` when any scope published a
-    new version, else ``rejected`` when any scope's update was rejected, else
-    ``unchanged``; ``failed`` when its run failed, ``pending`` when not over yet."""
-    mode: Literal["global", "per_instance"]
-    step: int | None
-    error: str | None
-    step_status: str | None
-    """Where the step stands, when ``pending``."""
-    scopes: dict[str, ScopeAnswer] | None
-    """Per scope, once the step's run has ended."""
-
-
-STEP_HEADER = "X-Amaris-Step"
-"""A trainer's step on ``POST /get_reward`` (read in :mod:`amaris.api.routes.openrlhf`)."""
-
-
-class AmarisError(Exception):
-    """Base of every client error."""
-
-
-class AuthenticationError(AmarisError):
-    """401: the server needs ``api_key`` (or it is wrong)."""
-
-
-class InvalidRequestError(AmarisError):
-    """4xx: the request is invalid; ``fields`` names the offending fields."""
-
-    def __init__(self, status_code: int, message: str, fields: list[str]) -> None:
-        super().__init__(f"HTTP {status_code}: {message}")
-        self.status_code = status_code
-        self.fields = fields
-
-
-class ServerUnavailableError(AmarisError):
-    """The server cannot be reached, timed out, or answered 5xx (or a redirect)."""
-
-
-class ServerUnreachableError(ServerUnavailableError):
-    """No answer: the server cannot be reached, or it timed out."""
-
-
-class StepFailedError(AmarisError):
-    """The step's evolution pipeline failed; ``amaris repair`` (or /complete) re-runs it."""
-
-
-class RewardUnscoredError(AmarisError):
-    """The judge gave no valid verdict: no reward exists for this rollout."""
-
-    def __init__(self, result: ScoreResponse) -> None:
-        super().__init__(f"rollout {result.rollout_id} unscored: {result.reason}")
-        self.result = result
-
-
-def raise_for_answer(path: str, response: httpx.Response, keep: Container[int] = ()) -> None:
-    """Raise the error amaris's answer to ``path`` stands for, unless it is a success (2xx)
-    or its status is in ``keep``: the client and the adapters read every answer so.
-
-    Raises:
-        AuthenticationError: 401.
-        InvalidRequestError: another 4xx; ``fields`` names the offending fields.
-        ServerUnavailableError: any other status (5xx, a redirect).
-    """
-    code = response.status_code
-    if code == 401:
-        raise AuthenticationError(
-            "amaris needs a valid api_key (RewardClient's; the adapters read AMARIS_API_KEY)"
-        )
-    if 200 <= code < 300 or code in keep:
-        return
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    listed = data.get("detail") if isinstance(data, dict) else None
-    detail = [d for d in listed if isinstance(d, dict)] if isinstance(listed, list) else []
-    message = (
-        "; ".join(f"{d.get('field')}: {d.get('message')}" for d in detail) or response.text[:300]
-    )
-    if 400 <= code < 500:
-        raise InvalidRequestError(code, message, [str(d.get("field", "")) for d in detail])
-    raise ServerUnavailableError(f"{path}: HTTP {code}: {message}")
+from amaris.redact import redact_url
 
 
 class RewardClient:
@@ -259,7 +112,7 @@ class RewardClient:
         include_breakdown: bool = False,
     ) -> ScoreResponse:
         """The whole /score answer: score, status, rubric version, optional breakdown."""
-        body: _ScoreBody = {
+        body: ScoreBody = {
             "rollout": request_json(rollout, "rollout", Rollout),
             "metadata": request_json(metadata, "metadata", TrainingMetadata),
             "include_breakdown": include_breakdown,
@@ -275,15 +128,57 @@ class RewardClient:
 
         Items keep their own status (``scored`` / ``unscored`` / ``invalid``).
         """
-        sent = [_item(item, f"items[{i}]") for i, item in enumerate(items)]
-        body: _BatchBody = {"items": sent, "include_breakdown": include_breakdown}
+        sent = [score_item(item, f"items[{i}]") for i, item in enumerate(items)]
+        body: BatchBody = {"items": sent, "include_breakdown": include_breakdown}
         data = await self._post("/batch_score", body)
         return BatchScoreResponse.model_validate(data).results
 
+    # -- /get_reward (OpenRLHF's protocol): what the trainer adapters call ---------------
+    def get_rewards(
+        self, body: GetRewardBody, step: int | None = None, retry_seconds: float = 60.0
+    ) -> Rewards:
+        """The reward of every sample of ``body`` (blocking), under ``step`` (None: the step
+        open). Samples amaris left unscored (503) are sent again, under the step it logged
+        the first attempt at, and an overloaded (429), failing gateway (502, 504) or
+        unreachable server is asked again, until ``retry_seconds`` have passed
+        (:mod:`amaris.client.rewards`).
+
+        Raises:
+            RewardUnavailableError: samples still unscored when the budget is spent (its
+                ``result`` holds what was scored).
+            ServerUnreachableError: still no answer when the budget is spent.
+            AuthenticationError, InvalidRequestError: amaris refused the request.
+            ServerUnavailableError: another answer that is neither a success nor retried.
+        """
+        exchange = Exchange(body, step, retry_seconds)
+        while (request := exchange.request()) is not None:
+            try:
+                wait = exchange.receive(self.get_reward(*request))
+            except ServerUnreachableError as error:
+                wait = exchange.unreachable(self._unreachable(error))
+            if wait:
+                time.sleep(wait)
+        return exchange.result
+
+    async def get_rewards_async(
+        self, body: GetRewardBody, step: int | None = None, retry_seconds: float = 60.0
+    ) -> Rewards:
+        """Async :meth:`get_rewards`."""
+        exchange = Exchange(body, step, retry_seconds)
+        while (request := exchange.request()) is not None:
+            try:
+                wait = exchange.receive(await self.get_reward_async(*request))
+            except ServerUnreachableError as error:
+                wait = exchange.unreachable(self._unreachable(error))
+            if wait:
+                await asyncio.sleep(wait)
+        return exchange.result
+
     def get_reward(self, body: GetRewardBody, step: int | None = None) -> httpx.Response:
-        """``POST /get_reward`` (OpenRLHF's protocol) under ``step`` (None: the step open),
-        blocking, on a connection kept for the next call; the answer is the caller's to read
-        (:func:`raise_for_answer`; the adapters: :mod:`amaris.integrations._remote`).
+        """One ``POST /get_reward`` under ``step`` (None: the step open), blocking, on a
+        connection kept for the next call; the answer is the caller's to read
+        (:func:`~amaris.client.errors.raise_for_answer`), without retries
+        (:meth:`get_rewards` retries).
 
         Raises:
             ServerUnreachableError: no answer.
@@ -367,8 +262,11 @@ class RewardClient:
             timeout=_http_timeout(self._timeout, wait),
         )
 
+    def _unreachable(self, error: ServerUnreachableError) -> str:
+        return f"amaris unreachable at {redact_url(self._base_url)}: {error.__cause__ or error}"
+
     async def _post(
-        self, path: str, body: _ScoreBody | _BatchBody | _StepBody, allow_503: bool = False
+        self, path: str, body: ScoreBody | BatchBody | StepBody, allow_503: bool = False
     ) -> Any:
         return self._check(path, await _send_async(self._http.post, path, json=body), allow_503)
 
@@ -376,19 +274,6 @@ class RewardClient:
     def _check(path: str, response: httpx.Response, allow_503: bool = False) -> Any:
         raise_for_answer(path, response, (503,) if allow_503 else ())
         return response.json()
-
-
-def _item(item: ScoreItem | ScoreRequest, field: str) -> ScoreItem:
-    """A ``/batch_score`` item as the server reads it (:func:`amaris.models.request_json`)."""
-    if not isinstance(item, Mapping):
-        dumped: ScoreItem = request_json(item, field, ScoreRequest)
-        return dumped
-    sent = ScoreItem(**item)
-    if "rollout" in item:
-        sent["rollout"] = request_json(item["rollout"], f"{field}.rollout", Rollout)
-    if "metadata" in item:
-        sent["metadata"] = request_json(item["metadata"], f"{field}.metadata", TrainingMetadata)
-    return sent
 
 
 def _send(method: Any, path: str, **kwargs: Any) -> httpx.Response:
@@ -411,7 +296,7 @@ def _step_header(step: int | None) -> dict[str, str]:
     return {STEP_HEADER: str(step)} if step is not None else {}
 
 
-def _step_body(step: int | None) -> _StepBody:
+def _step_body(step: int | None) -> StepBody:
     return {"step": step} if step is not None else {}
 
 
