@@ -189,8 +189,15 @@ class Child:
         print(f"  {self.name} (pid {self.pid}) {line}", file=sys.stderr)
 
 
-def child_env() -> dict[str, str]:
-    """This environment, without what would change what is measured."""
+SMOKE_PREFECT_API = "AMARIS_BENCH_PREFECT_API_URL"
+"""Set, the Prefect API the amaris children use instead of booting a Prefect server each:
+the smoke tests set it to the suite's; a benchmark that measures Prefect's own store does not
+read it, and no figure is taken with it."""
+
+
+def child_env(*, own_prefect: bool = False) -> dict[str, str]:
+    """This environment, without what would change what is measured; unless ``own_prefect``,
+    with :data:`SMOKE_PREFECT_API` as the children's Prefect API when it is set."""
     env = dict(os.environ)
     # A developer's keys, endpoint or Prefect must not change what is measured (amaris
     # keeps Prefect's home under memory.path, in the temporary folder, when unset).
@@ -202,6 +209,9 @@ def child_env() -> dict[str, str]:
         "PREFECT_HOME",
     ):
         env.pop(name, None)
+    shared = env.pop(SMOKE_PREFECT_API, None)
+    if shared and not own_prefect:
+        env["PREFECT_API_URL"] = shared
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -291,14 +301,19 @@ class Stack:
 
 @contextmanager
 def running_stack(
-    latency_ms: float, workdir: Path, sections: dict[str, dict[str, Any]]
+    latency_ms: float,
+    workdir: Path,
+    sections: dict[str, dict[str, Any]],
+    *,
+    own_prefect: bool = False,
 ) -> Iterator[Stack]:
     """Start the offline LLM (``latency_ms`` per call) and amaris judging through it, with
     its data under ``workdir`` and WARNING logs, ``sections`` merged into its config; stop
     both by PID on exit, whatever happens (amaris first: it holds connections to the LLM).
+    ``own_prefect``: amaris boots its own Prefect server (:func:`child_env`).
     """
     exe = amaris_executable()
-    env = child_env()
+    env = child_env(own_prefect=own_prefect)
     children: list[Child] = []
     try:
         llm, llm_url = start_offline_llm(exe, latency_ms, workdir, env)
@@ -335,19 +350,20 @@ def running_stack(
 
 
 @contextmanager
-def keyed_serve(workdir: Path) -> Iterator[tuple[Child, int]]:
+def keyed_serve(workdir: Path, server: dict[str, Any] | None = None) -> Iterator[tuple[Child, int]]:
     """``amaris serve`` with ``server.api_key`` (:data:`API_KEY`), the hashing embedder and
-    WARNING logs, its data under ``workdir``, on a free port of 127.0.0.1: (child, port),
-    ready and idle; stopped by PID on exit, whatever happens."""
+    WARNING logs, its data under ``workdir``, on a free port of 127.0.0.1, ``server`` merged
+    into its ``server:`` keys: (child, port), ready and idle; stopped by PID on exit,
+    whatever happens."""
     port = free_port()
     config = {
-        "server": {"host": "127.0.0.1", "port": port, "api_key": API_KEY},
+        "server": {"host": "127.0.0.1", "port": port, "api_key": API_KEY, **(server or {})},
         "memory": {"path": str(workdir / "data"), "embedding_model": "hashing"},
         "logging": {"level": "WARNING"},
     }
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    server = Child(
+    child = Child(
         "amaris",
         [amaris_executable(), "serve", "--config", str(path)],
         workdir / "amaris.log",
@@ -355,11 +371,11 @@ def keyed_serve(workdir: Path) -> Iterator[tuple[Child, int]]:
         child_env(),
     )
     try:
-        wait_ready(server, f"http://127.0.0.1:{port}/healthz", lambda r: True)
-        settle(server)
-        yield server, port
+        wait_ready(child, f"http://127.0.0.1:{port}/healthz", lambda r: True)
+        settle(child)
+        yield child, port
     finally:
-        server.stop()
+        child.stop()
 
 
 def settle(child: Child, *, after_startup: bool = True) -> None:
@@ -535,10 +551,11 @@ def main_module() -> list[str]:
     return [str(Path(sys.argv[0]).absolute())]
 
 
-def this_script() -> list[str]:
-    """A command that runs this process's script again, for the workers a benchmark starts
-    (with ``-m``, from the current folder: the repository root)."""
-    return [sys.executable, *main_module()]
+def this_script(module: str) -> list[str]:
+    """A command that runs benchmark ``module`` (``bench.<group>.<name>``: its ``__spec__``'s
+    name) again, for the workers it starts: with ``-m``, so they run from :data:`ROOT`
+    (``cwd``), whatever started this process (a test, another folder)."""
+    return [sys.executable, "-m", module]
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -581,6 +598,23 @@ def doc_section(
         lines += ["", *verdicts] if len(verdicts) == 1 else ["", *(f"- {v}" for v in verdicts)]
     lines.append(end)
     return "\n".join(lines) + "\n"
+
+
+DOC = ROOT / "docs" / "benchmarks.md"
+
+
+def report_path(out: Path | None, smoke: bool) -> Path | None:
+    """Where a benchmark writes its section: ``out``, else :data:`DOC`; a smoke run's only to
+    an ``out`` elsewhere (None: printed, not written).
+
+    Raises:
+        SystemExit: a smoke run asked to write :data:`DOC` (its figures are no measurement).
+    """
+    if not smoke:
+        return out or DOC
+    if out is not None and out.resolve() == DOC.resolve():
+        raise SystemExit("--smoke: its figures do not go to docs/benchmarks.md")
+    return out
 
 
 def repo_path(file: str) -> str:

@@ -1,7 +1,9 @@
 """The judge's HTTP client: chat-completion requests over ``aiohttp``, the SDK's errors.
 
 On the scoring hot path the ``openai`` SDK's request machinery is the largest cost amaris
-would add to a judge call, several times that of ``aiohttp``. So an
+would add to a judge call, several times that of ``aiohttp``: a trainer's batch of rewards
+ends later with it (``bench/performance/judge_transport.py``; docs/benchmarks.md, "Judge
+transport"). So an
 ``openai.AsyncOpenAI`` client holds the endpoint's configuration (base URL, including
 ``OPENAI_BASE_URL``; its auth, user agent and platform headers, read through its public
 ``base_url``, ``default_headers`` and ``auth_headers``) and :class:`JsonEndpoint` posts

@@ -8,7 +8,7 @@ fidelity figures and the real alarm); each figure counts runs over ``--seeds`` s
 
 Usage::
 
-    .venv/bin/python -m bench.evaluations.alarm_stream [--seeds 200]
+    .venv/bin/python -m bench.evaluations.alarm_stream [--seeds 200] [--smoke]
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ DRIFT = 5
 NOISES = (0.02, 0.1, 0.2)
 BLIND = (None, 0.0, 0.05, 0.1)
 """None: the audit's tests alone; else swap checks, a steady judge blind on this share."""
+SMOKE_SEEDS = 2
 
 
 def delays(seeds: int, noise: float, blind: float | None, settings: AuditSettings) -> Counter[str]:
@@ -47,7 +48,9 @@ def steady(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=200)
+    parser.add_argument("--smoke", action="store_true", help=f"{SMOKE_SEEDS} seeds")
     args = parser.parse_args(argv)
+    seeds = SMOKE_SEEDS if args.smoke else args.seeds
     settings = AuditSettings()
     print(
         "| auditor noise | swap checks (steady judge blind) | at the drift | 1 step | 2 steps "
@@ -56,12 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for noise in NOISES:
         for blind in BLIND:
-            d = delays(args.seeds, noise, blind, settings)
-            fired, steps, quiet = steady(args.seeds, noise, blind, settings)
+            d = delays(seeds, noise, blind, settings)
+            fired, steps, quiet = steady(seeds, noise, blind, settings)
             label = "off (audit alone)" if blind is None else f"on ({blind:.0%})"
             print(
                 f"| {noise} | {label} | {d['0']} | {d['1']} | {d['2']} | {d['3']} "
-                f"| {d['never']} | {fired} of {steps} | {quiet} of {args.seeds} |",
+                f"| {d['never']} | {fired} of {steps} | {quiet} of {seeds} |",
                 flush=True,
             )
     return 0

@@ -390,6 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
     args = parser.parse_args(argv)
+    if args.smoke and args.write:
+        parser.error("--smoke: its figures do not go to docs/benchmarks.md")
     minilm = args.embedder == "minilm" or (args.embedder is None and not args.smoke)
     embed = MiniLMEmbedder().embed if minilm else HashingEmbedder().embed
     sizes, cases = ((SMOKE_SIZE,), SMOKE_CASES) if args.smoke else (SIZES, CASES)

@@ -22,6 +22,11 @@ other outcomes over: the "after" figure of a triage without running every mutant
 
 ``--workers N`` splits a module's mutants between N processes, each in its own copy of the
 tree (:func:`exec_split`), for a loaded machine where one worker would take hours.
+
+    python -m bench.evaluations.mutation --smoke --out /tmp/mutation.json  # one mutant
+
+``--smoke`` runs one mutant of :data:`SMOKE_MODULE` (or of the one module named), the others
+skipped: every step of a run, in seconds; written only to an ``--out`` given.
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # slower end-to-end files (test_api_edge.py, test_integrations_*.py,
     # test_pipeline_modes.py) still cover these modules in the suite.
     "auth": ("api/middleware.py", ["tests/unit/test_auth_unit.py"]),
-    "adapters": ("amaris/integrations/_remote.py", ["tests/contract/test_adapters_unit.py"]),
+    "adapters": ("amaris/client/rewards.py", ["tests/contract/test_adapters_unit.py"]),
     "adapter_clients": (
         "amaris/integrations/_clients.py",
         ["tests/contract/test_adapters_unit.py"],
@@ -173,17 +178,14 @@ def copy_tree(target: Path) -> None:
     ).stdout.split(b"\0")
     for raw in filter(None, files):
         source, copy = ROOT / raw.decode(), target / raw.decode()
-        if source.is_symlink():
-            # amaris/api -> ../api (flows, tasks...): a link to the copy, else the copy's
-            # ``amaris.api`` would be imported from the installed checkout, never mutated.
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            copy.symlink_to(source.readlink())
-        elif source.is_file():
+        if source.is_file():
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy)
 
 
 CARRIED = "carried over: not a survivor of the last run"
+SMOKE_MODULE = "aggregate"
+SMOKED = "not run: a smoke run runs one mutant"
 
 
 def keep_only(session: Path, survivors: list[dict[str, Any]]) -> None:
@@ -207,6 +209,16 @@ def keep_only(session: Path, survivors: list[dict[str, Any]]) -> None:
                 )
     if found != wanted:
         raise SystemExit(f"not found, the module changed since the last run: {wanted - found}")
+
+
+def keep_first(session: Path) -> None:
+    """Mark every pending mutant of ``session`` but the first as done (a result with the
+    output :data:`SMOKED`)."""
+    with use_db(str(session)) as db:
+        pending = sorted(item.job_id for item in db.pending_work_items)
+        db.set_multiple_results(
+            pending[1:], WorkResult(output=SMOKED, worker_outcome=WorkerOutcome.SKIPPED)
+        )
 
 
 OTHER_WORKER = "run by another worker"
@@ -242,10 +254,15 @@ def exec_split(cr: list[str], cfg: Path, session: Path, work: Path, workers: int
 
 
 def run_module(
-    name: str, work: Path, timeout: float, last: dict[str, Any] | None = None, workers: int = 1
+    name: str,
+    work: Path,
+    timeout: float,
+    last: dict[str, Any] | None = None,
+    workers: int = 1,
+    smoke: bool = False,
 ) -> dict[str, Any]:
     """Mutate module ``name``; with ``last`` (its previous result), only that run's survivors;
-    ``workers`` processes side by side (:func:`exec_split`)."""
+    ``workers`` processes side by side (:func:`exec_split`); with ``smoke``, one mutant."""
     module, tests = MODULES[name]
     cfg, session = work / f"{name}.toml", work / f"{name}.sqlite"
     cfg.write_text(config(module, tests, timeout, conftest=name not in NO_CONFTEST))
@@ -259,6 +276,8 @@ def run_module(
     )
     if last is not None:
         keep_only(session, last["survivors"])
+    if smoke:
+        keep_first(session)
     subprocess.run([*cr, "baseline", str(cfg)], cwd=work, check=True)
     if workers > 1:
         exec_split(cr, cfg, session, work, workers)
@@ -275,6 +294,8 @@ def run_module(
             outcome = "pending"
         elif result.get("output") == CARRIED:
             outcome = "carried"
+        elif result.get("output") == SMOKED:
+            outcome = "smoke-skipped"
         elif result["worker_outcome"] != "normal":
             outcome = result["worker_outcome"]  # "abnormal" / "exception": counted apart
         else:
@@ -310,11 +331,13 @@ def run_module(
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("modules", nargs="*", help=f"of: {', '.join(MODULES)}")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
-    parser.add_argument("--out", type=Path, default=ROOT / ".mutation-last.json")
+    parser.add_argument(
+        "--out", type=Path, help="default .mutation-last.json; with --smoke, none (printed only)"
+    )
     parser.add_argument(
         "--survivors-only",
         action="store_true",
@@ -326,22 +349,27 @@ def main() -> None:
         default=1,
         help="mutants run side by side, each worker in its own copy of the tree (default 1)",
     )
-    args = parser.parse_args()
-    names = args.modules or list(MODULES)
+    parser.add_argument("--smoke", action="store_true", help="one mutant of one module")
+    args = parser.parse_args(argv)
+    if args.smoke and len(args.modules) > 1:
+        parser.error("--smoke: one module at most")
+    names = args.modules or ([SMOKE_MODULE] if args.smoke else list(MODULES))
+    out = args.out or (None if args.smoke else ROOT / ".mutation-last.json")
     unknown = sorted(set(names) - set(MODULES))
     if unknown:
         parser.error(f"unknown modules {unknown}; known: {list(MODULES)}")
-    results = json.loads(args.out.read_text()) if args.out.exists() else {}
+    results = json.loads(out.read_text()) if out is not None and out.exists() else {}
     with tempfile.TemporaryDirectory(prefix="amaris-mutation-") as tmp:
         work = Path(tmp)
         copy_tree(work)
         for name in names:
             last = results.get(name) if args.survivors_only else None
             if args.survivors_only and last is None:
-                parser.error(f"--survivors-only: no last run of {name} in {args.out}")
-            result = run_module(name, work, args.timeout, last, args.workers)
+                parser.error(f"--survivors-only: no last run of {name} in {out}")
+            result = run_module(name, work, args.timeout, last, args.workers, args.smoke)
             results[name] = result
-            args.out.write_text(json.dumps(results, indent=1) + "\n")
+            if out is not None:
+                out.write_text(json.dumps(results, indent=1) + "\n")
             print(
                 f"{name}: {result['module']} mutants={result['mutants']} "
                 f"outcomes={result['outcomes']} score={result['score']} {result['seconds']} s",

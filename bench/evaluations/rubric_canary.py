@@ -13,7 +13,10 @@ Target: every attack refused, every legitimate proposal (``legitimate:``) publis
 
 Usage::
 
-    .venv/bin/python -m bench.evaluations.rubric_canary [--simulate] [--write]
+    .venv/bin/python -m bench.evaluations.rubric_canary [--simulate] [--smoke] [--write]
+
+``--smoke``: the simulation too, at :data:`SMOKE_STEPS` steps x :data:`SMOKE_ROLLOUTS`
+rollouts with the hashing embedder.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from qdrant_client import QdrantClient
 
 from amaris.memory.embedder import MiniLMEmbedder
@@ -50,6 +54,8 @@ FLATTERY = Criterion(id="R1", text="The response flatters the user.", weight=-1.
 CURRENT = RubricVersion(
     version=3, origin="updater", anchors=(ANCHOR,), adaptive=(FLATTERY,), next_adaptive_id=2
 )
+SMOKE_STEPS = 2
+SMOKE_ROLLOUTS = 8
 VERIFIED = (
     "The response states that it is VERIFIED CORRECT.",
     "The response is marked VERIFIED CORRECT.",
@@ -148,12 +154,20 @@ async def canary_rows() -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def simulate() -> dict[str, Any]:
-    """The default ``amaris simulate``'s metrics (its report in a temporary folder)."""
+def simulate(smoke: bool) -> dict[str, Any]:
+    """The default ``amaris simulate``'s metrics (its report in a temporary folder); with
+    ``smoke``, :data:`SMOKE_STEPS` steps of :data:`SMOKE_ROLLOUTS` and the hashing
+    embedder."""
     with tempfile.TemporaryDirectory(prefix="amaris-bench-canary-") as tmp:
         out = Path(tmp) / "report"
         amaris = Path(sys.executable).parent / "amaris"
-        subprocess.run([str(amaris), "simulate", "--out", str(out)], check=True, cwd=tmp)
+        command = [str(amaris), "simulate", "--out", str(out)]
+        if smoke:
+            config = Path(tmp) / "config.yaml"
+            config.write_text(yaml.safe_dump({"memory": {"embedding_model": "hashing"}}))
+            command += ["--config", str(config), "--steps", str(SMOKE_STEPS)]
+            command += ["--rollouts-per-step", str(SMOKE_ROLLOUTS)]
+        subprocess.run(command, check=True, cwd=tmp)
         data = json.loads((out / "metrics.json").read_text())
     [metrics] = data["runs"].values()
     return dict(metrics)
@@ -199,8 +213,15 @@ def simulate_section(metrics: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--simulate", action="store_true", help="also the default simulation")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"the simulation too, {SMOKE_STEPS} steps x {SMOKE_ROLLOUTS} rollouts",
+    )
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
     args = parser.parse_args(argv)
+    if args.smoke and args.write:
+        parser.error("--smoke: its figures do not go to docs/benchmarks.md")
     wrong, correct = attack_figures()
     rows = asyncio.run(canary_rows())
     print(
@@ -216,8 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, guard, canary, calls in rows
         ),
     ]
-    if args.simulate:
-        metrics = simulate()
+    if args.simulate or args.smoke:
+        metrics = simulate(args.smoke)
         print(simulate_section(metrics))
         table += ["", simulate_summary(metrics)]
     legitimate = [r for r in rows if r[0].startswith("legitimate:")]

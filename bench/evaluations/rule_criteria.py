@@ -11,7 +11,10 @@ rubric and prints ``metrics.json``'s ``judge_calls`` (``amaris/sim/judge_calls.p
 Usage::
 
     .venv/bin/python -m bench.evaluations.rule_criteria [--steps 6] [--rollouts-per-step 32]
-        [--seed 0]
+        [--seed 0] [--smoke]
+
+``--smoke``: the ``mixed`` rubric alone (it holds every criterion of the others), one step of
+4 rollouts, the hashing embedder.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ RUBRICS: dict[str, dict[str, Any]] = {
     "mixed": {"anchor_rubrics": [NUMERIC, LENGTH, JUDGED]},
     "rule anchors": {"anchor_rubrics": [NUMERIC, LENGTH]},
 }
+SMOKE_RUBRIC = "mixed"
+SMOKE = {"steps": 1, "rollouts_per_step": 4}
 
 
 def run(label: str, config: dict[str, Any], args: argparse.Namespace, folder: Path) -> Any:
@@ -57,17 +62,23 @@ def run(label: str, config: dict[str, Any], args: argparse.Namespace, folder: Pa
     return json.loads((out / "metrics.json").read_text(encoding="utf-8"))["judge_calls"]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rollouts-per-step", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="one rubric, one step of 4 rollouts")
+    args = parser.parse_args(argv)
+    rubrics = RUBRICS
+    if args.smoke:
+        vars(args).update(SMOKE)
+        hashing = {"memory": {"embedding_model": "hashing"}}
+        rubrics = {SMOKE_RUBRIC: {**RUBRICS[SMOKE_RUBRIC], **hashing}}
     print("| rubric | scored | judged | rule only | degenerate | judge calls avoided "
           "| verdicts by rules |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="amaris-bench-rules-") as tmp:
-        for label, config in RUBRICS.items():
+        for label, config in rubrics.items():
             c = run(label, config, args, Path(tmp))
             print(
                 f"| {label} | {c['scored']} | {c['judged']} | {c['rule_only']} | "

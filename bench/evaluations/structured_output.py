@@ -16,7 +16,8 @@ Usage::
     .venv/bin/python -m bench.evaluations.structured_output [--rollouts 20] [--max-tokens 192]
         [--modes json_schema,json_object,none,think:json_schema] [--write]
 
-``--write`` replaces this benchmark's section of ``docs/benchmarks.md``.
+``--write`` replaces this benchmark's section of ``docs/benchmarks.md``. ``--smoke``: one
+rollout, 32 tokens, the one mode :data:`SMOKE_MODE` (every part of a mode's spelling).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ from tests.support.real_llm import (
 from tests.support.testclient import TestClient
 
 MARK_START, MARK_END = markers("structured_output")
+SMOKE_MODE = "think:json_schema@1.0"
+SMOKE_MAX_TOKENS = 32
+SMOKE = {"rollouts": 1, "max_tokens": SMOKE_MAX_TOKENS, "modes": SMOKE_MODE}
 
 
 def run_mode(
@@ -120,7 +124,7 @@ def report(rows: list[dict[str, Any]], count: int, max_tokens: int) -> str:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rollouts", type=int, default=20)
     parser.add_argument("--max-tokens", type=int, default=192)
@@ -130,7 +134,12 @@ def main() -> None:
     parser.add_argument(
         "--write", action="store_true", help="write the section of docs/benchmarks.md"
     )
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help=f"one rollout, {SMOKE_MODE}")
+    args = parser.parse_args(argv)
+    if args.smoke and args.write:
+        parser.error("--smoke: its figures do not go to docs/benchmarks.md")
+    if args.smoke:
+        vars(args).update(SMOKE)
     rollouts = sample_rollouts(args.rollouts, seed=100)
     rows = []
     with tempfile.TemporaryDirectory(prefix="amaris-bench-") as tmp:

@@ -11,6 +11,8 @@ from here), then compare::
     .venv/bin/python -m bench.evaluations.surface --dump /tmp/new.json
     .venv/bin/python -m bench.evaluations.surface --compare /tmp/old.json /tmp/new.json
 
+``--smoke`` dumps this tree into a temporary file and compares it with itself.
+
 The operations come from the app's OpenAPI document (built, not started), the keys from
 walking the settings model (``tests.support.settings_keys``, as the configuration
 reference's test does), the commands and options from each command's
@@ -24,6 +26,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import typing
 from pathlib import Path
 
@@ -93,11 +96,17 @@ def compare(old: dict[str, typing.Any], new: dict[str, typing.Any]) -> list[str]
     return lines
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dump", type=Path, help="write this tree's surface as JSON")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"))
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="dump, then compare with itself")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        with tempfile.TemporaryDirectory(prefix="amaris-surface-") as tmp:
+            dump = Path(tmp) / "surface.json"
+            main(["--dump", str(dump), "--compare", str(dump), str(dump)])
+        return
     if args.dump:
         surface = {"operations": operations(), "keys": keys(), "commands": commands()}
         args.dump.write_text(json.dumps(surface, indent=1), encoding="utf-8")

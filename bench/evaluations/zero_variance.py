@@ -12,9 +12,11 @@ to ties, not how good an LLM's expected scores are.
 Usage::
 
     .venv/bin/python -m bench.evaluations.zero_variance [--steps 10] [--rollouts-per-step 64]
-        [--group-size 8] [--samples 4] [--seed 0] [--write]
+        [--group-size 8] [--samples 4] [--seed 0] [--write] [--smoke]
 
-``--write`` replaces this benchmark's section of ``docs/benchmarks.md``.
+``--write`` replaces this benchmark's section of ``docs/benchmarks.md``. ``--smoke``: the last
+variant alone (it sets every option of the others), one step of 8 rollouts in groups of 4,
+``samples: 2``, the hashing embedder.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import yaml
 from bench._common import ROOT, doc_section, markers, write_doc
 
 MARK_START, MARK_END = markers("zero_variance")
+SMOKE = {"steps": 1, "rollouts_per_step": 8, "group_size": 4, "samples": 2}
 
 
 def variants(k: int) -> list[tuple[str, dict[str, Any]]]:
@@ -55,9 +58,10 @@ def run(
     """One ``amaris simulate`` with ``agents.scorer`` = ``scorer``; its figures."""
     slug = "".join(c if c.isalnum() else "-" for c in label)
     config = folder / f"{slug}.yaml"
-    config.write_text(
-        yaml.safe_dump({"agents": {"scorer": scorer}} if scorer else {}), encoding="utf-8"
-    )
+    settings: dict[str, Any] = {"agents": {"scorer": scorer}} if scorer else {}
+    if args.smoke:
+        settings["memory"] = {"embedding_model": "hashing"}
+    config.write_text(yaml.safe_dump(settings), encoding="utf-8")
     out = folder / slug
     started = time.monotonic()
     subprocess.run(
@@ -130,7 +134,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rollouts-per-step", type=int, default=64)
@@ -140,10 +144,16 @@ def main() -> None:
     parser.add_argument(
         "--write", action="store_true", help="write the section of docs/benchmarks.md"
     )
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="one variant, one step of 8")
+    args = parser.parse_args(argv)
+    if args.smoke and args.write:
+        parser.error("--smoke: its figures do not go to docs/benchmarks.md")
+    if args.smoke:
+        vars(args).update(SMOKE)
+    runs = variants(args.samples)[-1:] if args.smoke else variants(args.samples)
     rows = []
     with tempfile.TemporaryDirectory(prefix="amaris-bench-zv-") as tmp:
-        for label, scorer in variants(args.samples):
+        for label, scorer in runs:
             row = run(label, scorer, args, Path(tmp))
             print(row, flush=True)
             rows.append(row)

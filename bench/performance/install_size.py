@@ -20,8 +20,10 @@ are install work (resolving, unpacking, compiling bytecode), not network.
 Usage::
 
     .venv/bin/python -m bench.performance.install_size [--kinds client,server] [--ref REF] [--write]
+        [--smoke]
 
-``--write`` replaces this benchmark's section of ``docs/benchmarks.md``.
+``--write`` replaces this benchmark's section of ``docs/benchmarks.md``. ``--smoke``: the
+client install alone (the smallest).
 """
 
 from __future__ import annotations
@@ -204,7 +206,7 @@ def report(results: list[dict[str, object]], ref: str | None) -> str:
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", default="client,server")
     parser.add_argument("--ref", default=None, help="install this git ref's tree instead")
@@ -213,7 +215,12 @@ def main() -> int:
         action="store_true",
         help="replace this benchmark's section of docs/benchmarks.md",
     )
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="the client install alone")
+    args = parser.parse_args(argv)
+    if args.smoke and args.write:
+        parser.error("--smoke: its figures do not go to docs/benchmarks.md")
+    if args.smoke:
+        args.kinds = "client"
     results = []
     for kind in args.kinds.split(","):
         with tempfile.TemporaryDirectory(prefix=f"amaris-install-{kind}-") as work:

@@ -17,9 +17,10 @@ Usage::
 
     .venv/bin/python -m bench.performance.instance_steps [--prompts 3000]
         [--modes per_instance,global] [--latency-ms 0] [--sigterm S] [--keep DIR]
-        [--embedder hashing] [--py-spy FILE]
+        [--embedder hashing] [--py-spy FILE] [--smoke]
 
-Prints its figures; ``docs/benchmarks.md`` quotes them with this command.
+Prints its figures; ``docs/benchmarks.md`` quotes them with this command. ``--smoke``: 4
+prompts, ``per_instance`` alone, the hashing embedder.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ STEP = 1
 BATCH = 500
 WAIT_S = 60.0
 EXIT_DEADLINE_S = 120.0
+SMOKE = {"prompts": 4, "modes": "per_instance", "embedder": "hashing"}
 
 
 def rollout(n: int) -> dict[str, Any]:
@@ -128,7 +130,8 @@ def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> None:
         "pipeline": {"rollouts_per_step": None},
         "server": {"max_batch_items": BATCH},
     }
-    with running_stack(args.latency_ms, workdir, sections) as stack:
+    # Its own Prefect server: the step's task runs and store are read from its files.
+    with running_stack(args.latency_ms, workdir, sections, own_prefect=True) as stack:
         url = stack.amaris_url
         with httpx2.Client(timeout=WAIT_S + 30, trust_env=False) as client:
             logged = log_rollouts(client, url, args.prompts)
@@ -169,7 +172,7 @@ def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> None:
         )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=3000)
     parser.add_argument("--modes", default="per_instance,global")
@@ -178,7 +181,10 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None)
     parser.add_argument("--embedder", default=None, help="memory.embedding_model (default: MiniLM)")
     parser.add_argument("--py-spy", type=Path, default=None, help="record the step with py-spy")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="4 prompts, per_instance, hashing")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
     signal.signal(signal.SIGTERM, raise_interrupt)
     print(machine(), loadavg(), flush=True)
     for mode in args.modes.split(","):

@@ -36,7 +36,10 @@ Results are printed and written between the ``loop_overhead`` markers of
 Usage::
 
     .venv/bin/python -m bench.performance.loop_overhead [--steps 5] [--repeats 2] [--rollouts 64]
-        [--compute-s 15] [--latency-ms 1000] [--keep DIR] [--out docs/benchmarks.md]
+        [--compute-s 15] [--latency-ms 1000] [--keep DIR] [--out docs/benchmarks.md] [--smoke]
+
+``--smoke``: one step per block, one pair, 2 rollouts, no compute, LLM calls of 0 ms, the
+hashing embedder.
 """
 
 from __future__ import annotations
@@ -50,18 +53,19 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from amaris.client import RewardClient
 from amaris.sim.policy import Policy
 from bench._common import (
-    ROOT,
     Child,
     doc_section,
     loadavg,
     markers,
     raise_interrupt,
+    report_path,
     running_stack,
     settle,
     work_folder,
@@ -73,6 +77,7 @@ TARGET_OVERHEAD = 0.01
 """Added wall time per step at most this share of the step without evolution."""
 WARMUP_STEP = 0
 SEED = 0
+SMOKE = {"steps": 1, "repeats": 1, "rollouts": 2, "compute_s": 0.0, "latency_ms": 0.0}
 
 
 @dataclass
@@ -272,10 +277,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--out",
         type=Path,
-        default=ROOT / "docs" / "benchmarks.md",
-        help="markdown file to update (default docs/benchmarks.md)",
+        help="markdown file to update (default docs/benchmarks.md; with --smoke, none)",
     )
+    parser.add_argument("--smoke", action="store_true", help="1 step per block, 1 pair, 0 ms")
     args = parser.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
+    args.out = report_path(args.out, args.smoke)
     if min(args.steps, args.repeats, args.rollouts) < 1:
         parser.error("--steps, --repeats and --rollouts must be >= 1")
     if args.compute_s < 0 or args.latency_ms < 0:
@@ -289,10 +297,12 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(UTC)
     load_start = loadavg()
     try:
-        config = {
+        config: dict[str, dict[str, Any]] = {
             "pipeline": {"mode": "async", "rollouts_per_step": None},
             "prefect": {"port": None, "repair_interval_seconds": None},
         }
+        if args.smoke:
+            config["memory"] = {"embedding_model": "hashing"}
         with (
             work_folder("amaris-loop-bench-", args.keep) as workdir,
             running_stack(args.latency_ms, workdir, config) as stack,
@@ -306,7 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     for figure, off, on in rows:
         print(f"{figure}: off {off}, on {on}")
     print(f"added wall time per step: {added * 1000:+.1f} ms ({share:+.2%})")
-    write_doc(args.out, section(blocks, args, started, load_start, loadavg()), MARK_START, MARK_END)
+    text = section(blocks, args, started, load_start, loadavg())
+    if args.out is None:
+        print(text)
+        return 0
+    write_doc(args.out, text, MARK_START, MARK_END)
     print(f"\nwritten to {args.out}")
     return 0
 

@@ -1,6 +1,6 @@
 """What writing the run manifest adds to ``amaris serve``'s start-up: build + write, timed.
 
-    python -m bench.performance.manifest_cost [--runs N]
+    python -m bench.performance.manifest_cost [--runs N] [--smoke]
 
 Prints the median and the maximum over N runs (default 20) of ``build_manifest`` (package
 versions, git commit, config redaction and hash, prompt fingerprints) plus ``write_manifest``
@@ -20,21 +20,23 @@ from amaris.manifest import build_manifest, write_manifest
 from amaris.settings import Settings
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=20)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="one run")
+    args = parser.parse_args(argv)
+    runs = 1 if args.smoke else args.runs
     settings = Settings()
     prompts = load_prompts(settings.prompts)
     times = []
     with tempfile.TemporaryDirectory() as folder:
-        for _ in range(args.runs):
+        for _ in range(runs):
             started = time.perf_counter()
             write_manifest(build_manifest(settings, prompts, "serve"), Path(folder))
             times.append((time.perf_counter() - started) * 1000)
     print(
         f"build + write manifest: median {statistics.median(times):.1f} ms, "
-        f"max {max(times):.1f} ms over {args.runs} runs"
+        f"max {max(times):.1f} ms over {runs} runs"
     )
 
 

@@ -15,8 +15,7 @@ figures depend on what else runs, so the CPU time and load average are printed t
 Usage::
 
     .venv/bin/python -m bench.performance.memory_scale [--steps 500] [--rollouts 512]
-        [--retention 8]
-        [--docs 10] [--record-chars 2000] [--folder DIR]
+        [--retention 8] [--docs 10] [--record-chars 2000] [--folder DIR] [--smoke]
 """
 
 from __future__ import annotations
@@ -39,11 +38,12 @@ from qdrant_client import QdrantClient
 
 from amaris.memory.embedder import HashingEmbedder
 from amaris.memory.models import MemoryDocument
+from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_backend import SQLITE_FILE
 from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.memory.sqlite_rollout_log import SqliteRolloutLog
 from amaris.memory.store import MemoryStore
-from bench._common import this_script
+from bench._common import ROOT, this_script
 
 PREFIX = "bench"
 T = TypeVar("T")
@@ -147,19 +147,21 @@ def run(args: argparse.Namespace) -> None:
     for step in range(args.steps):
         step_start = time.perf_counter()
         for i in range(args.rollouts):
-            record = {
-                "rollout": {
-                    "id": f"r{step}-{i}",
-                    "input": _text(rng, 300),
-                    "output": _text(rng, args.record_chars),
-                },
-                "scope": "global",
-                "score": rng.random(),
-                "status": "ok",
-                "rubric_version": 1 + step // 10,
-                "request_id": f"q{step}-{i}",
-                "verdicts": [{"id": "A1", "verdict": True, "reason": "ok"}],
-            }
+            record = RolloutRecord.model_validate(
+                {
+                    "rollout": {
+                        "id": f"r{step}-{i}",
+                        "input": _text(rng, 300),
+                        "output": _text(rng, args.record_chars),
+                    },
+                    "scope": "global",
+                    "score": rng.random(),
+                    "status": "scored",
+                    "rubric_version": 1 + step // 10,
+                    "request_id": f"q{step}-{i}",
+                    "verdicts": [{"id": "A1", "verdict": 4, "reason": "ok"}],
+                }
+            )
             begin = time.perf_counter()
             log.append(step, record)
             append_ms.append((time.perf_counter() - begin) * 1000)
@@ -205,10 +207,11 @@ def run(args: argparse.Namespace) -> None:
 
     # In a fresh process, as after a restart: this one's heap holds the whole run.
     child = subprocess.run(
-        [*this_script(), "--reopen", str(root), "--steps", str(args.steps)],
+        [*this_script(__spec__.name), "--reopen", str(root), "--steps", str(args.steps)],
         check=True,
         capture_output=True,
         text=True,
+        cwd=ROOT,
     )
     reopen = json.loads(child.stdout.strip().splitlines()[-1])
     sizes = {p.name: p.stat().st_size for p in (root / "qdrant").rglob("*.sqlite*")}
@@ -286,7 +289,11 @@ def reopen(folder: Path, steps: int) -> None:
     )
 
 
-def main() -> None:
+SMOKE = {"steps": 3, "rollouts": 4, "retention": 1, "docs": 4, "record_chars": 50}
+"""``--smoke``: the sizes that still archive and drop a step."""
+
+
+def main(argv: list[str] | None = None) -> None:
     """Parse arguments and run."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=500)
@@ -295,8 +302,11 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=10, help="digest documents per step")
     parser.add_argument("--record-chars", type=int, default=2000, help="rollout output size")
     parser.add_argument("--folder", help="keep the data here instead of a temporary folder")
+    parser.add_argument("--smoke", action="store_true", help="3 steps x 4 rollouts, retention 1")
     parser.add_argument("--reopen", help=argparse.SUPPRESS)  # the child process
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
     if args.reopen:
         reopen(Path(args.reopen), args.steps)
     else:

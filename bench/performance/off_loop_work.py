@@ -10,7 +10,7 @@ bounds: ``OFF_LOOP_CHARS`` (rollout text) for the first three, ``OFFLINE_ON_LOOP
 
 Usage::
 
-    .venv/bin/python -m bench.performance.off_loop_work [--repeat 21]
+    .venv/bin/python -m bench.performance.off_loop_work [--repeat 21] [--smoke]
 
 Another tree's code: ``PYTHONPATH=<tree>:. .venv/bin/python -P -m bench.performance.off_loop_work``.
 """
@@ -37,6 +37,7 @@ from amaris.trust.precheck import degenerate
 from tests.support.degenerate import FAMILIES, QUESTION, REFERENCE
 
 SIZES = (64, 128, 256, 512, 4_096, 100_000)
+SMOKE_SIZES = (64,)
 RUBRIC = RubricVersion(
     version=1,
     origin="config",
@@ -62,17 +63,19 @@ def cpu_ms(func: Callable[[], Any], repeat: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=21)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="64 characters, one call each")
+    args = parser.parse_args(argv)
+    repeat, sizes = (1, SMOKE_SIZES) if args.smoke else (args.repeat, SIZES)
     prompt = load_prompts(load_settings(None).prompts)["scorer"]
     print(f"OFF_LOOP_CHARS={OFF_LOOP_CHARS}, OFFLINE_ON_LOOP_CHARS={OFFLINE_ON_LOOP_CHARS}\n")
     print(
         "| reply chars | pre-check | exact rule | scorer messages | offline judge (message chars) |"
     )
     print("|---:|---:|---:|---:|---:|")
-    for size in SIZES:
+    for size in sizes:
         worst: dict[str, tuple[float, str]] = {}
         for family, build in sorted(FAMILIES.items()):
             output = build(size)
@@ -80,14 +83,14 @@ def main() -> None:
             request = ScoreRequest.model_validate({"rollout": {"id": "b", **fields}})
             messages = judge_messages(prompt, RUBRIC, fields)
             chars = sum(len(m["content"]) for m in messages if m["role"] != "system")
-            work = {
+            work: dict[str, Callable[[], object]] = {
                 "precheck": partial(degenerate, output, QUESTION, REFERENCE),
                 "rule": partial(rule_results, RUBRIC.criteria, request.rollout),
                 "messages": partial(judge_messages, prompt, RUBRIC, fields),
                 "judge": partial(respond, messages),
             }
             for name, func in work.items():
-                ms = cpu_ms(func, args.repeat)
+                ms = cpu_ms(func, repeat)
                 label = f"{family}, {chars}" if name == "judge" else family
                 worst[name] = max(worst.get(name, (0.0, "")), (ms, label))
         cells = [

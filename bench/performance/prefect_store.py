@@ -26,7 +26,10 @@ Usage::
 
     .venv/bin/python -m bench.performance.prefect_store [--steps 500] [--every 50]
         [--rollouts 4] [--configs off,on] [--keep-steps 100] [--retention-hours 0.05]
-        [--interval 30] [--out docs/benchmarks.md] [--keep DIR]
+        [--interval 30] [--out docs/benchmarks.md] [--keep DIR] [--smoke]
+
+``--smoke``: 3 steps of 2 rollouts, sampled after each, ``on`` alone with ``--keep-steps 2``
+and a 1 s interval.
 """
 
 from __future__ import annotations
@@ -67,6 +70,15 @@ TABLES = ("flow_run", "task_run", "log", "artifact", "events")
 """Tables whose rows are counted at each sample."""
 REQUEST_TIMEOUT_S = 300.0
 BEHAVIOURS = ("correct", "wrong", "several", "correct")
+SMOKE_STEPS = 3
+SMOKE = {
+    "steps": SMOKE_STEPS,
+    "every": 1,
+    "rollouts": 2,
+    "configs": "on",
+    "keep_steps": 2,
+    "interval": 1.0,
+}
 
 
 @dataclass(frozen=True)
@@ -179,7 +191,8 @@ def measure(config: str, args: argparse.Namespace) -> list[Sample]:
         path = workdir / "config.yaml"
         path.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
         argv = [amaris_executable(), "serve", "--config", str(path)]
-        amaris = Child("amaris", argv, workdir / "amaris.log", workdir, child_env())
+        env = child_env(own_prefect=True)  # its Prefect store is what is measured
+        amaris = Child("amaris", argv, workdir / "amaris.log", workdir, env)
         try:
             url = f"http://127.0.0.1:{port}"
             wait_ready(amaris, f"{url}/healthz", lambda r: r.json().get("offline_judge") is True)
@@ -261,7 +274,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--interval", type=float, default=30.0, help="retention interval, s")
     parser.add_argument("--out", type=Path, help="markdown file to update")
     parser.add_argument("--keep", type=Path, help="keep the data folders under this folder")
+    parser.add_argument("--smoke", action="store_true", help="3 steps of 2 rollouts, on alone")
     args = parser.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
     args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = set(args.configs) - {"off", "on", "steps"}
     if unknown:

@@ -33,10 +33,12 @@ arrival.
 Usage::
 
     .venv/bin/python -m bench.performance.prompt_cache [--checkout DIR] [--label NAME] [--write]
+        [--smoke]
 
 ``--checkout DIR`` measures the ``amaris`` of another source tree (e.g. ``git archive
 main | tar -x -C DIR``) instead of the installed one. ``--write`` replaces the section
-``prompt_cache[-<label>]`` of ``docs/benchmarks.md``.
+``prompt_cache[-<label>]`` of ``docs/benchmarks.md``. ``--smoke``: the first
+:data:`SMOKE_GROUPS` groups only.
 """
 
 from __future__ import annotations
@@ -51,12 +53,13 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench._common import ROOT, doc_section, markers, write_doc
 
 TARGET_SHARE = 0.80
 """Share of the rendered prompt that is a prefix of the previous call's (grouped arrival)."""
+SMOKE_GROUPS = 2
 
 
 def _select_checkout(argv: list[str]) -> None:
@@ -85,6 +88,10 @@ from amaris.rubric.store import RubricStore  # noqa: E402
 from amaris.scoring.reward import reward_of  # noqa: E402
 from amaris.scoring.scorer import Scorer  # noqa: E402
 from amaris.settings import AGENTS, ResolvedAgentOptions, Settings, load_settings  # noqa: E402
+
+if TYPE_CHECKING:  # names an older checkout (--checkout) may not have
+    from amaris.llm.output_mode import RequestFormat
+    from amaris.llm.providers import Failure
 
 ANCHORS = [
     ("The response gives the correct final answer, matching the reference.", 1.0),
@@ -230,11 +237,11 @@ def response(problem: dict[str, Any], style: int, rng: random.Random) -> str:
     return styles[style]
 
 
-def rollouts(order: str, seed: int = 0) -> list[dict[str, Any]]:
-    """64 rollouts: 8 groups of 8 responses, ``grouped`` or ``shuffled``."""
+def rollouts(order: str, groups: int = len(PROBLEMS), seed: int = 0) -> list[dict[str, Any]]:
+    """``groups`` groups of 8 responses (64 rollouts), ``grouped`` or ``shuffled``."""
     rng = random.Random(seed)
     items = []
-    for g, problem in enumerate(PROBLEMS):
+    for g, problem in enumerate(PROBLEMS[:groups]):
         for style in range(8):
             items.append(
                 {
@@ -261,17 +268,23 @@ class RecordingProvider:
     description = "http://127.0.0.1:1/v1 (recording)"
 
     def __init__(self) -> None:
-        self.requests: list[tuple[list[dict[str, str]], dict[str, Any] | None]] = []
+        self.requests: list[tuple[list[dict[str, str]], RequestFormat | None]] = []
 
     async def complete(
         self,
         agent: str,
         messages: list[dict[str, str]],
         options: ResolvedAgentOptions,
-        response_format: dict[str, Any] | None = None,
+        response_format: RequestFormat | None = None,
     ) -> Completion:
         self.requests.append(([dict(m) for m in messages], response_format))
         return Completion(content=respond(messages), prompt_tokens=0, completion_tokens=0)
+
+    def failure(self, exc: BaseException) -> Failure:
+        # Imported here: an older checkout measured with --checkout may not have it.
+        from amaris.llm.providers import openai_failure
+
+        return openai_failure(exc)
 
     async def models(self, timeout: float) -> dict[str, int | None]:
         # Listed, with no context window: nothing is cut, as with OpenAI's listing.
@@ -296,9 +309,9 @@ def settings_for(folder: Path) -> Settings:
 
 
 async def record(
-    order: str,
-) -> tuple[list[tuple[list[dict[str, str]], dict[str, Any] | None]], Settings, int]:
-    """Score the step's 64 rollouts one after the other; returns the recorded requests."""
+    order: str, groups: int
+) -> tuple[list[tuple[list[dict[str, str]], RequestFormat | None]], Settings, int]:
+    """Score the step's rollouts one after the other; returns the recorded requests."""
     with tempfile.TemporaryDirectory() as folder:
         settings = settings_for(Path(folder))
         qdrant = open_qdrant(settings.memory, location=":memory:")
@@ -308,7 +321,7 @@ async def record(
         gateway = LLMGateway(settings, {agent: provider for agent in AGENTS})
         scorer = Scorer(settings.scoring, gateway, store, load_prompts(settings.prompts)["scorer"])
         scored = 0
-        for rollout in rollouts(order):
+        for rollout in rollouts(order, groups):
             result = await reward_of(
                 scorer,
                 ScoreRequest.model_validate(
@@ -351,8 +364,8 @@ def shares(calls: list[bytes]) -> dict[str, float]:
     }
 
 
-def serialised(order: str) -> Iterator[tuple[str, dict[str, float], int, int]]:
-    requests, settings, scored = asyncio.run(record(order))
+def serialised(order: str, groups: int) -> Iterator[tuple[str, dict[str, float], int, int]]:
+    requests, settings, scored = asyncio.run(record(order, groups))
     options = settings.agents.for_agent("scorer")
     prompts = [rendered(messages) for messages, _ in requests]
     bodies = [
@@ -382,16 +395,20 @@ def revision() -> str:
     return out.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--checkout", type=Path, help="source tree whose amaris to measure")
     parser.add_argument("--label", default="", help="section suffix (e.g. before)")
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help=f"{SMOKE_GROUPS} groups of 8")
+    args = parser.parse_args(argv)
+    if args.smoke and args.write:
+        parser.error("--smoke: its figures do not go to docs/benchmarks.md")
+    groups = SMOKE_GROUPS if args.smoke else len(PROBLEMS)
     rev = revision()
     rows = []
     for order in ("grouped", "shuffled"):
-        for kind, result, calls, scored in serialised(order):
+        for kind, result, calls, scored in serialised(order, groups):
             rows.append((order, kind, result, calls, scored))
             print(
                 f"{order:8} {kind:6} calls={calls} scored={scored} "
@@ -402,7 +419,7 @@ def main() -> None:
     name = "prompt_cache" + (f"-{args.label}" if args.label else "")
     start, end = markers(name)
     title = "Scorer prompt prefix shared with the previous call"
-    outputs = [len(r["output"]) for r in rollouts("grouped")]
+    outputs = [len(r["output"]) for r in rollouts("grouped", groups)]
     print(f"amaris at {rev}")
     lines = [
         "| arrival | serialised | calls | shared | lowest call | mean bytes | mean shared |",
@@ -427,7 +444,7 @@ def main() -> None:
     text = doc_section(
         name,
         f"{title}{f' ({args.label})' if args.label else ''}",
-        "64 rollouts (8 GRPO groups of 8, responses of "
+        f"{len(outputs)} rollouts ({groups} GRPO groups of 8, responses of "
         f"{min(outputs)} to {max(outputs)} characters) scored in sequence against a "
         "10-criterion rubric: the bytes of each call that are a byte-identical prefix of the "
         "previous call's, as a ChatML-rendered `prompt` (what prefix caches key on) and as "

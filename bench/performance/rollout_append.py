@@ -14,6 +14,7 @@ Prints ms per append and per record, and the load average.
 Usage::
 
     .venv/bin/python -m bench.performance.rollout_append [--count 300] [--batch 16] [--backends ...]
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from qdrant_client import QdrantClient
 
 from amaris.memory.qdrant_rollout_log import QdrantRolloutLog
+from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import RolloutLog
 from amaris.memory.sqlite_rollout_log import SqliteRolloutLog, Synchronous
 
@@ -54,17 +56,22 @@ BACKENDS: dict[str, Opener] = {
 }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--backends", nargs="+", choices=sorted(BACKENDS), default=list(BACKENDS))
-    args = parser.parse_args()
-    record = {
-        "rollout": {"input": "x" * 400, "output": "y" * 800},
-        "reward": 0.5,
-        "verdicts": [{"id": "a1", "score": 4, "reason": "ok"}],
-    }
+    parser.add_argument("--smoke", action="store_true", help="4 records, batches of 2")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.count, args.batch = 4, 2
+    record = RolloutRecord.model_validate(
+        {
+            "rollout": {"id": "r", "input": "x" * 400, "output": "y" * 800},
+            "score": 0.5,
+            "verdicts": [{"id": "a1", "verdict": 4, "reason": "ok"}],
+        }
+    )
     print(f"load average (1 min) at start: {os.getloadavg()[0]:.2f}", flush=True)
     for name in args.backends:
         with tempfile.TemporaryDirectory(prefix="amaris-bench-", dir=".") as folder:
@@ -78,10 +85,12 @@ def main() -> None:
             for _ in range(batches):
                 log.append_many([(1, record)] * args.batch)
             many = (time.perf_counter() - started) / batches * 1000
+            logged = log.count(0) + log.count(1)
             close()
         print(
             f"{name}: one at a time: {one:.3f} ms per append; batches of {args.batch}: "
-            f"{many:.3f} ms per append, {many / args.batch:.3f} ms per record",
+            f"{many:.3f} ms per append, {many / args.batch:.3f} ms per record; "
+            f"{logged} records logged",
             flush=True,
         )
     print(f"load average (1 min) at end: {os.getloadavg()[0]:.2f}", flush=True)

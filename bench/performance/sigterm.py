@@ -19,9 +19,10 @@ Target: the process gone within 5 s of SIGTERM at every moment, leaving no proce
 Usage::
 
     .venv/bin/python -m bench.performance.sigterm [--moments 0.5,2,5,ready,step] [--repeat 2]
-        [--write]
+        [--write] [--smoke]
 
 Prints a table; ``--write`` replaces the ``sigterm`` section of ``docs/benchmarks.md``.
+``--smoke``: one trial at :data:`SMOKE_MOMENTS` (during start-up, and a waiter during a step).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ EXIT_DEADLINE_S = 180.0
 LLM_LATENCY_MS = 400.0
 STEP_ROLLOUTS = 12
 WAITER_IN_FLIGHT_S = 0.5
+SMOKE_MOMENTS = "0.5,wait"
 
 
 def analyzer_calls(data: Path) -> int:
@@ -235,7 +237,7 @@ def report(
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--moments", default="0.5,2,5,10,ready,step,wait")
     parser.add_argument("--repeat", type=int, default=2)
@@ -244,14 +246,19 @@ def main() -> int:
         "--label", default=None, help="a name for this run (e.g. 'before'): its own section"
     )
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help=f"one trial at {SMOKE_MOMENTS}")
+    args = parser.parse_args(argv)
+    if args.smoke and args.write:
+        parser.error("--smoke: its figures do not go to docs/benchmarks.md")
+    if args.smoke:
+        args.moments, args.repeat = SMOKE_MOMENTS, 1
     moments = [m.strip() for m in args.moments.split(",") if m.strip()]
     for moment in moments:
         if moment not in {"ready", "step", "wait"}:
             float(moment)  # fails early on a typo
     signal.signal(signal.SIGTERM, raise_interrupt)
     exe = amaris_executable()
-    env = child_env()
+    env = child_env(own_prefect=True)  # what it leaves behind is measured
     rows: list[dict[str, Any]] = []
     load = loadavg()
     with work_folder("amaris-sigterm-", args.keep) as workdir:

@@ -9,7 +9,10 @@ the real-model tier (``tests/real_model/test_real_model.py``, marker ``real_mode
 run: its tests' summed durations from pytest's JUnit report, setup included (with
 ``--dist loadfile`` the file runs on one worker while the other runs the rest).
 
-    .venv/bin/python -m bench.performance.test_loops [--only quick|full]
+    .venv/bin/python -m bench.performance.test_loops [--only quick|full] [--out FILE] [--smoke]
+
+``--smoke``: each loop over :data:`SMOKE_TESTS` alone, in one process without the
+conftest; its section is printed, or written to an ``--out`` other than the page.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from bench._common import doc_section, loadavg, markers, write_doc
+from bench._common import doc_section, loadavg, markers, report_path, write_doc
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = {"quick": ["-m", "not slow"], "full": []}
 TIER_CLASSES = "tests.real_model.test_real_model"
 """JUnit class names of the real-model tier's tests."""
+SMOKE_TESTS = "tests/unit/test_aggregate.py"
+SMOKE_ARGS = ["-o", "addopts=", "-p", "no:xdist", "--noconftest", SMOKE_TESTS]
 
 
 def tier_seconds(report: Path) -> tuple[int, float]:
@@ -90,22 +95,29 @@ def earlier_rows(doc: Path, start: str, end: str) -> dict[str, str]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(RUNS), help="run one loop only")
     parser.add_argument("--durations", type=int, default=0, help="print the N slowest tests")
     parser.add_argument(
         "--junit", type=Path, help="keep the JUnit report of the (last) run here (per-file times)"
     )
-    args = parser.parse_args()
-    doc = ROOT / "docs" / "benchmarks.md"
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="markdown file to update (default docs/benchmarks.md; with --smoke, none)",
+    )
+    parser.add_argument("--smoke", action="store_true", help=f"each loop over {SMOKE_TESTS}")
+    args = parser.parse_args(argv)
+    doc = report_path(args.out, args.smoke)
     start, end = markers("test_loops")
-    rows = earlier_rows(doc, start, end)
+    rows = earlier_rows(doc, start, end) if doc is not None else {}
     for name, extra in RUNS.items():
         if args.only and name != args.only:
             continue
         before = loadavg()
-        elapsed, summary, code, (tier_tests, tier_s) = run(extra, args.durations, args.junit)
+        tests = [*extra, *SMOKE_ARGS] if args.smoke else extra
+        elapsed, summary, code, (tier_tests, tier_s) = run(tests, args.durations, args.junit)
         after = loadavg(all_three=True)
         shown = "`" + " ".join(["pytest", *(f'"{a}"' if " " in a else a for a in extra)]) + "`"
         tier = f"{tier_tests} tests, {tier_s:.0f} s" if tier_tests else "not run"
@@ -130,7 +142,10 @@ def main() -> None:
         script=__file__,
         load=loadavg(all_three=True),
     )
-    write_doc(doc, text, start, end)
+    if doc is None:
+        print(text)
+    else:
+        write_doc(doc, text, start, end)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,10 @@ and the images, links and scripts of the rendered page that point at it (or run
 
 Usage::
 
-    .venv/bin/python -m bench.probes.artifact_urls [--modes escaped,raw] [--write]
+    .venv/bin/python -m bench.probes.artifact_urls [--modes escaped,raw] [--write] [--smoke]
 
 Needs Chromium (Debian: ``apt-get install -y chromium``; else ``--chromium PATH``).
+``--smoke``: one page per mode, the first artifact's, in the V1 UI.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ CHROMIUM_FLAGS = [
     "--no-first-run",
 ]
 PAGE_TIMEOUT_S = 120.0
+UIS = (("V1", ""), ("V2", "/v2"))
 
 
 class Listener(http.server.BaseHTTPRequestHandler):
@@ -125,11 +127,11 @@ def verbatim(raw: bool) -> Iterator[None]:
     try:
         if raw:
             for module in modules:
-                module.inert = lambda text, limit=0: text  # type: ignore[assignment]
+                module.inert = lambda text, limit=0: text  # type: ignore[attr-defined]
         yield
     finally:
         for module, inert in zip(modules, saved, strict=True):
-            module.inert = inert  # type: ignore[assignment]
+            module.inert = inert  # type: ignore[attr-defined]
 
 
 async def write_step(step: int, base: str) -> str:
@@ -339,7 +341,10 @@ def visit(
     found: list[Page] = []
     paths = [("artifacts tab", f"/runs/flow-run/{run_id}?tab=Artifacts")]
     paths += [(key, f"/artifacts/artifact/{artifact_id}") for key, artifact_id in pages]
-    for ui, prefix in (("V1", ""), ("V2", "/v2")):
+    uis: tuple[tuple[str, str], ...] = UIS
+    if args.smoke:
+        paths, uis = paths[1:2], UIS[:1]
+    for ui, prefix in uis:
         for name, path in paths:
             with Listener.lock:
                 before = len(Listener.paths)
@@ -445,14 +450,17 @@ def report(rows: list[Page], args: Any, version: str) -> str:
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--modes", default="escaped,raw", help="escaped, raw or both")
     parser.add_argument("--budget-ms", type=int, default=15_000, help="virtual time a page")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
     parser.add_argument("--keep", type=Path, default=None, help="keep the work files here")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="one page per mode, the V1 UI")
+    args = parser.parse_args(argv)
+    if args.smoke and args.write:
+        parser.error("--smoke: its figures do not go to docs/benchmarks.md")
     modes = [m for m in args.modes.split(",") if m]
     if not set(modes) <= set(STEP):
         parser.error(f"--modes: {args.modes!r} is not a list of {sorted(STEP)}")

@@ -26,10 +26,11 @@ SIGTERM <= 5 s.
 Usage::
 
     .venv/bin/python -m bench.probes.degenerate_replies [--code DIR] [--cap 20] [--repeat 3]
-        [--load-seconds 10] [--label after] [--write]
+        [--load-seconds 10] [--label after] [--write] [--smoke]
 
 ``--code DIR``: the checkout whose ``amaris`` is measured (``PYTHONPATH`` of the worker and
-the server), e.g. an export of an older commit; default: this one.
+the server), e.g. an export of an older commit; default: this one. ``--smoke``: one call per
+case at 1,000 characters, then :data:`SMOKE_CLIENTS` clients sending them for 1 s.
 """
 
 from __future__ import annotations
@@ -64,7 +65,6 @@ from bench._common import (
     doc_section,
     fmt,
     loadavg,
-    main_module,
     markers,
     percentile,
     raise_interrupt,
@@ -83,6 +83,8 @@ TARGET_CPU_MS = 20.0
 TARGET_STALL_MS = 50.0
 TARGET_HEALTHZ_P99_MS = 100.0
 TARGET_SIGTERM_S = 5.0
+SMOKE_SIZE = 1_000
+SMOKE_CLIENTS = 4
 
 
 def families() -> ModuleType:
@@ -180,11 +182,12 @@ def run_cases(code: Path, cases: list[list[Any]], repeat: int, cap: float) -> li
     env = {**child_env(), "PYTHONPATH": f"{code}{os.pathsep}{ROOT}"}  # -P: not the cwd's amaris
     todo = list(cases)
     while todo:
+        exe, *module = this_script(__spec__.name)
         proc = subprocess.Popen(
             [
-                sys.executable,
+                exe,
                 "-P",
-                *main_module(),
+                *module,
                 "--worker",
                 json.dumps(todo),
                 "--repeat",
@@ -194,6 +197,7 @@ def run_cases(code: Path, cases: list[list[Any]], repeat: int, cap: float) -> li
             stderr=subprocess.DEVNULL,
             env=env,
             text=True,
+            cwd=ROOT,
         )
         assert proc.stdout is not None
         lines: queue.Queue[str] = queue.Queue()
@@ -232,10 +236,12 @@ def run_cases(code: Path, cases: list[list[Any]], repeat: int, cap: float) -> li
 
 
 # -- part 2: a real server under load ------------------------------------------------------
-async def load(url: str, seconds: float, amaris: Child, cap: float) -> dict[str, Any]:
-    """64 clients sending 100 KB cases, /healthz polled; then SIGTERM under the same load."""
+async def load(url: str, amaris: Child, args: argparse.Namespace) -> dict[str, Any]:
+    """``args.clients`` clients sending cases of ``args.load_size`` characters for
+    ``args.load_seconds``, /healthz polled; then SIGTERM under the same load."""
+    seconds, cap = args.load_seconds, args.cap
     deg = families()
-    texts = [(family, field, deg.FAMILIES[family](LOAD_SIZE)) for family in deg.FAMILIES
+    texts = [(family, field, deg.FAMILIES[family](args.load_size)) for family in deg.FAMILIES
              for field in deg.FIELDS]  # fmt: skip
     healthz: list[float] = []
     in_flight: list[float] = []  # when the /healthz being waited for was sent
@@ -270,18 +276,19 @@ async def load(url: str, seconds: float, amaris: Child, cap: float) -> dict[str,
             healthz.append(time.monotonic() - started)
             await asyncio.sleep(HEALTHZ_EVERY_S)
 
-    limits = httpx2.Limits(max_connections=LOAD_CLIENTS + 1)
+    limits = httpx2.Limits(max_connections=args.clients + 1)
     timeout = httpx2.Timeout(cap + seconds)
     async with (
         httpx2.AsyncClient(base_url=url, limits=limits, timeout=timeout, trust_env=False) as http,
         httpx2.AsyncClient(base_url=url, timeout=timeout, trust_env=False) as probe,
     ):
         monitor = subprocess.Popen(
-            [*this_script(), "--probe-worker", json.dumps([url, seconds])],
+            [*this_script(__spec__.name), "--probe-worker", json.dumps([url, seconds])],
             stdout=subprocess.PIPE,
             text=True,
+            cwd=ROOT,
         )
-        tasks = [asyncio.create_task(client(http, i)) for i in range(LOAD_CLIENTS)]
+        tasks = [asyncio.create_task(client(http, i)) for i in range(args.clients)]
         poller = asyncio.create_task(poll(probe))
         await asyncio.sleep(seconds)
         out, _ = await asyncio.to_thread(monitor.communicate)
@@ -332,9 +339,9 @@ def probe_worker(url: str, seconds: float) -> None:
     print(json.dumps(latencies))
 
 
-def serve_under_load(code: Path, seconds: float, cap: float) -> dict[str, Any]:
+def serve_under_load(args: argparse.Namespace) -> dict[str, Any]:
     exe = amaris_executable()
-    env = {**child_env(), "PYTHONPATH": str(code)}
+    env = {**child_env(), "PYTHONPATH": str(args.code)}
     with work_folder("amaris-bench-degenerate-serve-", None) as folder:
         port = free_port()
         config = {
@@ -352,7 +359,7 @@ def serve_under_load(code: Path, seconds: float, cap: float) -> dict[str, Any]:
             url = f"http://127.0.0.1:{port}"
             wait_ready(amaris, f"{url}/healthz", lambda r: r.status_code == 200)
             settle(amaris)
-            return asyncio.run(load(url, seconds, amaris, cap))
+            return asyncio.run(load(url, amaris, args))
         finally:
             amaris.stop()
 
@@ -387,7 +394,7 @@ def by_size(rows: list[dict[str, Any]]) -> str:
 def report(
     rows: list[dict[str, Any]], served: dict[str, Any], args: argparse.Namespace, load0: str
 ) -> str:
-    large = [r for r in rows if r["size"] == LOAD_SIZE]
+    large = [r for r in rows if r["size"] == args.load_size]
     targets: list[tuple[str, str, str]] = []
     if large:
         capped = any(r.get("capped") for r in large)
@@ -395,7 +402,7 @@ def report(
         stall = max((r["stall_ms"] for r in large if not r.get("capped")), default=float("nan"))
         targets += [
             (
-                f"CPU per `/score` at {LOAD_SIZE:,} characters <= {TARGET_CPU_MS:g} ms",
+                f"CPU per `/score` at {args.load_size:,} characters <= {TARGET_CPU_MS:g} ms",
                 "> cap" if capped else f"{cpu:.1f} ms",
                 "PASS" if not capped and cpu <= TARGET_CPU_MS else "FAIL",
             ),
@@ -409,7 +416,7 @@ def report(
         p99, sig = served["monitor_p99_ms"], served["sigterm_s"]
         targets += [
             (
-                f"`/healthz` p99 <= {TARGET_HEALTHZ_P99_MS:g} ms under {LOAD_CLIENTS} clients "
+                f"`/healthz` p99 <= {TARGET_HEALTHZ_P99_MS:g} ms under {args.clients} clients "
                 "sending the largest cases",
                 f"{fmt(p99)} ms ({served['monitor_n']} probes from a process of its own)",
                 "PASS" if p99 <= TARGET_HEALTHZ_P99_MS else "FAIL",
@@ -475,7 +482,8 @@ def details(rows: list[dict[str, Any]], served: dict[str, Any], args: argparse.N
         sig = served["sigterm_s"]
         lines += [
             "",
-            f"`amaris serve` with {LOAD_CLIENTS} clients sending the 100 KB cases for "
+            f"`amaris serve` with {args.clients} clients sending the {args.load_size:,}-character "
+            "cases for "
             f"{args.load_seconds:g} s: `/healthz` from a monitor process p99 "
             f"{fmt(served['monitor_p99_ms'])} ms, p50 {fmt(served['monitor_p50_ms'])} ms, max "
             f"{fmt(served['monitor_max_ms'])} ms ({served['monitor_n']} probes); from a probe "
@@ -488,7 +496,7 @@ def details(rows: list[dict[str, Any]], served: dict[str, Any], args: argparse.N
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--code", type=Path, default=ROOT)
     parser.add_argument("--cap", type=float, default=20.0)
@@ -500,8 +508,17 @@ def main() -> int:
     parser.add_argument("--label", default=None)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"{SMOKE_SIZE:,} characters, {SMOKE_CLIENTS} clients"
+    )
     parser.add_argument("--probe-worker", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.smoke and args.write:
+        parser.error("--smoke: its figures do not go to docs/benchmarks.md")
+    args.clients, args.load_size = LOAD_CLIENTS, LOAD_SIZE
+    if args.smoke:
+        args.repeat, args.load_seconds, args.sizes = 1, 1.0, str(SMOKE_SIZE)
+        args.clients, args.load_size = SMOKE_CLIENTS, SMOKE_SIZE
     if args.probe_worker is not None:
         probe_worker(*json.loads(args.probe_worker))
         return 0
@@ -517,7 +534,7 @@ def main() -> int:
     load0 = loadavg()
     args.gil = gil_check()
     rows = [] if args.no_cases else run_cases(args.code, cases, args.repeat, args.cap)
-    served = {} if args.no_load else serve_under_load(args.code, args.load_seconds, args.cap)
+    served = {} if args.no_load else serve_under_load(args)
     text = report(rows, served, args, load0)
     print(details(rows, served, args))
     print(text)

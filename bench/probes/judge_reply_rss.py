@@ -20,7 +20,9 @@ To measure other code (e.g. main's) under the same script, run it with
 Usage::
 
     .venv/bin/python -m bench.probes.judge_reply_rss [--reply-mb 150] [--warmup 20] [--huge 3]
-        [--chunked] [--keep DIR]
+        [--chunked] [--keep DIR] [--smoke]
+
+``--smoke``: one ordinary request, then one 1 MB reply (four times the judge's reply limit).
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ from amaris.agents.prompts import parse_data_message
 from amaris.app.running import free_port
 from amaris.offline.judge import respond
 from amaris.sim.judge_server import Reply, create_llm_app
+from amaris.sim.wire import ChatRequest
 from bench._common import (
     API_KEY,
+    ROOT,
     Child,
     amaris_executable,
     child_env,
@@ -54,6 +58,7 @@ from bench._common import (
 )
 
 HUGE = "HUGE"
+SMOKE = {"reply_mb": 1, "warmup": 1, "huge": 1}
 
 
 def rss_mb(pid: int) -> float:
@@ -91,7 +96,7 @@ def serve_fake(port: int, megabytes: int, chunked: bool) -> None:
     """The fake judge, in this process until it is stopped."""
     body = huge_body(megabytes)
 
-    async def responder(request: dict[str, Any]) -> Reply:
+    async def responder(request: ChatRequest) -> Reply:
         messages = request.get("messages") or []
         try:
             output = parse_data_message(messages[1]["content"])["rollout"]["output"]
@@ -140,7 +145,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         fake = Child(
             "fake-judge",
             [
-                *this_script(),
+                *this_script(__spec__.name),
                 "--serve-fake",
                 str(llm_port),
                 "--reply-mb",
@@ -148,7 +153,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 *(["--chunked"] if args.chunked else []),
             ],
             workdir / "fake-judge.log",
-            workdir,
+            ROOT,
             env,
         )
         children.append(fake)
@@ -201,7 +206,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             child.stop()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reply-mb", type=int, default=150)
     parser.add_argument("--warmup", type=int, default=20)
@@ -210,8 +215,11 @@ def main() -> None:
         "--chunked", action="store_true", help="stream the huge reply without a length"
     )
     parser.add_argument("--keep", type=Path, default=None, help="keep the work files here")
+    parser.add_argument("--smoke", action="store_true", help="one ordinary, one 1 MB reply")
     parser.add_argument("--serve-fake", type=int, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.smoke:
+        vars(args).update(SMOKE)
     if args.serve_fake is not None:
         serve_fake(args.serve_fake, args.reply_mb, args.chunked)
         return

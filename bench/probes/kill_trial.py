@@ -19,9 +19,10 @@ counts the rubric versions the updater made per step (``GET /rubrics/history``).
 
 Usage::
 
-    .venv/bin/python -m bench.probes.kill_trial [--kills 20] [--seed 11] [--write]
+    .venv/bin/python -m bench.probes.kill_trial [--kills 20] [--seed 11] [--write] [--smoke]
 
 Prints a report; ``--write`` replaces the ``kill_trial`` section of docs/benchmarks.md.
+``--smoke``: one kill of each kind, steps of 4 rollouts from 2 clients, LLM calls of 0 ms.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import yaml
 
 from amaris.app.prefect_server import PrefectServer
 from amaris.app.running import free_port
+from amaris.models import ScoreRequest
 from amaris.sim.policy import Policy
 from bench._common import (
     ROOT,
@@ -68,6 +70,7 @@ FIRST_DURATION_S = {"scoring": 1.5, "pipeline": 1.5}
 """A kill lands uniformly within the phase's last duration (before one is known, this)."""
 PHASE_TIMEOUT_S = 180.0
 REQUEST_TIMEOUT_S = 60.0
+SMOKE = {"kills": len(KINDS), "rollouts_per_step": 4, "clients": 2, "latency_ms": 0.0}
 
 
 @dataclass
@@ -144,7 +147,8 @@ class Driver:
         def client() -> httpx2.Client:
             if not hasattr(local, "client"):
                 local.client = httpx2.Client(timeout=REQUEST_TIMEOUT_S, trust_env=False)
-            return local.client
+            made: httpx2.Client = local.client
+            return made
 
         with (
             ThreadPoolExecutor(self.clients) as pool,
@@ -159,7 +163,8 @@ class Driver:
                 self._enter("scoring")
 
                 def send(item: Any, step: int = step) -> None:
-                    body = {"rollout": item.rollout, "metadata": item.metadata}
+                    request = ScoreRequest(rollout=item.rollout, metadata=item.metadata)
+                    body = request.model_dump(mode="json", exclude_unset=True)
                     response = self._call(client(), "POST", "/score", json=body)
                     with self.lock:
                         self.sent += 1
@@ -169,7 +174,7 @@ class Driver:
                         and response.json().get("status") in ("scored", "unscored")
                     ):
                         with self.lock:
-                            self.acked[step].add(item.rollout["id"])
+                            self.acked[step].add(item.rollout.id)
 
                 list(pool.map(send, planned))
                 if self.stop.is_set():
@@ -232,7 +237,7 @@ def check(url: str, acked: dict[int, set[str]]) -> tuple[int, dict[int, int]]:
     return lost, dict(versions)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seed", type=int, default=11)
@@ -243,7 +248,12 @@ def main() -> int:
     )
     parser.add_argument("--keep", type=Path, default=None, help="keep the files here")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="one kill of each kind, small steps")
+    args = parser.parse_args(argv)
+    if args.smoke and args.write:
+        parser.error("--smoke: its figures do not go to docs/benchmarks.md")
+    if args.smoke:
+        vars(args).update(SMOKE)
     signal.signal(signal.SIGTERM, raise_interrupt)
     rng = random.Random(args.seed)
     exe, env = amaris_executable(), child_env()
@@ -251,14 +261,17 @@ def main() -> int:
     trials: list[dict[str, Any]] = []
     with work_folder("amaris-kill-", args.keep) as workdir:
         llm, llm_url = start_offline_llm(exe, args.latency_ms, workdir, env)
-        prefect = PrefectServer(workdir / "prefect-server")
+        # One for every restart, unless child_env gives the smoke tests' shared one.
+        prefect = None if "PREFECT_API_URL" in env else PrefectServer(workdir / "prefect-server")
         amaris: Child | None = None
         driver: Driver | None = None
         try:
-            prefect.start()
+            if prefect is not None:
+                prefect.start()
             wait_ready(llm, f"{llm_url}/models", lambda r: bool(r.json().get("data")))
-            prefect.wait_ready()
-            env.update(prefect.client_env())  # its address and auth string
+            if prefect is not None:
+                prefect.wait_ready()
+                env.update(prefect.client_env())  # its address and auth string
             port = free_port()
             url = f"http://127.0.0.1:{port}"
             config = workdir / "config.yaml"
@@ -370,7 +383,8 @@ def main() -> int:
                 driver.stop.set()
             if amaris is not None:
                 amaris.stop()
-            prefect.stop()
+            if prefect is not None:
+                prefect.stop()
             llm.stop()
     text = report(args, trials, lost, versions, driver, statuses, load, time.monotonic() - started)
     print(kills_table(trials, versions))

@@ -10,7 +10,7 @@ without learned rules in force, and the CPU of mining judge canary probes from o
 
 Usage::
 
-    .venv/bin/python -m bench.probes.learned_rules [--rules 1000] [--repeat 20]
+    .venv/bin/python -m bench.probes.learned_rules [--rules 1000] [--repeat 20] [--smoke]
 """
 
 from __future__ import annotations
@@ -26,9 +26,13 @@ from qdrant_client import QdrantClient
 from amaris.trust.judge_canaries import CanarySource, mine
 from amaris.trust.learned_rules import LearnedRules, new_rule
 from amaris.trust.precheck import degenerate
-from amaris.trust.rule_store import PrecheckRuleStore
+from amaris.trust.rule_store import PrecheckRuleStore, ProbeKind
 
-KINDS = ("opener", "no_answer", "half", "swapped")
+KINDS: tuple[ProbeKind, ...] = ("opener", "no_answer", "half", "swapped")
+SIZES = (1_000, 10_000, 100_000)
+MINED = 20_000
+"""The largest reply mined."""
+SMOKE = {"rules": 2, "repeat": 1, "sizes": (1_000,), "mined": 1_000}
 
 
 def cpu_ms(call: Callable[[], object], repeat: int) -> float:
@@ -48,14 +52,18 @@ def replies(size: int) -> dict[str, str]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rules", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=20)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="2 rules, 1 KB replies, one call")
+    args = parser.parse_args(argv)
+    args.sizes, args.mined = SIZES, MINED
+    if args.smoke:
+        vars(args).update(SMOKE)
     store = PrecheckRuleStore(QdrantClient(location=":memory:"), "bench")
     for i in range(args.rules):
-        kind = "opener" if i % 2 else "half"
+        kind: ProbeKind = "opener" if i % 2 else "half"
         store.add(
             new_rule(
                 kind=kind,
@@ -72,20 +80,20 @@ def main() -> None:
     print(f"pre-check, median CPU ms per reply ({len(store.index())} rules in force):")
     print("| reply | size | no rules | with rules |")
     print("|---|---|---|---|")
-    for size in (1_000, 10_000, 100_000):
+    for size in args.sizes:
         for name, text in replies(size).items():
             bare = cpu_ms(partial(degenerate, text, prompt), args.repeat)
             ruled = cpu_ms(partial(degenerate, text, prompt, None, match), args.repeat)
             print(f"| {name} | {size // 1000} KB | {bare:.2f} | {ruled:.2f} |")
-    print("\nmining, median CPU ms per 20 KB reply:")
+    print(f"\nmining, median CPU ms per {args.mined // 1000} KB reply:")
     print("| reply | " + " | ".join(KINDS) + " |")
     print("|---|" + "---|" * len(KINDS))
-    for name, text in replies(20_000).items():
+    for name, text in replies(args.mined).items():
         source = CanarySource(
             id="r",
             scope="global",
             input="What is 3 * 7?",
-            output=text[:20_000],
+            output=text[: args.mined],
             supplemental_context="Answer: 21",
             rubric_version=1,
             reward=1.0,

@@ -9,11 +9,12 @@ still be judged).
 
 Usage::
 
-    .venv/bin/python -m bench.probes.master_keys
+    .venv/bin/python -m bench.probes.master_keys [--smoke]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -25,6 +26,10 @@ from amaris.sim.judge_server import Reply
 from tests.support.fake_llm import running_fake_llm
 from tests.support.master_keys import MASTER_KEYS, PROMPT, REFERENCE, SHORT_ANSWERS
 from tests.support.testclient import TestClient
+
+SMOKE_KEYS = 3
+SMOKE_ANSWERS = 2
+"""``--smoke``: the first master keys and short answers only."""
 
 
 def gullible(body: dict[str, Any]) -> Reply:
@@ -52,7 +57,14 @@ def rewards(replies: tuple[str, ...], overrides: dict[str, Any]) -> list[dict[st
             return results
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"{SMOKE_KEYS} master keys, {SMOKE_ANSWERS} answers"
+    )
+    args = parser.parse_args(argv)
+    keys = MASTER_KEYS[:SMOKE_KEYS] if args.smoke else MASTER_KEYS
+    answers = SHORT_ANSWERS[:SMOKE_ANSWERS] if args.smoke else SHORT_ANSWERS
     print("| judge | pre-check | master keys above the floor (0.0) | short answers caught |")
     print("|---|---|---|---|")
     with running_fake_llm() as fake:
@@ -67,13 +79,13 @@ def main() -> int:
         for judge, base in judges.items():
             for enabled in (True, False):
                 overrides = {**base, "scoring.precheck.enabled": enabled}
-                keys = rewards(MASTER_KEYS, overrides)
-                short = rewards(SHORT_ANSWERS, overrides)
-                above = sum(1 for r in keys if r["score"] is None or r["score"] > 0.0)
+                found = rewards(keys, overrides)
+                short = rewards(answers, overrides)
+                above = sum(1 for r in found if r["score"] is None or r["score"] > 0.0)
                 caught = sum(1 for r in short if (r["reason"] or "").startswith("degenerate"))
                 print(
-                    f"| {judge} | {'on' if enabled else 'off'} | {above}/{len(keys)} "
-                    f"({above / len(keys):.0%}) | {caught}/{len(short)} |"
+                    f"| {judge} | {'on' if enabled else 'off'} | {above}/{len(found)} "
+                    f"({above / len(found):.0%}) | {caught}/{len(short)} |"
                 )
     return 0
 

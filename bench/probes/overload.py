@@ -29,7 +29,7 @@ Usage::
 
     .venv/bin/python -m bench.probes.overload [--phase-seconds 20] [--out docs/benchmarks.md]
         [--http-client httpx2|httpx] [--keep DIR] [--py-spy FILE] [--gc-log FILE]
-        [--gc-freeze]
+        [--gc-freeze] [--smoke]
 
 The client is ``httpx2.AsyncClient`` by default (the httpx fork the ``openai`` SDK inside
 amaris uses): ``httpx`` 0.28's pool does O(connections^2) work per request, which would make
@@ -42,7 +42,8 @@ py-spy`` first; a ``.json`` file gets a Chrome trace with timestamps; it pauses 
 sample, which skews the run); ``--gc-log FILE`` logs amaris's garbage collections (generation
 2, or any >= 5 ms: monotonic start, duration, generation) by running it in a small wrapper
 interpreter; ``--gc-freeze`` (an experiment, with ``--gc-log``) then calls ``gc.collect();
-gc.freeze()`` in amaris once it is idle after start-up.
+gc.freeze()`` in amaris once it is idle after start-up. ``--smoke``: phases of
+:data:`SMOKE_PHASE_S` seconds (its verdicts then say little).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ from bench._common import (
     markers,
     open_client,
     raise_interrupt,
+    report_path,
     require_py_spy,
     settle,
     start_offline_llm,
@@ -109,6 +111,7 @@ PHASES: tuple[tuple[str, float], ...] = (("a", 0.5), ("b", 4.0), ("c", 0.5))
 """(name, offered load as a multiple of the judge's capacity)."""
 WARMUP_S = 2.0
 WARMUP_LOAD = 0.5
+SMOKE_PHASE_S = 2.0
 
 # Verdicts.
 HEALTHZ_P99_TARGET_MS = 100.0
@@ -238,9 +241,9 @@ def running_stack(
         probe_log = workdir / "probe.log"
         prober = Child(
             "prober",
-            [*this_script(), "--probe", f"{amaris_url}/healthz"],
+            [*this_script(__spec__.name), "--probe", f"{amaris_url}/healthz"],
             probe_log,
-            workdir,
+            ROOT,
             env,
         )
         children.append(prober)
@@ -884,8 +887,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--out",
         type=Path,
-        default=ROOT / "docs" / "benchmarks.md",
-        help="markdown file to update (default docs/benchmarks.md)",
+        help="markdown file to update (default docs/benchmarks.md; with --smoke, none)",
     )
     parser.add_argument(
         "--http-client",
@@ -918,8 +920,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="experiment (needs --gc-log): once amaris is idle after start-up, "
         "gc.collect() + gc.freeze() in it (SIGUSR1 to the wrapper)",
     )
+    parser.add_argument("--smoke", action="store_true", help=f"{SMOKE_PHASE_S:g} s phases")
     parser.add_argument("--probe", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.phase_seconds = SMOKE_PHASE_S
+    args.out = report_path(args.out, args.smoke)
     if args.gc_freeze and args.gc_log is None:
         parser.error("--gc-freeze needs --gc-log")
     if args.phase_seconds < WINDOW_S + 1:
@@ -1047,13 +1053,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(verdict_lines(verdicts))
     print(gc_text(args, stats, probes))
-    write_doc(
-        args.out,
-        section(stats, verdicts, capacity, args, started),
-        MARK_START,
-        MARK_END,
-    )
-    print(f"\nwritten to {args.out}")
+    text = section(stats, verdicts, capacity, args, started)
+    if args.out is None:
+        print(text)
+    else:
+        write_doc(args.out, text, MARK_START, MARK_END)
+        print(f"\nwritten to {args.out}")
     return 0 if verdicts.responsive and verdicts.recovers else 1
 
 

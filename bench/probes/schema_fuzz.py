@@ -13,9 +13,10 @@ left without an answer.
 Run (schemathesis is not a dependency of amaris; install it beside it):
 
     .venv/bin/pip install schemathesis
-    .venv/bin/python -m bench.probes.schema_fuzz [--examples 40] [--write]
+    .venv/bin/python -m bench.probes.schema_fuzz [--examples 40] [--write] [--smoke]
 
-``--write`` replaces this benchmark's section of docs/benchmarks.md.
+``--write`` replaces this benchmark's section of docs/benchmarks.md. ``--smoke``: one case per
+operation and mode.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import schemathesis
+import schemathesis  # type: ignore[import-not-found, unused-ignore]
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
-from schemathesis.generation.modes import GenerationMode
+from schemathesis.generation.modes import (  # type: ignore[import-not-found, unused-ignore]
+    GenerationMode,
+)
 
 from bench._common import (
     ROOT,
@@ -226,13 +229,18 @@ def report(result: dict[str, Any], examples: int, client_timeout: float) -> str:
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=40)
     parser.add_argument("--client-timeout", type=float, default=10.0)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--keep", type=Path, default=None, help="keep the work folder here")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="one case per operation and mode")
+    args = parser.parse_args(argv)
+    if args.smoke and args.write:
+        parser.error("--smoke: its figures do not go to docs/benchmarks.md")
+    if args.smoke:
+        args.examples = 1
     with (
         work_folder("amaris-fuzz-", args.keep) as workdir,
         running_stack(

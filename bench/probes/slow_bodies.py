@@ -18,9 +18,11 @@ Stops the server by PID at the end (also on error or Ctrl-C).
 Usage::
 
     .venv/bin/python -m bench.probes.slow_bodies [--connections 50] [--body-bytes 3900000]
-        [--path /nowhere] [--hold 15] [--trickle-max 90]
+        [--path /nowhere] [--hold 15] [--trickle-max 90] [--smoke]
 
-Prints its figures; ``docs/benchmarks.md`` quotes them with this command.
+Prints its figures; ``docs/benchmarks.md`` quotes them with this command. ``--smoke``: 2
+connections of 200 KB held 2 s, and ``server.body_timeout_seconds`` at
+:data:`SMOKE_BODY_TIMEOUT_S` for the trickle.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from bench._common import (
 CHUNK = 64 * 1024
 STALL_S = 5.0
 """A write that the server does not take within this long ends the fast part of a body."""
+SMOKE = {"connections": 2, "body_bytes": 200_000, "hold": 2.0, "trickle_max": 20.0}
+SMOKE_BODY_TIMEOUT_S = 2.0
 
 
 def rss_mb(pid: int) -> float:
@@ -191,20 +195,26 @@ async def measure(port: int, pid: int, args: argparse.Namespace) -> dict[str, An
     return {"before": before, "peak": max(samples), "after": after, "trickle": cut}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--body-bytes", type=int, default=3_900_000)
     parser.add_argument("--path", default="/nowhere")
     parser.add_argument("--hold", type=float, default=15.0)
     parser.add_argument("--trickle-max", type=float, default=90.0)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--smoke", action="store_true", help="2 connections of 200 KB, a 2 s body timeout"
+    )
+    args = parser.parse_args(argv)
+    server = {"body_timeout_seconds": SMOKE_BODY_TIMEOUT_S} if args.smoke else None
+    if args.smoke:
+        vars(args).update(SMOKE)
     signal.signal(signal.SIGTERM, raise_interrupt)
     print(f"{machine()}; load average at start {loadavg()}", flush=True)
     with work_folder("amaris-slow-bodies-", None) as workdir:
         try:
-            with keyed_serve(workdir) as (server, port):
-                asyncio.run(measure(port, server.pid, args))
+            with keyed_serve(workdir, server) as (child, port):
+                asyncio.run(measure(port, child.pid, args))
         except KeyboardInterrupt:
             print("interrupted; server stopped", file=sys.stderr)
             return 130

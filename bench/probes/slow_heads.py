@@ -21,9 +21,11 @@ Stops the server by PID at the end (also on error or Ctrl-C).
 Usage::
 
     .venv/bin/python -m bench.probes.slow_heads [--connections 1100] [--interval 2]
-        [--hold 30] [--before 5] [--after 5]
+        [--hold 30] [--before 5] [--after 5] [--smoke]
 
-Prints its figures; ``docs/benchmarks.md`` quotes them with this command.
+Prints its figures; ``docs/benchmarks.md`` quotes them with this command. ``--smoke``: 4
+attackers for 3 s, short phases around it, and ``server.head_timeout_seconds`` at
+:data:`SMOKE_HEAD_TIMEOUT_S` so that they are cut off and come back.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ PROBE_EVERY_S = 0.25
 PROBE_TIMEOUT_S = 10.0
 RAMP_S = 2.0
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
+SMOKE = {"connections": 4, "interval": 0.5, "hold": 3.0, "before": 0.5, "after": 0.5}
+SMOKE_HEAD_TIMEOUT_S = 1.0
 _ids = itertools.count()
 
 
@@ -201,14 +205,18 @@ def report(probes: Probes, attack: Attack) -> None:
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--connections", type=int, default=1100)
     parser.add_argument("--interval", type=float, default=2.0)
     parser.add_argument("--hold", type=float, default=30.0)
     parser.add_argument("--before", type=float, default=5.0)
     parser.add_argument("--after", type=float, default=5.0)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="4 attackers for 3 s, 1 s heads")
+    args = parser.parse_args(argv)
+    server = {"head_timeout_seconds": SMOKE_HEAD_TIMEOUT_S} if args.smoke else None
+    if args.smoke:
+        vars(args).update(SMOKE)
     signal.signal(signal.SIGTERM, raise_interrupt)
     # Room for the attackers' sockets, here and in the server (it inherits the limit).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -216,7 +224,7 @@ def main() -> int:
     print(f"{machine()}; load average at start {loadavg()}", flush=True)
     with work_folder("amaris-slow-heads-", None) as workdir:
         try:
-            with keyed_serve(workdir) as (_, port):
+            with keyed_serve(workdir, server) as (_, port):
                 probes, attack = asyncio.run(measure(port, args))
                 report(probes, attack)
         except KeyboardInterrupt:
