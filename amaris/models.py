@@ -255,6 +255,8 @@ class CriterionResult(BaseModel):
 
 
 ScoreStatus = Literal["scored", "unscored", "invalid"]
+RewardVector = dict[str, float | None]
+"""A reward per objective, by key (:mod:`amaris.rubric.reward_vector`)."""
 
 
 class ScoreResponse(BaseModel):
@@ -280,6 +282,13 @@ class ScoreResponse(BaseModel):
         default=False,
         description="The rollout's step was completed already: it is logged, not analysed "
         "(the step's rubric update did not see it). Counted in amaris_rollouts_late_total.",
+    )
+    rewards: RewardVector | None = Field(
+        default=None,
+        description="A reward per objective, each in [0, 1]: per criterion id of rubric_version "
+        "its normalised verdict (a pitfall: 1 - its presence, how far it was avoided); "
+        "'anchors' and 'adaptive': score's formula over those criteria alone (null when the "
+        "rubric has none). A degenerate reply: the floor on every key. Null unless scored.",
     )
 
 

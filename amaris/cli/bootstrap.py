@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -116,12 +117,15 @@ def run_bootstrap(args: argparse.Namespace) -> int:
             raise CommandError(f"bootstrap: {exc}", 1) from exc
         version = None
         if not args.dry_run:
+            # Ids the scope held before are not reused: the report shows those published.
+            adaptive, next_id = store.renumbered(result.adaptive)
+            result = dataclasses.replace(result, adaptive=adaptive)
             version = store.publish(
                 anchors=anchors_from_config(settings.anchor_rubrics),
-                adaptive=result.adaptive,
+                adaptive=adaptive,
                 origin="bootstrap",
                 step=None,
-                next_adaptive_id=len(result.adaptive) + 1,
+                next_adaptive_id=next_id,
             ).version
     finally:
         client.close()

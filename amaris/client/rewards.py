@@ -21,7 +21,7 @@ from amaris.client.errors import (
     ServerUnreachableError,
     raise_for_answer,
 )
-from amaris.models import GetRewardBody
+from amaris.models import GetRewardBody, RewardVector
 
 RETRIED = frozenset({429, 502, 503, 504})
 """Answers asked again within the budget."""
@@ -35,6 +35,9 @@ class Rewards:
     statuses: list[str]
     rubric_versions: list[int | None]
     step: int | None = None
+    reward_vectors: list[RewardVector | None] | None = None
+    """Per sample, its reward per objective (``/score``'s ``rewards``; None for a sample
+    without a reward yet); None when the server sent none (a server older than them)."""
 
     def values(self) -> list[float]:
         """Every reward; an exchange returns only once each sample has one."""
@@ -82,6 +85,7 @@ class ServerAnswer(TypedDict, total=False):
     statuses: list[str]
     step: int
     extra_logs: _ExtraLogs
+    reward_vectors: list[RewardVector | None]
     detail: list[_FieldError] | str
 
 
@@ -149,6 +153,9 @@ class Exchange:
     def _record(self, data: ServerAnswer) -> None:
         sent, still = self._pending, []
         versions = data.get("extra_logs", {}).get("amaris_rubric_version", [])
+        vectors = data.get("reward_vectors")
+        if vectors is not None and self.result.reward_vectors is None:
+            self.result.reward_vectors = [None] * len(self.result.rewards)
         self.result.step = data.get("step", self.result.step)
         for k, index in enumerate(sent):
             self.result.statuses[index] = data["statuses"][k]
@@ -159,6 +166,8 @@ class Exchange:
                 still.append(index)
             else:
                 self.result.rewards[index] = float(reward)
+            if vectors is not None and self.result.reward_vectors is not None:
+                self.result.reward_vectors[index] = vectors[k]
         detail = data.get("detail") or []
         for item in detail if isinstance(detail, list) else []:
             position = _index(str(item.get("field", "")))

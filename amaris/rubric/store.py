@@ -3,11 +3,17 @@
 Versions and pointers are Qdrant points (payload only) in ``<collection>_rubrics``,
 so a restart, a replica or a rollback sees the same history. Every change is also
 exported to a human-readable ``rubrics.json``.
+
+An adaptive id is never reused within a scope: a version may hold an adaptive id its parent
+holds (the criterion kept) or one no version of the scope held before (a new criterion);
+:meth:`RubricStore.publish` gives any other criterion a fresh id, so a retired id (``R3``)
+never comes back with another meaning, in the rubric or in the ``rewards`` keyed by it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Sequence
@@ -27,6 +33,8 @@ from amaris.rubric.model import (
     anchors_from_config,
 )
 from amaris.settings import Settings
+
+log = logging.getLogger("amaris.rubric")
 
 _NAMESPACE = uuid.UUID("6f1c8f7e-2d9b-4d3a-9a51-6a0c7f1a2b3c")
 
@@ -59,6 +67,9 @@ class _Pointer(BaseModel):
     current: int
     latest: int | None = None
     """Absent from the pointers of stores older than it: then ``current``."""
+    adaptive_held: int | None = None
+    """The highest adaptive id number (``R<n>``) a version of the scope ever held; absent
+    from the pointers of stores older than it: then read from the history."""
 
     @property
     def highest(self) -> int:
@@ -67,6 +78,31 @@ class _Pointer(BaseModel):
 
 
 _Stored = TypeVar("_Stored", bound=BaseModel)
+
+
+def _id_number(criterion_id: str) -> int:
+    """``R12`` -> 12."""
+    return int(criterion_id[1:])
+
+
+def _fresh_ids(
+    scope: str, adaptive: Sequence[Criterion], kept: set[str], held: int
+) -> tuple[list[Criterion], int]:
+    """``adaptive`` with a fresh id (past ``held``) for each criterion whose id an earlier
+    version held but the parent does not (a stale next id), and the highest id now held."""
+    fixed: list[Criterion] = []
+    for criterion in adaptive:
+        if criterion.id not in kept and _id_number(criterion.id) <= held:
+            held += 1
+            log.warning(
+                "scope %r: adaptive %s was held by an earlier version; published as R%d",
+                scope,
+                criterion.id,
+                held,
+            )
+            criterion = criterion.model_copy(update={"id": f"R{held}"})
+        fixed.append(criterion)
+    return fixed, max([held, *(_id_number(c.id) for c in fixed)])
 
 
 class RubricStore:
@@ -164,6 +200,9 @@ class RubricStore:
             pointer = self._read(_pointer_id(scope), _Pointer)
             # The pointer remembers the highest version ever written: no scan of history.
             number = (pointer.highest if pointer else 0) + 1
+            held = self._adaptive_held(scope, pointer)
+            kept = {c.id for c in parent.adaptive} if parent else set()
+            adaptive, held = _fresh_ids(scope, adaptive, kept, held)
             version = RubricVersion(
                 version=number,
                 scope=scope,
@@ -172,7 +211,7 @@ class RubricStore:
                 origin=origin,
                 anchors=tuple(anchors),
                 adaptive=tuple(adaptive),
-                next_adaptive_id=next_adaptive_id,
+                next_adaptive_id=max(next_adaptive_id, held + 1),
             )
             # Version first, pointer second: a crash between them leaves the old version
             # in force and an unreferenced (harmless) newer version.
@@ -192,7 +231,9 @@ class RubricStore:
                     models.PointStruct(
                         id=_pointer_id(scope),
                         vector={},
-                        payload=_Pointer(scope=scope, current=number, latest=number).model_dump(),
+                        payload=_Pointer(
+                            scope=scope, current=number, latest=number, adaptive_held=held
+                        ).model_dump(),
                     )
                 ],
             )
@@ -221,16 +262,36 @@ class RubricStore:
         return current
 
     def reset_from_config(self, settings: Settings, scope: str = "global") -> RubricVersion:
-        """Publish a version made of the configured anchors and adaptive criteria."""
-        adaptive = adaptive_from_config(settings.adaptive_rubrics)
+        """Publish a version made of the configured anchors and adaptive criteria (their
+        ids: :meth:`renumbered`)."""
+        adaptive, next_id = self.renumbered(adaptive_from_config(settings.adaptive_rubrics), scope)
         return self.publish(
             anchors=anchors_from_config(settings.anchor_rubrics),
             adaptive=adaptive,
             origin="config",
             step=None,
-            next_adaptive_id=len(adaptive) + 1,
+            next_adaptive_id=next_id,
             scope=scope,
         )
+
+    def renumbered(
+        self, adaptive: Sequence[Criterion], scope: str = "global"
+    ) -> tuple[tuple[Criterion, ...], int]:
+        """``adaptive`` (a new set: the configuration's, a bootstrap's) with ids
+        :meth:`publish` accepts, and the next free id: a criterion the version in force holds
+        as it is (text, weight, rule) takes that criterion's id, the others ids no version of
+        ``scope`` held."""
+        parent = self._current_or_none(scope)
+        held_now = {(c.text, c.weight, c.rule): c.id for c in parent.adaptive} if parent else {}
+        next_id = self._adaptive_held(scope, self._read(_pointer_id(scope), _Pointer)) + 1
+        renumbered: list[Criterion] = []
+        for criterion in adaptive:
+            kept = held_now.get((criterion.text, criterion.weight, criterion.rule))
+            if kept is None:
+                kept = f"R{next_id}"
+                next_id += 1
+            renumbered.append(criterion.model_copy(update={"id": kept}))
+        return tuple(renumbered), next_id
 
     def export(self) -> None:
         """Write every version and the current pointers to ``rubrics.json`` atomically and
@@ -305,6 +366,15 @@ class RubricStore:
                 self._current.pop(scope, None)
 
     # -- helpers ---------------------------------------------------------------
+    def _adaptive_held(self, scope: str, pointer: _Pointer | None) -> int:
+        """The highest adaptive id number a version of ``scope`` held (0: none)."""
+        if pointer is None:
+            return 0
+        if pointer.adaptive_held is not None:
+            return pointer.adaptive_held
+        held = [_id_number(c.id) for v in self.history(scope) for c in v.adaptive]
+        return max(held, default=0)
+
     def _current_or_none(self, scope: str) -> RubricVersion | None:
         try:
             return self.current(scope)

@@ -12,8 +12,9 @@ Read top to bottom, :func:`score_rollout` is the whole hot path:
    matches) gets ``scoring.precheck.floor``, unjudged;
 6. judge: a verdict per criterion (:meth:`Scorer.judge`: rule criteria computed by amaris,
    the others asked of the judge, in one call or none; sizes, context budget, cache);
-7. aggregate the verdicts into one reward (:func:`aggregate`, by amaris, not the LLM),
-   or answer ``unscored`` by ``scoring.on_failure`` (a reward is never made up);
+7. aggregate the verdicts into one reward (:func:`aggregate`, by amaris, not the LLM) and a
+   reward per objective (:func:`reward_vector`), or answer ``unscored`` by
+   ``scoring.on_failure`` (a reward is never made up);
 8. record the rollout, its verdicts and rubric version in the rollout log, before answering
    (``late`` in the answer when its step was completed already: logged, not analysed);
 9. in ``sync`` mode, wait for the step's update and score again under the new rubric;
@@ -34,6 +35,7 @@ from amaris.models import ScoreRequest, ScoreResponse
 from amaris.request_context import request_id_var
 from amaris.rubric.aggregate import aggregate
 from amaris.rubric.model import RubricVersion
+from amaris.rubric.reward_vector import floor_vector, reward_vector
 from amaris.rubric.scopes import ScopeResolver
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer, rollout_chars
@@ -140,7 +142,8 @@ async def reward_of(
     force): the aggregated reward, or ``unscored`` with the judge's failure.
 
     The breakdown is always filled in (the rollout log keeps it; empty for a degenerate
-    reply, which no criterion judged); the API drops it unless asked. Stores nothing.
+    reply, which no criterion judged); the API drops it unless asked. ``rewards``, the
+    reward per objective, is there whenever the rollout is scored. Stores nothing.
     ``counts``: where the answer's counts go (:meth:`Scorer.judge`); by default the
     scorer's counters, at once.
     """
@@ -162,13 +165,15 @@ async def reward_of(
         if found is not None:
             # A reward, not a failure: the trainer should push the policy away from it.
             (scorer.counters if counts is None else counts)["degenerate"] += 1
+            used = rubric or scorer.rubric()
             return ScoreResponse(
                 score=precheck.floor,
-                rubric_version=(rubric or scorer.rubric()).version,
+                rubric_version=used.version,
                 status="scored",
                 rollout_id=rollout.id,
                 reason=found.reason(),
                 breakdown=[],
+                rewards=floor_vector(used, precheck.floor),
             )
     judgement = await scorer.judge(request, rubric, counts=counts)
     if judgement.breakdown is None:
@@ -187,6 +192,7 @@ async def reward_of(
         status="scored",
         cached=judgement.cached,
         breakdown=list(verdicts),
+        rewards=reward_vector(verdicts),
         rubric_version=judgement.rubric_version,
         rollout_id=request.rollout.id,
         truncated=judgement.truncated,

@@ -3,7 +3,8 @@
 OpenRLHF posts ``{"query": [...], "prompts": [...], "labels": [...]}`` where ``query[i]``
 is ``prompts[i]`` followed by the response, as its tokenizer decodes them (the split:
 :mod:`amaris.text.prompt_split`), and reads ``rewards`` (advantages), ``scores``
-(dynamic filtering) and ``extra_logs`` (per-sample values it logs). The items are checked
+(dynamic filtering) and ``extra_logs`` (per-sample values it logs); ``reward_vectors``, each
+sample's reward per objective, is amaris's, beside them. The items are checked
 and scored as ``/batch_score`` items (:class:`amaris.scoring.batch.BatchScoring`): same
 rollout log, step counting, cache and concurrency limit. Every sample is checked before any
 is scored: one bad sample refuses the batch (422) with nothing judged or logged.
@@ -25,7 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from amaris.api.deps import ServicesDep, batch_scoring
 from amaris.api.errors import INPUT_ERRORS, STEP_ERRORS, error_response, step_refused
 from amaris.client import STEP_HEADER
-from amaris.models import ErrorDetail, JSONValue, ScoreRequest, ScoreResponse, Text
+from amaris.models import (
+    ErrorDetail,
+    JSONValue,
+    RewardVector,
+    ScoreRequest,
+    ScoreResponse,
+    Text,
+)
 from amaris.scoring.batch import BatchScoring, InvalidItem, Path
 from amaris.steps.coordinator import StepCoordinator, StepRefusedError
 from amaris.text.prompt_split import MIN_PROMPT_TAIL, response_of
@@ -79,6 +87,11 @@ class GetRewardResponse(BaseModel):
     )
     step: int
     statuses: list[str]
+    reward_vectors: list[RewardVector | None] = Field(
+        description="amaris: per sample, its reward per objective (/score's `rewards`: criterion "
+        "ids, 'anchors', 'adaptive'); null for an unscored sample. Beside `rewards`, which "
+        "OpenRLHF reads as the scalar rewards."
+    )
 
 
 class UnscoredBatchResponse(GetRewardResponse):
@@ -266,6 +279,7 @@ def _answer(results: list[ScoreResponse], step: int) -> GetRewardResponse:
         scores=list(rewards),
         step=step,
         statuses=[r.status for r in results],
+        reward_vectors=[r.rewards for r in results],
         extra_logs={
             "amaris_rubric_version": [float(r.rubric_version or 0) for r in results],
             "amaris_unscored": unscored,

@@ -64,6 +64,7 @@ def test_amaris_body_accepted_as_is(tmp_path: Path) -> None:
         "truncated": [],
         "late": False,
         "breakdown": None,
+        "rewards": {"anchors": 1.0, "adaptive": None, "A1": 1.0},
     }
 
 
@@ -318,7 +319,8 @@ def test_unscored_results_are_not_cached(tmp_path: Path, fake_llm: FakeLLM) -> N
         second = client.post("/score", json=body()).json()
         assert counters(client) == {"unscored": 1, "unscored.judge_unavailable": 1, "scored": 1}
     assert first["status"] == "unscored"
-    assert second == {**first, "status": "scored", "score": 1.0, "reason": None}
+    rewards = {"anchors": 1.0, "adaptive": None, "A1": 1.0}
+    assert second == {**first, "status": "scored", "score": 1.0, "reason": None, "rewards": rewards}
     assert len(fake_llm.requests) == 3  # the second request asked the judge again
 
 

@@ -90,7 +90,7 @@ def test_the_answer_openrlhf_reads_and_the_samples_logged(tmp_path: Path) -> Non
         again = client.post("/get_reward", json=body(" 4", labels=["4"]))
         logged = records(services, 0)
     answer = first.json()
-    assert set(answer) == {"rewards", "scores", "extra_logs", "step", "statuses"}
+    assert set(answer) == {"rewards", "scores", "extra_logs", "step", "statuses", "reward_vectors"}
     assert answer["step"] == 0
     assert answer["statuses"] == ["scored", "scored"]
     assert answer["scores"] == answer["rewards"]
