@@ -10,9 +10,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from amaris import __version__
-from amaris.api import errors
-from amaris.api.middleware import RequestGuard, RequestMetrics
-from amaris.api.routes import (
+from amaris.metrics import Metrics
+from amaris.services import Services
+from amaris.settings import Settings, secret_value
+from api import errors
+from api.middleware import RequestGuard, RequestMetrics
+from api.routes import (
     audit,
     health,
     memory,
@@ -23,9 +26,6 @@ from amaris.api.routes import (
     score,
     steps,
 )
-from amaris.metrics import Metrics
-from amaris.services import Services
-from amaris.settings import Settings, secret_value
 
 ServicesFactory = Callable[[Metrics], Services]
 """Builds the services (blocking) recording into the given metrics registry."""

@@ -1,5 +1,5 @@
 """Dependencies shared by the routes. (The bearer key is checked before routing, by
-:class:`amaris.api.middleware.RequestGuard`, for every path but /healthz.)"""
+:class:`api.middleware.RequestGuard`, for every path but /healthz.)"""
 
 from __future__ import annotations
 

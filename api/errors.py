@@ -30,7 +30,7 @@ class BodyError(HTTPException):
     """The request body refused while it streams in: 413 over ``server.max_body_bytes``,
     408 not whole within ``server.body_timeout_seconds``.
 
-    Raised by the body's receive channel (:class:`amaris.api.middleware.RequestGuard`) into the
+    Raised by the body's receive channel (:class:`api.middleware.RequestGuard`) into the
     handler reading the body; FastAPI re-raises an ``HTTPException`` from its body read,
     so the app's handler answers it, with the field ``body``.
     """

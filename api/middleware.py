@@ -11,11 +11,11 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from amaris.api.errors import BodyError, error_response
 from amaris.logs import loggable
 from amaris.metrics import Metrics
 from amaris.models import ErrorDetail
 from amaris.request_context import request_id_var
+from api.errors import BodyError, error_response
 
 log = logging.getLogger("amaris.api")
 
@@ -236,7 +236,7 @@ class RequestGuard:
 class _BodyChannel:
     """The request body as the app reads it (the ASGI ``receive`` of a request that has a
     body): refused once over ``limit`` bytes (413) or when it is not whole ``timeout``
-    seconds after the request began (408), by raising :class:`~amaris.api.errors.BodyError` into
+    seconds after the request began (408), by raising :class:`~api.errors.BodyError` into
     the handler that reads it."""
 
     def __init__(self, receive: Receive, limit: int, timeout: float) -> None:

@@ -14,7 +14,7 @@ from datetime import timedelta
 from prefect import serve
 from prefect.deployments.runner import RunnerDeployment
 
-from amaris.flows.repair import repair_steps
+from flows.repair import repair_steps
 
 DEPLOYMENT_NAME = "scheduled-repair"
 

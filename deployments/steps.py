@@ -24,7 +24,7 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.deployments import arun_deployment
 from prefect.runner import Runner
 
-from amaris.flows.step_pipeline import step_pipeline
+from flows.step_pipeline import step_pipeline
 
 DEPLOYMENT_NAME = "steps"
 DEPLOYMENT = f"{step_pipeline.name}/{DEPLOYMENT_NAME}"

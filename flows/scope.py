@@ -1,6 +1,6 @@
 """One scope of a step's run: its state in one object, its stages as its methods.
 
-:func:`amaris.flows.step_pipeline.step_pipeline` walks each scope through them in order: load →
+:func:`flows.step_pipeline.step_pipeline` walks each scope through them in order: load →
 analyze (and summarize each chunk) → consolidate → query → retrieve → update →
 canary/publish, beside remember.
 """
@@ -19,19 +19,6 @@ from prefect import Task
 from amaris.agents.blocks import TrainerMetadata
 from amaris.agents.findings import Injections, StepFindings
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis, RubricUpdateProposal
-from amaris.flows.artifacts import (
-    rubric_diff_artifact,
-    rubric_diff_markdown,
-    summary_artifact,
-    summary_markdown,
-)
-from amaris.flows.scope_facts import (
-    flagged,
-    group_peers,
-    is_update_step,
-    unwalked,
-    with_scores,
-)
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import (
     DueCriterion,
@@ -43,20 +30,33 @@ from amaris.rubric.informativeness import (
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped, ScopeOutcome, UpdateKind, UpdateOutcome
-from amaris.tasks._common import DROPS, LLMTask, criteria_context, split_for
-from amaris.tasks.analyze import analysis_key, analyze_chunk, forget_analyses
-from amaris.tasks.canary import CanaryRequest, check_canary
-from amaris.tasks.generate_queries import generate_queries
-from amaris.tasks.meta_summarize import meta_summarize
-from amaris.tasks.models import AgentCriterion, Peer, ScoredAnalysis
-from amaris.tasks.publish_rubric import publish_update
-from amaris.tasks.remember import remember
-from amaris.tasks.retrieve_memory import retrieve_memory
-from amaris.tasks.summarize import summarize_chunk, summary_payload
-from amaris.tasks.update_rubric import propose_update
 from amaris.text.injection import scan_records
 from amaris.trust.audit.models import AlarmEvidence
 from amaris.trust.rubric_canary.check import canary_rollouts
+from flows.artifacts import (
+    rubric_diff_artifact,
+    rubric_diff_markdown,
+    summary_artifact,
+    summary_markdown,
+)
+from flows.scope_facts import (
+    flagged,
+    group_peers,
+    is_update_step,
+    unwalked,
+    with_scores,
+)
+from tasks._common import DROPS, LLMTask, criteria_context, split_for
+from tasks.analyze import analysis_key, analyze_chunk, forget_analyses
+from tasks.canary import CanaryRequest, check_canary
+from tasks.generate_queries import generate_queries
+from tasks.meta_summarize import meta_summarize
+from tasks.models import AgentCriterion, Peer, ScoredAnalysis
+from tasks.publish_rubric import publish_update
+from tasks.remember import remember
+from tasks.retrieve_memory import retrieve_memory
+from tasks.summarize import summarize_chunk, summary_payload
+from tasks.update_rubric import propose_update
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -83,13 +83,13 @@ class ScopeRun:
     """Set once memory is retrieved (or that failed, or no update asks for it)."""
     alarm: AlarmEvidence | None = None
     """The step's fidelity alarm and its evidence in this scope, for the analyzer and
-    updater (:func:`amaris.tasks.audit.run_audit`)."""
+    updater (:func:`tasks.audit.run_audit`)."""
     injections: Injections = field(default_factory=Injections)
     """Text addressed to the grader or the pipeline in the scope's rollouts, as amaris's
     detector finds it, and what each summary covers."""
     inline: bool = False
     """The stages run as plain calls inside the caller's task run, with no run of their
-    own (per_instance mode batches scopes into task runs: :mod:`amaris.flows.scope_batches`)."""
+    own (per_instance mode batches scopes into task runs: :mod:`flows.scope_batches`)."""
     notes: list[str] = field(default_factory=list)
     """Inline: the scope's notable summary and rubric diff (markdown) for its batch's."""
     analysed: list[str] = field(default_factory=list)

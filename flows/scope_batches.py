@@ -16,18 +16,18 @@ from prefect import task
 from prefect.artifacts import acreate_markdown_artifact
 from pydantic import BaseModel, ConfigDict
 
-from amaris.flows.scope import ScopeRun
-from amaris.flows.scope_facts import unwalked
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import ScopeStats
 from amaris.settings import AgentName
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import ScopeOutcome
-from amaris.tasks._common import work_key
-from amaris.tasks.analyze import forget_analyses
-from amaris.tasks.publish_rubric import record_versions
 from amaris.text.markdown import inert
 from amaris.trust.audit.models import AlarmEvidence
+from flows.scope import ScopeRun
+from flows.scope_facts import unwalked
+from tasks._common import work_key
+from tasks.analyze import forget_analyses
+from tasks.publish_rubric import record_versions
 
 T = TypeVar("T")
 

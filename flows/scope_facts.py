@@ -11,7 +11,7 @@ from prefect.utilities.annotations import quote
 
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis
 from amaris.memory.records import RolloutRecord
-from amaris.tasks.models import Peer, ScoredAnalysis
+from tasks.models import Peer, ScoredAnalysis
 
 T = TypeVar("T")
 

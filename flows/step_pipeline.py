@@ -10,21 +10,21 @@ from prefect import State, flow
 from prefect.states import Completed
 from pydantic import BaseModel
 
-from amaris.flows.artifacts import (
+from amaris.steps.context import get_context
+from amaris.steps.outcomes import RubricStatus, ScopeOutcome, StepRun, rubric_status, scopes_json
+from flows.artifacts import (
     audit_artifact,
     criteria_table_artifact,
     hacking_table_artifact,
     manifest_artifact,
     usage_artifact,
 )
-from amaris.flows.scope_batches import ScopeWork, by_scope, process_all
-from amaris.flows.scope_facts import unwalked
-from amaris.steps.context import get_context
-from amaris.steps.outcomes import RubricStatus, ScopeOutcome, StepRun, rubric_status, scopes_json
-from amaris.tasks.audit import run_audit
-from amaris.tasks.judge_canaries import JudgeCanaryRequest, audit_pairs, check_judge_canaries
-from amaris.tasks.load_rollouts import load_step_rollouts
-from amaris.tasks.measure_criteria import measure_criteria
+from flows.scope_batches import ScopeWork, by_scope, process_all
+from flows.scope_facts import unwalked
+from tasks.audit import run_audit
+from tasks.judge_canaries import JudgeCanaryRequest, audit_pairs, check_judge_canaries
+from tasks.load_rollouts import load_step_rollouts
+from tasks.measure_criteria import measure_criteria
 
 log = logging.getLogger("amaris.pipeline")
 

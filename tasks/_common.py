@@ -27,7 +27,7 @@ from amaris.scoring.scorer import Scorer
 from amaris.settings import AgentName
 from amaris.steps.context import get_context
 from amaris.steps.retry import digest, retry_on_transient
-from amaris.tasks.models import AgentCriterion
+from tasks.models import AgentCriterion
 
 T = TypeVar("T", bound=BaseModel)
 M = TypeVar("M", bound=BaseModel)
@@ -104,11 +104,12 @@ def dumped(items: Sequence[M]) -> list[M]:
     return list(items)
 
 
-RESULT_FORMAT = 3
-"""In every LLM task's cache key: raised when what a task returns changes shape (2: the
-updater's task returns its ``RubricUpdateProposal``, not its JSON; 3: the analyzer's and
-summarizers' tasks return their agents' models), so a result cached by older code is not
-reused."""
+RESULT_FORMAT = 4
+"""In every LLM task's cache key: raised when what a task returns changes shape or the
+module its classes are unpickled from (2: the updater's task returns its
+``RubricUpdateProposal``, not its JSON; 3: the analyzer's and summarizers' tasks return their
+agents' models; 4: :mod:`tasks.models` is a top-level package), so a result cached by older
+code is not read."""
 
 
 # Prefect's signature: a run's parameters by name, of any task, read only to be hashed.

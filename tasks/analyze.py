@@ -9,7 +9,7 @@ or a re-run of the chunk asks only for the analyses still missing. Once the chun
 result is persisted by Prefect (its cache), those files are removed. Prefect's cache
 alone does not do this: it keeps a task's result only when the whole task succeeded, so
 without these files a chunk that failed on one rollout asks again for all of them
-(``tests/e2e/test_repair.py``, ``test_rerun_asks_only_for_the_analyses_a_failed_chunk_lacked``).
+(``tests/app/test_repair.py``, ``test_rerun_asks_only_for_the_analyses_a_failed_chunk_lacked``).
 (Prefect's own result store, written per analysis, resolves its folder on every write,
 which is costly.)
 """
@@ -34,9 +34,9 @@ from amaris.memory.records import RolloutRecord
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import Dropped
 from amaris.steps.retry import digest
-from amaris.tasks._common import DROPS, ask, llm_task, prompt_tokens
-from amaris.tasks.models import AgentCriterion, Peer
 from amaris.trust.audit.models import AlarmEvidence
+from tasks._common import DROPS, ask, llm_task, prompt_tokens
+from tasks.models import AgentCriterion, Peer
 
 log = logging.getLogger("amaris.pipeline")
 

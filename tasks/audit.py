@@ -12,8 +12,6 @@ from amaris.rubric.model import RubricVersion
 from amaris.scoring.scorer import Scorer
 from amaris.settings import AUDITOR, AuditSettings
 from amaris.steps.context import get_context
-from amaris.tasks._common import llm_task, training_scorer
-from amaris.tasks.judge_canaries import LEDGER_AGENT
 from amaris.trust import mining
 from amaris.trust.audit.alarm import SwapTally, TrendPoint, check_alarm, evidence
 from amaris.trust.audit.fidelity import fidelity
@@ -23,6 +21,8 @@ from amaris.trust.audit.pause import AuditPause
 from amaris.trust.audit.regrade import regrade_all
 from amaris.trust.audit.sampling import Drawn, budget_left, sample_size, stratified_sample
 from amaris.trust.judge_canaries import Probe, ProbeResult, canary_sources, judge_probes, mine
+from tasks._common import llm_task, training_scorer
+from tasks.judge_canaries import LEDGER_AGENT
 
 log = logging.getLogger("amaris.pipeline")
 

@@ -15,10 +15,10 @@ from amaris.rubric.guardrails import UpdateRejected
 from amaris.rubric.informativeness import DueCriterion
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
-from amaris.tasks._common import apply_proposal, training_scorer
 from amaris.trust.rubric_canary.check import run_canary
 from amaris.trust.rubric_canary.plan import MAX_HACK_PROBES
 from amaris.trust.rubric_canary.report import CanaryReport, CanaryRollout
+from tasks._common import apply_proposal, training_scorer
 
 log = logging.getLogger("amaris.pipeline")
 

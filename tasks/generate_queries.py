@@ -5,8 +5,8 @@ from __future__ import annotations
 from amaris.agents.blocks import QueryInput, TrainerMetadata
 from amaris.agents.schemas import BatchSummary, QueryPlan
 from amaris.steps.context import get_context
-from amaris.tasks._common import ask, at_most_items, criteria_context, llm_task
-from amaris.tasks.models import AgentCriterion
+from tasks._common import ask, at_most_items, criteria_context, llm_task
+from tasks.models import AgentCriterion
 
 
 def adaptive_query_budget(summary: BatchSummary) -> int:

@@ -12,7 +12,6 @@ from pydantic import BaseModel, Field
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
-from amaris.tasks._common import llm_task, training_scorer
 from amaris.trust.audit.models import StepAudit
 from amaris.trust.judge_canaries import (
     AuditPair,
@@ -28,6 +27,7 @@ from amaris.trust.judge_canaries import (
 from amaris.trust.learned_rules import LEARNED_FROM, new_rule
 from amaris.trust.precheck import degenerate
 from amaris.trust.rule_store import LearnedRule
+from tasks._common import llm_task, training_scorer
 
 log = logging.getLogger("amaris.pipeline")
 

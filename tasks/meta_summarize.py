@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from amaris.agents.blocks import SummaryInput, TrainerMetadata
 from amaris.agents.schemas import BatchSummary
-from amaris.tasks._common import ask, criteria_context, dumped, llm_task
-from amaris.tasks.models import AgentCriterion
+from tasks._common import ask, criteria_context, dumped, llm_task
+from tasks.models import AgentCriterion
 
 
 @llm_task("meta_summarizer", "meta-summarize", "meta-summarize-{scope}-{part}")

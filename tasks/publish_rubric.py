@@ -17,8 +17,8 @@ from amaris.rubric.guardrails import UpdateRejected
 from amaris.rubric.informativeness import DueCriterion
 from amaris.steps.context import get_context
 from amaris.steps.outcomes import UpdateKind, UpdateOutcome
-from amaris.tasks._common import apply_proposal
 from amaris.trust.rubric_canary.report import CanaryReport
+from tasks._common import apply_proposal
 
 log = logging.getLogger("amaris.pipeline")
 

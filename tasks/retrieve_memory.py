@@ -8,7 +8,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from amaris.steps.context import get_context
-from amaris.tasks.models import DynamicMemory, RetrievedMemory, StaticMemory
+from tasks.models import DynamicMemory, RetrievedMemory, StaticMemory
 
 
 @task(name="retrieve-memory", cache_policy=NO_CACHE, task_run_name="retrieve-memory-{scope}")

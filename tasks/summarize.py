@@ -7,8 +7,8 @@ import logging
 from amaris.agents.blocks import SummaryInput, TrainerMetadata
 from amaris.agents.payloads import ScoreStats
 from amaris.agents.schemas import BatchSummary
-from amaris.tasks._common import ask, criteria_context, dumped, llm_task
-from amaris.tasks.models import AgentCriterion, ScoredAnalysis
+from tasks._common import ask, criteria_context, dumped, llm_task
+from tasks.models import AgentCriterion, ScoredAnalysis
 
 log = logging.getLogger("amaris.pipeline")
 

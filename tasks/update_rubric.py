@@ -6,9 +6,9 @@ from amaris.agents.blocks import TrainerMetadata, UpdaterContext, UpdaterInput
 from amaris.agents.schemas import BatchSummary, RubricUpdateProposal
 from amaris.rubric.informativeness import UpdaterView
 from amaris.steps.context import get_context
-from amaris.tasks._common import ask, at_most_items, dumped, llm_task
-from amaris.tasks.models import AgentCriterion, RetrievedMemory
 from amaris.trust.audit.models import AlarmEvidence
+from tasks._common import ask, at_most_items, dumped, llm_task
+from tasks.models import AgentCriterion, RetrievedMemory
 
 
 @llm_task("updater", "update-rubric", "update-rubric-{scope}")

@@ -51,7 +51,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-pytest_plugins = ["pytester"]  # tests/unit/test_markers.py runs pytest on a small test file
+pytest_plugins = ["pytester"]  # tests/layout/test_markers.py runs pytest on a small test file
 
 
 @pytest.hookimpl(tryfirst=True)

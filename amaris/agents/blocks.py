@@ -1,4 +1,4 @@
-"""The blocks the pipeline's LLM tasks write for their agents (``amaris.tasks._common.ask``'s
+"""The blocks the pipeline's LLM tasks write for their agents (``tasks._common.ask``'s
 ``context`` and ``data``), and amaris's models they carry, each written as its JSON
 (``model_dump(mode="json")``) with the block (:func:`amaris.agents.prompts.data_message`).
 The analyzer's are :mod:`amaris.agents.payloads`' own (:class:`AnalyzerContext`,
@@ -155,7 +155,7 @@ class StepInput(TypedDict):
 class SummaryInput(StepInput, total=False):
     """The summarizer's data (its ``analyses``, with their scores' statistics) and the
     meta-summarizer's (its ``summaries``); without its list when a task measures the
-    block around it (:func:`amaris.tasks._common.split_for`)."""
+    block around it (:func:`tasks._common.split_for`)."""
 
     score_stats: ScoreStats
     analyses: list[ScoredAnalysis]

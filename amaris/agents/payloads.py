@@ -26,7 +26,7 @@ from amaris.jsonfile import JSONDict
 
 class CriterionData(TypedDict):
     """A criterion as an agent is shown it: the pipeline's agents get every field
-    (``amaris.tasks.models.AgentCriterion``), the scorer no weight, ``amaris bootstrap``'s
+    (``tasks.models.AgentCriterion``), the scorer no weight, ``amaris bootstrap``'s
     proposer only the text and kind."""
 
     id: NotRequired[str]
@@ -46,7 +46,7 @@ class RolloutData(TypedDict):
 
 
 class PeerData(TypedDict):
-    """Another rollout of the analyzed one's group (``amaris.tasks.models.Peer``)."""
+    """Another rollout of the analyzed one's group (``tasks.models.Peer``)."""
 
     id: str
     output: str
@@ -123,7 +123,7 @@ class AnalyzerInput(TypedDict):
 
 
 class AnalyzerData(AnalyzerContext, AnalyzerInput):
-    """The analyzer's blocks, merged (``amaris.tasks.analyze.analyze_one``)."""
+    """The analyzer's blocks, merged (``tasks.analyze.analyze_one``)."""
 
 
 class ScoreStats(TypedDict, total=False):
@@ -137,7 +137,7 @@ class ScoreStats(TypedDict, total=False):
 
 
 class SummarizerData(TypedDict, total=False):
-    """The summarizer's blocks (``amaris.tasks.summarize.summary_payload``)."""
+    """The summarizer's blocks (``tasks.summarize.summary_payload``)."""
 
     step: int
     score_stats: ScoreStats
@@ -147,7 +147,7 @@ class SummarizerData(TypedDict, total=False):
 
 
 class MetaSummarizerData(TypedDict, total=False):
-    """The meta-summarizer's blocks (``amaris.tasks.meta_summarize``)."""
+    """The meta-summarizer's blocks (``tasks.meta_summarize``)."""
 
     step: int
     score_stats: ScoreStats
@@ -187,7 +187,7 @@ class SummaryData(TypedDict, total=False):
 
 
 class QueryGeneratorData(TypedDict, total=False):
-    """The query generator's blocks (``amaris.tasks.generate_queries``)."""
+    """The query generator's blocks (``tasks.generate_queries``)."""
 
     criteria: list[CriterionData]
     step: int
@@ -205,7 +205,7 @@ class BoundsData(TypedDict, total=False):
 
 
 class MemoryItem(TypedDict, total=False):
-    """A memory the updater is shown (``amaris.tasks.models.StaticMemory`` /
+    """A memory the updater is shown (``tasks.models.StaticMemory`` /
     ``DynamicMemory``), ``type`` ``static`` for the static ones."""
 
     type: str
@@ -221,7 +221,7 @@ class DueData(TypedDict):
 
 
 class UpdaterData(TypedDict, total=False):
-    """The updater's blocks (``amaris.tasks.update_rubric.propose_update``)."""
+    """The updater's blocks (``tasks.update_rubric.propose_update``)."""
 
     criteria: list[CriterionData]
     bounds: BoundsData

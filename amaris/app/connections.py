@@ -32,10 +32,10 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from amaris.api.errors import error_response
-from amaris.api.middleware import bearer_matches
 from amaris.models import ErrorDetail
 from amaris.settings import Settings, secret_value
+from api.errors import error_response
+from api.middleware import bearer_matches
 
 log = logging.getLogger("amaris.api")
 

@@ -55,11 +55,11 @@ from prefect.client.schemas.sorting import FlowRunSort
 from prefect.settings import get_current_settings
 from prefect.states import Completed, Failed, to_state_create
 
-from amaris.flows.repair import repair_steps
-from amaris.flows.step_pipeline import step_pipeline
 from amaris.memory.rollout_log import StepRegistry
 from amaris.settings import AGENTS, AUDITOR
 from amaris.settings.sections import PrefectSettings
+from flows.repair import repair_steps
+from flows.step_pipeline import step_pipeline
 
 log = logging.getLogger("amaris.prefect")
 

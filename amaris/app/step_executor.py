@@ -3,7 +3,7 @@ deployment``).
 
 Several API replicas share one Qdrant server and one Prefect server. Any of them may see
 a step complete (its count reach ``pipeline.rollouts_per_step``, or ``/complete``); it
-submits the step with :func:`amaris.deployments.steps.submit_step`, whose idempotency key
+submits the step with :func:`deployments.steps.submit_step`, whose idempotency key
 ``step-<N>-<attempt>`` makes Prefect hold one run per attempt however many replicas ask.
 Prefect's own machinery executes the run: the Runner each replica serves the deployment
 with, or the workers of ``pipeline.work_pool``. The replicas that submitted a run follow
@@ -21,11 +21,11 @@ from uuid import UUID
 from prefect.client.orchestration import get_client
 from prefect.runner import Runner
 
-from amaris.deployments.steps import add_steps, register_steps, submit_step
 from amaris.memory.rollout_log import StepRegistry
 from amaris.steps.errors import StepRunFailedError
 from amaris.steps.outcomes import StepRun, recorded_scopes
 from amaris.steps.runner import PipelineRunner
+from deployments.steps import add_steps, register_steps, submit_step
 
 log = logging.getLogger("amaris.pipeline")
 

@@ -14,7 +14,6 @@ from prefect.client.orchestration import get_client
 from amaris.app.retention import PrefectRetention
 from amaris.app.step_executor import DeploymentExecutor, DeploymentLauncher
 from amaris.app.stores import Stores, replica_name, replicated
-from amaris.flows.step_pipeline import run_step_flow
 from amaris.llm.gateway import LLMGateway
 from amaris.manifest import ManifestJSON
 from amaris.memory.retention import enforce_retention
@@ -25,6 +24,7 @@ from amaris.steps.coordinator import StepCoordinator
 from amaris.steps.launcher import LocalLauncher, StepLauncher
 from amaris.steps.runner import PipelineRunner
 from amaris.steps.store import InProcess, SharedStore
+from flows.step_pipeline import run_step_flow
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from fastapi import FastAPI
 from qdrant_client import QdrantClient
 
 from amaris.agents.prompts import load_prompts
-from amaris.api.app import build_api
 from amaris.app.prefect_env import configure_prefect
 from amaris.app.step_path import StepPath, StepPathStart, build_step_path
 from amaris.app.stores import Stores, open_stores
@@ -38,6 +37,7 @@ from amaris.settings import AGENTS, Settings
 from amaris.steps.context import pipeline_gateway_settings
 from amaris.trust.audit.pause import AuditPause
 from amaris.trust.learned_rules import LearnedRules
+from api.app import build_api
 
 log = logging.getLogger("amaris")
 

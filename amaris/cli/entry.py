@@ -10,10 +10,15 @@ extra, instead of a traceback.
 from __future__ import annotations
 
 import sys
+from importlib.util import find_spec
+from pathlib import Path
 
 from amaris.cli.main import main as run_command
 
-OWN_PACKAGES = frozenset({"amaris", "api", "flows", "tasks", "deployments"})
+ROOT_PACKAGES = ("api", "flows", "tasks", "deployments")
+"""amaris's packages beside ``amaris`` (the repository's root folders of those names)."""
+
+OWN_PACKAGES = frozenset({"amaris", *ROOT_PACKAGES})
 """Top-level packages of this distribution: a missing module among them is a bug."""
 
 SIM_PACKAGES = frozenset({"matplotlib"})
@@ -34,9 +39,31 @@ def missing_extra(error: ModuleNotFoundError) -> str | None:
     return "sim" if top in SIM_PACKAGES else "server"
 
 
+def shadowed_packages() -> list[str]:
+    """amaris's root packages that a folder or module of the same name, found first on the
+    import path (a project's ``tasks/`` in the working directory), would replace: each as
+    ``name (path)``."""
+    home = Path(__file__).resolve().parents[2]
+    shadowed = []
+    for name in ROOT_PACKAGES:
+        spec = find_spec(name)
+        origin = spec.origin if spec is not None else None
+        if origin is None or Path(origin).resolve() != home / name / "__init__.py":
+            shadowed.append(f"{name} ({origin or 'not found'})")
+    return shadowed
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command; if a module of an extra that is not installed is missing, name the
-    extra (exit code 1)."""
+    extra (exit code 1). If another package hides one of amaris's, say which (exit code 1)."""
+    shadowed = shadowed_packages()
+    if shadowed:
+        print(
+            f"amaris: other packages hide amaris's own: {', '.join(shadowed)}. "
+            "Run amaris from another folder, or take that folder off PYTHONPATH.",
+            file=sys.stderr,
+        )
+        return 1
     try:
         return run_command(argv)
     except ModuleNotFoundError as error:

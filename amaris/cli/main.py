@@ -8,7 +8,7 @@ imports and calls its handler. That order is what Prefect needs: it reads its se
 from the environment once, at import, so ``serve`` and ``repair`` set them in their step
 (:mod:`amaris.cli.environment`) and their handlers import Prefect at the top of their
 modules. This is the one place the command line imports a module by name
-(tests/unit/test_layers.py); every other import is at a module's top.
+(tests/layout/test_layers.py); every other import is at a module's top.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ EXIT_CODES: dict[str, int] = {
 }
 """The exit code of a command stopped by one of these errors (``module.Class``; a subclass
 too), its message printed. Named, not imported: the modules defining them are imported by
-the commands that raise them (tests/unit/test_cli_layout.py checks every name)."""
+the commands that raise them (tests/app/test_cli_layout.py checks every name)."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,8 +9,8 @@ import argparse
 import asyncio
 import json
 
-from amaris.deployments.repair import serve_repair
-from amaris.flows.repair import repair_steps
+from deployments.repair import serve_repair
+from flows.repair import repair_steps
 
 
 def repair(args: argparse.Namespace) -> int:

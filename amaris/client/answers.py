@@ -1,10 +1,10 @@
 """What waiting for a step answers, as the client returns it: the server's JSON, typed.
 
-The server's answer is its ``WaitResponse`` (:mod:`amaris.api.routes.steps`), each scope's
+The server's answer is its ``WaitResponse`` (:mod:`api.routes.steps`), each scope's
 outcome a :class:`~amaris.steps.outcomes.ScopeOutcome` as JSON. Those models live with the
 server stack (their fields are the agents' and the canary's models), which the trainer side
 does not load: these types spell their JSON, key for key, with the vocabulary of
-:mod:`amaris.models` the server uses too (tests/unit/test_adapter_payloads.py
+:mod:`amaris.models` the server uses too (tests/trainers/test_adapter_payloads.py
 keeps them in step).
 """
 

@@ -12,7 +12,7 @@ from amaris.jsonfile import JSONDict
 from amaris.models import Rollout, ScoreRequest, TrainingMetadata
 
 STEP_HEADER = "X-Amaris-Step"
-"""A trainer's step on ``POST /get_reward`` (read in :mod:`amaris.api.routes.openrlhf`)."""
+"""A trainer's step on ``POST /get_reward`` (read in :mod:`api.routes.openrlhf`)."""
 
 
 class RolloutBody(TypedDict, total=False):

@@ -1,5 +1,5 @@
 """What the hot path refuses before judging: a field or batch over its size limit, and
-work over the judge's queue bound. The routes answer them 413 and 429 (:mod:`amaris.api.errors`)."""
+work over the judge's queue bound. The routes answer them 413 and 429 (:mod:`api.errors`)."""
 
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ import logging
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from amaris.api.deps import ServicesDep
-from amaris.api.errors import INPUT_ERRORS
 from amaris.trust.audit.pause import PauseRecord
+from api.deps import ServicesDep
+from api.errors import INPUT_ERRORS
 
 router = APIRouter(tags=["audit"])
 log = logging.getLogger("amaris.api")

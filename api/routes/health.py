@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 from fastapi import APIRouter
 
 from amaris import __version__
-from amaris.api.deps import ServicesDep
 from amaris.models import HealthResponse, JudgeReachability, StructuredOutputStatus
 from amaris.services import Services
 from amaris.settings import AUDITOR
 from amaris.trust.audit.pause import ScoringPausedError
+from api.deps import ServicesDep
 
 router = APIRouter(tags=["health"])
 

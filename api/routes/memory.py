@@ -7,8 +7,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from amaris.api.deps import ServicesDep
-from amaris.api.errors import AUTH_ERRORS, INPUT_ERRORS, Responses
 from amaris.memory.inspection import (
     MAX_RECENT,
     MAX_SEARCH_LIMIT,
@@ -18,6 +16,8 @@ from amaris.memory.inspection import (
     search_memory,
 )
 from amaris.memory.models import DocType
+from api.deps import ServicesDep
+from api.errors import AUTH_ERRORS, INPUT_ERRORS, Responses
 
 router = APIRouter(tags=["memory"])
 

@@ -3,9 +3,9 @@
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from amaris.api.deps import ServicesDep
-from amaris.api.errors import AUTH_ERRORS
 from amaris.metrics import CONTENT_TYPE
+from api.deps import ServicesDep
+from api.errors import AUTH_ERRORS
 
 router = APIRouter(tags=["metrics"])
 

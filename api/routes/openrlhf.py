@@ -23,8 +23,6 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from amaris.api.deps import ServicesDep, batch_scoring
-from amaris.api.errors import INPUT_ERRORS, STEP_ERRORS, error_response, step_refused
 from amaris.client import STEP_HEADER
 from amaris.models import (
     ErrorDetail,
@@ -37,6 +35,8 @@ from amaris.models import (
 from amaris.scoring.batch import BatchScoring, InvalidItem, Path
 from amaris.steps.coordinator import StepCoordinator, StepRefusedError
 from amaris.text.prompt_split import MIN_PROMPT_TAIL, response_of
+from api.deps import ServicesDep, batch_scoring
+from api.errors import INPUT_ERRORS, STEP_ERRORS, error_response, step_refused
 
 router = APIRouter(tags=["trainers"])
 log = logging.getLogger("amaris.api")

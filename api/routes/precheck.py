@@ -8,11 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 
-from amaris.api.deps import ServicesDep
-from amaris.api.errors import AUTH_ERRORS, INPUT_ERRORS, Responses, error_response
 from amaris.logs import loggable
 from amaris.models import ErrorDetail, ErrorResponse
 from amaris.trust.rule_store import LearnedRule, PrecheckRuleStore, RuleSet, UnknownRuleError
+from api.deps import ServicesDep
+from api.errors import AUTH_ERRORS, INPUT_ERRORS, Responses, error_response
 
 router = APIRouter(tags=["precheck"])
 log = logging.getLogger("amaris.api")

@@ -10,15 +10,15 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from amaris.api.deps import ServicesDep
-from amaris.api.errors import AUTH_ERRORS as _ERRORS
-from amaris.api.errors import INPUT_ERRORS, Responses, error_response
 from amaris.memory.rollout_log import step_records
 from amaris.models import ErrorDetail, ErrorResponse, RubricPublic
 from amaris.rubric.diff import RubricDiff, diff_rubrics
 from amaris.rubric.informativeness import ScopeStats, step_stats
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.store import RubricStore, RubricStoreError
+from api.deps import ServicesDep
+from api.errors import AUTH_ERRORS as _ERRORS
+from api.errors import INPUT_ERRORS, Responses, error_response
 
 router = APIRouter(tags=["rubrics"])
 log = logging.getLogger("amaris.api")

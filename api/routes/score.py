@@ -13,9 +13,6 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
-from amaris.api.deps import ServicesDep, batch_scoring, score_one
-from amaris.api.errors import CONFLICT_ERRORS, STEP_ERRORS
-from amaris.api.errors import INPUT_ERRORS as _ERRORS
 from amaris.models import (
     BatchScoreRequest,
     BatchScoreResponse,
@@ -24,6 +21,9 @@ from amaris.models import (
 )
 from amaris.scoring.batch import InvalidItem
 from amaris.services import Services
+from api.deps import ServicesDep, batch_scoring, score_one
+from api.errors import CONFLICT_ERRORS, STEP_ERRORS
+from api.errors import INPUT_ERRORS as _ERRORS
 
 
 class ScoreRoute(APIRoute):
@@ -34,7 +34,7 @@ class ScoreRoute(APIRoute):
     This handler does the same work directly: one ``model_validate_json`` of the body
     (errors answered as FastAPI's 422), then the endpoint with its two parameters (the
     bearer key and the body's type were checked at the edge,
-    :class:`amaris.api.middleware.RequestGuard`). The endpoint's signature still defines
+    :class:`api.middleware.RequestGuard`). The endpoint's signature still defines
     the route's OpenAPI schema. Any other dependency would be skipped, so the route
     refuses one.
     """

@@ -12,16 +12,6 @@ from fastapi import APIRouter, Body, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from amaris.api.deps import ServicesDep
-from amaris.api.errors import (
-    AUTH_ERRORS,
-    INPUT_ERRORS,
-    STEP_ERRORS,
-    STORAGE_ERRORS,
-    Responses,
-    error_response,
-)
-from amaris.api.step_scopes import PublicScopes
 from amaris.jsonfile import JSONDict
 from amaris.memory.models import StepRecord, StepStatus
 from amaris.memory.records import RolloutRecord
@@ -32,6 +22,16 @@ from amaris.steps.coordinator import UnknownStepError
 from amaris.steps.outcomes import RubricStatus, StepOutcome, WaitStatus
 from amaris.trust.audit.history import audit_of
 from amaris.trust.audit.models import AuditSummary, StepAudit
+from api.deps import ServicesDep
+from api.errors import (
+    AUTH_ERRORS,
+    INPUT_ERRORS,
+    STEP_ERRORS,
+    STORAGE_ERRORS,
+    Responses,
+    error_response,
+)
+from api.step_scopes import PublicScopes
 
 router = APIRouter(tags=["steps"])
 log = logging.getLogger("amaris.api")

@@ -47,80 +47,80 @@ from cosmic_ray.work_item import WorkerOutcome, WorkResult  # type: ignore[impor
 ROOT = Path(__file__).resolve().parents[2]
 
 MODULES: dict[str, tuple[str, list[str]]] = {
-    "aggregate": ("amaris/rubric/aggregate.py", ["tests/unit/test_aggregate.py"]),
-    "guardrails": ("amaris/rubric/guardrails.py", ["tests/unit/test_guardrails.py"]),
-    "reward": ("amaris/scoring/reward.py", ["tests/unit/test_reward.py"]),
-    "scorer": ("amaris/scoring/scorer.py", ["tests/unit/test_scorer.py"]),
-    "verdicts": ("amaris/scoring/verdicts.py", ["tests/unit/test_verdicts.py"]),
+    "aggregate": ("amaris/rubric/aggregate.py", ["tests/rubric/test_aggregate.py"]),
+    "guardrails": ("amaris/rubric/guardrails.py", ["tests/rubric/test_guardrails.py"]),
+    "reward": ("amaris/scoring/reward.py", ["tests/scoring/test_reward.py"]),
+    "scorer": ("amaris/scoring/scorer.py", ["tests/scoring/test_scorer.py"]),
+    "verdicts": ("amaris/scoring/verdicts.py", ["tests/scoring/test_verdicts.py"]),
     # rubric_store, step_lifecycle: fixture-free unit files (--noconftest); the conftest
     # files (test_rubric_store.py, test_step_*.py) still cover these modules in the suite.
-    "rubric_store": ("amaris/rubric/store.py", ["tests/unit/test_rubric_store_unit.py"]),
-    "step_lifecycle": ("amaris/steps/coordinator.py", ["tests/unit/test_step_lifecycle_unit.py"]),
+    "rubric_store": ("amaris/rubric/store.py", ["tests/rubric/test_rubric_store_unit.py"]),
+    "step_lifecycle": ("amaris/steps/coordinator.py", ["tests/pipeline/test_step_lifecycle_unit.py"]),
     # the embedded default backend (the interface is amaris/memory/rollout_log.py): a
-    # fixture-free unit file; tests/unit/test_rollout_log.py and test_sqlite_rollout_log.py
+    # fixture-free unit file; tests/memory/test_rollout_log.py and test_sqlite_rollout_log.py
     # (conftest, Qdrant folders, the app) still cover it in the suite.
     "rollout_log": (
         "amaris/memory/sqlite_rollout_log.py",
-        ["tests/unit/test_sqlite_rollout_log_unit.py"],
+        ["tests/memory/test_sqlite_rollout_log_unit.py"],
     ),
     # auth, adapters, memory_retrieval: fixture-free unit files (--noconftest); the
     # slower end-to-end files (test_api_edge.py, test_integrations_*.py,
     # test_pipeline_modes.py) still cover these modules in the suite.
     "auth": ("api/middleware.py", ["tests/unit/test_auth_unit.py"]),
-    "adapters": ("amaris/client/rewards.py", ["tests/contract/test_adapters_unit.py"]),
+    "adapters": ("amaris/client/rewards.py", ["tests/trainers/test_adapters_unit.py"]),
     "adapter_clients": (
         "amaris/integrations/_clients.py",
-        ["tests/contract/test_adapters_unit.py"],
+        ["tests/trainers/test_adapters_unit.py"],
     ),
-    "memory_retrieval": ("tasks/retrieve_memory.py", ["tests/unit/test_memory_retrieval_unit.py"]),
-    "offline_rules": ("amaris/offline/heuristics.py", ["tests/unit/test_offline_rules.py"]),
+    "memory_retrieval": ("tasks/retrieve_memory.py", ["tests/memory/test_memory_retrieval_unit.py"]),
+    "offline_rules": ("amaris/offline/heuristics.py", ["tests/offline/test_offline_rules.py"]),
     # precheck, parsing, scale (fixture-free unit files, --noconftest; the app's
     # files, tests/trust/test_precheck.py, tests/api/test_judge_replies.py, still cover them)
     "precheck": (
         "amaris/trust/precheck.py",
         ["tests/trust/test_precheck_unit.py", "tests/trust/test_precheck_head.py"],
     ),
-    "json_reply": ("amaris/llm/json_reply.py", ["tests/unit/test_json_reply_unit.py"]),
+    "json_reply": ("amaris/llm/json_reply.py", ["tests/llm/test_json_reply_unit.py"]),
     "judge_protocol": (
         "amaris/scoring/judge_protocol.py",
-        ["tests/unit/test_judge_protocol_unit.py"],
+        ["tests/trust/test_judge_protocol_unit.py"],
     ),
-    "rollout_records": ("amaris/memory/records.py", ["tests/unit/test_rollout_records_unit.py"]),
+    "rollout_records": ("amaris/memory/records.py", ["tests/memory/test_rollout_records_unit.py"]),
     # gateway: fixture-free files, the endpoint faked at the gateway seam
     # (tests/support/scripted_llm.py); test_gateway*.py (conftest, the fake LLM over HTTP)
     # still cover these modules in the suite.
     "gateway": (
         "amaris/llm/gateway.py",
-        ["tests/unit/test_gateway_unit.py", "tests/unit/test_gateway_attempt_unit.py"],
+        ["tests/llm/test_gateway_unit.py", "tests/llm/test_gateway_attempt_unit.py"],
     ),
-    "attempt": ("amaris/llm/attempt.py", ["tests/unit/test_gateway_attempt_unit.py"]),
+    "attempt": ("amaris/llm/attempt.py", ["tests/llm/test_gateway_attempt_unit.py"]),
     # trl/openrlhf (fixture-free files, --noconftest; the contract files
-    # tests/contract/test_contract_{trl,openrlhf}.py and test_integrations_*.py, TRL's and
+    # tests/trainers/test_contract_{trl,openrlhf}.py and test_integrations_*.py, TRL's and
     # OpenRLHF's own code against the real server, still cover them in the suite).
     # prompt_split is /get_reward's prompt/response split, moved out of api/routes/openrlhf.py.
-    "trl": ("amaris/integrations/trl.py", ["tests/contract/test_trl_adapter_unit.py"]),
+    "trl": ("amaris/integrations/trl.py", ["tests/trainers/test_trl_adapter_unit.py"]),
     "openrlhf": (
         "amaris/integrations/openrlhf.py",
-        ["tests/contract/test_openrlhf_adapter_unit.py"],
+        ["tests/trainers/test_openrlhf_adapter_unit.py"],
     ),
-    "prompt_split": ("amaris/text/prompt_split.py", ["tests/unit/test_prompt_split.py"]),
+    "prompt_split": ("amaris/text/prompt_split.py", ["tests/text/test_prompt_split.py"]),
     # verl: fixture-free files (--noconftest); test_integrations_verl.py and the
     # trainer-contract files (test_contract_verl*.py) still cover both in the suite.
-    "verl": ("amaris/integrations/verl.py", ["tests/contract/test_verl_unit.py"]),
+    "verl": ("amaris/integrations/verl.py", ["tests/trainers/test_verl_unit.py"]),
     "verl_manager": (
         "amaris/integrations/verl_manager.py",
-        ["tests/contract/test_verl_manager_unit.py"],
+        ["tests/trainers/test_verl_manager_unit.py"],
     ),
     # the judge's HTTP client, output fitting and /get_reward (fixture-free files,
     # --noconftest; test_transport_fake_llm.py, the output files with conftest and the
     # OpenRLHF contract files still cover them in the suite).
     "transport": (
         "amaris/llm/transport.py",
-        ["tests/unit/test_transport_edges.py", "tests/unit/test_transport.py"],
+        ["tests/llm/test_transport_edges.py", "tests/llm/test_transport.py"],
     ),
     "openrlhf_route": ("api/routes/openrlhf.py", ["tests/api/test_get_reward_unit.py"]),
     # test_output_fit_gateway.py (the fake LLM over HTTP, conftest) also covers it in the suite
-    "output_fit": ("amaris/llm/output_fit.py", ["tests/unit/test_output_fit.py"]),
+    "output_fit": ("amaris/llm/output_fit.py", ["tests/llm/test_output_fit.py"]),
 }
 
 NO_CONFTEST = {"aggregate", "guardrails", "offline_rules", "verdicts", "scorer", "reward"}

@@ -5,7 +5,7 @@ Runs ``python -m pytest`` twice from the repository root with the suite's own op
 ``tests/conftest.py``'s order): once with ``-m "not slow"``, once with
 everything (as ``.ci/run`` does), and writes the section ``test_loops`` of
 ``docs/benchmarks.md``: wall time, the pytest summary line, machine and load, and the time
-the real-model tier (``tests/real_model/test_real_model.py``, marker ``real_model``) took inside the
+the real-model tier (``tests/llm/test_real_model.py``, marker ``real_model``) took inside the
 run: its tests' summed durations from pytest's JUnit report, setup included (with
 ``--dist loadfile`` the file runs on one worker while the other runs the rest).
 
@@ -30,9 +30,9 @@ from bench._common import doc_section, loadavg, markers, report_path, write_doc
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = {"quick": ["-m", "not slow"], "full": []}
-TIER_CLASSES = "tests.real_model.test_real_model"
+TIER_CLASSES = "tests.llm.test_real_model"
 """JUnit class names of the real-model tier's tests."""
-SMOKE_TESTS = "tests/unit/test_aggregate.py"
+SMOKE_TESTS = "tests/rubric/test_aggregate.py"
 SMOKE_ARGS = ["-o", "addopts=", "-p", "no:xdist", "--noconftest", SMOKE_TESTS]
 
 

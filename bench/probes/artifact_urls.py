@@ -119,8 +119,8 @@ def planted(base: str, where: str) -> str:
 @contextmanager
 def verbatim(raw: bool) -> Iterator[None]:
     """With ``raw``, amaris's artifact writers take every string as it is."""
-    from amaris.flows import artifacts
     from amaris.trust.audit import report
+    from flows import artifacts
 
     modules = (artifacts, report)
     saved = [module.inert for module in modules]
@@ -152,12 +152,12 @@ async def write_step(step: int, base: str) -> str:
         RubricUpdateProposal,
         UpdateRationale,
     )
-    from amaris.flows import artifacts
     from amaris.rubric.model import Criterion, RubricVersion
     from amaris.steps.outcomes import Dropped
-    from amaris.tasks.models import ScopeOutcome, UpdateOutcome
     from amaris.trust.audit.models import StepAudit
     from amaris.trust.audit.report import fidelity_markdown
+    from flows import artifacts
+    from tasks.models import ScopeOutcome, UpdateOutcome
 
     rollout_id = planted(base, "rollout-id")
     behaviour = AggregatedBehaviour(

@@ -565,7 +565,7 @@ def test_truncate_keeps_the_field_within_max_field_chars(
 def test_score_route_refuses_a_dependency_it_would_skip() -> None:
     from fastapi import APIRouter, Depends
 
-    from amaris.api.routes.score import ScoreRoute, score
+    from api.routes.score import ScoreRoute, score
 
     async def audit() -> None:
         """A dependency ScoreRoute's handler does not run."""

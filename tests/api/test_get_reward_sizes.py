@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from amaris.flows.scope_facts import group_peers as _group_peers
 from amaris.text.prompt_split import MIN_PROMPT_TAIL, response_of
+from flows.scope_facts import group_peers as _group_peers
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM
 from tests.support.settings import llm_settings

@@ -24,7 +24,6 @@ import openai
 import pytest
 from qdrant_client import QdrantClient
 
-from amaris.api.routes.openrlhf import current_step
 from amaris.client import STEP_HEADER
 from amaris.llm.gateway import build_providers
 from amaris.llm.providers import Completion
@@ -35,6 +34,7 @@ from amaris.services import Services
 from amaris.settings import load_settings
 from amaris.steps.coordinator import StepCoordinator
 from amaris.steps.outcomes import StepRun
+from api.routes.openrlhf import current_step
 from tests.support.app import in_memory_app
 from tests.support.scripted_llm import Call, ScriptedProvider, verdicts
 from tests.support.settings import make_settings

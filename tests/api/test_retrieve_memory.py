@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from amaris.memory.models import MemoryDocument
-from amaris.tasks.retrieve_memory import retrieve_memory
+from tasks.retrieve_memory import retrieve_memory
 from tests.support.app import in_memory_app
 from tests.support.settings import make_settings
 from tests.support.testclient import TestClient

@@ -161,7 +161,7 @@ def test_every_agent_gets_the_note_inside_its_data_block_under_the_standing_rule
 
 def standing_rule() -> str:
     """The standing rule, as the analyzer's template words it (every template the same:
-    tests/unit/test_standing_rule.py)."""
+    tests/pipeline/test_standing_rule.py)."""
     template = builtin_prompt("analyzer")
     start = template.index("Standing rule:")
     return " ".join(template[start : template.index("\n\n", start)].split())

@@ -23,10 +23,10 @@ from prefect.client.schemas.filters import (
     FlowRunFilterStartTime,
 )
 
-from amaris.flows.scope_batches import ScopeWork, scope_batches
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.scopes import input_id
 from amaris.sim.judge_server import Reply
+from flows.scope_batches import ScopeWork, scope_batches
 from tests.support.agents import agent_of, calls_by_agent
 from tests.support.app import in_memory_app
 from tests.support.fake_llm import FakeLLM, offline_reply

@@ -44,11 +44,11 @@ from amaris.app.retention import (
     remove_results,
     step_of,
 )
-from amaris.flows.step_pipeline import step_pipeline
 from amaris.services import Services
 from amaris.settings import Settings
 from amaris.sim.judge_server import Reply
 from amaris.steps.retry import digest
+from flows.step_pipeline import step_pipeline
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM, offline_reply
 from tests.support.pipeline_helpers import score_step

@@ -24,9 +24,9 @@ from qdrant_client import QdrantClient
 
 from amaris.app.step_executor import DeploymentExecutor
 from amaris.app.wiring import build_services, create_app
-from amaris.flows.step_pipeline import step_pipeline
 from amaris.memory.models import StepRecord
 from amaris.memory.rollout_log import StepRegistry
+from flows.step_pipeline import step_pipeline
 from tests.support.pipeline_helpers import metadata, rollout
 from tests.support.replicas import PoolWorker, create_pool, replica_settings, replicas
 from tests.support.settings import make_settings

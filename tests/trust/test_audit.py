@@ -11,8 +11,6 @@ import pytest
 from amaris.cli.main import main
 from amaris.memory.records import LoggedRollout, LoggedVerdict, RolloutRecord
 from amaris.settings import AuditSettings, load_settings
-from amaris.tasks.audit import over_rewarded, swap_probes
-from amaris.tasks.judge_canaries import audit_pairs
 from amaris.trust.audit.alarm import MIN_TOP_TAIL, TrendPoint, check_alarm, evidence
 from amaris.trust.audit.fidelity import criterion_disagreement, fidelity, kendall_tau
 from amaris.trust.audit.models import (
@@ -28,6 +26,8 @@ from amaris.trust.audit.pause import AuditPause, ScoringPausedError
 from amaris.trust.audit.report import fidelity_markdown, sparkline
 from amaris.trust.audit.sampling import Drawn, sample_size, stratified_sample
 from amaris.trust.judge_canaries import AuditPair
+from tasks.audit import over_rewarded, swap_probes
+from tasks.judge_canaries import audit_pairs
 
 
 def naive_tau(x: list[float], y: list[float]) -> float:

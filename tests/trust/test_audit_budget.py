@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from amaris.memory.records import LoggedRollout, RolloutRecord
 from amaris.settings import AuditSettings
-from amaris.tasks.audit import sample_key
 from amaris.trust.audit.alarm import TrendPoint, check_alarm
 from amaris.trust.audit.models import CriterionTally, Fidelity
 from amaris.trust.audit.sampling import budget_left, sample_size, stratified_sample
+from tasks.audit import sample_key
 
 
 def test_the_default_sample_of_a_small_step_is_two_rollouts() -> None:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from amaris.memory.records import LoggedRollout, LoggedVerdict, RolloutRecord
 from amaris.settings import AuditSettings
-from amaris.tasks.audit import confirm_probes
 from amaris.trust.audit.alarm import SwapTally, TrendPoint, check_alarm
 from amaris.trust.audit.fidelity import fidelity
 from amaris.trust.audit.models import AuditedRollout
 from amaris.trust.audit.sampling import Drawn
 from amaris.trust.judge_canaries import ProbeResult
+from tasks.audit import confirm_probes
 
 PADDING = " Let me restate the problem carefully so that nothing in it is missed." * 30
 

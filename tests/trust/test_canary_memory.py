@@ -24,7 +24,7 @@ import pytest
 from amaris.memory.models import HACK_PROBE_MAX_CHARS, HackProbe
 from amaris.memory.records import RolloutRecord
 from amaris.sim.judge_server import Reply
-from amaris.tasks.remember import hack_probes
+from tasks.remember import hack_probes
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM, offline_reply
 from tests.support.pipeline_canary import FLATTERY, VERIFIED, agent_of

@@ -21,9 +21,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from amaris.api.app import build_api
-from amaris.api.errors import BodyError
-from amaris.api.middleware import (
+from amaris.metrics import Metrics
+from amaris.request_context import request_id_var
+from amaris.services import Services
+from amaris.settings import load_settings
+from api.app import build_api
+from api.errors import BodyError
+from api.middleware import (
     OPEN_PATHS,
     RequestGuard,
     RequestMetrics,
@@ -31,10 +35,6 @@ from amaris.api.middleware import (
     host_name,
     is_json,
 )
-from amaris.metrics import Metrics
-from amaris.request_context import request_id_var
-from amaris.services import Services
-from amaris.settings import load_settings
 from tests.support.testclient import TestClient
 
 KEY = "s3cret"

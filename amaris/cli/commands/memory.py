@@ -5,7 +5,7 @@ from __future__ import annotations
 from amaris.cli.common import JSON, STORE, SubParsers, bounded, command
 
 # The API's bounds and document types (amaris.memory.inspection, amaris.memory.models),
-# spelled here because importing amaris.memory loads Qdrant: tests/unit/test_cli_layout.py
+# spelled here because importing amaris.memory loads Qdrant: tests/app/test_cli_layout.py
 # checks that they agree.
 MAX_RECENT = 1000
 MAX_SEARCH_LIMIT = 100

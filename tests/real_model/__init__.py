@@ -1,1 +1,0 @@
-"""Tests: real_model."""
