@@ -103,15 +103,21 @@ async def open_client(lib: str, connections: int, timeout_s: float) -> AsyncIter
 
 
 # -- processes -----------------------------------------------------------------------------
-def amaris_executable() -> str:
-    """The ``amaris`` console script next to this interpreter, else the one on PATH."""
-    beside = Path(sys.executable).parent / "amaris"
+def console_script(name: str) -> str:
+    """The console script ``name`` next to this interpreter, else the one on PATH (a venv
+    made with ``--system-site-packages`` has none of those its base installed)."""
+    beside = Path(sys.executable).parent / name
     if beside.is_file():
         return str(beside)
-    found = shutil.which("amaris")
+    found = shutil.which(name)
     if found is None:
-        raise SystemExit("cannot find the `amaris` console script; install the package first")
+        raise SystemExit(f"cannot find the `{name}` console script; install its package first")
     return found
+
+
+def amaris_executable() -> str:
+    """The ``amaris`` console script next to this interpreter, else the one on PATH."""
+    return console_script("amaris")
 
 
 def py_spy() -> str | None:

@@ -44,6 +44,8 @@ from typing import Any
 from cosmic_ray.work_db import use_db  # type: ignore[import-untyped]
 from cosmic_ray.work_item import WorkerOutcome, WorkResult  # type: ignore[import-untyped]
 
+from bench._common import console_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 MODULES: dict[str, tuple[str, list[str]]] = {
@@ -55,7 +57,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # rubric_store, step_lifecycle: fixture-free unit files (--noconftest); the conftest
     # files (test_rubric_store.py, test_step_*.py) still cover these modules in the suite.
     "rubric_store": ("amaris/rubric/store.py", ["tests/rubric/test_rubric_store_unit.py"]),
-    "step_lifecycle": ("amaris/steps/coordinator.py", ["tests/pipeline/test_step_lifecycle_unit.py"]),
+    "step_lifecycle": (
+        "amaris/steps/coordinator.py",
+        ["tests/pipeline/test_step_lifecycle_unit.py"],
+    ),
     # the embedded default backend (the interface is amaris/memory/rollout_log.py): a
     # fixture-free unit file; tests/memory/test_rollout_log.py and test_sqlite_rollout_log.py
     # (conftest, Qdrant folders, the app) still cover it in the suite.
@@ -72,7 +77,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
         "amaris/integrations/_clients.py",
         ["tests/trainers/test_adapters_unit.py"],
     ),
-    "memory_retrieval": ("tasks/retrieve_memory.py", ["tests/memory/test_memory_retrieval_unit.py"]),
+    "memory_retrieval": (
+        "tasks/retrieve_memory.py",
+        ["tests/memory/test_memory_retrieval_unit.py"],
+    ),
     "offline_rules": ("amaris/offline/heuristics.py", ["tests/offline/test_offline_rules.py"]),
     # precheck, parsing, scale (fixture-free unit files, --noconftest; the app's
     # files, tests/trust/test_precheck.py, tests/api/test_judge_replies.py, still cover them)
@@ -266,11 +274,11 @@ def run_module(
     module, tests = MODULES[name]
     cfg, session = work / f"{name}.toml", work / f"{name}.sqlite"
     cfg.write_text(config(module, tests, timeout, conftest=name not in NO_CONFTEST))
-    cr = [str(Path(sys.executable).parent / "cosmic-ray")]
+    cr = [console_script("cosmic-ray")]
     started = time.monotonic()
     subprocess.run([*cr, "init", str(cfg), str(session)], cwd=work, check=True)
     subprocess.run(
-        [str(Path(sys.executable).parent / "cr-filter-operators"), str(session), str(cfg)],
+        [console_script("cr-filter-operators"), str(session), str(cfg)],
         cwd=work,
         check=True,
     )

@@ -49,6 +49,7 @@ from bench._common import (
     STOP_TIMEOUT_S,
     Child,
     child_env,
+    console_script,
     doc_section,
     markers,
     wait_ready,
@@ -383,7 +384,7 @@ def prefect_server(folder: Path, port: int) -> Child:
             "PREFECT_UI_API_URL": f"http://127.0.0.1:{port}/api",
         }
     )
-    prefect = str(Path(sys.executable).parent / "prefect")
+    prefect = console_script("prefect")
     return Child(
         "prefect server",
         [prefect, "server", "start", "--no-services"],
