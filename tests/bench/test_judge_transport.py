@@ -13,7 +13,7 @@ import pytest
 
 from amaris.llm.transport import ChatBody, ResponseTooLargeError
 from bench.performance import judge_transport as bench
-from tests.support.raw_http import ok, raw_server
+from tests.support.raw_http import ok, raw_server, trickling_server
 
 BODY: ChatBody = {"model": "judge", "messages": [{"role": "user", "content": "hi"}]}
 LIMIT = 1000
@@ -80,27 +80,9 @@ async def test_each_transport_ends_a_trickling_reply_at_the_attempts_deadline(
     transport: str,
 ) -> None:
     reply = ok(json.dumps({"pad": " " * 800}).encode())  # within LIMIT
-    sent: list[int] = []
-
-    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        try:
-            for start in range(0, len(reply), 20):
-                writer.write(reply[start : start + 20])
-                await writer.drain()
-                sent.append(start)
-                await asyncio.sleep(0.05)
-        except ConnectionError:
-            pass  # the client gave up
-        writer.close()
-
-    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
+    async with trickling_server(reply, 20) as (url, sent):
         with pytest.raises(openai.APITimeoutError):
-            await post(transport, f"http://127.0.0.1:{port}/v1", timeout=0.4)
-    finally:
-        server.close()
+            await post(transport, url, timeout=0.4)
     assert len(sent) < len(reply) // 20
 
 

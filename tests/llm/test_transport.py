@@ -27,7 +27,7 @@ from amaris.app.running import free_port
 from amaris.llm.providers import Completion, OpenAIProvider, parse_completion
 from amaris.llm.transport import ResponseTooLargeError
 from amaris.settings import Settings
-from tests.support.raw_http import ANSWER, RawServer, ok, raw_server
+from tests.support.raw_http import ANSWER, RawServer, ok, raw_server, trickling_server
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 
@@ -166,28 +166,10 @@ async def test_silent_server_is_a_timeout() -> None:
 async def test_trickling_answer_is_abandoned_at_the_attempts_deadline() -> None:
     # Every gap is far under the timeout: only a deadline for the whole attempt ends it.
     answer = ok(json.dumps({**ANSWER, "pad": " " * 4000}).encode())
-    sent: list[int] = []
-
-    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        try:
-            for start in range(0, len(answer), 100):
-                writer.write(answer[start : start + 100])
-                await writer.drain()
-                sent.append(start)
-                await asyncio.sleep(0.05)
-        except ConnectionError:
-            pass  # the client gave up
-        writer.close()
-
-    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
+    async with trickling_server(answer, 100) as (url, sent):
         async with asyncio.timeout(DEADLINE_S):  # watchdog only
             with pytest.raises(openai.APITimeoutError):
-                await complete(f"http://127.0.0.1:{port}/v1", timeout=0.4)
-    finally:
-        server.close()
+                await complete(url, timeout=0.4)
     assert len(sent) < len(answer) // 100
 
 

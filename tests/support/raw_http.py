@@ -77,3 +77,29 @@ async def raw_server(handler: Handler) -> AsyncIterator[RawServer]:
     finally:
         server.close()
         await server.wait_closed()
+
+
+@asynccontextmanager
+async def trickling_server(reply: bytes, piece: int) -> AsyncIterator[tuple[str, list[int]]]:
+    """A server that sends ``reply`` ``piece`` bytes every 50 ms after a request's head: its
+    URL, and the offsets of the pieces sent (until the client gave up)."""
+    sent: list[int] = []
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        try:
+            for start in range(0, len(reply), piece):
+                writer.write(reply[start : start + piece])
+                await writer.drain()
+                sent.append(start)
+                await asyncio.sleep(0.05)
+        except ConnectionError:
+            pass  # the client gave up
+        writer.close()
+
+    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1", sent
+    finally:
+        server.close()
