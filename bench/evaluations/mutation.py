@@ -71,7 +71,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # auth, adapters, memory_retrieval: fixture-free unit files (--noconftest); the
     # slower end-to-end files (test_api_edge.py, test_integrations_*.py,
     # test_pipeline_modes.py) still cover these modules in the suite.
-    "auth": ("api/middleware.py", ["tests/unit/test_auth_unit.py"]),
+    "auth": ("api/middleware.py", ["tests/api/test_auth_unit.py"]),
     "adapters": ("amaris/client/rewards.py", ["tests/trainers/test_adapters_unit.py"]),
     "adapter_clients": (
         "amaris/integrations/_clients.py",
