@@ -30,18 +30,6 @@ from amaris.trust.rule_store import PrecheckRuleStore
 
 log = logging.getLogger("amaris")
 
-GC_THRESHOLDS = (20_000, 20, 100)
-"""Python's collector thresholds while amaris serves (generations 0, 1, 2).
-
-A young collection walks every container object allocated since the last one and still
-alive. While many ``/score`` requests wait on their judge calls, that is their request
-state, so with the default generation-0 threshold (700) collections come every few
-requests, and the generation-1 ones stall every thread, which every request in flight
-waits out. At 20,000 a young collection comes only when objects outlive their requests
-(caches, the rollout-id index). The heap garbage cycles can hold until then is a few
-megabytes; full collections stay rare (generation 2 every 100 of generation 1), and
-:func:`settle_heap` collects once a step."""
-
 
 @dataclass
 class Services:
@@ -90,14 +78,10 @@ class Services:
             # In the background: an unreachable judge must not hold start-up.
             self._prober = asyncio.create_task(self.judges.run(every))
         # Everything loaded so far (Prefect, torch, the stores) lives as long as the process:
-        # keep it out of the collector's full passes, which otherwise stall the event loop
+        # kept out of the collector's full passes, which otherwise stall the event loop
         # once the memory holds many points.
         gc.collect()
         gc.freeze()
-        # Full collections walk every object not frozen; with the default thresholds
-        # (700, 10, 10) a step's allocations set off several, each stalling every thread;
-        # young ones come every few requests under load. See GC_THRESHOLDS.
-        gc.set_threshold(*GC_THRESHOLDS)
 
     async def _refresh_rubrics(self, interval: float) -> None:
         while True:

@@ -77,7 +77,6 @@ def build_api(settings: Settings, services: Services | ServicesFactory) -> FastA
     app.add_middleware(RequestMetrics, metrics=registry)  # added last: outermost
     errors.install(app)
     app.include_router(health.router)
-    app.include_router(score.score_router)
     app.include_router(score.router)
     app.include_router(openrlhf.router)
     app.include_router(rubrics.router)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import re
 import secrets
 import time
+import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -28,15 +28,6 @@ _SAFE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods that change nothing: every other one must declare a JSON body, even an empty
 one, which no cross-site form and no CORS-free ``fetch`` can."""
-
-_ID_PREFIX = secrets.token_hex(4)
-_id_counter = itertools.count(1)
-
-
-def _next_request_id() -> str:
-    """16 hex digits: this process's random prefix and a counter (uuid4 reads the OS's
-    random source on every call, a syscall per request on the hot path)."""
-    return f"{_ID_PREFIX}{next(_id_counter) & 0xFFFFFFFF:08x}"
 
 
 def bearer_matches(authorization: bytes, key: bytes) -> bool:
@@ -129,7 +120,7 @@ class RequestGuard:
         if client_id is not None and _SAFE_REQUEST_ID.fullmatch(client_id):
             request_id = client_id.decode("ascii")
         else:
-            request_id = _next_request_id()
+            request_id = uuid.uuid4().hex[:16]
         id_header = (b"x-request-id", request_id.encode("ascii"))
         declared = None
         if length is not None and length.isdigit():

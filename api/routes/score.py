@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Coroutine
-from typing import Any
-
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.routing import APIRoute
-from pydantic import ValidationError
 
 from amaris.models import (
     BatchScoreRequest,
@@ -20,80 +13,14 @@ from amaris.models import (
     ScoreResponse,
 )
 from amaris.scoring.batch import InvalidItem
-from amaris.services import Services
 from api.deps import ServicesDep, batch_scoring, score_one
 from api.errors import CONFLICT_ERRORS, STEP_ERRORS
 from api.errors import INPUT_ERRORS as _ERRORS
 
-
-class ScoreRoute(APIRoute):
-    """``POST /score`` without FastAPI's per-request dependency solving.
-
-    FastAPI resolves a route's dependencies and validates its body through its own layers
-    on every request, a large share of the event loop's CPU per ``/score`` inside the app.
-    This handler does the same work directly: one ``model_validate_json`` of the body
-    (errors answered as FastAPI's 422), then the endpoint with its two parameters (the
-    bearer key and the body's type were checked at the edge,
-    :class:`api.middleware.RequestGuard`). The endpoint's signature still defines
-    the route's OpenAPI schema. Any other dependency would be skipped, so the route
-    refuses one.
-    """
-
-    _HANDLED = frozenset({"get_services"})
-
-    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
-        super().__init__(path, endpoint, **kwargs)
-        skipped = sorted(
-            getattr(dep.call, "__name__", repr(dep.call))
-            for dep in self.dependant.dependencies
-            if getattr(dep.call, "__name__", None) not in self._HANDLED
-        )
-        if skipped:
-            raise TypeError(f"ScoreRoute {path} would skip dependencies {skipped}")
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        endpoint = self.endpoint
-
-        async def handle(request: Request) -> Response:
-            services: Services = request.app.state.services
-            raw = await request.body()
-            try:
-                body = ScoreRequest.model_validate_json(raw)
-            except ValidationError as exc:
-                raise RequestValidationError(_field_errors(raw, exc)) from None
-            response: Response = await endpoint(body=body, services=services)
-            return response
-
-        return handle
-
-
-def _field_errors(raw: bytes, exc: ValidationError) -> list[Any]:
-    """The errors of a /score body, naming fields where the JSON parser named none.
-
-    The JSON parser refuses some bodies as a whole (a lone surrogate escape, nesting past
-    its own limit) where the other routes' validation names the field: such a body is
-    parsed again with ``json`` and validated as they validate theirs. Only on this path.
-    """
-    errors = exc.errors(include_url=False)
-    if not any(err.get("type") == "json_invalid" for err in errors):
-        return errors
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        return errors
-    try:
-        ScoreRequest.model_validate(data)
-    except ValidationError as named:
-        return named.errors(include_url=False)
-    return errors
-
-
 router = APIRouter(tags=["scoring"])
-score_router = APIRouter(tags=["scoring"], route_class=ScoreRoute)
-"""``/score`` alone, with its lean handler (:class:`ScoreRoute`)."""
 
 
-@score_router.post(
+@router.post(
     "/score",
     response_model=ScoreResponse,
     responses={

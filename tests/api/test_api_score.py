@@ -560,17 +560,3 @@ def test_truncate_keeps_the_field_within_max_field_chars(
         assert len(seen["output"]) == 100
         assert "[... truncated by amaris ...]" in seen["output"]
         assert seen["output"].endswith("Answer: 4")
-
-
-def test_score_route_refuses_a_dependency_it_would_skip() -> None:
-    from fastapi import APIRouter, Depends
-
-    from api.routes.score import ScoreRoute, score
-
-    async def audit() -> None:
-        """A dependency ScoreRoute's handler does not run."""
-
-    router = APIRouter(route_class=ScoreRoute)
-    router.add_api_route("/fine", score, methods=["POST"])
-    with pytest.raises(TypeError, match="audit"):
-        router.add_api_route("/x", score, methods=["POST"], dependencies=[Depends(audit)])
