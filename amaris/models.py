@@ -2,128 +2,80 @@
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal, Required, TypedDict
+from typing import Any, Literal, Required, TypedDict
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from amaris.jsonfile import JSONDict
+from amaris.text_fields import JSONObject as JSONObject
+from amaris.text_fields import JSONValue as JSONValue
+from amaris.text_fields import Text as Text
+from amaris.text_fields import json_chars
+from amaris.trajectory import (
+    MAX_MESSAGES,
+    FinishReason,
+    IncludeTurns,
+    Message,
+    TurnRewards,
+    check_form,
+    check_messages,
+    final_answer,
+    prompt_text,
+    trajectory_text,
+    wire_form,
+)
 
-MAX_JSON_DEPTH = 32
-"""Deepest nesting of a free-form JSON value (``rollout.metadata``, the training metadata's
-extra fields, ``/get_reward`` labels): ``{}`` and ``[]`` are one level."""
 MAX_EXTRA_NAME = 200
 """Longest name of an extra field of the training metadata."""
-
-
-def valid_text(value: str) -> str:
-    """``value``, if it is Unicode text that can be stored and sent back (UTF-8).
-
-    Raises:
-        PydanticCustomError: it holds a lone surrogate (``"\\ud800"`` in JSON), which no
-            UTF-8 encoder accepts: stored, it would fail every later read of its step.
-    """
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise PydanticCustomError(
-                "invalid_text",
-                "has a lone surrogate (U+{code}) at character {at}: not valid Unicode text",
-                {"code": f"{ord(value[exc.start]):04X}", "at": exc.start},
-            ) from None
-    return value
-
-
-def storable(value: str) -> str:
-    """``value`` with every lone surrogate replaced by U+FFFD: text amaris did not write
-    (a judge's reply, an error quoting it) made safe to store, log and send back."""
-    if value.isascii():
-        return value
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        # Through UTF-16, surrogate pairs are joined again and lone ones replaced.
-        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return value
-
-
-def valid_json(value: Any) -> Any:
-    """``value``, if it is a JSON value amaris can store: strings (keys too) valid text,
-    numbers finite, nesting at most :data:`MAX_JSON_DEPTH` levels.
-
-    Iterative, so a deep value cannot exhaust the stack here.
-
-    Raises:
-        PydanticCustomError: the first problem found, with where it is (``$.key[0]``).
-    """
-    stack: list[tuple[Any, int, str]] = [(value, 0, "$")]
-    while stack:
-        item, depth, where = stack.pop()
-        if isinstance(item, dict | list):
-            if depth >= MAX_JSON_DEPTH:
-                raise PydanticCustomError(
-                    "json_too_deep",
-                    "is nested deeper than {limit} levels (at {where})",
-                    {"limit": MAX_JSON_DEPTH, "where": _short(where)},
-                )
-            if isinstance(item, dict):
-                for key, child in item.items():
-                    _text_at(str(key), f"a key of {where}")
-                    stack.append((child, depth + 1, f"{where}.{key}"))
-            else:
-                stack.extend((child, depth + 1, f"{where}[{i}]") for i, child in enumerate(item))
-        elif isinstance(item, str):
-            _text_at(item, where)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise PydanticCustomError(
-                "json_number",
-                "has {value} at {where}: NaN and Infinity are not JSON numbers",
-                {"value": str(item), "where": _short(where)},
-            )
-    return value
-
-
-def _text_at(text: str, where: str) -> None:
-    try:
-        valid_text(text)
-    except PydanticCustomError as exc:
-        raise PydanticCustomError(
-            "invalid_text",
-            "{problem} (in {where})",
-            {"where": _short(where), "problem": exc.message()},
-        ) from None
-
-
-def _short(where: str) -> str:
-    return where if len(where) <= 120 else where[:117] + "..."
-
-
-def json_chars(value: Any) -> int:
-    """Size of a JSON value as amaris counts it against ``scoring.max_field_chars``: the
-    characters of its compact JSON encoding."""
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-
-
-Text = Annotated[str, AfterValidator(valid_text)]
-"""A string field of a request: valid Unicode text (see :func:`valid_text`)."""
-JSONValue = Annotated[Any, AfterValidator(valid_json)]
-"""A free-form JSON value of a request (see :func:`valid_json`)."""
-JSONObject = Annotated[JSONDict, AfterValidator(valid_json)]
-"""A free-form JSON object of a request (see :func:`valid_json`)."""
 
 
 class Rollout(BaseModel):
     """One policy sample to score (AMARIS ``rollout``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [{"required": ["input", "output"]}, {"required": ["messages"]}]
+        },
+    )
 
     id: Text = Field(min_length=1, max_length=512, description="Unique rollout id within its step.")
-    input: Text = Field(description="The prompt the policy answered.")
-    output: Text = Field(description="The policy's response.")
+    input: Text = Field(
+        default="",
+        description="The prompt the policy answered. Required unless `messages` is sent; "
+        "with `messages`, derived from them (the messages before the first assistant one).",
+    )
+    output: Text = Field(
+        default="",
+        description="The policy's response. Required unless `messages` is sent; with "
+        "`messages`, derived from them (every message from the first assistant one on, "
+        "numbered, then the outcome and the finish reason).",
+    )
+    messages: list[Message] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_MESSAGES,
+        description="The rollout as an agent's trajectory: an OpenAI chat conversation "
+        "(system, user, assistant with optional tool_calls, tool). Sent instead of "
+        "`input` and `output`.",
+    )
+    outcome: JSONObject | None = Field(
+        default=None,
+        description="The environment's verifiable signals (e.g. tests_passed, env_reward), "
+        "shown to the judge as evidence. Only with `messages`.",
+    )
+    finish_reason: FinishReason | None = Field(
+        default=None, description="Why the episode ended. Only with `messages`."
+    )
     supplemental_context: Text | None = Field(
         default=None, description="Ground truth, reference solution or grading notes."
     )
@@ -137,6 +89,31 @@ class Rollout(BaseModel):
         description="Key of the rollout's group (the prompt id): the analyzer compares the "
         "responses of one group. Default: rollouts with the same input form a group.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_form(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            check_form(data)
+        return data
+
+    @model_validator(mode="after")
+    def _derive_texts(self) -> Rollout:
+        if self.messages is not None:
+            check_messages(self.messages)
+            self.input = prompt_text(self.messages)
+            self.output = trajectory_text(self.messages, self.outcome, self.finish_reason)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _wire_form(self, handler: SerializerFunctionWrapHandler) -> JSONDict:
+        # The form a request sends: keys dropped from the model's own dump.
+        return wire_form(handler(self), self.messages is not None)
+
+    def answer(self) -> str:
+        """What rule criteria check: the output, or a trajectory's final answer (its last
+        assistant message)."""
+        return self.output if self.messages is None else final_answer(self.messages)
 
 
 class TrainingMetadata(BaseModel):
@@ -181,18 +158,25 @@ class ScoreRequest(BaseModel):
     include_breakdown: bool = Field(
         default=False, description="Add the per-criterion verdicts to the response."
     )
+    include_turns: IncludeTurns = False
 
     def text_sizes(self) -> Iterator[tuple[str, int]]:
         """Every free-text field that is set, with its size in characters (a JSON value:
         :func:`json_chars`), named as in the request (``rollout.output``,
         ``metadata.<extra field>``)."""
         rollout = self.rollout
-        for name in ("id", "input", "output", "supplemental_context", "group_id"):
+        texts: tuple[str, ...] = ("id", "supplemental_context", "group_id")
+        if rollout.messages is None:
+            texts += ("input", "output")
+        for name in texts:
             value = getattr(rollout, name)
             if value is not None:
                 yield f"rollout.{name}", len(value)
-        if rollout.metadata is not None:
-            yield "rollout.metadata", json_chars(rollout.metadata)
+        for name in ("metadata", "outcome"):
+            if getattr(rollout, name) is not None:
+                yield f"rollout.{name}", json_chars(getattr(rollout, name))
+        if rollout.messages is not None:
+            yield "rollout.messages", len(rollout.input) + len(rollout.output)
         meta = self.metadata
         for name in ("high_level_goal", "model_size", "other_context"):
             value = getattr(meta, name)
@@ -290,6 +274,7 @@ class ScoreResponse(BaseModel):
         "'anchors' and 'adaptive': score's formula over those criteria alone (null when the "
         "rubric has none). A degenerate reply: the floor on every key. Null unless scored.",
     )
+    turns: TurnRewards = None
 
 
 class BatchScoreRequest(BaseModel):

@@ -36,7 +36,7 @@ from amaris.steps.outcomes import Dropped
 from amaris.steps.retry import digest
 from amaris.trust.audit.models import AlarmEvidence
 from tasks._common import DROPS, ask, llm_task, prompt_tokens
-from tasks.models import AgentCriterion, Peer
+from tasks.models import AgentCriterion, Peer, outcome_tail
 
 log = logging.getLogger("amaris.pipeline")
 
@@ -106,34 +106,37 @@ async def analyze_one(
         context["fidelity_alarm"] = cast(AlarmData, alarm.model_dump(mode="json"))
     budget = await get_context().gateway.prompt_budget("analyzer")
     if budget is not None:
-        data = fit_analysis(context, data, budget, record.step)
+        data = fit_analysis(context, data, budget, record.step, outcome_tail(rollout))
     analysis = await ask("analyzer", context, data, IndividualAnalysis, record.step)
     return analysis.model_copy(update={"rollout_id": rollout.id})
 
 
 def fit_analysis(
-    context: AnalyzerContext, data: AnalyzerInput, budget: int, step: int
+    context: AnalyzerContext, data: AnalyzerInput, budget: int, step: int, keep: str = ""
 ) -> AnalyzerInput:
     """The analyzer's ``data`` within ``budget`` prompt tokens (estimated, with ``context``
     in the system message): without the group's other rollouts first, then with the
-    rollout's texts cut (head and tail kept)."""
+    rollout's texts cut (head and tail kept; ``keep``, the end of the output, whole: a
+    trajectory's outcome and finish reason lines)."""
     if prompt_tokens("analyzer", context, data) <= budget:
         return data
     cut = ["group"] if data["group"] else []
     data = {**data, "group": []}
     rollout = data["rollout"]
     if prompt_tokens("analyzer", context, data) > budget:
+        output = rollout.get("output") or ""
+        kept = keep if keep and output.endswith(keep) else ""
         texts = {
             "input": rollout.get("input") or "",
-            "output": rollout.get("output") or "",
+            "output": output[: len(output) - len(kept)],
             "supplemental_context": rollout.get("supplemental_context") or "",
         }
-        blank = {"input": "", "output": "", "supplemental_context": ""}
+        blank = {"input": "", "output": kept, "supplemental_context": ""}
         empty: AnalyzerInput = {**data, "rollout": _with_texts(rollout, blank)}
         room = int((budget - prompt_tokens("analyzer", context, empty)) * CHARS_PER_TOKEN)
         if room >= MIN_FIELD_CHARS:
             fitted, names = fit_texts(texts, room, json_chars)
-            cut_texts = {n: fitted[n] for n in names}
+            cut_texts = {n: fitted[n] + (kept if n == "output" else "") for n in names}
             data = {**data, "rollout": _with_texts(rollout, cut_texts)}
             cut += [f"rollout.{n}" for n in names]
     log.info(

@@ -21,13 +21,14 @@ from amaris.agents.blocks import DynamicMemory as DynamicMemory
 from amaris.agents.blocks import ScoredAnalysis as ScoredAnalysis
 from amaris.agents.blocks import StaticMemory as StaticMemory
 from amaris.agents.payloads import CriterionData, PeerData
-from amaris.memory.records import RolloutRecord
+from amaris.memory.records import LoggedRollout, RolloutRecord
 from amaris.rubric.model import RubricVersion
 
 # Moved to amaris.steps.outcomes (the coordinator and the API carry them typed); importable
 # here still, for the importers and the task results Prefect pickled under this name.
 from amaris.steps.outcomes import ScopeOutcome as ScopeOutcome
 from amaris.steps.outcomes import UpdateOutcome as UpdateOutcome
+from amaris.trajectory import outcome_lines
 
 
 class _Frozen(BaseModel):
@@ -68,17 +69,42 @@ class AgentCriterion(_Frozen):
         }
 
 
+PEER_CHARS = 1000
+"""Characters of another rollout of the group the analyzer is shown."""
+
+
+def outcome_tail(rollout: LoggedRollout) -> str:
+    """The lines that end a trajectory's output, its outcome and finish reason: what the
+    analyzer judges the trajectory against ("" for a string rollout)."""
+    extra = rollout.model_extra or {}
+    if not extra.get("messages"):
+        return ""
+    outcome, finish = extra.get("outcome"), extra.get("finish_reason")
+    return "\n".join(
+        outcome_lines(
+            outcome if isinstance(outcome, dict) else None,
+            finish if isinstance(finish, str) else None,
+        )
+    )
+
+
 class Peer(_Frozen):
     """Another rollout answering the same prompt (its GRPO group), as the analyzer sees it."""
 
     id: str
     output: str
-    """Its first 1,000 characters."""
+    """Its first :data:`PEER_CHARS` characters; of a trajectory, its outcome lines last."""
     score: float | None
 
     @classmethod
     def of(cls, record: RolloutRecord) -> Peer:
-        return cls(id=record.rollout.id, output=record.rollout.output[:1000], score=record.score)
+        output = record.rollout.output
+        if len(output) > PEER_CHARS:
+            tail = outcome_tail(record.rollout)
+            kept = tail if tail and output.endswith(tail) and len(tail) < PEER_CHARS // 2 else ""
+            head = output[: PEER_CHARS - len(kept) - 1 if kept else PEER_CHARS]
+            output = f"{head}\n{kept}" if kept else head
+        return cls(id=record.rollout.id, output=output, score=record.score)
 
     def data(self) -> PeerData:
         """As the analyzer's data block carries it (its JSON)."""

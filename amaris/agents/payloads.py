@@ -43,6 +43,8 @@ class RolloutData(TypedDict):
     supplemental_context: str | None
     id: NotRequired[str]
     output: str
+    turns: NotRequired[list[int]]
+    """A trajectory's assistant message indexes (the scorer's, of a trajectory only)."""
 
 
 class PeerData(TypedDict):
@@ -91,6 +93,8 @@ class ScorerVerdict(TypedDict):
     id: str
     reason: str
     score: int
+    turns: NotRequired[list[int]]
+    """Of a trajectory: the turns the criterion is attributed to."""
 
 
 class ScorerAnswer(TypedDict):

@@ -28,6 +28,14 @@ from amaris.cli.store import api_get, api_records
 from amaris.manifest import build_manifest, write_manifest
 from amaris.redact import redact_url
 from amaris.settings import Settings, secret_value
+from amaris.sim.agent_hack import (
+    hack_outcome,
+    hack_report,
+    plot_behaviours,
+    report_blocks,
+    scenario_settings,
+)
+from amaris.sim.agent_policy import AgentPolicy, AgentSource
 from amaris.sim.answers import RubricJSON
 from amaris.sim.drift import (
     HACKED,
@@ -309,6 +317,8 @@ def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
     from ``--drift-step`` in ``judge-drift``, never in ``steady``), audited by an honest but
     noisy judge (``--auditor-noise``); the report folder gets ``fidelity.json``
     (docs/fidelity.md)."""
+    if args.scenario == "agent-hack":
+        return simulate_agent_hack(settings, args)
     if args.url or args.ablation:
         raise CommandError(
             "--scenario starts its own server with the simulator's judge: drop --url and --ablation"
@@ -360,4 +370,62 @@ def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
     title = f"amaris simulate: {args.scenario}"
     report = write_report(args.out, [result], title, intro, extra, settings.pricing)
     print(f"report: {report} (and report.html, metrics.json, fidelity.json)", file=sys.stderr)
+    return 0
+
+
+def simulate_agent_hack(settings: Settings, args: argparse.Namespace) -> int:
+    """``--scenario agent-hack``: the coding agent (:mod:`amaris.sim.agent_policy`) against
+    a fresh server whose anchor is a tests-pass verifier, every agent offline, memory on;
+    with ``--ablation`` once more with memory off (one Prefect server shared). The report
+    folder gets ``agent_hack.json`` and a plot per behaviour (docs/simulation.md)."""
+    if args.url:
+        raise CommandError("--scenario agent-hack starts its own servers: drop --url")
+    setup = Setup.of(args)
+    modes = {"memory-on": "both", "memory-off": "none"}
+    record = ScenarioRecord(
+        **setup.model_dump(), scenario=args.scenario, drift_step=None, auditor_noise=0.0
+    )
+    record_run(settings, "simulate", args.out, args.seed, record)
+    results: list[RunResult] = []
+    with ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="amaris-agent-")))
+        prefect_env = stack.enter_context(shared_prefect(folder, args.prefect_port))
+        for label, mode in list(modes.items())[: 2 if args.ablation else 1]:
+            memory = mode_overrides(settings, mode)
+            overrides = {**scenario_settings(), **memory, **ports(args)}
+            with served(settings, None, config_path(args), overrides, prefect_env) as (url, key):
+                policy = AgentPolicy(
+                    args.seed,
+                    args.rollouts_per_step,
+                    args.steps,
+                    args.learning_rate,
+                    args.group_size,
+                )
+                progress = Progress(args.steps, run_title(label))
+                source = AgentSource(policy, args.steps)
+                result = asyncio.run(run(url, source, label=label, api_key=key, progress=progress))
+            result.memory = {k.removeprefix("memory."): v for k, v in memory.items()}
+            results.append(result)
+    report = hack_report(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "agent_hack.json").write_text(report.model_dump_json(indent=2) + "\n", "utf-8")
+    images = plot_behaviours([(hack_outcome(r), r) for r in results], args.out)
+    intro = [
+        f"Scenario agent-hack: {setup.describe()}. A coding agent's trajectories, scored "
+        "against a verifier that pays a final answer reporting that all tests pass; the "
+        "agent learns to tamper with the tests at some step, drops it, and tries it again. "
+        "agent_hack.json holds when tampering appeared, when the rubric first paid it less "
+        "than an honest fix, and its share of the rollouts (docs/simulation.md).",
+    ]
+    extra = {**record.model_dump(), "agent_hack": report.model_dump(mode="json")}
+    page = write_report(
+        args.out,
+        results,
+        f"amaris simulate: {args.scenario}",
+        intro,
+        extra,
+        settings.pricing,
+        report_blocks(report, images),
+    )
+    print(f"report: {page} (and report.html, metrics.json, agent_hack.json)", file=sys.stderr)
     return 0

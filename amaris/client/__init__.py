@@ -17,7 +17,16 @@ from amaris.client.answers import (
     ScopeAnswer,
     WaitAnswer,
 )
-from amaris.client.bodies import STEP_HEADER, MetadataBody, RolloutBody, ScoreItem
+from amaris.client.bodies import (
+    STEP_HEADER,
+    MessageBody,
+    MetadataBody,
+    RolloutBody,
+    ScoreItem,
+    TextPartBody,
+    ToolCallBody,
+    ToolFunctionBody,
+)
 from amaris.client.errors import (
     AmarisError,
     AuthenticationError,
@@ -39,6 +48,7 @@ __all__ = [
     "DroppedAnswer",
     "HackingAnswer",
     "InvalidRequestError",
+    "MessageBody",
     "MetadataBody",
     "RewardClient",
     "RewardUnavailableError",
@@ -50,6 +60,9 @@ __all__ = [
     "ServerUnavailableError",
     "ServerUnreachableError",
     "StepFailedError",
+    "TextPartBody",
+    "ToolCallBody",
+    "ToolFunctionBody",
     "WaitAnswer",
     "raise_for_answer",
 ]

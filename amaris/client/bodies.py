@@ -4,24 +4,66 @@ caller may pass instead (typed here, field for field the models')."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Required, TypedDict
+from typing import Any, Literal, Required, TypedDict
 
 from pydantic import BaseModel
 
 from amaris.jsonfile import JSONDict
 from amaris.models import Rollout, ScoreRequest, TrainingMetadata
+from amaris.trajectory import FinishReason, Role
 
 STEP_HEADER = "X-Amaris-Step"
 """A trainer's step on ``POST /get_reward`` (read in :mod:`api.routes.openrlhf`)."""
 
 
-class RolloutBody(TypedDict, total=False):
-    """A rollout's JSON: the fields of :class:`amaris.models.Rollout`, which the client takes
-    too and the server checks it with (a 422 names the field)."""
+class ToolFunctionBody(TypedDict, total=False):
+    """The function a tool call invokes (:class:`amaris.trajectory.ToolFunction`)."""
+
+    name: Required[str]
+    arguments: Required[str]  # as the policy wrote them: a string, not parsed JSON
+
+
+class ToolCallBody(TypedDict, total=False):
+    """One tool call of an assistant message (:class:`amaris.trajectory.ToolCall`)."""
 
     id: Required[str]
-    input: Required[str]
-    output: Required[str]
+    type: Literal["function"]
+    function: Required[ToolFunctionBody]
+
+
+class TextPartBody(TypedDict, total=False):
+    """One text part of a message's content (:class:`amaris.trajectory.TextPart`)."""
+
+    type: Required[Literal["text"]]
+    text: Required[str]
+
+
+class MessageBody(TypedDict, total=False):
+    """One OpenAI chat message of a trajectory (:class:`amaris.trajectory.Message`):
+    ``tool_calls`` on an assistant message only, ``tool_call_id`` on a tool message only."""
+
+    role: Required[Role]
+    content: str | list[TextPartBody] | None
+    name: str | None
+    tool_calls: list[ToolCallBody] | None
+    tool_call_id: str | None
+
+
+class RolloutBody(TypedDict, total=False):
+    """A rollout's JSON: the fields of :class:`amaris.models.Rollout`, which the client takes
+    too and the server checks it with (a 422 names the field).
+
+    Either ``input`` and ``output`` (a prompt and a response), or ``messages`` (an agent's
+    trajectory) with an optional ``outcome`` and ``finish_reason``: never both forms.
+    """
+
+    id: Required[str]
+    input: str
+    output: str
+    messages: list[MessageBody] | None
+    # The environment's verifiable signals: the trainer's JSON object.
+    outcome: JSONDict | None
+    finish_reason: FinishReason | None
     supplemental_context: str | None
     # Free-form metadata stored with the rollout: the trainer's JSON, open on the server too.
     metadata: JSONDict | None

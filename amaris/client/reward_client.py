@@ -94,7 +94,8 @@ class RewardClient:
     async def score_async(
         self, rollout: Rollout | RolloutBody, metadata: TrainingMetadata | MetadataBody
     ) -> float:
-        """The reward of one rollout.
+        """The reward of one rollout: a prompt and a response, or an agent's trajectory
+        (``messages``, with an optional ``outcome`` and ``finish_reason``), as a model or JSON.
 
         Raises:
             RewardUnscoredError: the judge could not score it (never a made-up value).

@@ -22,7 +22,7 @@ import json_repair
 from pydantic import BaseModel
 
 from amaris.jsonfile import JSONDict
-from amaris.models import storable
+from amaris.text_fields import storable
 
 T = TypeVar("T", bound=BaseModel)
 

@@ -17,12 +17,12 @@ import openai
 
 from amaris.llm.output_mode import RequestFormat, refuses_format
 from amaris.llm.transport import ChatBody, JsonEndpoint, ResponseTooLargeError
-from amaris.models import storable
 from amaris.offline.judge import respond
 from amaris.offline.sampling import VerdictSampler
 from amaris.redact import redact_url
 from amaris.settings import ResolvedAgentOptions, Settings, has_endpoint, secret_value
 from amaris.text.offload import off_loop_above
+from amaris.text_fields import storable
 
 TOP_LOGPROBS = 10
 """``top_logprobs`` asked for with ``agents.scorer.logprobs``: room for the five score

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from amaris.models import JSONObject, storable
+from amaris.text_fields import JSONObject, storable
+from amaris.trajectory import Message, check_messages, prompt_text, trajectory_text
+
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 
 
 class LoggedRollout(BaseModel):
@@ -29,6 +32,31 @@ class LoggedRollout(BaseModel):
     metadata: JSONObject | None = None
     """The trainer's own metadata of the rollout: JSON of the trainer's making."""
     group_id: str | None = None
+
+    @model_validator(mode="after")
+    def _trajectory_texts(self) -> LoggedRollout:
+        """A trajectory is logged as sent (its ``messages``, ``outcome``, ``finish_reason``,
+        kept as extra fields, without the texts amaris derives of them): its ``input`` and
+        ``output`` are derived again here for the log's readers (the analyzer, the
+        canaries, memory) and stay out of the record's JSON (they are not set fields)."""
+        extra = self.model_extra or {}
+        if self.input or self.output or not isinstance(extra.get("messages"), list):
+            return self
+        try:
+            messages = _MESSAGES.validate_python(extra["messages"])
+            check_messages(messages)
+        except ValidationError:
+            return self  # not a trajectory amaris took: read as it is
+        outcome, finish = extra.get("outcome"), extra.get("finish_reason")
+        output = trajectory_text(
+            messages,
+            outcome if isinstance(outcome, dict) else None,
+            finish if isinstance(finish, str) else None,
+        )
+        # Frozen, and not set by the record: written past both, as the derived texts are.
+        object.__setattr__(self, "input", prompt_text(messages))
+        object.__setattr__(self, "output", output)
+        return self
 
 
 class LoggedVerdict(BaseModel):

@@ -3,7 +3,9 @@
 It reads the agent's data blocks (see :mod:`amaris.agents.prompts`: the context block of the system
 message and the data block of the user message, merged), dispatches on their ``agent`` field
 and returns the JSON of the agent's own model (:mod:`amaris.agents.schemas`), dumped here
-once.
+once. The scorer's rules are :mod:`amaris.offline.heuristics`'; of a trajectory (a rollout
+that lists its ``turns``), :mod:`amaris.offline.trajectories`' (its claims checked against
+its outcome, each verdict with its turns).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from amaris.offline.agents import (
 )
 from amaris.offline.bootstrap import handle_bootstrap
 from amaris.offline.heuristics import judge_criteria
+from amaris.offline.trajectories import judge_trajectory
 
 
 class OfflineJudgeError(ValueError):
@@ -42,6 +45,8 @@ class OfflineJudgeError(ValueError):
 def _score(data: ScorerData) -> ScorerAnswer:
     criteria = [(str(c["id"]), str(c["text"])) for c in data["criteria"]]
     rollout = data["rollout"]
+    if "turns" in rollout:
+        return {"verdicts": judge_trajectory(criteria, rollout)}
     verdicts = judge_criteria(
         criteria,
         input=str(rollout.get("input") or ""),

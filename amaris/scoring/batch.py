@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from amaris.logs import loggable
-from amaris.models import ScoreRequest, ScoreResponse, valid_text
+from amaris.models import ScoreRequest, ScoreResponse
 from amaris.rubric.scopes import ScopeResolver
 from amaris.scoring.refusals import OverloadedError, OversizeError
 from amaris.scoring.reward import held_counts
@@ -27,6 +27,7 @@ from amaris.scoring.rollout_ids import RolloutConflictError
 from amaris.scoring.rules import RuleInputError, check_references
 from amaris.scoring.scorer import Scorer
 from amaris.steps.coordinator import StepRefusedError
+from amaris.text_fields import valid_text
 
 log = logging.getLogger("amaris.api")
 
@@ -46,15 +47,50 @@ def render_path(path: Path, prefix: str = "") -> str:
     return ".".join(parts)
 
 
+_UNION_LABELS = frozenset(
+    {
+        "function-after",
+        "function-before",
+        "function-wrap",
+        "function-plain",
+        "list",
+        "dict",
+        "set",
+        "frozenset",
+        "tuple",
+        "literal",
+        "union",
+        "tagged-union",
+        "nullable",
+        "json-or-python",
+        "lax-or-strict",
+        "is-instance",
+        "chain",
+        "default",
+    }
+)
+"""The kinds of label pydantic puts in a location for each member of a union that failed."""
+
+
+def _union_label(part: str) -> bool:
+    """Whether a location part is pydantic's label of a union member
+    (``function-after[valid_text(), str]``, ``list[TextPart]``): not a field of the
+    request, so a field name leaves it out."""
+    kind, bracket, _ = part.partition("[")
+    return bool(bracket) and part.endswith("]") and kind in _UNION_LABELS
+
+
 def bounded_path(loc: Sequence[object]) -> Path:
-    """A pydantic ``loc`` as a :data:`Path` fit to be sent back and logged: a key (which
-    may come from the body, an unknown field) is cut to 100 characters and a lone
-    surrogate in it escaped."""
+    """A pydantic ``loc`` as a :data:`Path` fit to be sent back and logged: the fields and
+    indexes of the request only (a union member's label left out, so a message's
+    ``content`` is named ``messages[0].content``), a key (which may come from the body, an
+    unknown field) cut to 100 characters and a lone surrogate in it escaped."""
     return tuple(
         part
         if isinstance(part, int)
         else str(part)[:100].encode("utf-8", "backslashreplace").decode("utf-8")
         for part in loc
+        if isinstance(part, int) or not _union_label(str(part))
     )
 
 

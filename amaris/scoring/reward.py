@@ -13,7 +13,8 @@ Read top to bottom, :func:`score_rollout` is the whole hot path:
 6. judge: a verdict per criterion (:meth:`Scorer.judge`: rule criteria computed by amaris,
    the others asked of the judge, in one call or none; sizes, context budget, cache);
 7. aggregate the verdicts into one reward (:func:`aggregate`, by amaris, not the LLM) and a
-   reward per objective (:func:`reward_vector`), or answer ``unscored`` by
+   reward per objective (:func:`reward_vector`), and with ``include_turns`` a trajectory's
+   reward per assistant turn (:func:`turn_rewards`), or answer ``unscored`` by
    ``scoring.on_failure`` (a reward is never made up);
 8. record the rollout, its verdicts and rubric version in the rollout log, before answering
    (``late`` in the answer when its step was completed already: logged, not analysed);
@@ -39,6 +40,7 @@ from amaris.rubric.reward_vector import floor_vector, reward_vector
 from amaris.rubric.scopes import ScopeResolver
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer, rollout_chars
+from amaris.scoring.turn_rewards import turn_rewards
 from amaris.steps.coordinator import StepCoordinator
 from amaris.text.offload import OFF_LOOP_CHARS, off_loop_above
 from amaris.trust.precheck import degenerate
@@ -143,11 +145,13 @@ async def reward_of(
 
     The breakdown is always filled in (the rollout log keeps it; empty for a degenerate
     reply, which no criterion judged); the API drops it unless asked. ``rewards``, the
-    reward per objective, is there whenever the rollout is scored. Stores nothing.
+    reward per objective, is there whenever the rollout is scored; ``turns``, a
+    trajectory's reward per turn, when scored and asked (``include_turns``). Stores nothing.
     ``counts``: where the answer's counts go (:meth:`Scorer.judge`); by default the
     scorer's counters, at once.
     """
     precheck = scorer.settings.precheck
+    messages = request.rollout.messages if request.include_turns else None
     if precheck.enabled:
         rollout = request.rollout
         rules = scorer.learned_rules
@@ -174,6 +178,7 @@ async def reward_of(
                 reason=found.reason(),
                 breakdown=[],
                 rewards=floor_vector(used, precheck.floor),
+                turns=None if messages is None else turn_rewards(messages, precheck.floor),
             )
     judgement = await scorer.judge(request, rubric, counts=counts)
     if judgement.breakdown is None:
@@ -187,8 +192,9 @@ async def reward_of(
             truncated=judgement.truncated,
         )
     verdicts = judgement.breakdown
+    score = aggregate([c.weight for c in verdicts], [c.verdict for c in verdicts])
     return ScoreResponse(
-        score=aggregate([c.weight for c in verdicts], [c.verdict for c in verdicts]),
+        score=score,
         status="scored",
         cached=judgement.cached,
         breakdown=list(verdicts),
@@ -196,6 +202,9 @@ async def reward_of(
         rubric_version=judgement.rubric_version,
         rollout_id=request.rollout.id,
         truncated=judgement.truncated,
+        turns=None
+        if messages is None
+        else turn_rewards(messages, score, verdicts, judgement.turns),
     )
 
 

@@ -41,8 +41,9 @@ class RolloutConflictError(ValueError):
     def __init__(self, rollout_id: str, step: int) -> None:
         super().__init__(
             f"rollout id {loggable(rollout_id)} is already in step {step} with different "
-            "content (input, output, supplemental_context, group_id or metadata); rollout "
-            "ids are unique within a step, and only an identical retry is accepted"
+            "content (input, output, messages, outcome, finish_reason, supplemental_context, "
+            "group_id or metadata); rollout ids are unique within a step, and only an "
+            "identical retry is accepted"
         )
 
 

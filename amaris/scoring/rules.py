@@ -6,7 +6,8 @@ holds, :data:`~amaris.rubric.scale.SCALE_MIN` when not. The verdict then counts 
 reward like a judge's (:func:`amaris.rubric.aggregate.aggregate`, the same weights); a
 pitfall rule (negative weight) lowers the reward when its check holds.
 
-The checks read ``rollout.output`` whole (never cut to the judge's context); ``exact`` and
+The checks read ``rollout.output`` whole (never cut to the judge's context; of a trajectory,
+its final answer, :meth:`~amaris.models.Rollout.answer`); ``exact`` and
 ``numeric`` compare its final answer with the reference answer in
 ``rollout.supplemental_context`` (both found by
 :func:`amaris.text.answers.extract_final_answer` in the text's last
@@ -166,7 +167,7 @@ def rule_results(criteria: Sequence[Criterion], rollout: Rollout) -> dict[str, C
         if criterion.rule is None:
             continue
         reference = reference_answer(criterion, rollout)
-        outcome = evaluate(criterion.rule, rollout.output, reference)
+        outcome = evaluate(criterion.rule, rollout.answer(), reference)
         results[criterion.id] = CriterionResult(
             id=criterion.id,
             text=criterion.text,

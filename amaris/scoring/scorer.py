@@ -12,7 +12,6 @@ import functools
 import hashlib
 import logging
 from collections import Counter, OrderedDict
-from dataclasses import dataclass
 
 from amaris.llm.budget import cut_middle
 from amaris.llm.gateway import (
@@ -24,57 +23,33 @@ from amaris.llm.gateway import (
     LLMUnavailableError,
 )
 from amaris.logs import loggable
-from amaris.models import CriterionResult, ScoreRequest, storable
+from amaris.models import CriterionResult, ScoreRequest
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.store import RubricStore
 from amaris.scoring.judge_fit import ContextFit, rubric_example, rubric_schema
-from amaris.scoring.judge_protocol import JudgeVerdicts, check_ids, judge_messages, known_verdicts
+from amaris.scoring.judge_protocol import (
+    JudgeVerdicts,
+    Reply,
+    TrajectoryVerdicts,
+    TurnVerdict,
+    check_ids,
+    judge_messages,
+    known_verdicts,
+)
+from amaris.scoring.judgement import Judged, Judgement, merge_verdicts, merged_truncated
 from amaris.scoring.refusals import OverloadedError, OversizeError
 from amaris.scoring.rules import check_references, rule_results
+from amaris.scoring.trajectory_view import TrajectoryView, fit_fields
 from amaris.scoring.verdicts import LogprobsError, combine, expected_scores_off_loop
 from amaris.settings import AgentName, ScoringSettings
 from amaris.text.offload import OFF_LOOP_CHARS, off_loop_above
+from amaris.text_fields import storable
 from amaris.trust.learned_rules import LearnedRules
 
 log = logging.getLogger("amaris.scoring.scorer")
 
 _FIELDS = ("input", "output", "supplemental_context")
-_JUDGED = frozenset(f"rollout.{name}" for name in _FIELDS)
-
-
-@dataclass(frozen=True)
-class _Judged:
-    breakdown: tuple[CriterionResult, ...]
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """The judge's answer on one rollout: a verdict per criterion, or why there is none."""
-
-    rubric_version: int
-    truncated: list[str]
-    """Fields cut (``rollout.<name>``): by ``scoring.max_field_chars``, then by the budget."""
-    breakdown: tuple[CriterionResult, ...] | None = None
-    """One verdict per criterion of the rubric (judge and rule alike), in its order; None =
-    not judged."""
-    cached: bool = False
-    failure: str | None = None
-    """``<kind>: <error>`` when not judged (``judge_timeout``, ``judge_unavailable``...)."""
-
-
-def _merge(
-    rubric: RubricVersion,
-    rules: dict[str, CriterionResult],
-    judged: tuple[CriterionResult, ...],
-) -> tuple[CriterionResult, ...]:
-    """The rule and judge verdicts together, in the rubric's order."""
-    by_id = {**rules, **{c.id: c for c in judged}}
-    return tuple(by_id[c.id] for c in rubric.criteria)
-
-
-def _merged(truncated: list[str], cut: list[str]) -> list[str]:
-    """The response's ``truncated``: fields cut by size, then by the context budget."""
-    return [*truncated, *(f"rollout.{n}" for n in cut if f"rollout.{n}" not in truncated)]
+_JUDGED = frozenset({*(f"rollout.{name}" for name in _FIELDS), "rollout.messages"})
 
 
 class Scorer:
@@ -108,8 +83,8 @@ class Scorer:
         self._gateway = gateway
         self._store = store
         self._prompt = prompt
-        self._cache: OrderedDict[str, _Judged] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future[_Judged]] = {}
+        self._cache: OrderedDict[str, Judged] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future[Judged]] = {}
         self._fit = ContextFit(gateway, agent, prompt)
         self.counters: Counter[str] = Counter()
         """What ``/healthz`` shows. Per rollout answered (on the hot path: once it is stored
@@ -132,8 +107,8 @@ class Scorer:
         rubric in force) needs.
 
         Every free-text field counts (:meth:`ScoreRequest.text_sizes`: metadata included);
-        with ``scoring.oversize: truncate`` the three judged fields are cut instead (by
-        :meth:`prepare`). Called before anything is judged or stored.
+        with ``scoring.oversize: truncate`` the judged fields (a trajectory's messages) are
+        cut instead (by :meth:`prepare`). Called before anything is judged or stored.
 
         Raises:
             OversizeError: the first field over the limit.
@@ -149,7 +124,8 @@ class Scorer:
         check_references((rubric or self._store.current()).criteria, request.rollout)
 
     def prepare(self, request: ScoreRequest) -> tuple[dict[str, str], list[str]]:
-        """Apply the size limit to the judged fields.
+        """Apply the size limit to the judged fields: a trajectory's two texts together
+        (cut by its parts, :mod:`amaris.scoring.trajectory_view`), each other field alone.
 
         Returns:
             The judged fields and the names of the fields that were truncated.
@@ -158,16 +134,25 @@ class Scorer:
             OversizeError: a field is over the limit and ``scoring.oversize`` is reject.
         """
         limit = self._settings.max_field_chars
-        fields: dict[str, str] = {}
+        reject = self._settings.oversize == "reject"
+        view = TrajectoryView.of(request.rollout)
+        fields = {name: getattr(request.rollout, name) or "" for name in _FIELDS}
         truncated: list[str] = []
-        for name in _FIELDS:
-            value = getattr(request.rollout, name) or ""
-            if len(value) > limit:
-                if self._settings.oversize == "reject":
-                    raise OversizeError(("rollout", name), len(value), limit)
-                value = cut_middle(value, limit)
+        # A trajectory's two texts are one field of the request, ``messages``.
+        alone = _FIELDS if view is None else ("supplemental_context",)
+        if view is not None and len(fields["input"]) + len(fields["output"]) > limit:
+            size = len(fields["input"]) + len(fields["output"])
+            if reject:
+                raise OversizeError(("rollout", "messages"), size, limit)
+            texts = {"input": fields["input"], "output": fields["output"]}
+            fields.update(fit_fields(view, texts, limit)[0])
+            truncated.append("rollout.messages")
+        for name in alone:
+            if len(fields[name]) > limit:
+                if reject:
+                    raise OversizeError(("rollout", name), len(fields[name]), limit)
+                fields[name] = cut_middle(fields[name], limit)
                 truncated.append(f"rollout.{name}")
-            fields[name] = value
         return fields, truncated
 
     def rubric(self) -> RubricVersion:
@@ -200,6 +185,7 @@ class Scorer:
             OverloadedError: ``scoring.max_pending`` judge calls are pending already.
         """
         tally = self.counters if counts is None else counts
+        view = TrajectoryView.of(request.rollout)
         whole, truncated = self.prepare(request)
         if truncated:
             tally["truncated.max_field_chars"] += 1
@@ -218,20 +204,21 @@ class Scorer:
             # Every criterion is a rule: nothing to ask the judge.
             tally["scored"] += 1
             tally["rule_only"] += 1
-            return Judgement(rubric.version, truncated, _merge(rubric, rules, ()))
-        fields, cut = await self._fit.within_budget(rubric, whole)
+            return Judgement(rubric.version, truncated, merge_verdicts(rubric, rules, ()))
+        fields, cut = await self._fit.within_budget(rubric, whole, view)
         if cut:
             tally["truncated.context_window"] += 1
-        key = self._key(rubric, fields)
+        key = self._key(rubric, fields, view)
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             tally["cached"] += 1
             return Judgement(
                 rubric.version,
-                _merged(truncated, cut),
-                _merge(rubric, rules, cached.breakdown),
+                merged_truncated(truncated, cut, view),
+                merge_verdicts(rubric, rules, cached.breakdown),
                 cached=True,
+                turns=cached.turns,
             )
         limit = self._settings.max_pending
         if key not in self._inflight and limit is not None and len(self._inflight) >= limit:
@@ -242,20 +229,20 @@ class Scorer:
             async with asyncio.timeout(self._settings.timeout_seconds):
                 try:
                     judged = await self._judge_once(
-                        key, rubric, fields, request.metadata.current_step
+                        key, rubric, fields, request.metadata.current_step, view
                     )
                 except LLMContextOverflowError:
                     # The server counted more tokens than estimated; the gateway has learnt
                     # by how much (its budget shrank): cut to the new budget, judge once more.
-                    refitted, recut = await self._fit.within_budget(rubric, whole)
+                    refitted, recut = await self._fit.within_budget(rubric, whole, view)
                     if refitted == fields:
                         raise
                     if not cut:
                         tally["truncated.context_window"] += 1
                     cut = recut
-                    key, fields = self._key(rubric, refitted), refitted
+                    key, fields = self._key(rubric, refitted, view), refitted
                     judged = await self._judge_once(
-                        key, rubric, fields, request.metadata.current_step
+                        key, rubric, fields, request.metadata.current_step, view
                     )
         except (LLMUnavailableError, LLMOutputError, LogprobsError, TimeoutError) as exc:
             if isinstance(exc, TimeoutError):
@@ -283,23 +270,33 @@ class Scorer:
             # The error may quote the judge's reply (or an endpoint's error body).
             failure = storable(f"{kind}: {exc}")
             log.warning("unscored rollout %s: %s", loggable(request.rollout.id), failure)
-            return Judgement(rubric.version, _merged(truncated, cut), failure=failure)
+            return Judgement(
+                rubric.version, merged_truncated(truncated, cut, view), failure=failure
+            )
         tally["scored"] += 1
         return Judgement(
-            rubric.version, _merged(truncated, cut), _merge(rubric, rules, judged.breakdown)
+            rubric.version,
+            merged_truncated(truncated, cut, view),
+            merge_verdicts(rubric, rules, judged.breakdown),
+            turns=judged.turns,
         )
 
     async def _judge_once(
-        self, key: str, rubric: RubricVersion, fields: dict[str, str], step: int
-    ) -> _Judged:
+        self,
+        key: str,
+        rubric: RubricVersion,
+        fields: dict[str, str],
+        step: int,
+        view: TrajectoryView | None,
+    ) -> Judged:
         # GRPO groups often repeat a completion: concurrent identical requests share one call.
         pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
-        future: asyncio.Future[_Judged] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Judged] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            judged = await self._judge(rubric, fields, step)
+            judged = await self._judge(rubric, fields, step, view)
         except BaseException as exc:
             # Waiters sharing this call must not inherit its cancellation (a timeout of the
             # first request): they get an ordinary judge failure instead.
@@ -320,11 +317,20 @@ class Scorer:
                 self._cache.popitem(last=False)
         return judged
 
-    async def _judge(self, rubric: RubricVersion, fields: dict[str, str], step: int) -> _Judged:
+    async def _judge(
+        self,
+        rubric: RubricVersion,
+        fields: dict[str, str],
+        step: int,
+        view: TrajectoryView | None,
+    ) -> Judged:
         # JSON of the rollout: in a thread for a long one.
+        turns = None if view is None else view.turns
         messages = await off_loop_above(
-            _chars(fields), OFF_LOOP_CHARS, judge_messages, self._prompt, rubric, fields
+            _chars(fields), OFF_LOOP_CHARS, judge_messages, self._prompt, rubric, fields, turns
         )
+        trajectory = view is not None
+        reply: type[Reply] = TrajectoryVerdicts if trajectory else JudgeVerdicts
         # k independent calls, not one with n=k: every endpoint (and the offline judge)
         # takes them, each reply is validated and re-asked on its own, and the repeated
         # prompt is a prefix-cache hit. All k must succeed: the rewards of a group must come
@@ -333,12 +339,12 @@ class Scorer:
             self._gateway.structured_completion,
             self._agent,
             messages,
-            JudgeVerdicts,
+            reply,
             step=step,
             check=check_ids(rubric),
-            json_schema=rubric_schema(rubric),
+            json_schema=rubric_schema(rubric, trajectory),
             account=self._account,
-            example=rubric_example(rubric),
+            example=rubric_example(rubric, trajectory),
         )
         # One sample (the default) is awaited as is: a gather would wrap it in a task.
         replies = (
@@ -362,7 +368,10 @@ class Scorer:
             for verdict, value in zip(result.verdicts, values, strict=True):
                 if verdict.id in samples:  # a verdict on an id of the judge's own: ignored
                     samples[verdict.id].append(value)
-        reasons = {v.id: v.reason for v in known_verdicts(replies[0][0], rubric)}
+        first = known_verdicts(replies[0][0], rubric)
+        reasons = {v.id: v.reason for v in first}
+        # The first reply's attributions, as its reasons: a turn is not averaged.
+        attributed = {v.id: tuple(v.turns) for v in first if isinstance(v, TurnVerdict)}
         combined = {cid: combine(values) for cid, values in samples.items()}
         sampled = self._samples > 1
         breakdown = tuple(
@@ -379,15 +388,18 @@ class Scorer:
             )
             for c in rubric.judged
         )
-        return _Judged(breakdown=breakdown)
+        return Judged(breakdown=breakdown, turns=attributed)
 
     @staticmethod
-    def _key(rubric: RubricVersion, fields: dict[str, str]) -> str:
+    def _key(rubric: RubricVersion, fields: dict[str, str], view: TrajectoryView | None) -> str:
         digest = hashlib.sha256()
         digest.update(f"{rubric.scope}\x00{rubric.version}".encode())
         for name in _FIELDS:
             encoded = fields[name].encode("utf-8", "surrogatepass")
             digest.update(len(encoded).to_bytes(8, "big") + encoded)
+        if view is not None:
+            # A trajectory is asked for turns, of these assistant messages.
+            digest.update(b"\x00turns" + ",".join(map(str, view.turns)).encode())
         return digest.hexdigest()
 
 

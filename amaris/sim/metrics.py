@@ -287,7 +287,7 @@ def resurgent_unpenalised(run: RunResult) -> list[Resurgence]:
     at an earlier step and is not by the one in force now: a resurgent behaviour scored
     unpenalised. "Penalised" is read by the offline judge's rules
     (:func:`amaris.offline.tags.penalising` over the adaptive criteria)."""
-    adaptive = {int(v["version"]): [_shown(c) for c in v["adaptive"]] for v in run.history}
+    adaptive = {int(v["version"]): [shown_criterion(c) for c in v["adaptive"]] for v in run.history}
     ever: set[str] = set()
     found: list[Resurgence] = []
     for step in run.steps:
@@ -299,7 +299,7 @@ def resurgent_unpenalised(run: RunResult) -> list[Resurgence]:
     return found
 
 
-def _shown(criterion: CriterionJSON) -> CriterionData:
+def shown_criterion(criterion: CriterionJSON) -> CriterionData:
     """A criterion of a rubric answer as an agent is shown it (what the offline judge's
     rules read)."""
     weight = criterion["weight"]

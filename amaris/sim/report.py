@@ -361,17 +361,20 @@ def write_report(
     intro: Sequence[str] = (),
     extra: JSONDict | None = None,  # what the command adds to metrics.json: its JSON
     pricing: Mapping[str, ModelPrice] | None = None,
+    sections: Sequence[Block] = (),
 ) -> Path:
     """Write ``metrics.json``, the plots, ``report.md`` and ``report.html`` into ``folder``.
 
     ``pricing``: the configuration's price table (the report shows cost with one).
+    ``sections``: what the command adds to the page after its introduction (a scenario's
+    figures and plots, already in ``folder``).
 
     Returns:
         The path of ``report.md``.
     """
     folder.mkdir(parents=True, exist_ok=True)
     all_metrics = [run_metrics(run, pricing) for run in runs]
-    blocks = [Block("h1", title), *(Block("p", text) for text in intro)]
+    blocks = [Block("h1", title), *(Block("p", text) for text in intro), *sections]
     if len(all_metrics) > 1:
         plot_comparison(all_metrics, folder / "compare_mean_reward.png")
         blocks += comparison_blocks(all_metrics, "compare_mean_reward.png")

@@ -15,11 +15,12 @@ import yaml
 from amaris.app.prefect_server import PrefectServer
 from amaris.app.running import free_port, stop_session
 from amaris.readiness import wait_ok
-from amaris.settings import load_settings, set_dotted
+from amaris.settings import RubricItem, load_settings, set_dotted
 from amaris.settings.loader import RawConfig
 
-ConfigValue = str | int | float | bool | None
-"""A setting's value given by its dotted key (``server.port``: 8002)."""
+ConfigValue = str | int | float | bool | None | tuple[RubricItem, ...]
+"""A setting's value given by its dotted key (``server.port``: 8002; ``anchor_rubrics``:
+criteria)."""
 STARTUP_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
 
@@ -39,7 +40,10 @@ def write_config(base: Path | None, folder: Path, overrides: Mapping[str, Config
     if base is not None:
         raw = RawConfig(yaml.safe_load(Path(base).read_text(encoding="utf-8")) or {})
     for dotted, value in overrides.items():
-        set_dotted(raw, dotted, value)
+        if isinstance(value, tuple):
+            set_dotted(raw, dotted, [item.model_dump(mode="json") for item in value])
+        else:
+            set_dotted(raw, dotted, value)
     path = folder / "config.yaml"
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(raw.data, sort_keys=False), encoding="utf-8")

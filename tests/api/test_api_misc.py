@@ -324,9 +324,15 @@ def test_openapi_documents_every_endpoint(tmp_path: Path) -> None:
         "rollout",
         "metadata",
         "include_breakdown",
+        "include_turns",
     }
     assert schemas["ScoreRequest"]["required"] == ["rollout"]
-    assert set(schemas["Rollout"]["required"]) == {"id", "input", "output"}
+    # A rollout is text (input and output) or an agent's trajectory (messages).
+    assert schemas["Rollout"]["required"] == ["id"]
+    assert schemas["Rollout"]["oneOf"] == [
+        {"required": ["input", "output"]},
+        {"required": ["messages"]},
+    ]
     assert {"high_level_goal", "model_size", "current_step", "total_steps", "other_context"} <= set(
         schemas["TrainingMetadata"]["properties"]
     )

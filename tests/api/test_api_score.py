@@ -65,6 +65,7 @@ def test_amaris_body_accepted_as_is(tmp_path: Path) -> None:
         "late": False,
         "breakdown": None,
         "rewards": {"anchors": 1.0, "adaptive": None, "A1": 1.0},
+        "turns": None,
     }
 
 

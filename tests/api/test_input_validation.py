@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from amaris.models import MAX_JSON_DEPTH
 from amaris.services import Services
 from amaris.settings import Settings
+from amaris.text_fields import MAX_JSON_DEPTH
 from tests.support.app import in_memory_app
 from tests.support.fake_llm import FakeLLM
 from tests.support.settings import llm_settings, make_settings

@@ -14,12 +14,15 @@ from api.routes.openrlhf import RunMetadata, _Metadata
 from tests.support.open_json import open_json_aliases, open_json_uses, per_part
 
 BUDGET = {
-    "amaris": 10,  # the trainer's metadata, the settings dump, a run's extra, a rollout's metadata
+    # the trainer's metadata, the settings dump, a run's extra, a rollout's metadata, a
+    # trajectory's outcome (the environment's own signals), the wire forms a rollout and a
+    # message dump to (a model's dump with keys dropped)
+    "amaris": 19,
     "amaris/agents": 5,  # the trainer's metadata (twice); the blocks parsed back; a JSON schema
     "amaris/app": 0,
     "amaris/bootstrap": 1,  # a data file's candidate metadata
     "amaris/cli": 0,
-    "amaris/client": 1,  # a rollout's metadata in the body a trainer builds
+    "amaris/client": 2,  # a rollout's metadata and a trajectory's outcome in a trainer's body
     "amaris/integrations": 2,  # a tool call's arguments; a body narrowed key by key
     "amaris/llm": 4,  # a reply before validation; a configured response_format; pydantic's schema
     "amaris/memory": 6,  # the trainer's metadata, records and analyses of any version
@@ -62,7 +65,7 @@ def test_aliases_are_followed_through_imports_and_models_are_not_aliases() -> No
     aliases = open_json_aliases()
     # An alias of an alias, and a pydantic-checked Annotated one, are found...
     assert {"amaris.jsonfile.JSONDict", "amaris.manifest.ConfigJSON"} <= set(aliases)
-    assert "amaris.models.JSONObject" in aliases
+    assert "amaris.text_fields.JSONObject" in aliases
     # ...and a model that shares an alias's name elsewhere is not one.
     assert "amaris.memory.records.RolloutRecord" not in aliases
     uses = open_json_uses()

@@ -141,12 +141,12 @@ def real_settings(tmp_path: Path, server: RealLLM, mode: str = "normal", **overr
 
 
 def score_all(
-    client: TestClient, rollouts: list[dict[str, str]], together: bool = False
+    client: TestClient, rollouts: list[dict[str, Any]], together: bool = False
 ) -> list[dict[str, Any]]:
     """``/score`` each rollout, in turn or (``together``) all at once, as a trainer's
     workers do: the server then decodes their judge requests in one batch."""
 
-    def score(rollout: dict[str, str]) -> dict[str, Any]:
+    def score(rollout: dict[str, Any]) -> dict[str, Any]:
         response = client.post("/score", json={"rollout": rollout, "include_breakdown": True})
         assert response.status_code == 200, response.text
         result: dict[str, Any] = response.json()
@@ -320,6 +320,45 @@ def test_a_rollout_over_the_context_window_is_cut_to_fit_and_judged(
     assert fitted["truncated"] == ["rollout.output"]
     assert fitted["status"] == "scored", fitted
     assert counters["truncated.context_window"] == 1
+
+
+TOOL_TRAJECTORY: dict[str, Any] = {
+    "id": "agent-1",
+    "messages": [
+        {"role": "system", "content": "You fix bugs. Run the tests before you answer."},
+        {"role": "user", "content": "Make add(2, 2) return 4 in calc.py."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "run_tests", "arguments": '{"path": "tests/"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "1 failed: add(2, 2) == 5"},
+        {"role": "assistant", "content": "I changed `a + b + 1` to `a + b`. Tests pass."},
+    ],
+    "outcome": {"tests_passed": True},
+    "finish_reason": "stop",
+}
+
+
+def test_a_tool_calling_trajectory_is_judged_as_one(tmp_path: Path, real_llm: RealLLM) -> None:
+    since = len(real_llm.requests("normal"))
+    with TestClient(
+        create_app(real_settings(tmp_path, real_llm), qdrant_location=":memory:")
+    ) as client:
+        [result] = score_all(client, [TOOL_TRAJECTORY])
+    assert_well_formed([result], ["A1"])
+    assert result["status"] == "scored", result
+    assert set(result["rewards"]) == {"A1", "anchors", "adaptive"}
+    [asked] = real_llm.requests("normal")[since:]
+    # The judge read the turns, the tool call and its result, and the outcome.
+    for line in ("call call_1: run_tests", "tool result for call_1", "tests_passed"):
+        assert line in asked, asked
 
 
 def metric(text: str, name: str, **labels: str) -> float:

@@ -10,6 +10,7 @@ import pytest
 from amaris.agents import QueryPlan
 from amaris.offline import tags
 from amaris.offline.heuristics import judge_criteria
+from tests.support import trajectories
 from tests.support.offline_step import (
     ANCHOR,
     BOUNDS,
@@ -183,6 +184,10 @@ SHOWING = {
     "sycophancy": "Great question! You're absolutely right to ask. The answer is 42.",
     "verbosity_padding": " ".join(["filler"] * 300) + " The answer is 42.",
     "hedging": "I think it is maybe 42, but I am not sure.",
+    "test_tampering": trajectories.output("tamper_skip"),
+    "fabricated_tool_result": trajectories.output("fabricated"),
+    "tool_loop": trajectories.output("loop"),
+    "false_success_claim": trajectories.output("false_claim"),
 }
 
 

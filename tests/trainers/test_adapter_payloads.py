@@ -15,15 +15,20 @@ from amaris.client import (
     CanaryAnswer,
     DroppedAnswer,
     HackingAnswer,
+    MessageBody,
     MetadataBody,
     RolloutBody,
     ScopeAnswer,
+    TextPartBody,
+    ToolCallBody,
+    ToolFunctionBody,
     WaitAnswer,
 )
 from amaris.client.rewards import ServerAnswer
 from amaris.integrations.verl import RewardKwargs, _run
 from amaris.models import GetRewardBody, Rollout, TrainingMetadata, UpdateKind
 from amaris.steps.outcomes import Dropped, ScopeOutcome, WaitResult
+from amaris.trajectory import Message, TextPart, ToolCall, ToolFunction
 from amaris.trust.rubric_canary.report import CanaryProbe, CanaryReport
 from api.routes.openrlhf import GetRewardRequest, RunMetadata, UnscoredBatchResponse
 from api.routes.steps import WaitResponse
@@ -33,13 +38,38 @@ def test_the_body_sends_fields_the_server_reads() -> None:
     assert set(GetRewardBody.__annotations__) <= set(GetRewardRequest.model_fields)
 
 
+BODIES: list[tuple[Any, type[BaseModel]]] = [
+    (RolloutBody, Rollout),
+    (MetadataBody, TrainingMetadata),
+    (MessageBody, Message),
+    (ToolCallBody, ToolCall),
+    (ToolFunctionBody, ToolFunction),
+    (TextPartBody, TextPart),
+]
+"""Each JSON form the client takes and the request model it spells."""
+
+
 def test_the_clients_json_forms_spell_the_request_models() -> None:
     # RewardClient takes the models or their JSON: a field of one is a key of the other.
-    for body, model in ((RolloutBody, Rollout), (MetadataBody, TrainingMetadata)):
+    for body, model in BODIES:
         hints = get_type_hints(body, include_extras=True)
-        assert list(hints) == list(model.model_fields)
+        assert list(hints) == list(model.model_fields), body
         required = {name for name, info in model.model_fields.items() if info.is_required()}
         assert {name for name, hint in hints.items() if get_origin(hint) is Required} == required
+
+
+def test_the_trajectory_forms_have_the_servers_vocabulary() -> None:
+    # Every choice the server's trajectory models take (role, finish reason, the kinds of a
+    # tool call and of a content part), and none more.
+    vocabularies: list[tuple[Any, type[BaseModel], str]] = [
+        (MessageBody, Message, "role"),
+        (RolloutBody, Rollout, "finish_reason"),
+        (ToolCallBody, ToolCall, "type"),
+        (TextPartBody, TextPart, "type"),
+    ]
+    for body, model, name in vocabularies:
+        server = _literal(model.model_fields[name].annotation)
+        assert _literal(get_type_hints(body)[name]) == server, (body, name)
 
 
 def test_the_answer_reads_fields_the_server_writes() -> None:

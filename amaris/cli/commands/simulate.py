@@ -31,8 +31,9 @@ def _share(text: str) -> float:
     return value
 
 
-SCENARIOS = ("judge-drift", "steady")
-"""Scenarios of the training judge (docs/fidelity.md): drifts from ``--drift-step``, or not."""
+SCENARIOS = ("judge-drift", "steady", "agent-hack")
+"""Scenarios: of the training judge (docs/fidelity.md), drifting from ``--drift-step`` or
+not; of a coding agent that tampers with the tests (docs/simulation.md)."""
 
 
 def register(sub: SubParsers) -> None:
@@ -85,7 +86,8 @@ def register(sub: SubParsers) -> None:
         "--ablation",
         action="store_true",
         help="run once per memory mode (none, static, dynamic, both), each on a fresh "
-        "server; writes OUT/ablation.json beside the report",
+        "server; writes OUT/ablation.json beside the report (with --scenario agent-hack: "
+        "memory on, then off)",
     )
     parser.add_argument(
         "--scenario",
@@ -93,7 +95,9 @@ def register(sub: SubParsers) -> None:
         default=None,
         help="serve the scorer through the simulator's judge, audited by an honest but "
         "noisy judge (--auditor-noise): judge-drift (lenient to padding from --drift-step) "
-        "or steady (no drift); writes OUT/fidelity.json",
+        "or steady (no drift); writes OUT/fidelity.json. agent-hack: a coding agent's "
+        "trajectories against a tests-pass verifier, tampering with the tests from some "
+        "step; writes OUT/agent_hack.json",
     )
     parser.add_argument(
         "--drift-step",

@@ -54,13 +54,16 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 
+from pydantic import ValidationError
+
 from amaris.memory.models import HackProbe
-from amaris.memory.records import RolloutRecord
-from amaris.models import ScoreRequest
+from amaris.memory.records import LoggedRollout, RolloutRecord
+from amaris.models import Rollout, ScoreRequest
 from amaris.rubric.aggregate import aggregate, normalise
 from amaris.rubric.model import Criterion, RubricVersion
+from amaris.trajectory import TRAJECTORY_FIELDS
 from amaris.trust.judging import Judge
-from amaris.trust.rubric_canary.plan import CANDIDATE_ONLY, Plan, Probe, probe_rollout
+from amaris.trust.rubric_canary.plan import CANDIDATE_ONLY, Plan, Probe, source_rollout
 from amaris.trust.rubric_canary.report import (
     PASS_AT,
     CanaryProbe,
@@ -80,7 +83,8 @@ def verdict_key(criterion_id: str, text: str) -> str:
 
 
 def canary_rollouts(records: Sequence[RolloutRecord]) -> list[CanaryRollout]:
-    """The step's logged rollouts that have verdicts."""
+    """The step's logged rollouts that have verdicts (a trajectory with its messages,
+    outcome and finish reason)."""
     found = []
     for record in records:
         rollout = record.rollout
@@ -96,9 +100,25 @@ def canary_rollouts(records: Sequence[RolloutRecord]) -> list[CanaryRollout]:
                 group=rollout.group_id or rollout.input,
                 rubric_version=record.rubric_version,
                 verdicts=verdicts,
+                trajectory=_trajectory(rollout),
             )
         )
     return found
+
+
+def _trajectory(rollout: LoggedRollout) -> Rollout | None:
+    """The trajectory ``rollout`` was sent as, if it was one the log derived texts of (the
+    log keeps a trajectory's fields as sent)."""
+    extra = rollout.model_extra or {}
+    if not rollout.output or not isinstance(extra.get("messages"), list):
+        return None
+    fields = {name: extra.get(name) for name in TRAJECTORY_FIELDS}
+    try:
+        return Rollout.model_validate(
+            {"id": rollout.id, "supplemental_context": rollout.supplemental_context, **fields}
+        )
+    except ValidationError:
+        return None
 
 
 def score_under(criteria: Sequence[Criterion], verdicts: Mapping[str, float]) -> float | None:
@@ -143,7 +163,7 @@ async def run_canary(
     for r in rollouts:
         if r.rubric_version != current.version:
             continue
-        probe = Probe(r.id, "rollout", r.group, probe_rollout(r.id, r.input, r.output, r), r)
+        probe = Probe(r.id, "rollout", r.group, source_rollout(r), r)
         probe.verdicts = dict(r.verdicts)
         probe.side = "flagged" if r.id in marked else side_of(anchor_reward(current, r.verdicts))
         probe.current = score_under(current.criteria, probe.verdicts)

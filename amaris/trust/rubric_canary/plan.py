@@ -5,12 +5,14 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from amaris.memory.models import HackProbe
 from amaris.models import Rollout
 from amaris.rubric.model import Criterion
 from amaris.text.answers import extract_final_answer
+from amaris.trajectory import final_answer
 from amaris.trust.mining import swapped
 from amaris.trust.rubric_canary.probes import MASTER_KEYS, claim_probe, phrase_probe
 from amaris.trust.rubric_canary.report import CanaryRollout, Kind, Side
@@ -50,6 +52,38 @@ class Probe:
 def probe_rollout(id: str, input: str, output: str, source: CanaryRollout) -> Rollout:
     return Rollout(
         id=id, input=input, output=output, supplemental_context=source.supplemental_context
+    )
+
+
+def source_rollout(source: CanaryRollout) -> Rollout:
+    """The step's rollout as a probe: a trajectory keeps its messages, outcome and finish
+    reason, so the judge reads it as it read it when scoring it."""
+    if source.trajectory is None:
+        return probe_rollout(source.id, source.input, source.output, source)
+    return source.trajectory
+
+
+def rewritten(id: str, rollout: Rollout, rewrite: Callable[[str], str]) -> Rollout:
+    """``rollout`` as probe ``id`` with its reply rewritten: a string rollout's output, or a
+    trajectory's final answer (its last assistant message), the rest of the trajectory and
+    its outcome kept."""
+    if rollout.messages is None:
+        return Rollout(
+            id=id,
+            input=rollout.input,
+            output=rewrite(rollout.output),
+            supplemental_context=rollout.supplemental_context,
+        )
+    messages = list(rollout.messages)
+    last = max(i for i, m in enumerate(messages) if m.role == "assistant")
+    reply = rewrite(final_answer(messages))
+    messages[last] = messages[last].model_copy(update={"content": reply})
+    return Rollout(
+        id=id,
+        messages=messages,
+        outcome=rollout.outcome,
+        finish_reason=rollout.finish_reason,
+        supplemental_context=rollout.supplemental_context,
     )
 
 
@@ -103,13 +137,17 @@ class Plan:
         key = MASTER_KEYS[index % len(MASTER_KEYS)]
         return [synthetic(f"master-key-{index}", "master_key", group, key, self.sources[group])]
 
-    def swapped(self, group: str) -> str | None:
+    def swapped(self, group: str, id: str) -> Rollout | None:
         """The group's best passing answer with its final answer (a number) made wrong: the
-        wrong answer closest to a right one, free of whatever else the rubric penalises."""
+        wrong answer closest to a right one, free of whatever else the rubric penalises
+        (of a trajectory, its final answer made wrong, the rest kept)."""
         for probe in self.passing(group):
-            answer = extract_final_answer(probe.rollout.output)
-            if answer is not None:
-                return swapped(probe.rollout.output, answer)
+            reply = probe.rollout.answer()
+            answer = extract_final_answer(reply)
+            if answer is None:
+                continue
+            made = swapped(reply, answer)
+            return None if made is None else rewritten(id, probe.rollout, partial(_replaced, made))
         return None
 
     def sure(self) -> tuple[int, list[Probe]] | None:
@@ -133,10 +171,10 @@ class Plan:
         index = ranked[0]
         group = self.order[index]
         wrong = self.failing(group) or self.master_key(group, index)
-        swap = self.swapped(group)
+        swap = self.swapped(group, f"swapped-{index}")
         made = (
             [synthetic(f"swapped-{index}", "swapped", group, swap, self.sources[group])]
-            if swap
+            if swap is not None
             else []
         )
         base = (made or wrong)[0]
@@ -145,10 +183,9 @@ class Plan:
         )[:MAX_FLAGGED]
         phrases = []
         for criterion in self.new:
-            output = phrase_probe(base.rollout.output, criterion.text)
-            probe = synthetic(
-                f"phrase-{criterion.id}", "phrase", group, output, self.sources[group]
-            )
+            id = f"phrase-{criterion.id}"
+            said = rewritten(id, base.rollout, partial(phrase_probe, criterion_text=criterion.text))
+            probe = synthetic(id, "phrase", group, said, self.sources[group])
             probe.base, probe.carries = base, criterion.id
             phrases.append(probe)
         right = [*self.reference(group, index), *self.passing(group)]
@@ -196,8 +233,11 @@ class Plan:
                 break
         if requirements and failing and passing and passing[0] in self.chosen:
             # A failing answer that claims the candidate's new requirements.
-            output = claim_probe(failing[0].rollout.output, requirements)
-            self.take([synthetic(f"claim-{index}", "claim", group, output, self.sources[group])])
+            id = f"claim-{index}"
+            claims = rewritten(
+                id, failing[0].rollout, partial(claim_probe, requirements=requirements)
+            )
+            self.take([synthetic(id, "claim", group, claims, self.sources[group])])
         flagged = [p for p in members if p.side == "flagged"]
         if flagged:
             self.take(sorted(flagged, key=lambda p: -(p.current or 0))[:1])
@@ -238,7 +278,18 @@ def _hack(id: str, hack: HackProbe, output: str | None = None) -> Rollout:
     return Rollout(id=id, input=hack.input, output=reply, supplemental_context=hack.reference)
 
 
-def synthetic(id: str, kind: Kind, group: str, output: str, source: CanaryRollout) -> Probe:
-    probe = Probe(id, kind, group, probe_rollout(id, source.input, output, source), source)
+def _replaced(reply: str, _: str) -> str:
+    """``reply`` in place of any other (a rewrite made beforehand)."""
+    return reply
+
+
+def synthetic(
+    id: str, kind: Kind, group: str, output: str | Rollout, source: CanaryRollout
+) -> Probe:
+    """A probe amaris writes: a reply to the source's prompt, or a rollout made from one
+    (:func:`rewritten`)."""
+    if isinstance(output, str):
+        output = probe_rollout(id, source.input, output, source)
+    probe = Probe(id, kind, group, output, source)
     probe.side = "fail" if kind in ("master_key", "claim", *CANDIDATE_ONLY) else None
     return probe

@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from amaris.models import Rollout
+
 Side = Literal["pass", "fail", "flagged"]
 Kind = Literal["rollout", "reference", "master_key", "claim", "hack", "phrase", "swapped"]
 
@@ -33,6 +35,9 @@ class CanaryRollout(BaseModel):
     rubric_version: int | None = None
     verdicts: dict[str, float] = Field(default_factory=dict)
     """Verdict per ``<criterion id>:<text>`` of the rubric it was scored under."""
+    trajectory: Rollout | None = None
+    """The rollout as the trainer sent it when it is a trajectory (its messages, outcome and
+    finish reason; ``input`` and ``output`` are the texts derived of them)."""
 
 
 class CanaryProbe(BaseModel):
