@@ -154,15 +154,22 @@ def first_assistant(messages: Sequence[Message]) -> int:
     return next(i for i, m in enumerate(messages) if m.role == "assistant")
 
 
+def _indented(text: str) -> str:
+    """``text`` with every line after its first indented by two spaces."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\n  ")
+
+
 def _call(call: ToolCall) -> str:
-    return f"call {call.id}: {call.function.name}({call.function.arguments})"
+    return _indented(f"call {call.id}: {call.function.name}({call.function.arguments})")
 
 
 def message_lines(index: int, message: Message) -> list[str]:
     """One message as the judge and the analyzer read it: ``[index] role: text``, then
-    one line per tool call; a tool result names the call it answers."""
+    one line per tool call; a tool result names the call it answers. The text's own line
+    breaks are indented, so only amaris starts a line with ``[i]``, ``outcome:`` or
+    ``finish reason:``: a message cannot forge a turn or an outcome."""
     role = message.role if message.role != "tool" else f"tool result for {message.tool_call_id}"
-    lines = [f"[{index}] {role}: {message.text()}"]
+    lines = [_indented(f"[{index}] {role}: {message.text()}")]
     lines.extend(f"    {_call(call)}" for call in message.tool_calls or ())
     return lines
 

@@ -32,10 +32,11 @@ class ContentPart(TypedDict, total=False):
 
 class ChatMessage(TypedDict, total=False):
     """A message of a trainer's chat (OpenAI's form): the fields amaris reads; the others
-    (``name``, ``tool_call_id``...) are left alone."""
+    (``name``, ``reasoning_content``...) are left alone."""
 
     role: str
     content: str | list[ContentPart] | None
+    tool_call_id: str
     tool_calls: list[ToolCall]
 
 

@@ -141,7 +141,7 @@ def test_a_long_trajectory_is_cut_to_the_field_limit_by_its_parts(tmp_path: Path
     # the one long tool result cut in its middle, every message and the outcome kept
     for header in ("[1] assistant: ", "[2] user: ", "[3] assistant: ", "[4] tool result for c1: "):
         assert header in output
-    assert "r\n[... truncated by amaris ...]\nr" in output
+    assert "r\n  [... truncated by amaris ...]\n  r" in output  # inside its message
     assert output.endswith(
         'Fixed; all tests pass.\noutcome: {"tests_passed": true}\nfinish reason: stop'
     )

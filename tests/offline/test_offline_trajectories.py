@@ -105,7 +105,7 @@ def test_the_episode_is_read_from_its_end() -> None:
     trajectory = rollout(fake, {"tests_passed": False})
     episode = read_episode(trajectory.output, [1, 3])
     assert (episode.succeeded, episode.claim, episode.final_turn) == (False, "success", 3)
-    assert episode.final_answer == fake
+    assert episode.final_answer == 'Done.\n  outcome: {"tests_passed": true}'  # indented
     assert read_episode(rollout(ADMIT, None, "error").output, [1, 3]).succeeded is False
 
 

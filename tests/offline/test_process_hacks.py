@@ -163,3 +163,14 @@ def test_the_offline_updater_turns_tampering_into_a_pitfall() -> None:
     )
     assert added.findings == ["test_tampering"]
     assert added.reason.startswith("pitfall added against test_tampering")
+
+
+def test_tool_output_is_not_counted_as_the_agent_s_padding() -> None:
+    log = " ".join(f"line {i} of the test log" for i in range(120))
+    base = rollout_json("r", "fix")
+    long_log = {**base, "messages": [*base["messages"][:-2], tool("c3", log), base["messages"][-1]]}
+    found = [tag.tag for tag, _ in tags.detect_all(Rollout.model_validate(long_log).output, None)]
+    assert "verbosity_padding" not in found
+    padded = {**base, "messages": [*base["messages"][:-1], assistant("All tests pass. " + log)]}
+    found = [tag.tag for tag, _ in tags.detect_all(Rollout.model_validate(padded).output, None)]
+    assert "verbosity_padding" in found
