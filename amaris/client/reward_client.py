@@ -27,12 +27,14 @@ from amaris.client.bodies import (
     score_item,
 )
 from amaris.client.errors import (
+    InvalidRequestError,
     RewardUnscoredError,
+    ServerUnavailableError,
     ServerUnreachableError,
     StepFailedError,
     raise_for_answer,
 )
-from amaris.client.rewards import Exchange, Rewards
+from amaris.client.rewards import BatchExchange, Exchange, Rewards
 from amaris.models import (
     BatchScoreResponse,
     GetRewardBody,
@@ -133,6 +135,31 @@ class RewardClient:
         body: BatchBody = {"items": sent, "include_breakdown": include_breakdown}
         data = await self._post("/batch_score", body)
         return BatchScoreResponse.model_validate(data).results
+
+    async def batch_rewards_async(
+        self, items: Sequence[ScoreItem | ScoreRequest], retry_seconds: float = 60.0
+    ) -> Rewards:
+        """Every item's reward through ``/batch_score``, as :meth:`get_rewards` gives
+        ``/get_reward``'s: items left unscored are sent again, and an overloaded, failing or
+        unreachable server asked again, until ``retry_seconds`` have passed
+        (:class:`~amaris.client.rewards.BatchExchange`).
+
+        Raises:
+            RewardUnavailableError: items still unscored when the budget is spent.
+            ServerUnavailableError, ServerUnreachableError: still failing when it is spent.
+            InvalidRequestError: amaris refused an item (its reason names the field).
+        """
+        exchange = BatchExchange(len(items), retry_seconds)
+        while exchange.pending:
+            try:
+                answers = await self.batch_score_async([items[i] for i in exchange.pending])
+            except (InvalidRequestError, ServerUnavailableError) as error:
+                wait = exchange.failed(error)
+            else:
+                wait = exchange.receive(answers)
+            if wait:
+                await asyncio.sleep(wait)
+        return exchange.result
 
     # -- /get_reward (OpenRLHF's protocol): what the trainer adapters call ---------------
     def get_rewards(

@@ -1,5 +1,6 @@
-"""One ``/get_reward`` exchange and its retries, independent of sync or async I/O
-(:meth:`amaris.client.RewardClient.get_rewards` does the I/O).
+"""One ``/get_reward`` exchange and its retries, and the same for ``/batch_score`` items,
+independent of sync or async I/O (:meth:`amaris.client.RewardClient.get_rewards` and
+:meth:`~amaris.client.RewardClient.batch_rewards_async` do the I/O).
 
 Only what has no reward yet is retried: when amaris answers 503 (some samples unscored), the
 samples it did score are kept and the others are sent again, under the step amaris logged the
@@ -17,11 +18,12 @@ import httpx
 
 from amaris.client.errors import (
     AmarisError,
+    InvalidRequestError,
     ServerUnavailableError,
     ServerUnreachableError,
     raise_for_answer,
 )
-from amaris.models import GetRewardBody, RewardVector
+from amaris.models import GetRewardBody, RewardVector, ScoreResponse
 
 RETRIED = frozenset({429, 502, 503, 504})
 """Answers asked again within the budget."""
@@ -182,6 +184,76 @@ class Exchange:
                 raise RewardUnavailableError(self.result, reasons)
             raise error(next(iter(reasons.values())))
         return max(0.05, min(wait, left))
+
+
+@dataclass
+class BatchExchange:
+    """Items scored through ``/batch_score`` until each has a reward: an item left without
+    one (unscored, and ``scoring.on_failure`` is not ``neutral``) is sent again, as are all
+    of them while amaris is overloaded (429), failing (5xx) or unreachable, until
+    ``retry_seconds`` have passed; an item amaris refuses (``invalid``) is an error at once."""
+
+    size: int
+    retry_seconds: float
+    result: Rewards = field(init=False)
+    pending: list[int] = field(init=False)
+    """The items (by index) still to send."""
+    _reasons: dict[int, str] = field(init=False)
+    _deadline: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        size = self.size
+        self.result = Rewards([None] * size, ["unscored"] * size, [None] * size, None)
+        self.result.reward_vectors = [None] * size
+        self.pending = list(range(size))
+        self._reasons = dict.fromkeys(self.pending, "no answer")
+        self._deadline = time.monotonic() + self.retry_seconds
+
+    def receive(self, answers: list[ScoreResponse]) -> float:
+        """Record the answers to the pending items; returns seconds to wait before sending
+        those still pending (0: none are).
+
+        Raises:
+            InvalidRequestError: amaris refused an item (its reason names the field).
+            RewardUnavailableError: items still unscored when the budget is spent.
+        """
+        still = []
+        for index, answer in zip(self.pending, answers, strict=True):
+            if answer.status == "invalid":
+                reason = answer.reason or "invalid"
+                raise InvalidRequestError(422, reason, [reason.partition(": ")[0]])
+            self.result.statuses[index] = answer.status
+            self.result.rubric_versions[index] = answer.rubric_version
+            if self.result.reward_vectors is not None:
+                self.result.reward_vectors[index] = answer.rewards
+            self.result.rewards[index] = answer.score
+            if answer.score is None:
+                self._reasons[index] = answer.reason or answer.status
+                still.append(index)
+        self.pending = still
+        if not still:
+            return 0.0
+        return self._again(RewardUnavailableError(self.result, self._still()))
+
+    def failed(self, error: AmarisError) -> float:
+        """Seconds to wait after ``error`` (overloaded, failing or unreachable).
+
+        Raises:
+            AmarisError: ``error`` itself when the budget is spent, or at once when it is
+                a refusal other than overload (429).
+        """
+        if isinstance(error, InvalidRequestError) and error.status_code != 429:
+            raise error
+        return self._again(error)
+
+    def _still(self) -> dict[int, str]:
+        return {i: self._reasons[i] for i in self.pending}
+
+    def _again(self, error: AmarisError) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise error
+        return max(0.05, min(1.0, left))
 
 
 def _json(response: httpx.Response) -> ServerAnswer:

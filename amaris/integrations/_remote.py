@@ -1,17 +1,26 @@
-"""What the verl, OpenRLHF and TRL adapters share: where amaris is, the step, ``/get_reward``.
+"""What the verl, OpenRLHF and TRL adapters share: where amaris is, the step, ``/get_reward``
+(text samples) and ``/batch_score`` (agent trajectories).
 
 A call goes through :class:`amaris.client.RewardClient`, which retries what has no reward
-yet (:meth:`~amaris.client.RewardClient.get_rewards`) for the target's ``retry_seconds``.
+yet (:meth:`~amaris.client.RewardClient.get_rewards`) for the target's ``retry_seconds``;
+:func:`score_rollouts` does the same for ``/batch_score`` items, which carry trajectories
+(:meth:`~amaris.client.RewardClient.batch_rewards_async`).
 The clients are kept from one call to the next (:mod:`amaris.integrations._clients`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from amaris.client import Rewards
+from amaris.client import (
+    RewardClient,
+    Rewards,
+    ScoreItem,
+)
 from amaris.integrations._clients import async_client, sync_client
 from amaris.models import GetRewardBody
 
@@ -81,3 +90,27 @@ async def get_rewards_async(target: Target, body: GetRewardBody, step: int | Non
     """Async :func:`get_rewards`, on the running event loop's client for ``target``."""
     client = async_client(target.url, target.api_key, target.timeout)
     return await client.get_rewards_async(body, step, target.retry_seconds)
+
+
+async def score_rollouts_async(target: Target, items: Sequence[ScoreItem]) -> Rewards:
+    """Every item's reward from ``target``, on the running event loop's client for it.
+
+    Raises:
+        RewardUnavailableError: items still unscored when the budget is spent.
+        amaris.ServerUnavailableError: amaris unreachable or failing when it is spent.
+        amaris.InvalidRequestError: amaris refused an item (its reason names the field).
+    """
+    client = async_client(target.url, target.api_key, target.timeout)
+    return await client.batch_rewards_async(items, target.retry_seconds)
+
+
+def score_rollouts(target: Target, items: Sequence[ScoreItem]) -> Rewards:
+    """Blocking :func:`score_rollouts_async`, on an event loop and a client of its own for
+    the call (``/batch_score`` is async in :class:`RewardClient`): call it from a thread
+    without a running event loop."""
+
+    async def score() -> Rewards:
+        async with RewardClient(target.url, target.timeout, target.api_key) as client:
+            return await client.batch_rewards_async(items, target.retry_seconds)
+
+    return asyncio.run(score())

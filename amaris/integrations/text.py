@@ -18,8 +18,10 @@ class ToolFunction(TypedDict, total=False):
 
 class ToolCall(ToolFunction, total=False):
     """One of a message's ``tool_calls``: ``{"function": {"name", "arguments"}}``, or the
-    function's fields at the top level."""
+    function's fields at the top level; ``id`` names it for the tool message answering it."""
 
+    id: str
+    type: str
     function: ToolFunction
 
 

@@ -1,69 +1,100 @@
-"""TRL ``GRPOTrainer`` reward function: ``reward_funcs=[amaris_reward_func(...)]``.
+"""TRL ``GRPOTrainer`` reward functions: ``reward_funcs=[amaris_reward_func(...)]``, or
+``reward_funcs=amaris_reward_funcs(...)`` for a reward per objective (multi-reward GRPO).
 
-The function is async (TRL runs async reward functions concurrently with the others)
+Each function is async (TRL runs async reward functions concurrently with the others)
 with TRL's signature ``(prompts, completions, **kwargs) -> list[float | None]``:
 
-* prompts and completions are plain strings or chat messages ``[{"role", "content"}]``;
+* prompts and completions are plain strings or chat messages; a batch whose completions
+  call tools (TRL's ``tools`` or ``environment_factory``: assistant ``tool_calls``, the
+  tools' answers as ``tool`` messages) goes to amaris as agent trajectories, each sample's
+  chat as ``rollout.messages`` (``/batch_score``), with ``outcome(environment)`` when
+  given; any other batch as text (``/get_reward``); ``trajectories`` forces either;
 * the step is ``kwargs["trainer_state"].global_step`` when TRL passes it, else
   ``AMARIS_STEP``, else the step amaris has open;
 * the group of a sample (compared by the analyzer) is the ``group_column`` dataset column
   (default ``prompt_id``) when present, else the prompt;
 * the reference answer is the ``reference_column`` dataset column (default ``answer``);
 * an unscored sample is retried for ``retry_seconds``, then answered ``None``: TRL leaves
-  it out of the reward sum, nothing is made up;
+  it out of that reward function (and out of training when every function says ``None``),
+  nothing is made up;
 * with ``kwargs["log_extra"]`` / ``kwargs["log_metric"]`` it logs the columns
   ``amaris_status`` and ``amaris_rubric_version`` and the metrics ``amaris/unscored`` and
-  ``amaris/rubric_version``.
+  ``amaris/rubric_version`` (once per batch).
+
+The functions of one :func:`amaris_reward_funcs` share one amaris call per batch
+(:class:`~amaris.integrations.trl_rewards.SharedRewards`): one reward per sample, each
+function reading its key of the sample's reward vector.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from amaris.client import Rewards, RewardUnavailableError
-from amaris.integrations._remote import Target, env_step, get_rewards_async
-from amaris.integrations.text import Chat, completion_text, render
-from amaris.models import GetRewardBody
+from amaris.client import Rewards
+from amaris.integrations._remote import Target
+from amaris.integrations.episodes import reward_keys
+from amaris.integrations.text import Chat
+from amaris.integrations.trl_rewards import (
+    LogExtra,
+    LogMetric,
+    Options,
+    Outcome,
+    SharedRewards,
+    TrainerState,
+)
+
+__all__ = [
+    "LogExtra",
+    "LogMetric",
+    "Outcome",
+    "RewardFunc",
+    "TrainerState",
+    "amaris_reward_func",
+    "amaris_reward_funcs",
+]
 
 RewardFunc = Callable[..., Awaitable[list[float | None]]]
 
-
-class TrainerState(Protocol):
-    """TRL's ``trainer_state`` (transformers' ``TrainerState``): what amaris reads of it."""
-
-    global_step: int
+SCALAR = ""
+"""The reader name of the scalar reward function (the reward keys are never empty)."""
 
 
-LogExtra = Callable[[str, list[Any]], None]
-"""TRL's ``log_extra(column, values)``: a column of the completions table."""
-LogMetric = Callable[[str, float], None]
-"""TRL's ``log_metric(name, value)``."""
+def _values(result: Rewards, key: str) -> list[float | None]:
+    """The scalar rewards, or each sample's ``key`` of its reward vector (None unscored).
+
+    Raises:
+        ValueError: a scored sample's vector has no ``key`` (not a reward key of the
+            rubric), or the server sends no vectors.
+    """
+    if key == SCALAR:
+        return list(result.rewards)
+    vectors = result.reward_vectors
+    if vectors is None:
+        if any(r is not None for r in result.rewards):
+            raise ValueError(f"amaris sent no reward vectors: no {key!r} reward to give")
+        return [None] * len(result.rewards)
+    values: list[float | None] = []
+    for vector in vectors:
+        if vector is not None and key not in vector:
+            raise ValueError(
+                f"reward key {key!r} is not in amaris's reward vector (keys: {sorted(vector)})"
+            )
+        value = vector.get(key) if vector is not None else None
+        values.append(float(value) if value is not None else None)
+    return values
 
 
-def _step(state: TrainerState | None) -> int | None:
-    step = getattr(state, "global_step", None)
-    return int(step) if step is not None else env_step()
+def _reward_func(shared: SharedRewards, key: str, name: str) -> RewardFunc:
+    # TRL's keyword arguments: the batch's dataset columns (by name: the dataset's own),
+    # ``trainer_state``, the log callbacks and ``environments``; read in trl_rewards.
+    async def reward(
+        prompts: Sequence[Chat], completions: Sequence[Chat], **kwargs: Any
+    ) -> list[float | None]:
+        return _values(await shared.rewards(key, prompts, completions, kwargs), key)
 
-
-def _column(values: Sequence[Any] | None, name: str | None, size: int) -> list[Any] | None:
-    """The dataset column ``name`` (any JSON the dataset holds), None when absent."""
-    if values is None:
-        return None
-    if len(values) != size:
-        raise ValueError(f"dataset column {name!r} has {len(values)} values for {size} completions")
-    return list(values)
-
-
-def _log(log_extra: LogExtra | None, log_metric: LogMetric | None, result: Rewards) -> None:
-    versions = [v for v in result.rubric_versions if v is not None]
-    if callable(log_extra):
-        log_extra("amaris_status", list(result.statuses))
-        log_extra("amaris_rubric_version", list(result.rubric_versions))
-    if callable(log_metric):
-        log_metric("amaris/unscored", float(sum(s != "scored" for s in result.statuses)))
-        if versions:
-            log_metric("amaris/rubric_version", float(max(versions)))
+    reward.__name__ = reward.__qualname__ = name
+    return reward
 
 
 def amaris_reward_func(
@@ -78,6 +109,8 @@ def amaris_reward_func(
     total_steps: int | None = None,
     timeout: float = 600.0,
     retry_seconds: float = 30.0,
+    trajectories: bool | None = None,
+    outcome: Outcome | None = None,
 ) -> RewardFunc:
     """An async GRPO reward function scoring with the amaris server at ``url``.
 
@@ -90,34 +123,72 @@ def amaris_reward_func(
         high_level_goal, model_size, total_steps: the run, for the analyzer.
         timeout: seconds per HTTP request.
         retry_seconds: how long unscored samples are retried before answering None.
+        trajectories: True: every batch as agent trajectories (``rollout.messages``);
+            False: every batch as text; None: a batch as trajectories when a completion
+            calls a tool or holds a tool's answer.
+        outcome: reads a sample's environment (TRL's ``environments``, with
+            ``environment_factory``): its verifiable signals, sent as ``rollout.outcome``
+            with a trajectory.
     """
-    target = Target.resolve(url, api_key, timeout, retry_seconds)
-    run = {"high_level_goal": high_level_goal, "model_size": model_size, "total_steps": total_steps}
+    options = Options(
+        Target.resolve(url, api_key, timeout, retry_seconds),
+        group_column,
+        reference_column,
+        high_level_goal,
+        model_size,
+        total_steps,
+        trajectories,
+        outcome,
+    )
+    return _reward_func(SharedRewards(options, readers=1), SCALAR, name)
 
-    # TRL's keyword arguments: the batch's dataset columns (by name: the dataset's own),
-    # ``trainer_state`` and the log callbacks; read one by one below.
-    async def reward(
-        prompts: Sequence[Chat], completions: Sequence[Chat], **kwargs: Any
-    ) -> list[float | None]:
-        if len(prompts) != len(completions):
-            raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
-        texts = [render(p) for p in prompts]
-        size = len(texts)
-        groups = _column(kwargs.get(group_column) if group_column else None, group_column, size)
-        labels = kwargs.get(reference_column) if reference_column else None
-        body: GetRewardBody = {
-            "query": [t + completion_text(c) for t, c in zip(texts, completions, strict=True)],
-            "prompts": texts,
-            "labels": _column(labels, reference_column, size),
-            "group_ids": [str(g) for g in groups] if groups is not None else None,
-            "amaris_metadata": {k: v for k, v in run.items() if v is not None} or None,
-        }
-        try:
-            result = await get_rewards_async(target, body, _step(kwargs.get("trainer_state")))
-        except RewardUnavailableError as error:
-            result = error.result  # unscored samples stay None: TRL leaves them out
-        _log(kwargs.get("log_extra"), kwargs.get("log_metric"), result)
-        return list(result.rewards)
 
-    reward.__name__ = reward.__qualname__ = name
-    return reward
+def amaris_reward_funcs(
+    url: str | None = None,
+    *,
+    anchor_ids: Sequence[str] = (),
+    scalar: bool = True,
+    api_key: str | None = None,
+    name: str = "amaris",
+    group_column: str | None = "prompt_id",
+    reference_column: str | None = "answer",
+    high_level_goal: str | None = None,
+    model_size: str | None = None,
+    total_steps: int | None = None,
+    timeout: float = 600.0,
+    retry_seconds: float = 30.0,
+    trajectories: bool | None = None,
+    outcome: Outcome | None = None,
+) -> list[RewardFunc]:
+    """GRPO reward functions for TRL's multi-reward GRPO (``reward_funcs=[...]`` with
+    ``reward_weights`` in that order): the scalar reward (named ``name``, unless
+    ``scalar`` is False), then one per reward key, ``anchors``, ``adaptive`` and each of
+    ``anchor_ids`` (named ``{name}_{key}``). They share one amaris call per batch.
+
+    A key's value is None where the sample is unscored or the key is null (``adaptive``
+    while the rubric has no adaptive criteria): TRL leaves the sample out of that function.
+    The other arguments are :func:`amaris_reward_func`'s.
+
+    Raises:
+        ValueError: a key is given twice.
+        TypeError: ``anchor_ids`` is one string, not a list of ids.
+    """
+    if isinstance(anchor_ids, str):
+        raise TypeError(f"anchor_ids must be a list of ids, got the string {anchor_ids!r}")
+    keys = reward_keys(list(anchor_ids))
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"reward keys must be distinct, got {keys}")
+    options = Options(
+        Target.resolve(url, api_key, timeout, retry_seconds),
+        group_column,
+        reference_column,
+        high_level_goal,
+        model_size,
+        total_steps,
+        trajectories,
+        outcome,
+    )
+    readers = [SCALAR] if scalar else []
+    readers += keys
+    shared = SharedRewards(options, readers=len(readers))
+    return [_reward_func(shared, r, name if r == SCALAR else f"{name}_{r}") for r in readers]

@@ -107,6 +107,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # OpenRLHF's own code against the real server, still cover them in the suite).
     # prompt_split is /get_reward's prompt/response split, moved out of api/routes/openrlhf.py.
     "trl": ("amaris/integrations/trl.py", ["tests/trainers/test_trl_adapter_unit.py"]),
+    "trl_rewards": (
+        "amaris/integrations/trl_rewards.py",
+        ["tests/trainers/test_trl_rewards_unit.py"],
+    ),
     "openrlhf": (
         "amaris/integrations/openrlhf.py",
         ["tests/trainers/test_openrlhf_adapter_unit.py"],
@@ -136,7 +140,7 @@ NO_CONFTEST |= {"auth", "adapters", "adapter_clients", "memory_retrieval"}
 NO_CONFTEST |= {"rollout_log", "rubric_store", "step_lifecycle"}
 NO_CONFTEST |= {"precheck", "json_reply", "judge_protocol", "rollout_records"}
 NO_CONFTEST |= {"gateway", "attempt"}
-NO_CONFTEST |= {"trl", "openrlhf", "prompt_split"}
+NO_CONFTEST |= {"trl", "trl_rewards", "openrlhf", "prompt_split"}
 NO_CONFTEST |= {"verl", "verl_manager"}
 NO_CONFTEST |= {
     "transport",

@@ -46,7 +46,11 @@ UNDECLARED_IMPORTS_ALLOWED = {
     # The trainer's, imported by the adapters that run inside its process (verl brings numpy).
     "torch",
     "verl",
+    "openrlhf",
     "numpy",
+    # The ecosystem's, imported only by its own adapter (amaris.integrations.<name>).
+    "verifiers",
+    "nemo_gym",
     # pydantic's core, which each pydantic release pins exactly: a second requirement on it
     # could only conflict.
     "pydantic_core",

@@ -23,7 +23,10 @@ BUDGET = {
     "amaris/bootstrap": 1,  # a data file's candidate metadata
     "amaris/cli": 0,
     "amaris/client": 2,  # a rollout's metadata and a trajectory's outcome in a trainer's body
-    "amaris/integrations": 2,  # a tool call's arguments; a body narrowed key by key
+    # a tool call's arguments; a body narrowed key by key; a trainer's chat messages as it
+    # holds them; the trainers' and ecosystems' own signatures (OpenRLHF's agent state and
+    # results, verl's loop messages and multimodal info, NeMo Gym's and OpenRLHF's outcome)
+    "amaris/integrations": 23,
     "amaris/llm": 4,  # a reply before validation; a configured response_format; pydantic's schema
     "amaris/memory": 6,  # the trainer's metadata, records and analyses of any version
     "amaris/offline": 0,

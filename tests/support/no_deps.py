@@ -3,9 +3,10 @@
 Some packages the tiers need declare dependencies amaris must not install: verl and
 OpenRLHF pin GPU-only builds (tests/trainer_env.py), and xgrammar, the constrained decoder
 of the real-model tier, requires triton, a large GPU compiler that it imports
-only for its GPU kernels. Such packages are installed into ``.trainers/<pins>`` from the
-package index on the first run (the other xdist worker waits on a lock), then reused, and
-appended to ``sys.path`` (after this repository and the venv)."""
+only for its GPU kernels; NeMo Gym declares a newer Python than amaris's while its code
+runs on 3.11. Such packages are installed into ``.trainers/<pins>`` from the package index on
+the first run (the other xdist worker waits on a lock), then reused, and appended to
+``sys.path`` (after this repository and the venv)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import importlib
 import importlib.util
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -33,16 +34,17 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def install_no_deps(pins: Mapping[str, str]) -> Path:
-    """``pins`` (name -> version) installed without their dependencies, once; the folder
-    is on ``sys.path`` (appended) and returned."""
+def install_no_deps(pins: Mapping[str, str], flags: Sequence[str] = ()) -> Path:
+    """``pins`` (name -> version) installed without their dependencies, once, with pip's
+    ``flags`` (``--ignore-requires-python``); the folder is on ``sys.path`` (appended) and
+    returned."""
     target = TARGETS_DIR / "-".join(f"{name}-{version}" for name, version in pins.items())
     done = target / ".installed"
     with _locked(TARGETS_DIR / ".lock"):
         if not done.exists():
             wanted = [f"{name}=={version}" for name, version in pins.items()]
             pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target"]
-            subprocess.run([*pip, str(target), *wanted], check=True)
+            subprocess.run([*pip, str(target), *flags, *wanted], check=True)
             done.touch()
     if str(target) not in sys.path:
         sys.path.append(str(target))

