@@ -18,8 +18,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from amaris.llm.ledger import price
-from amaris.settings import AGENTS, ModelPrice
+from amaris.llm.rate_limits import KINDS, RateLimits
+from amaris.settings import AGENTS
 from amaris.trust.audit.monitor import FidelityMonitor
 from amaris.trust.rule_store import PrecheckRuleStore, ProbeKind
 
@@ -143,7 +143,6 @@ class Metrics:
         store: RubricStore,
         coordinator: StepCoordinator,
         ledger: TokenLedger,
-        pricing: Mapping[str, ModelPrice],
         canary: Mapping[str, int] | None = None,
         fidelity: FidelityMonitor | None = None,
     ) -> None:
@@ -154,7 +153,7 @@ class Metrics:
         if self._state is not None:
             self.registry.unregister(self._state)
         self._state = _StateCollector(
-            gateways, scorer, store, coordinator, ledger, pricing, {} if canary is None else canary
+            gateways, scorer, store, coordinator, ledger, {} if canary is None else canary
         )
         self._state.fidelity = fidelity or FidelityMonitor()
         self.registry.register(self._state)
@@ -230,14 +229,14 @@ class _StateCollector(Collector):
         store: RubricStore,
         coordinator: StepCoordinator,
         ledger: TokenLedger,
-        pricing: Mapping[str, ModelPrice],
         canary: Mapping[str, int],
     ) -> None:
         self._canary = canary
         self.fidelity = FidelityMonitor()
         self._gateways = dict(gateways)
         self._ledger = ledger
-        self._pricing = dict(pricing)
+        # The gateways share one (each counted once).
+        self._rates = list({id(g.rate_limits): g.rate_limits for g in gateways.values()}.values())
         self._scorer = scorer
         self._store = store
         self._coordinator = coordinator
@@ -246,6 +245,7 @@ class _StateCollector(Collector):
         yield from self._llm()
         yield from self._fidelity()
         yield from self._ledger_metrics()
+        yield from _rate_limit_metrics(self._rates)
         # dict(...) copies in one step: the pipeline thread updates its gateway's stats.
         counters = dict(self._scorer.counters)
         rewards = CounterMetricFamily(
@@ -378,17 +378,57 @@ class _StateCollector(Collector):
         )
         cost = CounterMetricFamily(
             "amaris_llm_cost_dollars",
-            "Dollars of the LLM tokens at the configured pricing, by agent and model (models "
-            "with a price only).",
+            "Dollars of the LLM tokens at the configured prices (agents.<agent>.price, else "
+            "pricing.<model>), by agent and model (those with a price only).",
             labels=labels,
         )
+        by_agent: dict[str, float] = {}
         for (agent, model), usage in sorted(self._ledger.totals().items()):
             calls.add_metric([agent, model], usage.calls)
             failed.add_metric([agent, model], usage.failed)
             for kind in ("prompt", "completion", "reasoning", "cached"):
                 tokens.add_metric([agent, model, kind], getattr(usage, f"{kind}_tokens"))
             seconds.add_metric([agent, model], usage.seconds)
-            rate = self._pricing.get(model)
-            if rate is not None:
-                cost.add_metric([agent, model], price(usage, rate))
-        yield from (calls, failed, tokens, seconds, cost)
+            if usage.priced:
+                cost.add_metric([agent, model], usage.cost_usd)
+                by_agent[agent] = by_agent.get(agent, 0.0) + usage.cost_usd
+        usd = CounterMetricFamily(
+            "amaris_llm_cost_usd",
+            "Dollars of the LLM tokens at the configured prices (agents.<agent>.price, else "
+            "pricing.<model>), by agent (those with a price only).",
+            labels=["agent"],
+        )
+        for agent, spent in sorted(by_agent.items()):
+            usd.add_metric([agent], spent)
+        yield from (calls, failed, tokens, seconds, cost, usd)
+
+
+def _rate_limit_metrics(rates: Iterable[RateLimits]) -> Iterable[Metric]:
+    """Time LLM requests waited for their endpoint's rate limits, and those waiting now."""
+    waited: dict[tuple[str, str], float] = {}
+    waiting: dict[str, int] = {}
+    for limits in rates:
+        for key, seconds in limits.waited().items():
+            waited[key] = waited.get(key, 0.0) + seconds
+        for agent, count in limits.waiting().items():
+            waiting[agent] = waiting.get(agent, 0) + count
+    family = CounterMetricFamily(
+        "amaris_llm_rate_limit_wait_seconds",
+        "Seconds LLM requests waited for their endpoint's rate limit, by agent and kind "
+        "(requests, tokens: client.<agent>.requests_per_minute / tokens_per_minute or what the "
+        "endpoint's headers set; endpoint: its retry-after or reset).",
+        labels=["agent", "kind"],
+    )
+    agents = sorted({*AGENTS, *(agent for agent, _ in waited), *waiting})
+    for agent in agents:
+        for kind in KINDS:
+            family.add_metric([agent, kind], waited.get((agent, kind), 0.0))
+    yield family
+    gauge = GaugeMetricFamily(
+        "amaris_llm_rate_limit_waiting",
+        "LLM requests waiting for their endpoint's rate limit now, by agent.",
+        labels=["agent"],
+    )
+    for agent in agents:
+        gauge.add_metric([agent], waiting.get(agent, 0))
+    yield gauge

@@ -258,6 +258,12 @@ class ScoreResponse(BaseModel):
         "'degenerate_reply: ...' when the pre-check gave it the floor reward unjudged.",
     )
     cached: bool = Field(default=False, description="Answered from the score cache.")
+    judge: Literal["cheap", "strong"] | None = Field(
+        default=None,
+        description="The judge whose verdicts made the reward: 'strong' (the scorer) or "
+        "'cheap' (the cascade's cheap scorer, scoring.cascade); null when no judge decided "
+        "(unscored, the pre-check's floor, rule criteria alone).",
+    )
     truncated: list[str] = Field(
         default_factory=list, description="Fields cut to scoring.max_field_chars before judging."
     )

@@ -203,10 +203,10 @@ def usage_markdown(
     waited: float = 0.0,
     failed: bool = False,
 ) -> str:
-    """The LLM requests, tokens and endpoint time of a step, by agent and model, under the
-    time the step waited on the judge (``waited``: wall time with one of its pipeline's
-    calls outstanding); with a price table, the step's cost and its cost per 1,000
-    rollouts."""
+    """The LLM requests, tokens, endpoint time and cost of a step, by agent and model, under
+    the time the step waited on the judge (``waited``: wall time with one of its pipeline's
+    calls outstanding); with prices (each request's, as the ledger recorded it at its
+    agent's price, else ``pricing``), the step's cost and its cost per 1,000 rollouts."""
     lines = [
         f"# Step {step}: LLM tokens and time",
         "",
@@ -218,30 +218,31 @@ def usage_markdown(
         "(concurrent requests each count; the scorer's requests of the step included).",
         "",
         "| agent | model | calls | failed | timed out | prompt | cached | completion "
-        "| reasoning | seconds waited |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| reasoning | seconds waited | cost ($) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    rows = sorted(table.items())
-    for (agent, model), u in [*rows, (("all", ""), total(table.values()))]:
+    rows = [(key, u, cost({key: u}, pricing)) for key, u in sorted(table.items())]
+    rows.append((("all", ""), total(table.values()), cost(table, pricing)))
+    for (agent, model), u, spent in rows:
         lines.append(
             f"| {agent} | {model} | {u.calls} | {u.failed} | {u.timed_out} | "
             f"{u.prompt_tokens} | {u.cached_tokens} | {u.completion_tokens} | "
-            f"{u.reasoning_tokens} | {u.seconds:.1f} |"
+            f"{u.reasoning_tokens} | {u.seconds:.1f} | {'-' if spent is None else f'{spent:.4f}'} |"
         )
-    if not rows:
+    if not table:
         lines.append("")
         lines.append(
             "No LLM request of this step was made in this process (a cached re-run, "
             "or the rollouts were scored by another process)."
         )
-    if pricing:
-        dollars = cost(table, pricing)
+    dollars = cost(table, pricing)
+    if dollars is not None or pricing or any(u.priced for u in table.values()):
         lines.append("")
         if dollars is None:
             lines.append(
                 "**Cost:** unknown: no price for "
                 + ", ".join(f"`{m}`" for m in unpriced(table, pricing))
-                + " in `pricing`."
+                + " (set `agents.<agent>.price` or `pricing.<model>`)."
             )
         else:
             per_1000 = f"${dollars / rollouts * 1000:.4f}" if rollouts else "-"

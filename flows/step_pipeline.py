@@ -118,7 +118,7 @@ async def _run_step(step: int) -> StepResult:
         process_all(step, works, batched),
         check_judge_canaries(
             JudgeCanaryRequest.of(
-                step, records, audit_pairs=pairs, spent=audit.swap_checked if audit else 0
+                step, records, audit_pairs=pairs, budget=audit.canary_budget if audit else None
             )
         ),
     )

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.model import RubricVersion
+from amaris.scoring.calibration import drop_audit
 from amaris.scoring.scorer import Scorer
 from amaris.settings import AUDITOR, AuditSettings
 from amaris.steps.context import get_context
@@ -19,7 +20,8 @@ from amaris.trust.audit.history import audit_history
 from amaris.trust.audit.models import OVER_REWARDED_KEPT, AuditedRollout, RewardGap, StepAudit
 from amaris.trust.audit.pause import AuditPause
 from amaris.trust.audit.regrade import regrade_all
-from amaris.trust.audit.sampling import Drawn, budget_left, sample_size, stratified_sample
+from amaris.trust.audit.sampling import Drawn, sample_size, stratified_sample
+from amaris.trust.budget import canaries_left, sample_cap
 from amaris.trust.judge_canaries import Probe, ProbeResult, canary_sources, judge_probes, mine
 from tasks._common import llm_task, training_scorer
 from tasks.judge_canaries import LEDGER_AGENT
@@ -46,8 +48,8 @@ def sample_key(record: RolloutRecord) -> str:
 
 
 def _earlier(step: int) -> tuple[list[TrendPoint], list[tuple[int, int]]]:
-    """The sample figures of the audited steps before ``step``, oldest first,
-    and each audited step's (judged rollouts, rollouts re-graded): what the budget spent."""
+    """The sample figures of the audited steps before ``step``, oldest first, and each
+    audited step's (judged rollouts, rollouts re-graded): what the budgets spent."""
     history = audit_history(get_context().steps, step)
     points = [
         TrendPoint(
@@ -229,13 +231,13 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
     ``settings`` (``audit:``) is a parameter so that the cache key holds it."""
     ctx = get_context()
     scored = [r for r in records if _audited(r)]
-    earlier, spent = await asyncio.to_thread(_earlier, step)
-    budget = budget_left(settings.max_share, len(scored), spent)
+    earlier, regraded = await asyncio.to_thread(_earlier, step)
+    allowed, cap = sample_cap(settings, len(scored), regraded)
     sample = stratified_sample(
         scored,
         lambda r: float(r.score or 0.0),
         sample_key,
-        sample_size(len(scored), settings.sample_share, settings.min_samples, budget),
+        sample_size(len(scored), settings.sample_share, settings.min_samples, cap),
         top_tail=settings.top_tail,
         top_tail_share=settings.top_tail_share,
         seed=f"audit-step-{step}",
@@ -252,6 +254,8 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
     audited = await regrade_all(
         scorer, sample, [versions[(d.item.scope, d.item.rubric_version or 0)] for d in sample]
     )
+    if ctx.settings.cascade_on:  # the cascade pairs them with the cheap verdicts it served
+        await asyncio.to_thread(drop_audit, ctx.settings.memory.path, step, audited, len(scored))
     whole = fidelity(audited)
     scopes = sorted({r.scope for r in audited})
     per_scope = {scope: fidelity([r for r in audited if r.scope == scope]) for scope in scopes}
@@ -259,6 +263,10 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
     judged = [c for c in checks if c.reward is not None]
     swaps = SwapTally(len(judged), sum(c.alarm for c in judged)) if judged else None
     alarm = check_alarm(whole, step, earlier, settings, swaps)
+    spent = len(sample) + len(checks)
+    canaries = canaries_left(
+        ctx.settings.judge_canaries, step, len(scored), allowed, spent, len(checks)
+    )
     counters = scorer.counters
     return StepAudit(
         step=step,
@@ -279,6 +287,8 @@ async def audit_step(step: int, records: list[RolloutRecord], settings: AuditSet
         audit_mean=whole.audit_mean,
         judge_calls=counters["scored"] + counters["unscored"] - counters["rule_only"],
         population=len(scored),
+        check_budget=allowed,
+        canary_budget=canaries,
         criteria=whole.criteria,
         scopes=per_scope,
         evidence={

@@ -42,8 +42,9 @@ class JudgeCanaryRequest(BaseModel):
     step: int = Field(ge=0)
     sources: list[CanarySource] = Field(default_factory=list)
     audit_pairs: list[AuditPair] = Field(default_factory=list)
-    spent: int = Field(default=0, ge=0)
-    """Probes of the step's budget the audit's swap checks (``audit.swap_checks``) spent."""
+    budget: int | None = Field(default=None, ge=0)
+    """Probes the step's audit left them (``audit.budget_share``, its swap checks taken
+    off); None without an audit: ``judge_canaries.max_share``."""
 
     @classmethod
     def of(
@@ -51,14 +52,14 @@ class JudgeCanaryRequest(BaseModel):
         step: int,
         records: list[RolloutRecord],
         audit_pairs: list[AuditPair] | None = None,
-        spent: int = 0,
+        budget: int | None = None,
     ) -> JudgeCanaryRequest:
         """The request of ``step`` from its logged rollouts."""
         return cls(
             step=step,
             sources=canary_sources(records),
             audit_pairs=audit_pairs or [],
-            spent=spent,
+            budget=budget,
         )
 
 
@@ -112,15 +113,17 @@ async def check_judge_canaries(request: JudgeCanaryRequest) -> JudgeCanaryReport
                 f"; learned pre-check rule {result.rule}" if result.rule else "",
             )
     log.info(
-        "step %s: judge canaries %s%s: %d probe(s) of %d allowed (%d judged rollouts, "
-        "judge_canaries.max_share %s), %d alarm(s)",
+        "step %s: judge canaries %s%s: %d probe(s) of %d allowed (%d judged rollouts, %s), "
+        "%d alarm(s)",
         request.step,
         report.outcome,
         f" ({report.reason})" if report.reason else "",
         len(report.results),
         report.budget,
         report.judged,
-        ctx.settings.judge_canaries.max_share,
+        f"judge_canaries.max_share {ctx.settings.judge_canaries.max_share}"
+        if request.budget is None
+        else "what the audit left of audit.budget_share",
         len(report.alarms),
     )
     return report
@@ -130,8 +133,10 @@ async def _check(request: JudgeCanaryRequest) -> JudgeCanaryReport:
     ctx = get_context()
     settings = ctx.settings.judge_canaries
     judged = len(request.sources)
-    # The audit's swap checks are judge canaries too: what they spent is not spent twice.
-    budget = max(0, budget_of(judged, settings.max_share, request.step) - request.spent)
+    # With an audit, the step's budget is shared: the audit says what it left them.
+    budget = request.budget
+    if budget is None:
+        budget = budget_of(judged, settings.max_share, request.step)
     base = JudgeCanaryReport(step=request.step, outcome="skipped", judged=judged, budget=budget)
     if not settings.enabled:
         return base.model_copy(update={"reason": "judge_canaries.enabled is false"})

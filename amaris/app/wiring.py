@@ -24,12 +24,14 @@ from amaris.llm.gateway import LLMGateway, build_providers
 from amaris.llm.ledger import TokenLedger
 from amaris.llm.output_mode import OutputModes
 from amaris.llm.providers import ChatProvider
+from amaris.llm.rate_limits import RateLimits
 from amaris.llm.reachability import Reachabilities
 from amaris.manifest import ManifestJSON
 from amaris.memory.embedder import Embedder
 from amaris.memory.qdrant import open_qdrant
 from amaris.metrics import Metrics
 from amaris.rubric.scopes import ScopeResolver
+from amaris.scoring.cascade import CascadeScorer
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer
 from amaris.services import Services
@@ -177,6 +179,8 @@ def build_gateways(
     ledger = TokenLedger()
     # One registry of context windows: each endpoint's /v1/models is read once for both.
     windows = ContextWindows()
+    # One gate per endpoint and model: its rate limits hold for both paths together.
+    rates = RateLimits()
     gateway = LLMGateway(
         settings,
         providers,
@@ -185,6 +189,7 @@ def build_gateways(
         output_modes=output_modes,
         ledger=ledger,
         context_windows=windows,
+        rate_limits=rates,
     )
     pipeline_gateway = LLMGateway(
         pipeline_gateway_settings(settings),
@@ -195,6 +200,7 @@ def build_gateways(
         ledger=ledger,
         context_windows=windows,
         step_wall_time=True,
+        rate_limits=rates,
     )
     return Gateways(gateway, pipeline_gateway, ledger)
 
@@ -202,7 +208,13 @@ def build_gateways(
 def build_scorer(
     settings: Settings, gateway: LLMGateway, stores: Stores, prompts: dict[str, str]
 ) -> Scorer:
-    """The hot path's scorer: the judge the configuration names, the rules it learned."""
+    """The hot path's scorer: the judge the configuration names (behind the cheap scorer
+    when the cascade is on), the rules it learned."""
+    if settings.cascade_on:
+        rules = LearnedRules(stores.precheck_rules)
+        return CascadeScorer(
+            settings, gateway, stores.rubrics, prompts["scorer"], learned_rules=rules
+        )
     judge = settings.agents.for_agent("scorer")
     return Scorer(
         settings.scoring,
@@ -230,7 +242,6 @@ def watch_metrics(
         stores.rubrics,
         steps.coordinator,
         gateways.ledger,
-        settings.pricing,
         steps.context.canary,
         steps.context.fidelity,
     )
@@ -243,12 +254,14 @@ def log_judges(settings: Settings, providers: dict[str, ChatProvider]) -> None:
         log.warning(OFFLINE_BANNER)
     if settings.auditor_on:
         log.info(
-            "audit judge on: %s re-grades %.0f%% of each step (at least %d rollouts)",
+            "audit judge on: %s re-grades %.0f%% of each step (at least %d rollouts), "
+            "within audit.budget_share %s with the judge canaries",
             "the OFFLINE rule-based judge"
             if providers["auditor"].offline
             else settings.agent_options("auditor").model,
             settings.audit.sample_share * 100,
             settings.audit.min_samples,
+            settings.audit.budget_share,
         )
     offline = [agent for agent in settings.served_agents if providers[agent].offline]
     if offline:

@@ -37,6 +37,7 @@ from amaris.sim.agent_hack import (
 )
 from amaris.sim.agent_policy import AgentPolicy, AgentSource
 from amaris.sim.answers import RubricJSON
+from amaris.sim.cascade import CASCADE_STORY, CheapJudge, cascade_outcome, cascade_overrides
 from amaris.sim.drift import (
     HACKED,
     LENIENT_TO,
@@ -314,9 +315,10 @@ def simulate_ablation(settings: Settings, args: argparse.Namespace) -> int:
 
 def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
     """``--scenario``: the scorer served through the simulator's judge (lenient to padding
-    from ``--drift-step`` in ``judge-drift``, never in ``steady``), audited by an honest but
-    noisy judge (``--auditor-noise``); the report folder gets ``fidelity.json``
-    (docs/fidelity.md)."""
+    from ``--drift-step`` in ``judge-drift``, never in ``steady`` and ``cascade``), audited
+    by an honest but noisy judge (``--auditor-noise``); the report folder gets
+    ``fidelity.json`` (docs/fidelity.md). ``cascade``: a cheap judge with logprobs before the
+    simulator's, which audits too; ``cascade.json`` (docs/simulation.md)."""
     if args.scenario == "agent-hack":
         return simulate_agent_hack(settings, args)
     if args.url or args.ablation:
@@ -327,49 +329,56 @@ def simulate_scenario(settings: Settings, args: argparse.Namespace) -> int:
     if drift is not None and drift >= args.steps:
         raise CommandError(f"--drift-step {drift} must be below --steps {args.steps}")
     setup = Setup.of(args)
+    cheap = CheapJudge(args.seed) if args.scenario == "cascade" else None
     record = ScenarioRecord(
         **setup.model_dump(),
         scenario=args.scenario,
         drift_step=drift,
-        auditor_noise=args.auditor_noise,
+        auditor_noise=0.0 if cheap else args.auditor_noise,
     )
     record_run(settings, "simulate", args.out, args.seed, record)
     judge = DriftingJudge()
     auditor = NoisyJudge(args.seed, args.auditor_noise)
     with (
         serve_judge(judge, args.judge_port) as judge_url,
-        serve_judge(auditor, args.auditor_port) as auditor_url,
+        serve_judge(cheap or auditor, args.auditor_port) as second_url,
     ):
-        overrides = {**scenario_overrides(judge_url, auditor_url), **ports(args)}
+        plan = scenario_overrides if cheap is None else cascade_overrides
+        overrides = {**plan(judge_url, second_url), **ports(args)}
         with served(settings, None, config_path(args), overrides) as (url, key):
-            result, policy, _ = simulated_run(
+            result, policy, source = simulated_run(
                 settings, args, url, key, args.scenario, lambda s: DriftSource(s, judge, drift)
             )
-    outcome = fidelity_outcome(result, drift, HACKED)
+            steps = source.steps()
+            records = [r for r in api_records(settings, url) if r.step in steps] if cheap else []
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fidelity.json").write_text(
-        json.dumps(outcome.model_dump(), indent=2) + "\n", encoding="utf-8"
-    )
-    where = f"lenient to {LENIENT_TO} from step {drift}" if drift is not None else "no drift"
-    intro = [
-        f"Scenario {args.scenario} ({where}): {setup.describe()}; wall time "
-        f"{result.wall_s:.1f} s. The training judge is the simulator's, the auditor the "
-        f"offline judge reading {args.auditor_noise:.0%} of its verdicts the other way; "
-        "fidelity.json holds the alarm's timing, its cost in judge calls and "
-        f"the reward gap between correct and padded ({', '.join(HACKED)}) rollouts "
-        "(docs/fidelity.md).",
-    ]
-    extra = {
-        **record.model_dump(),
-        "mixes": policy.mixes,
-        "fidelity": outcome.model_dump(),
-        "lenient_verdicts": judge.lenient_verdicts,
-        "auditor_verdicts": auditor.verdicts,
-        "auditor_flipped": auditor.flipped,
-    }
+    label, name = args.scenario, "cascade.json" if cheap else "fidelity.json"
+    extra = {**record.model_dump(), "mixes": policy.mixes}
+    if cheap is not None:
+        figures = cascade_outcome(result, records, cheap).model_dump()
+        extra["cascade"] = figures
+        story = CASCADE_STORY
+    else:
+        figures = fidelity_outcome(result, drift, HACKED).model_dump()
+        extra |= {
+            "fidelity": figures,
+            "lenient_verdicts": judge.lenient_verdicts,
+            "auditor_verdicts": auditor.verdicts,
+            "auditor_flipped": auditor.flipped,
+        }
+        where = f"lenient to {LENIENT_TO} from step {drift}" if drift is not None else "no drift"
+        label += f" ({where})"
+        story = (
+            f"The training judge is the simulator's, the auditor the offline judge reading "
+            f"{args.auditor_noise:.0%} of its verdicts the other way; fidelity.json holds the "
+            "alarm's timing, its cost in judge calls and the reward gap between correct and "
+            f"padded ({', '.join(HACKED)}) rollouts (docs/fidelity.md)."
+        )
+    (args.out / name).write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    intro = [f"Scenario {label}: {setup.describe()}; wall time {result.wall_s:.1f} s. {story}"]
     title = f"amaris simulate: {args.scenario}"
     report = write_report(args.out, [result], title, intro, extra, settings.pricing)
-    print(f"report: {report} (and report.html, metrics.json, fidelity.json)", file=sys.stderr)
+    print(f"report: {report} (and report.html, metrics.json, {name})", file=sys.stderr)
     return 0
 
 

@@ -3,9 +3,11 @@
 Each attempt (:meth:`Requests._attempt`) is one request and returns :class:`Ok`,
 :class:`Retry` or :class:`Fail`; around it, in order: the structured-output mode and
 ``response_format`` (:meth:`Requests._request_format`), the limits as one context manager
-(:class:`~amaris.llm.limits.Limits`), and after it the provider's own reading of a failure
-(:meth:`~amaris.llm.providers.ChatProvider.failure`), then the call log, the ledger, the
-context windows and the reasoning, each one step.
+(:class:`~amaris.llm.limits.Limits`, the endpoint's rate limits in it:
+:mod:`amaris.llm.rate_limits`), and after it the provider's own reading of a failure
+(:meth:`~amaris.llm.providers.ChatProvider.failure`), then the call log, the ledger (its
+cost at the agent's price), the rate limits (settled, and told what the endpoint's
+headers said), the context windows and the reasoning, each one step.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import random
 import time
 from collections import Counter
@@ -22,7 +25,12 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from amaris.llm.budget import ContextWindows, estimate_messages, stated_prompt_tokens
+from amaris.llm.budget import (
+    ANSWER_RESERVE_TOKENS,
+    ContextWindows,
+    estimate_messages,
+    stated_prompt_tokens,
+)
 from amaris.llm.call_log import CallLog, CallOutcome, CallRecord
 from amaris.llm.errors import (
     LLMContextOverflowError,
@@ -43,6 +51,7 @@ from amaris.llm.output_mode import (
     response_format,
 )
 from amaris.llm.providers import ChatProvider, Completion, Failure
+from amaris.llm.rate_limits import Gate, RateLimits
 from amaris.llm.reasoning import without_inline_reasoning
 from amaris.llm.reply_format import (
     SHOWN_MODES,
@@ -53,7 +62,7 @@ from amaris.llm.reply_format import (
 )
 from amaris.llm.schema import SchemaNode
 from amaris.request_context import request_id_var
-from amaris.settings import GatewaySettings, ResolvedAgentOptions, Settings
+from amaris.settings import GatewaySettings, ResolvedAgentOptions, Settings, TokenPrice
 
 log = logging.getLogger("amaris.llm")
 
@@ -62,6 +71,9 @@ Mode = OutputMode | Literal["configured"]
 ``response_format`` is sent as written."""
 _LOGGED_REASONING_CHARS = 4000
 """Reasoning text kept in the call log per request."""
+LOGGED_WAIT_SECONDS = 1.0
+"""A rate-limit wait this long or longer is logged (on the step pipeline's gateway: in the
+step's Prefect logs)."""
 
 
 @dataclass(frozen=True)
@@ -134,9 +146,23 @@ class Requests:
         call_log: CallLog,
         stats: Counter[str],
         observer: Callable[[str, float], None] | None,
+        rate_limits: RateLimits | None = None,
+        log_waits: bool = False,
     ) -> None:
         self._budget: GatewaySettings = settings.gateway
         self._limits = Limits(settings, providers)
+        self.rate_limits = rate_limits or RateLimits()
+        """The endpoints' rate limits (shared by the service's two gateways)."""
+        self.rate_limits.configure(settings, providers)
+        self._log_waits = log_waits
+        """Log every rate-limit wait of :data:`LOGGED_WAIT_SECONDS` or more at INFO (else
+        DEBUG): the step pipeline's gateway, whose logs are its steps' run logs."""
+        self._prices: dict[str, TokenPrice | None] = {}
+        """Each agent's price: ``agents.<agent>.price``, else ``pricing.<model>``."""
+        for agent in settings.served_agents:
+            options = settings.agent_options(agent)
+            by_model = settings.pricing.get(options.model)
+            self._prices[agent] = options.price or (by_model.token_price if by_model else None)
         self._fits = FittedSchemas()
         self._examples = Examples()
         self._modes = modes
@@ -181,10 +207,14 @@ class Requests:
         mode, request_format = self._request_format(call)
         call = self._shown_format(call, mode)
         record = self._record(call, attempt, mode)
+        gate, reserved = self._gate(call)
         started = time.perf_counter()
         try:
             async with self._limits.slot(
-                call.agent, call.provider.description, call.options.timeout
+                call.agent,
+                call.provider.description,
+                call.options.timeout,
+                None if gate is None else lambda: self._pace(call, record, gate, reserved),
             ):
                 started = time.perf_counter()
                 completion = await call.provider.complete(
@@ -194,8 +224,47 @@ class Requests:
                     request_format,
                 )
         except Exception as exc:
-            return self._failed(call, record, mode, attempt, exc, started)
-        return Ok(self._answered(call, record, completion, time.perf_counter() - started))
+            return self._failed(call, record, mode, attempt, exc, started, gate)
+        elapsed = time.perf_counter() - started
+        if gate is not None:
+            if completion.prompt_tokens is not None or completion.completion_tokens is not None:
+                used = (completion.prompt_tokens or 0) + (completion.completion_tokens or 0)
+                gate.settle(reserved, used)
+            if completion.rate_limit is not None:
+                gate.observe(completion.rate_limit)
+        return Ok(self._answered(call, record, completion, elapsed))
+
+    def _gate(self, call: Call) -> tuple[Gate | None, int]:
+        """The rate-limit gate of ``call``'s endpoint and model (None for the offline
+        judge), and the tokens it takes there: the prompt's estimate (scaled as the
+        endpoint was seen to count) plus ``max_tokens``, when the gate counts tokens."""
+        if call.provider.offline:
+            return None, 0
+        description, model = call.provider.description, call.options.model
+        gate = self.rate_limits.gate(description, model)
+        if not gate.counts_tokens:
+            return gate, 0
+        prompt = estimate_messages(call.messages) / self._windows.scale(description, model)
+        return gate, math.ceil(prompt) + (call.options.max_tokens or ANSWER_RESERVE_TOKENS)
+
+    async def _pace(self, call: Call, record: CallRecord, gate: Gate, tokens: int) -> None:
+        """Wait for ``call``'s turn at ``gate``; a wait is written in its call-log line,
+        and logged from :data:`LOGGED_WAIT_SECONDS`."""
+        seconds, kind = await self.rate_limits.pace(call.agent, gate, tokens)
+        if kind is None:
+            return
+        record["rate_limit_wait_s"] = round(seconds, 3)
+        if seconds >= LOGGED_WAIT_SECONDS:
+            log.log(
+                logging.INFO if self._log_waits else logging.DEBUG,
+                "%s waited %.1f s for the rate limit of %s (%s, %s) (step %s)",
+                call.agent,
+                seconds,
+                call.provider.description,
+                call.options.model,
+                kind,
+                call.step,
+            )
 
     def _request_format(self, call: Call) -> tuple[Mode, RequestFormat | None]:
         """The structured-output mode of the next request, and its ``response_format``."""
@@ -261,13 +330,16 @@ class Requests:
         attempt: int,
         exc: Exception,
         started: float,
+        gate: Gate | None = None,
     ) -> Retry | Fail:
         """What a failed attempt means (the provider's :meth:`ChatProvider.failure`),
-        logged, counted and learnt from."""
+        logged, counted and learnt from (the rate limits told what its headers said)."""
         agent = call.agent
-        usage = usage_of(None, time.perf_counter() - started, exc)
+        usage = usage_of(None, time.perf_counter() - started, exc, self._prices.get(agent))
         self._ledger.record(call.ledger_agent, call.ledger_model, usage, call.step)
         failure = call.provider.failure(exc)
+        if gate is not None and failure.rate_limit is not None:
+            gate.observe(failure.rate_limit, refused=failure.rate_limited)
         if failure.kind == "oversize":
             # Not retried: the body is the model's answer, and it would write it again.
             self._write(record, started, "oversize", short(exc))
@@ -318,7 +390,7 @@ class Requests:
         completion = without_inline_reasoning(completion)
         self._log_answer(call, record, completion, elapsed)
         self._stats[f"{call.agent}.calls"] += 1
-        usage = usage_of(completion, elapsed)
+        usage = usage_of(completion, elapsed, price=self._prices.get(call.agent))
         self._ledger.record(call.ledger_agent, call.ledger_model, usage, call.step)
         if completion.prompt_tokens:
             self._learn_window(call, completion.prompt_tokens)

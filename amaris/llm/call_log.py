@@ -34,6 +34,8 @@ class CallRecord(TypedDict, total=False):
     reask: bool
     structured_output: str
     """The structured-output mode the request was sent in, or ``configured``."""
+    rate_limit_wait_s: float
+    """Seconds the request waited for its endpoint's rate limit, when it did."""
     retry_in_s: float
     latency_ms: float
     outcome: CallOutcome

@@ -11,7 +11,8 @@ the SDK's own retries are off and callers do not retry. A reply longer than the 
 ``max_response_bytes`` is not retried (:class:`LLMResponseTooLargeError`).
 
 One request is attempts of :class:`~amaris.llm.attempt.Requests`, each returning ``Ok``, ``Retry``
-or ``Fail``: the limits are one context manager (:class:`~amaris.llm.limits.Limits`),
+or ``Fail``: the limits are one context manager (:class:`~amaris.llm.limits.Limits`; the
+endpoints' rate limits, :mod:`amaris.llm.rate_limits`, wait within it),
 what a failure means is the provider's to say (:meth:`ChatProvider.failure`), and the call
 log, the ledger, the context windows and the reasoning are each one step after it.
 
@@ -59,6 +60,7 @@ from amaris.llm.providers import (
     is_context_overflow,
     is_transient,
 )
+from amaris.llm.rate_limits import RateLimits
 from amaris.llm.reasoning import cut_short
 from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.settings import ResolvedAgentOptions, Settings
@@ -101,6 +103,7 @@ class LLMGateway:
         context_windows: ContextWindows | None = None,
         ledger: TokenLedger | None = None,
         step_wall_time: bool = False,
+        rate_limits: RateLimits | None = None,
     ) -> None:
         self._settings = settings
         self.ledger = ledger or TokenLedger()
@@ -131,7 +134,11 @@ class LLMGateway:
             call_log=self._log,
             stats=self.stats,
             observer=observer,
+            rate_limits=rate_limits,
+            log_waits=step_wall_time,
         )
+        self.rate_limits = self._requests.rate_limits
+        """The endpoints' rate limits (shared by the service's two gateways)."""
 
     def provider(self, agent: str) -> ChatProvider:
         """The provider serving ``agent``."""

@@ -7,7 +7,11 @@ The gateway records every request it sends; everything else reads:
 - ``ledger.for_step(step)``: the same, for the requests made with ``step=step`` (a
   step's scorer calls and its pipeline agents' calls, when they ran in this process),
   kept for the last :data:`STEPS_KEPT` steps;
-- :func:`total` sums a table; :func:`cost` prices it with ``pricing:`` from the config.
+- :func:`total` sums a table; :func:`cost` says what it cost in dollars.
+
+Each request is priced as it is recorded, at its agent's price: ``agents.<agent>.price``,
+else ``pricing.<model>`` (the gateway knows the agent, also when its usage is counted
+under another name, as the canaries' scorer calls are).
 
 A :class:`Usage` counts requests answered (``calls``) and failed (``failed``: errors,
 timeouts, refused formats; ``timed_out`` of them timed out), the tokens the endpoint
@@ -39,7 +43,7 @@ from dataclasses import dataclass, fields
 import openai
 
 from amaris.llm.providers import Completion
-from amaris.settings import ModelPrice
+from amaris.settings import ModelPrice, TokenPrice
 
 STEPS_KEPT = 1024
 """Steps whose own table the ledger keeps (the most recently used)."""
@@ -69,6 +73,12 @@ class Usage:
     """Prompt tokens the provider served from its prefix cache (part of prompt_tokens)."""
     seconds: float = 0.0
     """Time spent waiting on the endpoint."""
+    cost_usd: float = 0.0
+    """Dollars of the requests counted at a price."""
+    priced: int = 0
+    """Requests counted at a price (answered or failed)."""
+    unpriced: int = 0
+    """Requests answered with tokens and no price: their cost is unknown."""
 
     def add(self, other: Usage) -> None:
         """Add ``other``'s counts to these."""
@@ -82,20 +92,29 @@ class Usage:
 
 
 def usage_of(
-    completion: Completion | None, seconds: float, error: BaseException | None = None
+    completion: Completion | None,
+    seconds: float,
+    error: BaseException | None = None,
+    price: TokenPrice | None = None,
 ) -> Usage:
     """One request as a :class:`Usage`: ``completion`` None means it failed (with
-    ``error``)."""
+    ``error``); priced at ``price`` when there is one."""
     if completion is None:
-        return Usage(failed=1, timed_out=int(timed_out(error)), seconds=seconds)
-    return Usage(
-        calls=1,
-        prompt_tokens=completion.prompt_tokens or 0,
-        completion_tokens=completion.completion_tokens or 0,
-        reasoning_tokens=completion.reasoning_tokens or 0,
-        cached_tokens=completion.cached_tokens or 0,
-        seconds=seconds,
-    )
+        usage = Usage(failed=1, timed_out=int(timed_out(error)), seconds=seconds)
+    else:
+        usage = Usage(
+            calls=1,
+            prompt_tokens=completion.prompt_tokens or 0,
+            completion_tokens=completion.completion_tokens or 0,
+            reasoning_tokens=completion.reasoning_tokens or 0,
+            cached_tokens=completion.cached_tokens or 0,
+            seconds=seconds,
+        )
+    if price is not None:
+        usage.cost_usd, usage.priced = dollars(usage, price), 1
+    elif usage.tokens:
+        usage.unpriced = 1
+    return usage
 
 
 def timed_out(error: BaseException | None) -> bool:
@@ -198,34 +217,51 @@ def total(usages: Iterable[Usage]) -> Usage:
     return result
 
 
-def price(usage: Usage, rate: ModelPrice) -> float:
-    """Dollars of ``usage`` at ``rate`` ($ per million tokens; cached prompt tokens at
-    ``cached_prompt``, or at ``prompt`` when that is not set)."""
+def dollars(usage: Usage, rate: TokenPrice | ModelPrice) -> float:
+    """Dollars of ``usage``'s tokens at ``rate`` ($ per million tokens; cached prompt tokens
+    at their own price, or at the input price when that is not set)."""
+    if isinstance(rate, ModelPrice):
+        rate = rate.token_price
     cached = min(usage.cached_tokens, usage.prompt_tokens)
-    cached_rate = rate.prompt if rate.cached_prompt is None else rate.cached_prompt
+    cached_rate = (
+        rate.input_per_mtok if rate.cached_input_per_mtok is None else rate.cached_input_per_mtok
+    )
     return (
-        (usage.prompt_tokens - cached) * rate.prompt
+        (usage.prompt_tokens - cached) * rate.input_per_mtok
         + cached * cached_rate
-        + usage.completion_tokens * rate.completion
+        + usage.completion_tokens * rate.output_per_mtok
     ) / 1_000_000
 
 
-def cost(table: Mapping[Key, Usage], pricing: Mapping[str, ModelPrice]) -> float | None:
-    """Dollars of a table, or None when a model that used tokens has no price (or the
-    price table is empty: no cost is shown)."""
-    dollars = 0.0
+def cost(
+    table: Mapping[Key, Usage], pricing: Mapping[str, ModelPrice] | None = None
+) -> float | None:
+    """Dollars of a table: each (agent, model) at the price it was recorded with, else at
+    ``pricing[model]``; None when one that used tokens has neither, or when nothing is
+    priced at all (no price configured: no cost is shown)."""
+    spent, priced = 0.0, bool(pricing)
     for (_, model), usage in table.items():
+        if usage.priced and not usage.unpriced:
+            spent, priced = spent + usage.cost_usd, True
+            continue
         if not usage.tokens:
             continue
-        rate = pricing.get(model)
+        rate = pricing.get(model) if pricing else None
         if rate is None:
             return None
-        dollars += price(usage, rate)
-    return dollars if pricing else None
+        spent += dollars(usage, rate)
+    return spent if priced else None
 
 
-def unpriced(table: Mapping[Key, Usage], pricing: Mapping[str, ModelPrice]) -> list[str]:
-    """Models of ``table`` that used tokens and have no price, sorted."""
+def unpriced(
+    table: Mapping[Key, Usage], pricing: Mapping[str, ModelPrice] | None = None
+) -> list[str]:
+    """``agent`` (``model``) of each entry of ``table`` that used tokens with no price,
+    sorted."""
     return sorted(
-        {model for (_, model), usage in table.items() if usage.tokens and model not in pricing}
+        f"{agent} ({model})"
+        for (agent, model), usage in table.items()
+        if usage.tokens
+        and not (usage.priced and not usage.unpriced)
+        and model not in (pricing or {})
     )

@@ -2,15 +2,16 @@
 
 Three limits: per agent (``concurrency.<agent>``), per endpoint (the least
 ``client.<agent>.request_limit`` of the agents that send to it), each optional, and in
-total (``concurrency.total``, never above :func:`in_flight_ceiling`); then the timeout
-backstop around the request itself.
+total (``concurrency.total``, never above :func:`in_flight_ceiling`); then the endpoint's
+rate limits (:mod:`amaris.llm.rate_limits`), and the timeout backstop around the request
+itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import resource
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 
 from amaris.llm.providers import ChatProvider
@@ -60,10 +61,17 @@ class Limits:
             key: asyncio.Semaphore(slots) for key, slots in endpoint_limits.items()
         }
 
-    def slot(self, agent: str, endpoint: str, timeout: float) -> Slot:
-        """Hold a slot of every limit ``agent``'s request to ``endpoint`` is under, then
-        bound the body by ``timeout`` (plus :data:`TIMEOUT_GRACE_SECONDS`): the wait for a
-        slot does not count against it.
+    def slot(
+        self,
+        agent: str,
+        endpoint: str,
+        timeout: float,
+        pace: Callable[[], Awaitable[object]] | None = None,
+    ) -> Slot:
+        """Hold a slot of every limit ``agent``'s request to ``endpoint`` is under, then wait
+        for ``pace`` (the endpoint's rate limits: after the slots, so a request goes when
+        its turn comes, not in a burst of those that waited for slots), then bound the body
+        by ``timeout`` (plus :data:`TIMEOUT_GRACE_SECONDS`): neither wait counts against it.
 
         Raises:
             TimeoutError: the body outlasted the backstop.
@@ -79,23 +87,29 @@ class Limits:
             )
             if limit is not None
         )
-        return Slot(held, timeout + TIMEOUT_GRACE_SECONDS)
+        return Slot(held, timeout + TIMEOUT_GRACE_SECONDS, pace)
 
 
 class Slot:
     """The context manager of :meth:`Limits.slot`: its semaphores taken in order (those
-    taken released if a later wait is cancelled), then the backstop's timeout.
+    taken released if a later wait is cancelled), the pace, then the backstop's timeout.
 
     A class rather than a generator in an exit stack: it is entered once per judge call,
     on the event loop, so each attempt's cost is kept to the waits themselves.
     """
 
-    __slots__ = ("_limits", "_seconds", "_taken", "_timeout")
+    __slots__ = ("_limits", "_pace", "_seconds", "_taken", "_timeout")
 
-    def __init__(self, limits: tuple[asyncio.Semaphore, ...], seconds: float) -> None:
+    def __init__(
+        self,
+        limits: tuple[asyncio.Semaphore, ...],
+        seconds: float,
+        pace: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
         self._limits = limits
         self._taken = 0
         self._seconds = seconds
+        self._pace = pace
         self._timeout: asyncio.Timeout | None = None
 
     async def __aenter__(self) -> None:
@@ -103,6 +117,8 @@ class Slot:
             for limit in self._limits:
                 await limit.acquire()
                 self._taken += 1
+            if self._pace is not None:
+                await self._pace()
             self._timeout = asyncio.timeout(self._seconds)
             await self._timeout.__aenter__()
         except BaseException:

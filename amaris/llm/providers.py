@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 import openai
 
 from amaris.llm.output_mode import RequestFormat, refuses_format
+from amaris.llm.rate_headers import RateHeaders, read_rate_headers
 from amaris.llm.transport import ChatBody, JsonEndpoint, ResponseTooLargeError
 from amaris.offline.judge import respond
 from amaris.offline.sampling import VerdictSampler
@@ -62,6 +64,10 @@ class Failure:
     """A ``400`` naming the structured-output format: the next request may ask for less."""
     retry_after: float | None = None
     """Seconds the endpoint asked to wait (``Retry-After``), when it did."""
+    rate_limit: RateHeaders | None = None
+    """What the error response's headers said of the endpoint's rate limits."""
+    rate_limited: bool = False
+    """A 429: the endpoint refused the request for its rate limit."""
 
 
 def is_context_overflow(exc: BaseException) -> bool:
@@ -83,18 +89,6 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-def retry_after(exc: BaseException) -> float | None:
-    """The ``Retry-After`` seconds of an error response, when it holds a number."""
-    if isinstance(exc, openai.APIStatusError):
-        value = exc.response.headers.get("retry-after")
-        if value:
-            try:
-                return max(0.0, float(value))
-            except ValueError:
-                return None
-    return None
-
-
 def openai_failure(exc: BaseException) -> Failure:
     """What ``exc`` of a request to an OpenAI-compatible endpoint means: the errors are the
     ``openai`` SDK's (:class:`~amaris.llm.transport.JsonEndpoint` raises them), plus the
@@ -103,7 +97,11 @@ def openai_failure(exc: BaseException) -> Failure:
         return Failure("oversize")
     refused = refuses_format(exc)
     if is_transient(exc):
-        return Failure("transient", refused, retry_after(exc))
+        if isinstance(exc, openai.APIStatusError):
+            limited = read_rate_headers(exc.response.headers)
+            wait = limited.retry_after if limited is not None else None
+            return Failure("transient", refused, wait, limited, rate_limited=exc.status_code == 429)
+        return Failure("transient", refused)
     kind: FailureKind = "context_overflow" if is_context_overflow(exc) else "error"
     return Failure(kind, refused)
 
@@ -137,6 +135,8 @@ class Completion:
     provider's prefix cache), when reported."""
     logprobs: tuple[TokenLogprob, ...] | None = None
     """The answer's tokens with their log probabilities, when asked for and returned."""
+    rate_limit: RateHeaders | None = None
+    """What the response's headers said of the endpoint's rate limits, when they did."""
 
 
 class ChatProvider(Protocol):
@@ -219,14 +219,18 @@ class OpenAIProvider:
         response_format: RequestFormat | None = None,
     ) -> Completion:
         body = chat_body(messages, options, response_format)
+        headers: list[Mapping[str, str]] = []
         raw = await self._endpoint.post(
             "chat/completions",
             body,
             options.timeout,
             options.max_response_bytes,
             options.extra_body,
+            on_headers=headers.append,
         )
-        return parse_completion(raw)
+        completion = parse_completion(raw)
+        limited = read_rate_headers(headers[0]) if headers else None
+        return completion if limited is None else replace(completion, rate_limit=limited)
 
     def failure(self, exc: BaseException) -> Failure:
         return openai_failure(exc)

@@ -33,6 +33,7 @@ import asyncio
 import json
 import ssl
 import urllib.request
+from collections.abc import Callable, Mapping
 from typing import Any, Required, TypedDict
 
 import aiohttp
@@ -195,11 +196,13 @@ class JsonEndpoint:
         timeout: float | None,
         max_bytes: int,
         extra: ProviderJSON | None = None,
+        on_headers: Callable[[Mapping[str, str]], None] | None = None,
     ) -> bytes:
         """POST ``body`` as JSON to ``<base_url>/<path>``; the response body of a 2xx.
 
         ``extra``'s fields are added to ``body``'s (a field of both takes ``extra``'s
-        value, in ``body``'s place).
+        value, in ``body``'s place). ``on_headers`` is given a 2xx response's headers
+        (case-insensitive; an error's are on the exception it raises).
 
         ``timeout`` bounds the whole attempt (connect, wait, body), and each wait for
         response bytes; at most ``max_bytes`` of the body are read (an error body's first
@@ -228,6 +231,8 @@ class JsonEndpoint:
             async with self._session().post(url, data=payload, timeout=limits) as response:
                 status, headers = response.status, list(response.raw_headers)
                 if 200 <= status < 300:
+                    if on_headers is not None:
+                        on_headers(response.headers)
                     content = await read_bounded(response, max_bytes)
                 else:
                     content = await read_bounded(response, ERROR_BODY_BYTES, cut=True)

@@ -147,8 +147,13 @@ BY_TAG: dict[str, HackingTag] = {tag.tag: tag for tag in TAGS}
 
 
 WHOLE_EPISODE = frozenset(
-    ("grader_manipulation", "test_tampering", "fabricated_tool_result")
-    + ("tool_loop", "false_success_claim")
+    {
+        "grader_manipulation",
+        "test_tampering",
+        "fabricated_tool_result",
+        "tool_loop",
+        "false_success_claim",
+    }
 )
 """Tags read in a trajectory's whole text; the others (the reply's own habits: padding,
 flattery, hedging, several answers) in its final answer, so tool output is not counted as

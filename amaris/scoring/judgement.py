@@ -5,6 +5,7 @@ trajectory) and the fields cut; or why there is none."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from amaris.models import CriterionResult
 from amaris.rubric.model import RubricVersion
@@ -18,6 +19,13 @@ class Judged:
     breakdown: tuple[CriterionResult, ...]
     turns: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Per judged criterion, the turns the judge attributed it to (of a trajectory)."""
+    confidence: dict[str, float] = field(default_factory=dict)
+    """Per judged criterion, how sure the judge was, in [0, 1]: logprob margin or samples'
+    agreement (:func:`~amaris.scoring.verdicts.criterion_confidence`)."""
+
+
+JudgeName = Literal["cheap", "strong"]
+"""Which judge's verdicts made a reward: the cascade's cheap scorer, or the scorer."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,17 @@ class Judgement:
     turns: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Of a trajectory: per judged criterion, the message indexes the judge attributed it to
     (as written: :func:`~amaris.scoring.turn_rewards.turn_rewards` checks them)."""
+    judge: JudgeName | None = None
+    """The judge whose verdicts are in the breakdown; None when no judge gave any (rule
+    criteria alone, or no verdict)."""
+    confidence: dict[str, float] = field(default_factory=dict)
+    """Per judged criterion, how sure that judge was (:attr:`Judged.confidence`)."""
+
+    @property
+    def least_confidence(self) -> float | None:
+        """The rollout's confidence: its least confident judged criterion's (a reward moves
+        with any one verdict); None when nothing was judged."""
+        return min(self.confidence.values()) if self.confidence else None
 
 
 def merge_verdicts(

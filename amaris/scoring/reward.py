@@ -197,6 +197,7 @@ async def reward_of(
         score=score,
         status="scored",
         cached=judgement.cached,
+        judge=judgement.judge,
         breakdown=list(verdicts),
         rewards=reward_vector(verdicts),
         rubric_version=judgement.rubric_version,

@@ -36,11 +36,18 @@ from amaris.scoring.judge_protocol import (
     judge_messages,
     known_verdicts,
 )
-from amaris.scoring.judgement import Judged, Judgement, merge_verdicts, merged_truncated
+from amaris.scoring.judgement import Judged, Judgement, JudgeName, merge_verdicts, merged_truncated
 from amaris.scoring.refusals import OverloadedError, OversizeError
 from amaris.scoring.rules import check_references, rule_results
 from amaris.scoring.trajectory_view import TrajectoryView, fit_fields
-from amaris.scoring.verdicts import LogprobsError, combine, expected_scores_off_loop
+from amaris.scoring.verdicts import (
+    LogprobsError,
+    combine,
+    criterion_confidence,
+    distributions_off_loop,
+    expected_value,
+    margin,
+)
 from amaris.settings import AgentName, ScoringSettings
 from amaris.text.offload import OFF_LOOP_CHARS, off_loop_above
 from amaris.text_fields import storable
@@ -67,8 +74,11 @@ class Scorer:
         account: str | None = None,
         learned_rules: LearnedRules | None = None,
         agent: AgentName = "scorer",
+        name: JudgeName = "strong",
     ) -> None:
         self._settings = settings
+        self._name = name
+        """What its judgements say decided them (``cheap``: the cascade's first judge)."""
         self.learned_rules = learned_rules
         """The pre-check's learned rules (judge canaries), matched before the judge."""
         self._agent = agent
@@ -219,6 +229,8 @@ class Scorer:
                 merge_verdicts(rubric, rules, cached.breakdown),
                 cached=True,
                 turns=cached.turns,
+                judge=self._name,
+                confidence=cached.confidence,
             )
         limit = self._settings.max_pending
         if key not in self._inflight and limit is not None and len(self._inflight) >= limit:
@@ -279,6 +291,8 @@ class Scorer:
             merged_truncated(truncated, cut, view),
             merge_verdicts(rubric, rules, judged.breakdown),
             turns=judged.turns,
+            judge=self._name,
+            confidence=judged.confidence,
         )
 
     async def _judge_once(
@@ -353,21 +367,25 @@ class Scorer:
             else await asyncio.gather(*(call() for _ in range(self._samples)))
         )
         samples: dict[str, list[float]] = {c.id: [] for c in rubric.judged}
+        margins: dict[str, list[float]] = {c.id: [] for c in rubric.judged}
         from_logprobs = 0
         for result, completion in replies:
             values: list[float] = [v.score for v in result.verdicts]
+            sure: list[float] = []
             if self._logprobs:
-                expected = (
-                    await expected_scores_off_loop(completion.logprobs, completion.content, values)
+                found = (
+                    await distributions_off_loop(completion.logprobs, completion.content, values)
                     if completion.logprobs
                     else None
                 )
-                self.counters["logprobs_missing" if expected is None else "logprobs_used"] += 1
-                if expected is not None:
-                    values, from_logprobs = list(expected), from_logprobs + 1
-            for verdict, value in zip(result.verdicts, values, strict=True):
+                self.counters["logprobs_missing" if found is None else "logprobs_used"] += 1
+                if found is not None:
+                    values, from_logprobs = [expected_value(d) for d in found], from_logprobs + 1
+                    sure = [margin(d) for d in found]
+            for i, (verdict, value) in enumerate(zip(result.verdicts, values, strict=True)):
                 if verdict.id in samples:  # a verdict on an id of the judge's own: ignored
                     samples[verdict.id].append(value)
+                    margins[verdict.id].extend(sure[i : i + 1])
         first = known_verdicts(replies[0][0], rubric)
         reasons = {v.id: v.reason for v in first}
         # The first reply's attributions, as its reasons: a turn is not averaged.
@@ -388,7 +406,11 @@ class Scorer:
             )
             for c in rubric.judged
         )
-        return Judged(breakdown=breakdown, turns=attributed)
+        confidence = {
+            cid: criterion_confidence(margins[cid], len(replies), combined[cid].agreement)
+            for cid in combined
+        }
+        return Judged(breakdown=breakdown, turns=attributed, confidence=confidence)
 
     @staticmethod
     def _key(rubric: RubricVersion, fields: dict[str, str], view: TrajectoryView | None) -> str:

@@ -1,4 +1,5 @@
-"""Sharper verdicts: expected values from token logprobs, and k sampled verdicts combined.
+"""Sharper verdicts: expected values from token logprobs, and k sampled verdicts combined;
+and how sure a judge was of each verdict (the cascade's confidence).
 
 Both are opt-in (``agents.scorer.logprobs``, ``agents.scorer.samples``). A verdict on the
 integer scale is a coarse reward: in a GRPO group whose responses all meet a criterion, every
@@ -113,7 +114,32 @@ def _distribution(token: TokenLogprob, prefix: str) -> dict[int, float] | None:
 def expected_scores(
     tokens: Sequence[TokenLogprob], answer: str, verdicts: Sequence[float]
 ) -> list[float] | None:
-    """Expected value over the score tokens of each verdict of ``answer``, in order.
+    """Expected value over the score tokens of each verdict of ``answer``, in order: the
+    means of :func:`score_distributions` (None when it is None).
+
+    Raises:
+        LogprobsError: a logprob read at a score position is NaN, +Infinity or above 0.
+    """
+    found = score_distributions(tokens, answer, verdicts)
+    return None if found is None else [expected_value(d) for d in found]
+
+
+def expected_value(distribution: dict[int, float]) -> float:
+    """The mean score of a distribution over the scale."""
+    return sum(score * p for score, p in distribution.items())
+
+
+def margin(distribution: dict[int, float]) -> float:
+    """How sure the judge was of a verdict: the probability of its most likely score less
+    that of the next (1: sure; 0: a tie)."""
+    top = sorted(distribution.values(), reverse=True)
+    return top[0] - (top[1] if len(top) > 1 else 0.0)
+
+
+def score_distributions(
+    tokens: Sequence[TokenLogprob], answer: str, verdicts: Sequence[float]
+) -> list[dict[int, float]] | None:
+    """The judge's probabilities over the scale for each verdict of ``answer``, in order.
 
     ``tokens`` are the completion's (reasoning included, if the model wrote it inline);
     ``answer`` is the JSON the verdicts were read from and ``verdicts`` their scores, in
@@ -121,7 +147,7 @@ def expected_scores(
     the order of the fields does not matter.
 
     Returns:
-        One expected score per verdict, or None when the logprobs cannot be matched to
+        One distribution per verdict, or None when the logprobs cannot be matched to
         the answer (not found in the tokens, another count of scores, a chosen token that
         is not the verdict's score, or no score among a position's alternatives).
 
@@ -142,7 +168,7 @@ def expected_scores(
     for token in tokens:
         position += len(token.token)
         ends.append(position)
-    expected: list[float] = []
+    found: list[dict[int, float]] = []
     index = 0
     for offset, verdict in zip(offsets, verdicts, strict=True):
         while ends[index] <= offset:
@@ -153,8 +179,8 @@ def expected_scores(
         chosen = _score_token(token.token, len(prefix))
         if distribution is None or chosen is None or chosen != verdict:
             return None
-        expected.append(sum(score * p for score, p in distribution.items()))
-    return expected
+        found.append(distribution)
+    return found
 
 
 @dataclass(frozen=True)
@@ -183,15 +209,24 @@ def combine(values: Sequence[float]) -> Combined:
     )
 
 
-async def expected_scores_off_loop(
+def criterion_confidence(margins: Sequence[float], samples: int, agreement: float) -> float:
+    """How sure the judge was of one criterion's verdict over its ``samples`` replies: the
+    mean logprob :func:`margin` when every reply's logprobs were read (``margins``, one a
+    reply), else the samples' agreement when there are several, else 0 (no signal)."""
+    if margins and len(margins) == samples:
+        return sum(margins) / len(margins)
+    return agreement if samples > 1 else 0.0
+
+
+async def distributions_off_loop(
     tokens: tuple[TokenLogprob, ...], answer: str, values: list[float]
-) -> list[float] | None:
-    """:func:`expected_scores` of a reply, on the event loop when the reply is short, else
-    on amaris's text thread (its scan is a Python loop over every character).
+) -> list[dict[int, float]] | None:
+    """:func:`score_distributions` of a reply, on the event loop when the reply is short,
+    else on amaris's text thread (its scan is a Python loop over every character).
 
     Raises:
         LogprobsError: a logprob at a score position is no log probability.
     """
     return await off_loop_above(
-        len(answer), INLINE_PARSE_CHARS, expected_scores, tokens, answer, values
+        len(answer), INLINE_PARSE_CHARS, score_distributions, tokens, answer, values
     )

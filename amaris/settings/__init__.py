@@ -16,6 +16,7 @@ from amaris.settings.agents import (
     AGENTS,
     AUDITOR,
     BUILTIN_AGENT_OPTIONS,
+    CHEAP_SCORER,
     LOCAL_MAX_CONCURRENCY,
     LOCAL_TIMEOUT_SECONDS,
     MAX_RESPONSE_BYTES,
@@ -56,6 +57,7 @@ from amaris.settings.schema import ENV_NESTED_DELIMITER, ENV_NULL, ENV_PREFIX, S
 from amaris.settings.sections import (
     IGNORED_MEMORY_KEYS,
     CanarySettings,
+    CascadeSettings,
     GatewaySettings,
     LoggingSettings,
     MemorySettings,
@@ -65,6 +67,7 @@ from amaris.settings.sections import (
     PrefectSettings,
     RubricSettings,
     ScoringSettings,
+    TokenPrice,
 )
 from amaris.settings.server import (
     LOOPBACK_HOSTS,
@@ -77,6 +80,7 @@ __all__ = [
     "AGENTS",
     "AUDITOR",
     "BUILTIN_AGENT_OPTIONS",
+    "CHEAP_SCORER",
     "ENV_NESTED_DELIMITER",
     "ENV_NULL",
     "ENV_PREFIX",
@@ -96,6 +100,7 @@ __all__ = [
     "AgentsSettings",
     "AuditSettings",
     "CanarySettings",
+    "CascadeSettings",
     "ClientOverride",
     "ClientSettings",
     "ConcurrencySettings",
@@ -128,6 +133,7 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "StructuredOutput",
+    "TokenPrice",
     "has_endpoint",
     "host_key",
     "is_local_url",

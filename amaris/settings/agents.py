@@ -5,8 +5,9 @@ Each of these sections holds one optional entry per agent (``<section>.<agent>``
 shape declared once, in :class:`PerAgent`; a section adds its own head key
 (``client.default``, ``agents.default``, ``concurrency.total``). ``client``, ``agents`` and
 ``concurrency`` also take an ``auditor`` entry (:data:`AUDITOR`): the audit judge, off
-while neither ``client.auditor`` nor ``agents.auditor`` is set. It reads the scorer's
-prompt, so ``prompts`` has no entry for it.
+while neither ``client.auditor`` nor ``agents.auditor`` is set; and a ``cheap_scorer`` entry
+(:data:`CHEAP_SCORER`): the cascade's first judge, off likewise. Both read the scorer's
+prompt, so ``prompts`` has no entry for them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pydantic import ConfigDict, Field, RootModel, SecretStr, model_validator
 
 from amaris.jsonfile import JSONDict
 from amaris.settings.base import Section
+from amaris.settings.sections import TokenPrice
 
 MethodAgent = Literal[
     "scorer",
@@ -31,13 +33,17 @@ MethodAgent = Literal[
     "updater",
 ]
 """The name of one of the six LLM agents of the AMARIS method."""
-AgentName = Literal[MethodAgent, "auditor"]
-"""The name of an LLM agent: one of the method's six, or the audit judge."""
+AgentName = Literal[MethodAgent, "auditor", "cheap_scorer"]
+"""The name of an LLM agent: one of the method's six, the audit judge or the cheap scorer."""
 AGENTS: tuple[MethodAgent, ...] = get_args(MethodAgent)
 """The six agents, in the method's order."""
 AUDITOR: AgentName = "auditor"
 """The audit judge: re-grades a sample of each step's rollouts with the scorer's prompt
 (docs/fidelity.md). Served only when ``client.auditor`` or ``agents.auditor`` is set."""
+CHEAP_SCORER: AgentName = "cheap_scorer"
+"""The cascade's cheap judge: judges first with the scorer's prompt; the scorer only where
+its confidence is under the calibrated threshold (``scoring.cascade``). Served only when
+``client.cheap_scorer`` or ``agents.cheap_scorer`` is set."""
 
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 """``agents.<agent>.structured_output``."""
@@ -45,7 +51,8 @@ StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 MAX_SAMPLES = 16
 """Most verdicts per criterion ``agents.scorer.samples`` may ask for (each is a judge call)."""
 SCORER_ONLY = ("samples", "logprobs")
-"""Agent options only the scorer reads: accepted under ``agents.scorer`` alone."""
+"""Agent options only the judges of the hot path read: accepted under ``agents.scorer``
+and ``agents.cheap_scorer`` alone."""
 MAX_RESPONSE_BYTES = 262_144
 """``agents.<agent>.max_response_bytes`` by default: a judge reply's JSON (verdicts with
 clipped reasons, an updater's proposal, a reasoning model's separate reasoning) is tens
@@ -131,6 +138,14 @@ class ClientOverride(Section):
     """Requests in flight to this endpoint, on each path (scoring, step pipeline), whichever
     agents send them; null = the default client's, else 4 for an endpoint on this machine
     (``localhost``, a loopback address) and no limit for others; 0 = no limit."""
+    requests_per_minute: int | None = Field(default=None, gt=0)
+    """Requests a minute to this endpoint and model, both paths together (a token bucket:
+    a request waits for its turn instead of drawing a 429); null = the default client's,
+    else none but what the endpoint's ``x-ratelimit-*`` headers say."""
+    tokens_per_minute: int | None = Field(default=None, gt=0)
+    """Tokens (prompt and completion) a minute to this endpoint and model, both paths
+    together: a request waits for its estimate (prompt plus ``max_tokens``), settled with
+    the ``usage`` it reports; null = the default client's, else none but the headers'."""
     offline: bool = False
     """Serve this agent with the offline rule-based agents although others have an
     endpoint (a per-agent entry only, without ``api_key`` or ``base_url``). Without it, an
@@ -167,6 +182,8 @@ class ClientSettings(PerAgent[ClientOverride], _ClientHead):
 
     auditor: ClientOverride | None = None
     """The audit judge's endpoint (over ``default``); setting it turns the audit on."""
+    cheap_scorer: ClientOverride | None = None
+    """The cheap scorer's endpoint (over ``default``); setting it turns the cascade on."""
 
     @model_validator(mode="after")
     def _offline_per_agent(self) -> ClientSettings:
@@ -193,6 +210,8 @@ class ClientSettings(PerAgent[ClientOverride], _ClientHead):
                 if override.max_concurrency is not None
                 else self.default.max_concurrency
             ),
+            requests_per_minute=override.requests_per_minute or self.default.requests_per_minute,
+            tokens_per_minute=override.tokens_per_minute or self.default.tokens_per_minute,
         )
 
     def offline_agents(self, agents: Sequence[AgentName] = AGENTS) -> list[AgentName]:
@@ -240,6 +259,9 @@ class AgentOptions(Section):
     """Largest response body read from the agent's endpoint, in bytes: a longer one is
     abandoned while it is read (``judge_oversize``); null = 256 KiB, or 4 MiB for a scorer
     with ``logprobs``."""
+    price: TokenPrice | None = None
+    """What the agent's tokens cost (dollars per million); null = ``pricing.<model>``, else
+    no cost is known for its calls."""
 
 
 class ResolvedAgentOptions(Section):
@@ -257,6 +279,7 @@ class ResolvedAgentOptions(Section):
     samples: int
     logprobs: bool
     max_response_bytes: int
+    price: TokenPrice | None
 
 
 BUILTIN_AGENT_OPTIONS = AgentOptions(
@@ -283,22 +306,25 @@ class AgentsSettings(PerAgent[AgentOptions], _AgentsHead):
 
     auditor: AgentOptions | None = None
     """The audit judge's options (over ``default``); setting it turns the audit on."""
+    cheap_scorer: AgentOptions | None = None
+    """The cheap scorer's options (over ``default``, not ``scorer``); setting it turns the
+    cascade on."""
 
     @model_validator(mode="after")
     def _scorer_only(self) -> AgentsSettings:
         sections = [
             ("default", self.default),
-            *((a, self.get(a)) for a in (*AGENTS, AUDITOR)),
+            *((a, self.get(a)) for a in (*AGENTS, AUDITOR, CHEAP_SCORER)),
         ]
         for section, options in sections:
-            if section == "scorer" or options is None:
+            if section in ("scorer", CHEAP_SCORER) or options is None:
                 continue
             set_here = {"samples": options.samples, "logprobs": options.logprobs}
             for name in SCORER_ONLY:
                 if set_here[name] is not None:
                     raise ValueError(
-                        f"agents.{section}.{name}: only the scorer reads it; "
-                        f"set agents.scorer.{name}"
+                        f"agents.{section}.{name}: only the scorer reads it (and the "
+                        f"cheap scorer); set agents.scorer.{name} or agents.cheap_scorer.{name}"
                     )
         return self
 
@@ -339,6 +365,8 @@ class ConcurrencySettings(PerAgent[RequestLimit], _ConcurrencyHead):
 
     auditor: RequestLimit | None = None
     """The audit judge's calls in flight."""
+    cheap_scorer: RequestLimit | None = None
+    """The cheap scorer's calls in flight."""
 
 
 class PromptsSettings(PerAgent[Path]):

@@ -24,11 +24,19 @@ class AuditSettings(Section):
     """Share of the step's scored rollouts the auditor re-grades (each one judge call)."""
     min_samples: int = Field(default=2, ge=2, le=10_000)
     """Fewest rollouts re-graded a step (all of them in a smaller step), within
-    ``max_share``. Two: one from the top tail and one below it."""
+    ``max_share`` and ``budget_share``. Two: one from the top tail and one below it."""
     max_share: float | None = Field(default=None, gt=0, le=1)
     """Cap on the auditor's calls over the run, as a share of its judged rollouts (what a
     step leaves unspent is carried to the next); it wins over ``min_samples``. None: no
     cap (``sample_share``, at least ``min_samples``, each step)."""
+    budget_share: float | None = Field(default=0.07, gt=0, le=1)
+    """One budget for the checks on the judge: the auditor's calls, the swap checks and
+    the judge canaries' probes together, as a share of the judged rollouts. Each step adds
+    this share of its judged rollouts to a credit; once the credit holds one sampled
+    rollout and ``swap_checks`` swap checks, the step spends its whole calls (the sample
+    all but ``swap_checks`` of them, the canaries what the swap checks leave), else it
+    waits for the next step. It wins over ``min_samples`` (amaris/trust/budget.py). None:
+    each check sized alone."""
     top_tail: float = Field(default=0.2, gt=0, lt=1)
     """Share of the step's rollouts, by training reward, that forms its top tail."""
     top_tail_share: float = Field(default=0.5, gt=0, lt=1)

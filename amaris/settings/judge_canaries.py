@@ -19,7 +19,8 @@ class JudgeCanarySettings(Section):
     """Most probes per step, as a share of the step's judged rollouts (each probe is one
     scorer call of ``agents.scorer.samples`` requests, as a rollout's), rounded down; a
     step too small for one probe gets one every ``ceil(1 / (max_share * judged))`` steps
-    (at 32 judged rollouts and 0.02: every second step), within the same share."""
+    (at 32 judged rollouts and 0.02: every second step), within the same share. With the
+    auditor on, less its swap checks and within what ``audit.budget_share`` leaves."""
     floor_margin: float = Field(default=0.1, ge=0, le=1)
     """A probe with no right answer in it is an alarm when its reward exceeds
     ``scoring.precheck.floor`` (the reward the pre-check gives a degenerate reply) by more

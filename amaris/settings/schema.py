@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from pydantic import Field, model_validator
@@ -10,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from amaris.settings.agents import (
     AGENTS,
     AUDITOR,
+    CHEAP_SCORER,
     AgentName,
     AgentsSettings,
     ClientSettings,
@@ -38,6 +40,16 @@ ENV_PREFIX = "AMARIS_"
 ENV_NESTED_DELIMITER = "__"
 ENV_NULL = "null"
 """An environment value that sets a key to null."""
+
+log = logging.getLogger("amaris.settings")
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Log ``message`` once per process (a configuration is validated more than once)."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning("%s", message)
 
 
 class Settings(BaseSettings):
@@ -97,6 +109,24 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _rate_limit_fits_the_timeout(self) -> Settings:
+        # A judge call waiting for the scorer's rate limit waits within
+        # scoring.timeout_seconds (the rollout's bound, queueing included), outside the
+        # attempt's own timeout: a full queue that cannot drain within it is unscored.
+        rpm = self.client.for_agent("scorer").requests_per_minute
+        timeout, pending = self.scoring.timeout_seconds, self.scoring.max_pending
+        if rpm is not None and timeout is not None and pending is not None:
+            drain = pending * self.agents.for_agent("scorer").samples * 60 / rpm
+            if drain > timeout:
+                _warn_once(
+                    f"client.scorer.requests_per_minute ({rpm}) drains a full queue "
+                    f"(scoring.max_pending: {pending} rollouts) in {drain:.0f} s, past "
+                    f"scoring.timeout_seconds ({timeout:g} s): rollouts queued that long are "
+                    "unscored (judge_timeout); raise the timeout (or null), or lower max_pending"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _rubrics(self) -> Settings:
         if not any(r.weight > 0 for r in [*self.anchor_rubrics, *self.adaptive_rubrics]):
             raise ValueError("anchor_rubrics: at least one criterion needs a positive weight")
@@ -111,9 +141,17 @@ class Settings(BaseSettings):
         return self.client.auditor is not None or self.agents.auditor is not None
 
     @property
+    def cascade_on(self) -> bool:
+        """Whether the cheap scorer judges first (``scoring.cascade``): ``client.cheap_scorer``
+        or ``agents.cheap_scorer`` is set."""
+        return self.client.cheap_scorer is not None or self.agents.cheap_scorer is not None
+
+    @property
     def served_agents(self) -> tuple[AgentName, ...]:
-        """The agents this configuration serves: the six, and the auditor when on."""
-        return (*AGENTS, AUDITOR) if self.auditor_on else AGENTS
+        """The agents this configuration serves: the six, the auditor and the cheap scorer
+        when on."""
+        auditor = (AUDITOR,) if self.auditor_on else ()
+        return (*AGENTS, *auditor, *((CHEAP_SCORER,) if self.cascade_on else ()))
 
     def agent_options(self, agent: AgentName) -> ResolvedAgentOptions:
         """The options ``agent``'s requests are sent with (defaults sized for its endpoint)."""

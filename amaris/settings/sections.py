@@ -1,5 +1,5 @@
 """The sections of the service's own machinery: ``memory``, ``pipeline``, ``logging``,
-``prefect``, ``gateway``, ``scoring``, ``rubric``, ``pricing``."""
+``prefect``, ``gateway``, ``scoring``, ``rubric``, ``pricing`` (and an agent's price)."""
 
 from __future__ import annotations
 
@@ -215,6 +215,34 @@ class PrecheckSettings(Section):
     """The reward of a degenerate reply."""
 
 
+class CascadeSettings(Section):
+    """``scoring.cascade``: the cheap scorer judges first, the scorer only where the cheap
+    verdict's confidence is under a threshold calibrated on pairs both judged
+    (:mod:`amaris.scoring.calibration`). On while ``client.cheap_scorer`` or
+    ``agents.cheap_scorer`` is set."""
+
+    target_agreement: float = Field(default=0.95, gt=0, le=1)
+    """Share of the cheap scorer's rewards that must match the scorer's (within
+    ``tolerance``) among the rollouts it decides: the threshold is the lowest confidence
+    at which the calibration pairs hold it."""
+    tolerance: float = Field(default=0.05, ge=0, le=1)
+    """Two rewards further apart than this disagree."""
+    min_pairs: int = Field(default=64, ge=1)
+    """Calibration pairs needed before the threshold is trusted; until then every rollout
+    is escalated to the scorer."""
+    max_pairs: int = Field(default=4096, ge=1)
+    """Calibration pairs kept, the newest (persisted in the data folder)."""
+    probe_share: float = Field(default=0.1, ge=0, le=1)
+    """Share of the confident rollouts judged by the scorer too (and answered with its
+    reward): the pairs that keep the calibration honest above the threshold."""
+
+    @model_validator(mode="after")
+    def _pairs_fit(self) -> CascadeSettings:
+        if self.max_pairs < self.min_pairs:
+            raise ValueError("max_pairs must be at least min_pairs")
+        return self
+
+
 class ScoringSettings(Section):
     """``scoring:``: the hot path."""
 
@@ -240,6 +268,8 @@ class ScoringSettings(Section):
     past it the rollout is unscored with reason ``judge_timeout``; null = no bound."""
     precheck: PrecheckSettings = PrecheckSettings()
     """The master-key pre-check: degenerate replies get the floor reward, unjudged."""
+    cascade: CascadeSettings = CascadeSettings()
+    """The calibrated cascade of a cheap scorer and the scorer."""
 
     @model_validator(mode="before")
     @classmethod
@@ -286,3 +316,24 @@ class ModelPrice(Section):
     """Completion (output) tokens, reasoning tokens included."""
     cached_prompt: float | None = Field(default=None, ge=0)
     """Prompt tokens served from the provider's prefix cache; null = the ``prompt`` price."""
+
+    @property
+    def token_price(self) -> TokenPrice:
+        """The same price as an agent's ``price`` reads."""
+        return TokenPrice(
+            input_per_mtok=self.prompt,
+            cached_input_per_mtok=self.cached_prompt,
+            output_per_mtok=self.completion,
+        )
+
+
+class TokenPrice(Section):
+    """``agents.<agent>.price``: what an agent's tokens cost, in dollars per million tokens
+    (over ``pricing.<model>``, which prices by model whatever the agent)."""
+
+    input_per_mtok: float = Field(ge=0)
+    """Prompt (input) tokens."""
+    cached_input_per_mtok: float | None = Field(default=None, ge=0)
+    """Prompt tokens served from the provider's prefix cache; null = ``input_per_mtok``."""
+    output_per_mtok: float = Field(ge=0)
+    """Completion (output) tokens, reasoning tokens included."""

@@ -52,6 +52,8 @@ class RolloutResult:
     analysed: bool = False
     prompt: str = ""
     """The rollout's input: rollouts with the same one in a step form a GRPO group."""
+    judge: str | None = None
+    """The judge that decided its reward (``cheap``, ``strong``; None: none did)."""
 
 
 @dataclass
@@ -200,6 +202,7 @@ async def run(
                     flags=flags_of(found.get(p.rollout.id, {})),
                     analysed=p.rollout.id in found,
                     prompt=p.rollout.input,
+                    judge=r.judge,
                 )
                 for p, r in zip(planned, scored, strict=True)
             ]

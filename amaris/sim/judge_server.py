@@ -1,8 +1,9 @@
 """An OpenAI-compatible ``/v1/chat/completions`` server around a responder.
 
 ``amaris offline-llm`` serves the offline judge with injectable latency and faults
-(errors, timeouts, malformed JSON), for dry runs of a training pipeline and for
-load and fault tests. Tests build the same app around a scripted responder.
+(errors, timeouts, malformed JSON) and, optionally, rate limits it enforces
+(:mod:`amaris.sim.rate_limit`), for dry runs of a training pipeline and for load, fault
+and rate-limit tests. Tests build the same app around a scripted responder.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Reply:
     status: int = 200
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    """Sent with the response, an answer's or an error's."""
     hang: bool = False
     reasoning: str | None = None
     """Sent as ``message.reasoning_content`` (a reasoning model's separate field)."""
@@ -169,6 +171,16 @@ def offline_responder(profile: FaultProfile) -> Responder:
     return responder
 
 
+def usage_tokens(body: ChatRequest, reply: Reply) -> tuple[int, int]:
+    """The ``(prompt, completion)`` tokens the server reports for ``reply`` to ``body``:
+    the reply's own, else a quarter of the prompt's and of the answer's characters."""
+    prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
+    prompt = prompt_chars // 4 if reply.prompt_tokens is None else reply.prompt_tokens
+    content = reply.content or ""
+    completion = len(content) // 4 if reply.completion_tokens is None else reply.completion_tokens
+    return prompt, completion
+
+
 def offline_models() -> list[ModelCard]:
     """``/v1/models`` of the offline judge: one model, no context window."""
     return [{"id": "offline-rules", "object": "model"}]
@@ -205,14 +217,10 @@ def create_llm_app(
                 headers=reply.headers,
             )
         content = reply.content or ""
-        prompt_chars = sum(len(str(m.get("content", ""))) for m in body.get("messages", []))
         message: AnswerMessage = {"role": "assistant", "content": content}
         if reply.reasoning is not None:
             message["reasoning_content"] = reply.reasoning
-        prompt = prompt_chars // 4 if reply.prompt_tokens is None else reply.prompt_tokens
-        completion = (
-            len(content) // 4 if reply.completion_tokens is None else reply.completion_tokens
-        )
+        prompt, completion = usage_tokens(body, reply)
         usage: AnswerUsage = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
@@ -238,7 +246,7 @@ def create_llm_app(
         }
         if reply.usage:
             answer["usage"] = usage
-        return JSONResponse(answer)
+        return JSONResponse(answer, headers=reply.headers)
 
     @app.get("/v1/models")
     async def list_models() -> JSONResponse:

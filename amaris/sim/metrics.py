@@ -337,7 +337,8 @@ def memory_outcomes(run: RunResult) -> MemoryOutcomes:
 def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None) -> RunMetrics:
     """Every figure of one run, as JSON-ready data (``metrics.json`` holds one per run).
 
-    ``pricing``: the configuration's price table (cost is None without one)."""
+    ``pricing``: the configuration's price table by model, for the usage not priced as it
+    was counted (cost is None when neither prices it)."""
     behaviours, tags = behaviours_of(run), tags_of(run)
     prices = pricing or {}
     steps: list[StepFigures] = []

@@ -79,9 +79,10 @@ def usage_blocks(metrics: RunMetrics) -> list[Block]:
     rows.append(("all", *_usage_cells(metrics["usage"])))
     agents = [(a["agent"], a["model"], *_usage_cells(a)) for a in metrics["usage_by_agent"]]
     note = (
-        "Cost: set `pricing` in the configuration to see it."
+        "Cost: set `agents.<agent>.price` (or `pricing.<model>`) in the configuration to see it."
         if metrics["usage"]["cost"] is None
-        else "Cost at the configuration's `pricing` (cached prompt tokens at their own price)."
+        else "Cost in dollars at the configured prices: `agents.<agent>.price`, else "
+        "`pricing.<model>` (cached prompt tokens at their own price)."
     )
     return [
         Block("h3", "LLM tokens, time and cost per step (scoring and pipeline)"),
@@ -365,7 +366,8 @@ def write_report(
 ) -> Path:
     """Write ``metrics.json``, the plots, ``report.md`` and ``report.html`` into ``folder``.
 
-    ``pricing``: the configuration's price table (the report shows cost with one).
+    ``pricing``: the configuration's price table by model, for the requests the server did
+    not price (it prices each at its agent's price as it counts it).
     ``sections``: what the command adds to the page after its introduction (a scenario's
     figures and plots, already in ``folder``).
 

@@ -23,20 +23,34 @@ _FIELDS = {
 
 
 def ledger_from_metrics(text: str) -> dict[Key, Usage]:
-    """The ``amaris_llm_*{agent, model}`` ledger counters of a ``/metrics`` page."""
+    """The ``amaris_llm_*{agent, model}`` ledger counters of a ``/metrics`` page, with the
+    dollars the server counted at each agent's price (``amaris_llm_cost_dollars_total``:
+    an agent and model without it had no price)."""
     table: dict[Key, Usage] = {}
+    priced: set[Key] = set()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels = sample.labels
             if sample.name == "amaris_llm_tokens_total":
                 name = f"{labels['kind']}_tokens"
+            elif sample.name == "amaris_llm_cost_dollars_total":
+                name = "cost_usd"
             elif sample.name in _FIELDS:
                 name = _FIELDS[sample.name]
             else:
                 continue
-            usage = table.setdefault((labels["agent"], labels["model"]), Usage())
-            value = sample.value if name == "seconds" else int(sample.value)
+            key = (labels["agent"], labels["model"])
+            usage = table.setdefault(key, Usage())
+            value = sample.value if name in ("seconds", "cost_usd") else int(sample.value)
             setattr(usage, name, value)
+            if name == "cost_usd":
+                priced.add(key)
+    for key, usage in table.items():
+        # Every request of an agent and model is priced, or none is (its price is fixed).
+        if key in priced:
+            usage.priced = usage.calls + usage.failed
+        elif usage.tokens:
+            usage.unpriced = usage.calls
     return table
 
 

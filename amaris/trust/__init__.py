@@ -9,7 +9,8 @@
   step's replies by :mod:`~amaris.trust.mining`): the training judge scores probes whose
   right reward is known, and an alarm teaches the pre-check a rule;
 * the audit judge (:mod:`amaris.trust.audit`): a second judge re-grades a sample of each
-  step, and the Goodhart alarm reads the two judges' disagreement.
+  step, and the Goodhart alarm reads the two judges' disagreement; it shares one call
+  budget with the judge canaries (:mod:`~amaris.trust.budget`).
 
 They reach the judge through :mod:`~amaris.trust.judging`. Their Prefect tasks are
 ``tasks/canary.py``, ``tasks/judge_canaries.py`` and ``tasks/audit.py``.

@@ -20,7 +20,8 @@ the original's (or above it); an ``audit`` pair the training judge still rewards
 
 Cost: ``max_share`` of the step's judged rollouts, rounded down (:func:`budget_of`: a
 step too small for one probe gets one every few steps, so the share stays ``max_share``
-over them); kinds take turns from
+over them), and with the auditor on within what its audit leaves of the budget the two
+share (:mod:`amaris.trust.budget`); kinds take turns from
 ``step`` on (probe ``i`` is of kind ``KINDS[(step + i) % len(KINDS)]``, a kind with nothing
 to mine giving its turn to the next), so a small budget still covers every kind over a few
 steps.

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from amaris.jsonfile import JSONDict
+from amaris.llm.ledger import cost
 from amaris.memory.models import StepRecord, StepStatus
 from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import step_records
@@ -224,6 +225,13 @@ class StepDetail(BaseModel):
         "the two judges read differently, the alarm and its evidence; null while the "
         "auditor is off or the step is not audited yet.",
     )
+    cost_usd: float | None = Field(
+        default=None,
+        description="Dollars of the step's LLM calls made in this process so far: its "
+        "rollouts' judge calls and its pipeline's agents, at the configured prices "
+        "(agents.<agent>.price, else pricing.<model>); null when a call that used tokens "
+        "has no price, or none is configured.",
+    )
 
 
 class RerunResponse(BaseModel):
@@ -281,7 +289,7 @@ def _rubric(status: StepStatus | None, record: StepRecord | None) -> RubricStatu
 @router.get("/steps/{step}", response_model=StepDetail, responses=_LOOKUP_ERRORS)
 async def step_detail(step: StepNumber, services: ServicesDep) -> StepDetail | JSONResponse:
     """One step: its pipeline status, what it did to the rubric (each scope's outcome and
-    reason) and its audit."""
+    reason), its audit and what its LLM calls cost."""
     unknown = _unknown_step(services, step)
     if unknown is not None:
         return unknown
@@ -295,6 +303,7 @@ async def step_detail(step: StepNumber, services: ServicesDep) -> StepDetail | J
             "rubric": None if outcome is None else outcome.rubric(),
             "scopes": None if outcome is None else outcome.scopes,
             "audit": audit_of(record),
+            "cost_usd": cost(services.gateway.ledger.for_step(step), services.settings.pricing),
         }
     )
 

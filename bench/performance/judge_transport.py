@@ -52,7 +52,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -184,6 +184,7 @@ class SdkEndpoint:
         timeout: float | None,
         max_bytes: int,
         extra: ProviderJSON | None = None,
+        on_headers: Callable[[Mapping[str, str]], None] | None = None,
     ) -> bytes:
         """As :meth:`JsonEndpoint.post <amaris.llm.transport.JsonEndpoint.post>`."""
         client = self._client()
@@ -199,6 +200,8 @@ class SdkEndpoint:
                         stream=True,
                     )
                     try:
+                        if on_headers is not None:
+                            on_headers(raw.headers)
                         return await read_limited(raw, max_bytes)
                     finally:
                         await raw.aclose()
@@ -206,6 +209,8 @@ class SdkEndpoint:
                 async with create(
                     **body, extra_body=extra.root if extra else None, timeout=timeout
                 ) as response:
+                    if on_headers is not None:
+                        on_headers(response.http_response.headers)
                     return await read_limited(response.http_response, max_bytes)
         except TimeoutError as exc:
             raise openai.APITimeoutError(request=httpx2.Request("POST", path)) from exc

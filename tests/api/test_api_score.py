@@ -61,6 +61,7 @@ def test_amaris_body_accepted_as_is(tmp_path: Path) -> None:
         "rollout_id": "rollout-0001",
         "reason": None,
         "cached": False,
+        "judge": "strong",
         "truncated": [],
         "late": False,
         "breakdown": None,
@@ -321,7 +322,8 @@ def test_unscored_results_are_not_cached(tmp_path: Path, fake_llm: FakeLLM) -> N
         assert counters(client) == {"unscored": 1, "unscored.judge_unavailable": 1, "scored": 1}
     assert first["status"] == "unscored"
     rewards = {"anchors": 1.0, "adaptive": None, "A1": 1.0}
-    assert second == {**first, "status": "scored", "score": 1.0, "reason": None, "rewards": rewards}
+    scored = {"status": "scored", "score": 1.0, "reason": None, "rewards": rewards}
+    assert second == {**first, **scored, "judge": "strong"}
     assert len(fake_llm.requests) == 3  # the second request asked the judge again
 
 

@@ -59,6 +59,7 @@ ANSWER_KEYS = {
     "rollout_id",
     "reason",
     "cached",
+    "judge",
     "truncated",
     "breakdown",
     "late",

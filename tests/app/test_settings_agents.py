@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from amaris.settings import (
     AGENTS,
     AUDITOR,
+    CHEAP_SCORER,
     AgentName,
     AgentsSettings,
     ClientSettings,
@@ -25,13 +26,14 @@ from amaris.settings import (
 )
 
 SECTIONS: list[tuple[str, type[BaseModel], list[str], list[str]]] = [
-    ("client", ClientSettings, ["default"], [AUDITOR]),
-    ("agents", AgentsSettings, ["default"], [AUDITOR]),
-    ("concurrency", ConcurrencySettings, ["total"], [AUDITOR]),
+    ("client", ClientSettings, ["default"], [AUDITOR, CHEAP_SCORER]),
+    ("agents", AgentsSettings, ["default"], [AUDITOR, CHEAP_SCORER]),
+    ("concurrency", ConcurrencySettings, ["total"], [AUDITOR, CHEAP_SCORER]),
     ("prompts", PromptsSettings, [], []),
 ]
 """Each per-agent section: its key, its model, the keys before the agents', the keys after
-them (the auditor: it reads the scorer's prompt, so ``prompts`` has none)."""
+them (the auditor and the cheap scorer: they read the scorer's prompt, so ``prompts`` has
+none)."""
 
 ENTRY = {
     "client": ("{offline: true}", "OFFLINE", "true"),
@@ -45,7 +47,7 @@ entry is a scalar), and that variable's value."""
 
 def test_the_agents_are_one_literal_and_one_shape() -> None:
     assert get_args(MethodAgent) == AGENTS
-    assert get_args(AgentName) == (*AGENTS, AUDITOR)
+    assert get_args(AgentName) == (*AGENTS, AUDITOR, CHEAP_SCORER)
     assert tuple(PerAgent.model_fields) == AGENTS
     for _, model, head, tail in SECTIONS:
         assert issubclass(model, PerAgent)

@@ -5,16 +5,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from amaris.settings import AGENTS, AUDITOR, Settings
+from amaris.settings import AGENTS, AUDITOR, CHEAP_SCORER, Settings
 from tests.support.settings_keys import dotted_keys
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def settings_keys() -> set[str]:
-    """The settings' keys, per-agent sections (``default``, the six agents and the auditor)
-    as ``<agent>``."""
-    return dotted_keys(Settings, agents=AGENTS, also=("default", AUDITOR))
+    """The settings' keys, per-agent sections (``default``, the six agents, the auditor and
+    the cheap scorer) as ``<agent>``."""
+    return dotted_keys(Settings, agents=AGENTS, also=("default", AUDITOR, CHEAP_SCORER))
 
 
 def test_the_walk_finds_nested_and_per_agent_keys() -> None:

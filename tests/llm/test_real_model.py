@@ -513,6 +513,7 @@ def test_a_step_is_audited_by_the_real_model_beside_a_lenient_scripted_scorer(
             # One request at a time, each decoded alone.
             "client.auditor.max_concurrency": 1,
             "audit.min_samples": AUDIT_SAMPLES,
+            "audit.budget_share": 1.0,  # two of three is past the default budget's
             "server.max_wait_seconds": 3600,
         },
     )

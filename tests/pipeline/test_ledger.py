@@ -12,14 +12,15 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from amaris.llm.ledger import TokenLedger, Usage, cost, price, usage_of
+from amaris.llm.ledger import TokenLedger, Usage, cost, dollars, usage_of
 from amaris.llm.providers import parse_completion
 from amaris.offline.judge import respond
-from amaris.settings import ConfigError, ModelPrice, load_settings
+from amaris.settings import ConfigError, ModelPrice, TokenPrice, load_settings
 from amaris.sim.driver import RolloutResult, RunResult, StepResult
 from amaris.sim.judge_server import Reply
 from amaris.sim.report import write_report
 from amaris.sim.usage import ledger_from_metrics
+from flows.artifacts import usage_markdown
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM
 from tests.support.pipeline_helpers import metadata, rollout, score_step
@@ -28,6 +29,7 @@ from tests.support.settings import llm_settings
 MODEL = "judge-7b"
 RATE = ModelPrice(prompt=2.0, cached_prompt=0.5, completion=8.0)
 PRICING = {MODEL: {"prompt": 2.0, "cached_prompt": 0.5, "completion": 8.0}}
+USAGE_BODY = b'{"choices": [], "usage": {"prompt_tokens": 1000, "completion_tokens": 100}}'
 
 
 def judged(
@@ -160,8 +162,8 @@ def test_cost_from_a_price_table() -> None:
         reasoning_tokens=200_000,
     )
     # 2M uncached at $2, 1M cached at $0.5, 0.5M completion (reasoning included) at $8
-    assert price(usage, RATE) == pytest.approx(4.0 + 0.5 + 4.0)
-    assert price(usage, ModelPrice(prompt=2.0, completion=8.0)) == pytest.approx(6.0 + 4.0)
+    assert dollars(usage, RATE) == pytest.approx(4.0 + 0.5 + 4.0)
+    assert dollars(usage, ModelPrice(prompt=2.0, completion=8.0)) == pytest.approx(6.0 + 4.0)
     table = {("scorer", MODEL): usage, ("analyzer", "other"): Usage(calls=1, prompt_tokens=10)}
     assert cost(table, {}) is None  # no price table: no cost shown
     assert cost(table, {MODEL: RATE}) is None  # a model with tokens and no price
@@ -300,3 +302,21 @@ def test_a_bad_price_is_refused_naming_its_key(tmp_path: Path) -> None:
     path.write_text("pricing:\n  judge-7b: {prompt: 1}\n")
     with pytest.raises(ConfigError, match=r"pricing\.judge-7b\.completion"):
         load_settings(path)
+
+
+def test_the_step_artifact_prices_each_agent_at_its_own_price() -> None:
+    scorer_price = TokenPrice(input_per_mtok=3.0, output_per_mtok=15.0)
+    scorer = usage_of(parse_completion(USAGE_BODY), 1.0, price=scorer_price)
+    analyzer = usage_of(parse_completion(USAGE_BODY), 2.0)  # no price of its own
+    priced = usage_markdown(1, 10, {("scorer", MODEL): scorer}, {})
+    dollars = (1000 * 3.0 + 100 * 15.0) / 1e6
+    assert f"| scorer | {MODEL} | 1 | 0 | 0 | 1000 | 0 | 100 | 0 | 1.0 | {dollars:.4f} |" in priced
+    assert f"**Cost:** ${dollars:.4f} for 10 rollouts" in priced
+    both = {("scorer", MODEL): scorer, ("analyzer", MODEL): analyzer}
+    unknown = usage_markdown(1, 10, both, {})
+    assert f"| analyzer | {MODEL} | 1 | 0 | 0 | 1000 | 0 | 100 | 0 | 2.0 | - |" in unknown
+    assert f"**Cost:** unknown: no price for `analyzer ({MODEL})`" in unknown
+    # the model's price covers the agents without one
+    covered = usage_markdown(1, 10, both, {MODEL: RATE})
+    assert f"**Cost:** ${dollars + (1000 * 2.0 + 100 * 8.0) / 1e6:.4f} for 10 rollouts" in covered
+    assert "Cost" not in usage_markdown(1, 10, {("analyzer", MODEL): analyzer}, {})

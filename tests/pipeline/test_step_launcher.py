@@ -145,7 +145,7 @@ async def test_the_registry_keeps_the_outcome_as_json_and_gives_the_model_back(
     assert WaitResponse.model_validate(answer, from_attributes=True).model_dump_json() == ANSWER
     detail = StepDetail(step=2, status="done", rubric=read.rubric(), scopes=read.scopes)
     assert detail.model_dump_json() == (
-        f'{{"step":2,"status":"done","rubric":"unchanged","scopes":{SCOPES},"audit":null}}'
+        f'{{"step":2,"status":"done","rubric":"unchanged","scopes":{SCOPES},"audit":null,"cost_usd":null}}'
     )
 
 

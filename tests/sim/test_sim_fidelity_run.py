@@ -27,9 +27,12 @@ MAX_SHARE = 0.07
 """Audit and judge canary calls together, as a share of the calls that grade a reply."""
 MIN_RESTORED = 0.5
 """Share of the reward gap the drift removed that the response restores."""
-PER_STEP = "40"
-"""Judged rollouts a step: 2 audited (5%), and a judge canary every second step (2% of 40
-is under one probe), within MAX_SHARE; at 32 a step the two come to just over 7%."""
+PER_STEP = "32"
+"""Judged rollouts a step, the simulation's default: the checks share ``audit.budget_share``
+(7%) of them, 2 calls a step and 3 on every fourth or fifth (amaris/trust/budget.py)."""
+AUDITED = {1, 2}
+"""Rollouts the auditor re-grades on a step of PER_STEP: the budget's calls less the one
+kept for the swap check."""
 # A fixed mix keeps the padded behaviours at their start share (14%), so the drift shows in
 # a step this small; a learning policy has mostly dropped them by the drift step.
 FIXED_MIX = ("--learning-rate", "0")
@@ -91,6 +94,8 @@ def test_judge_drift_is_caught_within_two_steps_and_the_response_restores_the_ga
     assert fidelity["audit_call_share"] > 0
     assert fidelity["canary_call_share"] > 0
     assert fidelity["audit_call_share"] + fidelity["canary_call_share"] <= MAX_SHARE
+    # Within the budget every step is audited, its top tail first: that is what caught it.
+    assert {audit["sampled"] for audit in _audits(tmp_path)} <= AUDITED
     page = (tmp_path / "report.md").read_text()
     assert "![fidelity-judge-drift.png](fidelity-judge-drift.png)" in page
 
@@ -105,6 +110,7 @@ def test_steady_with_a_noisy_auditor_raises_no_false_alarm(tmp_path: Path) -> No
     audits = _audits(tmp_path)
     assert fidelity["drift_step"] is None
     assert [audit["alarm"] for audit in audits] == [None] * int(STEADY_STEPS)
+    assert {audit["sampled"] for audit in audits} <= AUDITED
     assert fidelity["false_alarms"] == 0
     assert fidelity["first_alarm_step"] is None
     assert fidelity["audit_call_share"] > 0

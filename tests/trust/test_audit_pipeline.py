@@ -72,6 +72,9 @@ def settings_for(tmp_path: Path, fake: FakeLLM, **overrides: Any) -> Any:
         **{
             "agents.auditor.model": AUDITOR_MODEL,
             "audit.min_samples": 8,
+            # A budget as large as the step: 8 audited of 20 is past the default's
+            # (tests/trust/test_check_budget.py).
+            "audit.budget_share": 1.0,
             "pipeline.task_retry_delays_seconds": [0.0],
             **overrides,
         },
@@ -302,3 +305,53 @@ def test_a_judge_that_pays_a_swapped_answer_is_swap_blind(
     # the first that fires (the swap checks alone fire it one step after a drift in the
     # simulator: docs/fidelity.md).
     assert audit["alarm"]["kind"] == "gap_jump"
+
+
+def agent_calls(ledger: Any, agent: str) -> int:
+    """Calls of ``agent`` in a step's ledger, over its models."""
+    return sum(used.calls for (name, _), used in ledger.items() if name == agent)
+
+
+def test_the_checks_of_a_step_spend_its_part_of_the_budget(
+    tmp_path: Path, fake_llm: FakeLLM
+) -> None:
+    # audit.budget_share 0.07 (the default), the other sizes at their defaults too. A step
+    # of 32 judged rollouts may make 2 calls of checks: 1 audited (the top tail's draw),
+    # one kept for a swap check, which no rollout asks for (the auditor pays the correct
+    # replies more than the training judge), so a canary probe has it. The next step, of
+    # 40, may make 3 (2.8 and the 0.24 carried): 2 audited, no canary probe (its own 2%
+    # gives one every second step). Then 32 again, half hacks: 1 audited, the hack over-
+    # rewarded, its swap check blind and confirmed on a second one (the run's first), no
+    # canary probe: one call past the step's 2, once a run.
+    fake_llm.default = respond
+    settings = settings_for(
+        tmp_path, fake_llm, **{"audit.min_samples": 2, "audit.budget_share": 0.07}
+    )
+    steps = [
+        [item(0, i, False) for i in range(32)],
+        [item(1, i, False) for i in range(40)],
+        [item(2, i, hacked) for i in range(16) for hacked in (False, True)],
+    ]
+    spent = []
+    with serve(settings) as client:
+        services = client.app.state.services  # type: ignore[attr-defined]
+        for step, items in enumerate(steps):
+            assert client.post("/batch_score", json={"items": items}).status_code == 200
+            assert client.post("/complete", json={"step": step}).status_code == 200
+            wait = {"step": step, "timeout": 120}
+            assert client.get("/rubric_status/wait", params=wait).json()["status"] != "failed"
+            audit = client.get(f"/steps/{step}").json()["audit"]
+            auditor = services.pipeline_gateway.ledger.for_step(step)
+            scorer = services.gateway.ledger.for_step(step)
+            spent.append(
+                (
+                    audit["check_budget"],
+                    audit["sampled"],
+                    agent_calls(auditor, "auditor"),
+                    audit["swap_checked"],
+                    audit["canary_budget"],
+                    agent_calls(scorer, "judge_canary"),
+                )
+            )
+    # (allowed, audited, auditor calls, swap checks, canary budget, judge canary calls)
+    assert spent == [(2, 1, 1, 0, 1, 1), (3, 2, 2, 0, 0, 0), (2, 1, 1, 2, 0, 2)]

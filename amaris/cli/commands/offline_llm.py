@@ -26,3 +26,22 @@ def register(sub: SubParsers) -> None:
     parser.add_argument("--timeout-rate", type=float, default=0.0)
     parser.add_argument("--malformed-rate", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--requests-per-minute",
+        type=int,
+        default=None,
+        help="enforce this many requests a minute: 429 with retry-after past it, and "
+        "x-ratelimit-* headers on every answer (default: no limit)",
+    )
+    parser.add_argument(
+        "--tokens-per-minute",
+        type=int,
+        default=None,
+        help="enforce this many tokens (prompt and completion, as reported) a minute",
+    )
+    parser.add_argument(
+        "--rate-burst-seconds",
+        type=float,
+        default=60.0,
+        help="seconds of each limit that may be spent at once (default 60: a minute's)",
+    )

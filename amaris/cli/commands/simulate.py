@@ -31,9 +31,10 @@ def _share(text: str) -> float:
     return value
 
 
-SCENARIOS = ("judge-drift", "steady", "agent-hack")
+SCENARIOS = ("judge-drift", "steady", "agent-hack", "cascade")
 """Scenarios: of the training judge (docs/fidelity.md), drifting from ``--drift-step`` or
-not; of a coding agent that tampers with the tests (docs/simulation.md)."""
+not; of a coding agent that tampers with the tests; of a cheap judge before the training
+judge (docs/simulation.md)."""
 
 
 def register(sub: SubParsers) -> None:
@@ -52,7 +53,7 @@ def register(sub: SubParsers) -> None:
         ("--port", "port of the amaris server it starts on 127.0.0.1"),
         ("--prefect-port", "port of that server's Prefect server"),
         ("--judge-port", "with --scenario: port of the simulated training judge"),
-        ("--auditor-port", "with --scenario: port of the simulated audit judge"),
+        ("--auditor-port", "with --scenario: port of the simulated audit (cascade: cheap) judge"),
     ):
         parser.add_argument(
             option, type=bounded(1, 65535), default=None, help=f"{what} (default: a free one)"
@@ -97,7 +98,8 @@ def register(sub: SubParsers) -> None:
         "noisy judge (--auditor-noise): judge-drift (lenient to padding from --drift-step) "
         "or steady (no drift); writes OUT/fidelity.json. agent-hack: a coding agent's "
         "trajectories against a tests-pass verifier, tampering with the tests from some "
-        "step; writes OUT/agent_hack.json",
+        "step; writes OUT/agent_hack.json. cascade: a noisy cheap judge with logprobs "
+        "before the simulator's (scoring.cascade); writes OUT/cascade.json",
     )
     parser.add_argument(
         "--drift-step",

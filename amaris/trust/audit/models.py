@@ -195,8 +195,13 @@ class StepAudit(AuditSummary):
     judge_calls: int = 0
     """Auditor calls made (each ``agents.auditor`` request counted in the ledger)."""
     population: int = 0
-    """The step's judged rollouts the sample was drawn from (what ``audit.max_share`` is
-    a share of)."""
+    """The step's judged rollouts the sample was drawn from (what ``audit.max_share`` and
+    ``audit.budget_share`` are shares of)."""
+    check_budget: int | None = None
+    """The step's part of ``audit.budget_share``: calls its audit, swap checks and judge
+    canaries may make together (None: no shared budget)."""
+    canary_budget: int | None = None
+    """Probes the step's judge canaries may make, what the audit left them."""
     criteria: list[CriterionDisagreement] = Field(default_factory=list)
     scopes: dict[str, Fidelity] = Field(default_factory=dict)
     evidence: dict[str, AlarmEvidence] = Field(default_factory=dict)

@@ -1,0 +1,207 @@
+"""The cascade's threshold (``scoring.cascade``): the lowest confidence of the cheap scorer
+from which its rewards agree with the scorer's often enough, calibrated on pairs both judged.
+
+A pair is one rollout's cheap confidence, cheap reward and strong reward, with a weight:
+how many rollouts it stands for, the inverse of the chance it became a pair. A rollout the
+cascade escalated (under the threshold, or before the calibration is trusted) is a pair
+for sure (weight 1); a confident one probed with ``probe_share`` stands for 1 / share; one
+the audit re-graded for its step's judged rollouts over its sample. Weighted, the pairs at
+or above a candidate threshold estimate the agreement among all the rollouts there,
+although the cascade pairs only a share of the confident ones.
+
+The threshold is the lowest confidence ``t`` such that among the pairs with confidence
+``>= t`` the weighted share whose rewards lie within ``tolerance`` is at least
+``target_agreement``, the share taken at its lower bound (:func:`lower_bound`: a probe
+that stands for twenty rollouts is still one observation, and a few lucky pairs must not
+open the cheap path); it is infinite (every rollout escalated) under ``min_pairs`` pairs or
+when no ``t`` holds. It is computed again every :data:`RECALIBRATE_EVERY` new pairs, over
+the newest ``max_pairs``, which are kept in the data folder across restarts
+(:data:`CALIBRATION_FILE`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from amaris.private import private_folder
+from amaris.rubric.store import write_durably
+from amaris.settings import CascadeSettings
+from amaris.trust.audit.models import AuditedRollout
+
+log = logging.getLogger("amaris.scoring.cascade")
+
+CALIBRATION_FILE = "cascade-calibration.json"
+"""Under ``memory.path``: the calibration pairs (:class:`Calibration`)."""
+AUDIT_FOLDER = "cascade-audits"
+"""Under ``memory.path``: each audited step's re-graded rewards (:func:`drop_audit`), until
+the cascade reads them."""
+RECALIBRATE_EVERY = 16
+"""New pairs between two calibrations (fewer while ``min_pairs`` is smaller)."""
+BOUND_Z = 1.0
+"""Standard errors between the pairs' agreement and the lower bound held to the target."""
+_EPSILON = 1e-9
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One rollout judged by both: the cheap verdict's confidence and both rewards."""
+
+    confidence: float
+    cheap: float
+    strong: float
+    weight: float = 1.0
+    """The rollouts it stands for: the inverse of the chance it became a pair."""
+
+
+def lower_bound(share: float, pairs: float, z: float = BOUND_Z) -> float:
+    """The Wilson lower bound of an agreement ``share`` observed on ``pairs`` (their
+    effective number), ``z`` standard errors under it."""
+    spread = z * z / pairs
+    centre = share + spread / 2
+    margin = z * math.sqrt(share * (1 - share) / pairs + spread / (4 * pairs))
+    return (centre - margin) / (1 + spread)
+
+
+def threshold(pairs: Sequence[Pair], target: float, tolerance: float, min_pairs: int) -> float:
+    """The lowest confidence from which the pairs agree at ``target`` (module docstring);
+    ``math.inf`` under ``min_pairs`` pairs or when none does. The effective number of
+    weighted pairs is Kish's, ``(sum w)^2 / sum w^2``."""
+    if len(pairs) < min_pairs:
+        return math.inf
+    ordered = sorted(pairs, key=lambda p: p.confidence, reverse=True)
+    agree = total = squares = 0.0
+    found = math.inf
+    for index, pair in enumerate(ordered):
+        total += pair.weight
+        squares += pair.weight * pair.weight
+        if abs(pair.cheap - pair.strong) <= tolerance + _EPSILON:
+            agree += pair.weight
+        if index + 1 < len(ordered) and ordered[index + 1].confidence >= pair.confidence:
+            continue  # not the last pair of this confidence
+        if lower_bound(agree / total, total * total / squares) >= target - _EPSILON:
+            found = pair.confidence
+    return found
+
+
+class _Stored(BaseModel):
+    """The calibration file: the pairs, newest last, as ``[confidence, cheap, strong,
+    weight]``; the threshold they gave (for people: it is computed again on load)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    threshold: float | None = None
+    pairs: list[tuple[float, float, float, float]] = Field(default_factory=list)
+
+
+class Calibration:
+    """The pairs and the threshold in force; persisted in ``folder`` when given."""
+
+    def __init__(self, settings: CascadeSettings, folder: Path | None = None) -> None:
+        self._settings = settings
+        self._pairs: deque[Pair] = deque(maxlen=settings.max_pairs)
+        self._every = min(RECALIBRATE_EVERY, settings.min_pairs)
+        self._fresh = 0
+        self.path = None if folder is None else folder / CALIBRATION_FILE
+        self.threshold = math.inf
+        """Cheap verdicts at least this confident decide; ``inf``: every rollout escalated."""
+        self._load()
+
+    @property
+    def pairs(self) -> tuple[Pair, ...]:
+        """The pairs kept, oldest first."""
+        return tuple(self._pairs)
+
+    def add(self, pairs: Iterable[Pair]) -> bool:
+        """Keep ``pairs``; recalibrate when :data:`RECALIBRATE_EVERY` have come since the
+        last time, or the pairs just reached ``min_pairs``. Whether it recalibrated."""
+        before = len(self._pairs)
+        for pair in pairs:
+            self._pairs.append(pair)
+            self._fresh += 1
+        reached = before < self._settings.min_pairs <= len(self._pairs)
+        if self._fresh >= self._every or reached:
+            self.recalibrate()
+            return True
+        return False
+
+    def recalibrate(self) -> None:
+        """The threshold of the pairs kept now."""
+        s = self._settings
+        self.threshold = threshold(self._pairs, s.target_agreement, s.tolerance, s.min_pairs)
+        self._fresh = 0
+
+    def snapshot(self) -> str:
+        """The calibration file's text now."""
+        stored = _Stored(
+            threshold=None if math.isinf(self.threshold) else self.threshold,
+            pairs=[(p.confidence, p.cheap, p.strong, p.weight) for p in self._pairs],
+        )
+        return stored.model_dump_json()
+
+    def save(self, text: str) -> None:
+        """Write a :meth:`snapshot` durably (blocking; nothing without a folder)."""
+        if self.path is not None:
+            write_durably(self.path, text)
+
+    def _load(self) -> None:
+        if self.path is None or not self.path.exists():
+            return
+        try:
+            stored = _Stored.model_validate(json.loads(self.path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, ValidationError) as exc:
+            # The pairs are a cache of evidence: without them the cascade escalates
+            # everything until it has gathered new ones, which is safe.
+            log.warning("cascade calibration %s unreadable, starting afresh: %s", self.path, exc)
+            return
+        self._pairs.extend(Pair(*values) for values in stored.pairs)
+        self.recalibrate()
+
+
+class AuditDrop(BaseModel):
+    """An audited step's re-graded rewards, as the audit leaves them for the cascade."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    population: int = Field(ge=0)
+    """The step's judged rollouts the audit sample was drawn from."""
+    rewards: dict[str, float]
+    """The auditor's reward per re-graded rollout id (those it gave a verdict on)."""
+
+    @property
+    def weight(self) -> float:
+        """The rollouts each re-graded one stands for: the population over the sample."""
+        return self.population / len(self.rewards) if self.rewards else 1.0
+
+
+def drop_audit(folder: Path, step: int, audited: Sequence[AuditedRollout], population: int) -> None:
+    """Leave a step's audit rewards in ``folder`` (the data folder) for the cascade to pair
+    with the cheap verdicts it served (blocking)."""
+    rewards = {r.rollout_id: r.audit for r in audited if r.audit is not None}
+    drop = AuditDrop(step=step, population=population, rewards=rewards)
+    target = private_folder(folder / AUDIT_FOLDER)
+    write_durably(target / f"step-{step}.json", drop.model_dump_json())
+
+
+def take_audits(folder: Path) -> list[AuditDrop]:
+    """The audits left in ``folder`` (the data folder), removed as they are read; an
+    unreadable one is removed and logged (blocking)."""
+    inbox = folder / AUDIT_FOLDER
+    if not inbox.is_dir():
+        return []
+    drops: list[AuditDrop] = []
+    for path in sorted(inbox.glob("step-*.json")):
+        try:
+            drops.append(AuditDrop.model_validate_json(path.read_bytes()))
+        except (OSError, ValueError) as exc:
+            log.warning("cascade: audit drop %s unreadable, skipped: %s", path, exc)
+        path.unlink(missing_ok=True)
+    return drops

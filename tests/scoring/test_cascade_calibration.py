@@ -1,0 +1,137 @@
+"""The cascade's calibration (:mod:`amaris.scoring.calibration`): the threshold of a set of
+pairs, its recalibration as pairs accrue, the bounded pairs persisted across restarts, the
+audits left for it; and the confidence of one criterion's verdict.
+
+Pure functions and files under ``tmp_path``: no conftest fixture."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from amaris.scoring.calibration import (
+    AUDIT_FOLDER,
+    CALIBRATION_FILE,
+    Calibration,
+    Pair,
+    drop_audit,
+    lower_bound,
+    take_audits,
+    threshold,
+)
+from amaris.scoring.verdicts import criterion_confidence, margin
+from amaris.settings import CascadeSettings
+from amaris.trust.audit.models import AuditedRollout
+
+
+def agree(confidence: float, weight: float = 1.0) -> Pair:
+    return Pair(confidence, 0.80, 0.83, weight)  # within 0.05
+
+
+def differ(confidence: float, weight: float = 1.0) -> Pair:
+    return Pair(confidence, 0.80, 0.20, weight)
+
+
+def test_the_threshold_is_the_lowest_confidence_that_holds_the_target() -> None:
+    # 100 sure pairs that agree, two that do not at 0.5, 100 more that agree at 0.4, and
+    # below them agreement fades.
+    pairs = [agree(0.9 + i / 1000) for i in range(100)] + [differ(0.5)] * 2
+    pairs += [agree(0.4)] * 100 + [differ(0.3)] * 30
+    # >= 0.5: 100 of 102 agree (bound 0.961); >= 0.4: 200 of 202; >= 0.3: 200 of 232.
+    assert threshold(pairs, 0.95, 0.05, min_pairs=8) == 0.4
+    # At 0.99 only the first hundred hold it (bound 100/101).
+    assert threshold(pairs, 0.99, 0.05, min_pairs=8) == 0.9
+    # A looser tolerance makes every pair agree: the lowest confidence decides.
+    assert threshold(pairs, 0.95, 0.7, min_pairs=8) == 0.3
+
+
+def test_the_agreement_is_held_at_its_lower_bound() -> None:
+    assert lower_bound(1.0, 19) == pytest.approx(0.95)  # n / (n + 1) when all agree
+    assert lower_bound(0.96, 1e6) == pytest.approx(0.96, abs=1e-3)
+    assert lower_bound(0.96, 50) < 0.95 < lower_bound(0.96, 500)
+    # A few lucky pairs do not open the cheap path; enough of them do.
+    mixed = [agree(0.5), differ(0.5)] * 15
+    assert threshold([agree(0.99)] * 5 + mixed, 0.95, 0.05, min_pairs=8) == math.inf
+    assert threshold([agree(0.99)] * 25 + mixed, 0.95, 0.05, min_pairs=8) == 0.99
+
+
+def test_no_threshold_under_min_pairs_or_when_none_holds() -> None:
+    assert threshold([agree(0.9)] * 18, 0.95, 0.05, min_pairs=19) == math.inf
+    assert threshold([agree(0.9)] * 19, 0.95, 0.05, min_pairs=19) == 0.9
+    assert threshold([differ(0.9)] * 30, 0.95, 0.05, min_pairs=8) == math.inf
+
+
+def test_a_probe_stands_for_the_confident_rollouts_not_paired() -> None:
+    # Escalated pairs (weight 1) at 0.5 agree 57 times in 60; thirty probes above them,
+    # drawn with share 0.1, agree. Weighted, they stand for the 300 confident rollouts.
+    low = [agree(0.5)] * 57 + [differ(0.5)] * 3
+    assert threshold([*low, *[agree(0.8)] * 30], 0.95, 0.05, min_pairs=8) == 0.8
+    assert threshold([*low, *[agree(0.8, weight=10.0)] * 30], 0.95, 0.05, min_pairs=8) == 0.5
+
+
+def test_recalibrated_as_pairs_accrue_and_bounded() -> None:
+    settings = CascadeSettings(min_pairs=4, max_pairs=6, target_agreement=0.75)
+    calibration = Calibration(settings)
+    assert calibration.threshold == math.inf
+    assert calibration.add([agree(0.9), agree(0.8), agree(0.7)]) is False
+    assert calibration.add([agree(0.6)]) is True  # min_pairs reached
+    assert calibration.threshold == 0.6  # 4 of 4: bound 0.8
+    # every min(16, min_pairs) = 4 new pairs: three more change nothing yet
+    assert calibration.add([differ(0.95), differ(0.95), differ(0.95)]) is False
+    assert calibration.threshold == 0.6
+    assert calibration.add([differ(0.95)]) is True
+    # the newest 6 kept: 0.7 and 0.6 that agree, four sure ones that do not
+    assert [p.confidence for p in calibration.pairs] == [0.7, 0.6, 0.95, 0.95, 0.95, 0.95]
+    assert calibration.threshold == math.inf
+
+
+def test_pairs_persist_and_the_threshold_is_computed_again_on_load(tmp_path: Path) -> None:
+    settings = CascadeSettings(min_pairs=4, target_agreement=0.75)
+    calibration = Calibration(settings, tmp_path)
+    calibration.add([agree(0.9), agree(0.8), differ(0.3), agree(0.6)])
+    calibration.save(calibration.snapshot())
+    stored = json.loads((tmp_path / CALIBRATION_FILE).read_text())
+    assert stored["threshold"] == 0.6 and len(stored["pairs"]) == 4
+    again = Calibration(settings, tmp_path)
+    assert again.pairs == calibration.pairs and again.threshold == 0.6
+    # under a stricter configuration the same pairs give its own threshold
+    stricter = CascadeSettings(min_pairs=8, target_agreement=0.75)
+    assert Calibration(stricter, tmp_path).threshold == math.inf
+
+
+def test_an_unreadable_calibration_starts_afresh(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / CALIBRATION_FILE).write_text("{not json")
+    calibration = Calibration(CascadeSettings(min_pairs=1), tmp_path)
+    assert calibration.pairs == () and calibration.threshold == math.inf
+    assert "unreadable" in caplog.text
+
+
+def test_an_audit_left_for_the_cascade_is_read_once(tmp_path: Path) -> None:
+    audited = [
+        AuditedRollout(rollout_id="a", scope="global", training=0.5, audit=0.25),
+        AuditedRollout(rollout_id="b", scope="global", training=1.0, audit=None, failure="x"),
+        AuditedRollout(rollout_id="c", scope="global", training=1.0, audit=1.0),
+    ]
+    drop_audit(tmp_path, 3, audited, population=40)
+    (drop,) = take_audits(tmp_path)
+    assert (drop.step, drop.rewards) == (3, {"a": 0.25, "c": 1.0})
+    assert drop.weight == 20.0  # 40 judged rollouts, 2 re-graded
+    assert take_audits(tmp_path) == []
+    (tmp_path / AUDIT_FOLDER / "step-4.json").write_text("[]")
+    assert take_audits(tmp_path) == [] and not any((tmp_path / AUDIT_FOLDER).iterdir())
+
+
+def test_a_criterions_confidence() -> None:
+    assert margin({4: 0.9, 3: 0.1}) == pytest.approx(0.8)
+    assert margin({4: 1.0}) == 1.0 and margin({2: 0.5, 3: 0.5}) == 0.0
+    # logprobs of every reply: their mean margin, whatever the samples' agreement
+    assert criterion_confidence([0.8, 0.6], samples=2, agreement=0.5) == pytest.approx(0.7)
+    # a reply without logprobs: the samples' agreement
+    assert criterion_confidence([0.8], samples=2, agreement=0.5) == 0.5
+    # one reply, no logprobs: no signal
+    assert criterion_confidence([], samples=1, agreement=1.0) == 0.0
