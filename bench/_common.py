@@ -199,11 +199,22 @@ SMOKE_PREFECT_API = "AMARIS_BENCH_PREFECT_API_URL"
 """Set, the Prefect API the amaris children use instead of booting a Prefect server each:
 the smoke tests set it to the suite's; a benchmark that measures Prefect's own store does not
 read it, and no figure is taken with it."""
+SMOKE_PREFECT_DB = "AMARIS_BENCH_PREFECT_DB"
+"""Set with :data:`SMOKE_PREFECT_API`: that server's SQLite database, where the benchmarks
+that read a step's runs from their server's database read them (:func:`prefect_database`)."""
+SMOKE_SETTINGS = {
+    "AMARIS_PREFECT__REPAIR_INTERVAL_SECONDS": "null",
+    "AMARIS_MEMORY__EMBEDDING_MODEL": "hashing",
+}
+"""Settings of the amaris children on the shared Prefect (a smoke run, which takes no figure):
+no scheduled repair and the hashing embedder, so none starts a repair worker or loads MiniLM,
+whose CPU at start-up is no part of what a smoke run checks."""
 
 
 def child_env(*, own_prefect: bool = False) -> dict[str, str]:
     """This environment, without what would change what is measured; unless ``own_prefect``,
-    with :data:`SMOKE_PREFECT_API` as the children's Prefect API when it is set."""
+    with :data:`SMOKE_PREFECT_API` as the children's Prefect API when it is set (and
+    :data:`SMOKE_SETTINGS`)."""
     env = dict(os.environ)
     # A developer's keys, endpoint or Prefect must not change what is measured (amaris
     # keeps Prefect's home under memory.path, in the temporary folder, when unset).
@@ -216,10 +227,27 @@ def child_env(*, own_prefect: bool = False) -> dict[str, str]:
     ):
         env.pop(name, None)
     shared = env.pop(SMOKE_PREFECT_API, None)
+    env.pop(SMOKE_PREFECT_DB, None)
     if shared and not own_prefect:
         env["PREFECT_API_URL"] = shared
+        env.update(SMOKE_SETTINGS)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def shared_prefect_database() -> Path | None:
+    """The shared Prefect server's database (:data:`SMOKE_PREFECT_DB`) when the children use
+    that server, else None: a benchmark that reads a step's runs from its own server's
+    database may then use the shared server and read them there."""
+    shared = os.environ.get(SMOKE_PREFECT_DB)
+    return Path(shared) if shared and os.environ.get(SMOKE_PREFECT_API) else None
+
+
+def prefect_database(data_dir: Path) -> Path | None:
+    """The SQLite database of the Prefect server an amaris with its data in ``data_dir``
+    used: its own (``<data>/prefect/*.db``), else :func:`shared_prefect_database`."""
+    own = sorted((data_dir / "prefect").glob("*.db"))
+    return own[0] if own else shared_prefect_database()
 
 
 def start_offline_llm(

@@ -52,6 +52,7 @@ from bench._common import (
     raise_interrupt,
     report_path,
     running_stack,
+    shared_prefect_database,
     work_folder,
     write_doc,
 )
@@ -83,8 +84,10 @@ async def one_run(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     if args.smoke:
         config["memory"] = {"embedding_model": "hashing"}
     t_start = time.perf_counter()
-    # Its own Prefect server: the step's task runs are read from its database.
-    with running_stack(args.latency_ms, workdir, config, own_prefect=True) as stack:
+    # Its own Prefect server: the step's task runs are read from its database (or the
+    # smoke tests' shared server, whose database they give).
+    own = shared_prefect_database() is None
+    with running_stack(args.latency_ms, workdir, config, own_prefect=own) as stack:
         up_s = time.perf_counter() - t_start
         async with httpx2.AsyncClient(
             timeout=httpx2.Timeout(REQUEST_TIMEOUT_S), trust_env=False

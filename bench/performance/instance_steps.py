@@ -39,8 +39,10 @@ import httpx2
 from bench._common import (
     loadavg,
     machine,
+    prefect_database,
     raise_interrupt,
     running_stack,
+    shared_prefect_database,
     start_profiler,
     stop_profiler,
     work_folder,
@@ -97,15 +99,16 @@ class Footprint:
 
 
 def footprint(data: Path) -> Footprint:
-    prefect = data / "prefect"
-    db = sum(p.stat().st_size for p in prefect.glob("*.db*"))
-    files = [p for p in (prefect / "storage").rglob("*") if p.is_file()]
+    """Prefect's database (with its journal files) and the result files under ``data``."""
+    database = prefect_database(data)
+    db = 0 if database is None else sum(p.stat().st_size for p in database.parent.glob("*.db*"))
+    files = [p for p in (data / "prefect" / "storage").rglob("*") if p.is_file()]
     return Footprint(db, len(files), sum(p.stat().st_size for p in files))
 
 
 def task_runs(data: Path) -> int:
     """The task runs of flow run ``step-<STEP>`` Prefect recorded."""
-    database = next(iter(sorted((data / "prefect").glob("*.db"))), None)
+    database = prefect_database(data)
     if database is None:
         return -1
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5.0) as db:
@@ -130,8 +133,10 @@ def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> None:
         "pipeline": {"rollouts_per_step": None},
         "server": {"max_batch_items": BATCH},
     }
-    # Its own Prefect server: the step's task runs and store are read from its files.
-    with running_stack(args.latency_ms, workdir, sections, own_prefect=True) as stack:
+    # Its own Prefect server: the step's task runs and store are read from its files (or
+    # the smoke tests' shared server's, whose database they give).
+    own = shared_prefect_database() is None
+    with running_stack(args.latency_ms, workdir, sections, own_prefect=own) as stack:
         url = stack.amaris_url
         with httpx2.Client(timeout=WAIT_S + 30, trust_env=False) as client:
             logged = log_rollouts(client, url, args.prompts)

@@ -78,6 +78,7 @@ from bench._common import (
     loadavg,
     markers,
     percentile,
+    prefect_database,
     py_spy,
     raise_interrupt,
     running_stack,
@@ -446,11 +447,12 @@ def _epoch(value: Any) -> float | None:
 
 def prefect_runs(data_dir: Path, step: int) -> tuple[TaskRun | None, list[TaskRun]]:
     """The flow run ``step-<step>`` and its task runs, from Prefect's SQLite database
-    (read-only); waits up to PREFECT_SETTLE_S for the server to record them all."""
-    candidates = sorted((data_dir / "prefect").glob("*.db"))
-    if not candidates:
+    (read-only, :func:`prefect_database`); waits up to PREFECT_SETTLE_S for the server to
+    record them all."""
+    database = prefect_database(data_dir)
+    if database is None:
         return None, []
-    uri = f"file:{candidates[0]}?mode=ro"
+    uri = f"file:{database}?mode=ro"
     deadline = time.monotonic() + PREFECT_SETTLE_S
     flow: TaskRun | None = None
     tasks: list[TaskRun] = []
@@ -471,7 +473,7 @@ def prefect_runs(data_dir: Path, step: int) -> tuple[TaskRun | None, list[TaskRu
                     ).fetchall()
                 )
         except sqlite3.Error as exc:
-            print(f"  cannot read Prefect's database {candidates[0]}: {exc}", file=sys.stderr)
+            print(f"  cannot read Prefect's database {database}: {exc}", file=sys.stderr)
             return None, []
         if row is not None:
             start, end = _epoch(row[1]), _epoch(row[2])

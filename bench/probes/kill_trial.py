@@ -70,7 +70,9 @@ FIRST_DURATION_S = {"scoring": 1.5, "pipeline": 1.5}
 """A kill lands uniformly within the phase's last duration (before one is known, this)."""
 PHASE_TIMEOUT_S = 180.0
 REQUEST_TIMEOUT_S = 60.0
-SMOKE = {"kills": len(KINDS), "rollouts_per_step": 4, "clients": 2, "latency_ms": 0.0}
+SMOKE_KINDS = ("scoring", "pipeline", "published")
+"""A smoke run's kills: one of each kind."""
+SMOKE = {"kills": len(SMOKE_KINDS), "rollouts_per_step": 4, "clients": 2, "latency_ms": 0.0}
 
 
 @dataclass
@@ -317,8 +319,9 @@ def main(argv: list[str] | None = None) -> int:
             thread = threading.Thread(target=driver.run, name="driver", daemon=True)
             thread.start()
             entries = 0
+            kinds = SMOKE_KINDS if args.smoke else KINDS
             for n in range(args.kills):
-                kind = KINDS[n % len(KINDS)]
+                kind = kinds[n % len(kinds)]
                 phase = "pipeline" if kind == "published" else kind
                 entries = driver.wait_for(phase, entries)
                 delay = rng.uniform(0, driver.durations.get(phase, FIRST_DURATION_S[phase]))

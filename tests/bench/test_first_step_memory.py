@@ -1,6 +1,6 @@
 """bench/performance/first_step_memory.py at its smoke size: one cold start, a step, and the
-durations of the step's memory tasks read from amaris's own Prefect database, written to the
-section it names."""
+durations of the step's memory tasks read from the database of the Prefect server amaris used
+(the suite's), written to the section it names."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 from bench._common import markers
 from bench.performance import first_step_memory as bench
 
-pytestmark = pytest.mark.slow  # amaris serve and its Prefect server
+pytestmark = pytest.mark.slow  # amaris serve and the offline LLM
 
 
+@pytest.mark.usefixtures("shared_prefect")
 def test_the_smoke_run_writes_the_durations_of_the_steps_memory_tasks(tmp_path: Path) -> None:
     out = tmp_path / "benchmarks.md"
     assert bench.main(["--smoke", "--out", str(out)]) == 0

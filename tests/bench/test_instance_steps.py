@@ -1,5 +1,6 @@
 """bench/performance/instance_steps.py at its smoke size: a per_instance step over distinct
-prompts through a real amaris serve, with what it left in its own Prefect store."""
+prompts through a real amaris serve, with what it left in its Prefect store (the suite's
+server's) and result files."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 
 from bench.performance import instance_steps as bench
 
-pytestmark = pytest.mark.slow  # amaris serve, its Prefect server and the offline LLM
+pytestmark = pytest.mark.slow  # amaris serve and the offline LLM
 
 
+@pytest.mark.usefixtures("shared_prefect")
 def test_the_smoke_run_completes_one_rubric_per_prompt(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--smoke"]) == 0
     printed = capsys.readouterr().out

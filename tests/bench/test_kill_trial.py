@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow  # amaris serve (restarted) and the offline LLM
 def test_the_smoke_run_loses_nothing_it_acknowledged(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.main(["--smoke"]) == 0  # nothing lost, at most one version a step
     printed = capsys.readouterr().out
-    kills = len(bench.KINDS)  # one kill of each kind
+    kills = len(bench.SMOKE_KINDS)  # one kill of each kind
     trials = re.findall(
         r"^kill +(\d+): (\w+) +step +\d+ .+; (\d+) acknowledged, (\d+) lost;", printed, re.M
     )

@@ -1,6 +1,6 @@
 """bench/performance/step_pipeline.py at a small size (its own arguments): a step of two
-rollouts through the real pipeline, the section's call counts those the configuration
-implies."""
+rollouts through the real pipeline (on the suite's Prefect server, whose database gives the
+step's task runs), the section's call counts those the configuration implies."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from bench._common import markers
 from bench.performance import step_pipeline as bench
 
-pytestmark = pytest.mark.slow  # amaris serve, its Prefect server and the offline LLM
+pytestmark = pytest.mark.slow  # amaris serve and the offline LLM
 
 SMALL = [
     "--rollouts",
@@ -26,6 +26,7 @@ SMALL = [
 ]
 
 
+@pytest.mark.usefixtures("shared_prefect")
 def test_a_small_run_makes_the_llm_calls_its_configuration_implies(tmp_path: Path) -> None:
     out = tmp_path / "benchmarks.md"
     assert bench.main([*SMALL, "--out", str(out)]) == 0
