@@ -43,10 +43,9 @@ from flows.scope_facts import (
     flagged,
     group_peers,
     is_update_step,
-    unwalked,
     with_scores,
 )
-from tasks._common import DROPS, LLMTask, criteria_context, split_for
+from tasks._common import DROPS, LLMTask, criteria_context, split_for, unwalked
 from tasks.analyze import analysis_key, analyze_chunk, forget_analyses
 from tasks.canary import CanaryRequest, check_canary
 from tasks.generate_queries import generate_queries
@@ -98,13 +97,16 @@ class ScopeRun:
     def stage(
         self, work: Task[P, Coroutine[Any, Any, T]] | LLMTask[P, T]
     ) -> Callable[P, Awaitable[T]]:
-        """``work`` as this run calls it: its task, or inline its function."""
-        return work.fn if self.inline else cast(Callable[P, Awaitable[T]], work)
+        """``work`` as this run calls it: inline its function; else its task, every
+        argument :func:`~tasks._common.unwalked`."""
+        if self.inline:
+            return work.fn
+        run = cast(Callable[..., Awaitable[T]], work)
 
-    def passed(self, value: T) -> T:
-        """``value`` as a stage takes it: a task unwalked (Prefect would walk every record
-        and analysis looking for futures; its cache key still sees them), inline as is."""
-        return value if self.inline else unwalked(value)
+        def call(*args: P.args, **kwargs: P.kwargs) -> Awaitable[T]:
+            return run(*(unwalked(a) for a in args), **{k: unwalked(v) for k, v in kwargs.items()})
+
+        return call
 
     @property
     def metadata(self) -> TrainerMetadata:
@@ -160,9 +162,7 @@ class ScopeRun:
     ) -> tuple[list[IndividualAnalysis], list[BatchSummary]]:
         ctx = get_context()
         groups = [self.peers[r.seq or 0] for r in part]
-        found = await self.stage(analyze_chunk)(
-            index, self.passed(part), self.passed(self.criteria), self.passed(groups), self.alarm
-        )
+        found = await self.stage(analyze_chunk)(index, part, self.criteria, groups, self.alarm)
         self.dropped.extend(found.dropped)
         # amaris's own finding, merged after the task (its cache) whatever the agent wrote.
         self.injections.add(await asyncio.to_thread(scan_records, part))
@@ -197,7 +197,7 @@ class ScopeRun:
                     "summarizer",
                     f"chunk {name}",
                     self.stage(summarize_chunk)(
-                        self.step, self.scope, name, self.metadata, self.criteria, self.passed(part)
+                        self.step, self.scope, name, self.metadata, self.criteria, part
                     ),
                 )
                 for name, part in zip(labels, parts, strict=True)
@@ -364,10 +364,10 @@ class ScopeRun:
         return await self.stage(remember)(
             self.step,
             self.scope,
-            self.passed(list(analyses)),
-            self.passed(list(summaries)),
+            list(analyses),
+            list(summaries),
             meta,
-            self.passed(self.records),
+            self.records,
             searchable=not self.inline,
         )
 

@@ -24,8 +24,7 @@ from amaris.steps.outcomes import ScopeOutcome
 from amaris.text.markdown import inert
 from amaris.trust.audit.models import AlarmEvidence
 from flows.scope import ScopeRun
-from flows.scope_facts import unwalked
-from tasks._common import work_key
+from tasks._common import unwalked, work_key
 from tasks.analyze import forget_analyses
 from tasks.publish_rubric import record_versions
 

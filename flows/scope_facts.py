@@ -5,15 +5,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TypeVar, cast
-
-from prefect.utilities.annotations import quote
 
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis
 from amaris.memory.records import RolloutRecord
 from tasks.models import Peer, ScoredAnalysis
-
-T = TypeVar("T")
 
 
 def is_update_step(step: int, frequency: int | None) -> bool:
@@ -51,8 +46,3 @@ def with_scores(
     """Analyses with the reward each rollout got, as the summarizer reads them."""
     scores = {r.rollout.id: r.score for r in records}
     return [ScoredAnalysis.of(a, scores.get(a.rollout_id)) for a in analyses]
-
-
-def unwalked(value: T) -> T:
-    """``value`` as a task parameter Prefect passes on without walking it (``quote``)."""
-    return cast(T, quote(value))

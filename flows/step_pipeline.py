@@ -20,7 +20,7 @@ from flows.artifacts import (
     usage_artifact,
 )
 from flows.scope_batches import ScopeWork, by_scope, process_all
-from flows.scope_facts import unwalked
+from tasks._common import unwalked
 from tasks.audit import run_audit
 from tasks.judge_canaries import JudgeCanaryRequest, audit_pairs, check_judge_canaries
 from tasks.load_rollouts import load_step_rollouts
@@ -114,12 +114,21 @@ async def _run_step(step: int) -> StepResult:
     # rollouts it paid more than the audit judge (beyond the tolerance an alarm allows).
     pairs = audit_pairs(audit, records, ctx.settings.judge_canaries.swap_tolerance)
     batched = ctx.settings.memory.rubrics_mode == "per_instance"
-    results, _ = await asyncio.gather(
+    # The artifacts that need no scope's outcome are written while the scopes wait on the
+    # LLM, off the step's tail.
+    results, _, _ = await asyncio.gather(
         process_all(step, works, batched),
         check_judge_canaries(
-            JudgeCanaryRequest.of(
-                step, records, audit_pairs=pairs, budget=audit.canary_budget if audit else None
+            unwalked(
+                JudgeCanaryRequest.of(
+                    step, records, audit_pairs=pairs, budget=audit.canary_budget if audit else None
+                )
             )
+        ),
+        asyncio.gather(
+            criteria_table_artifact(step, measured),
+            *([audit_artifact(step, audit)] if audit is not None else []),
+            manifest_artifact(step),
         ),
     )
     outcome = StepResult(step=step, rollouts=len(records), scopes=dict(results))
@@ -130,9 +139,6 @@ async def _run_step(step: int) -> StepResult:
         asyncio.to_thread(ctx.steps.set, step, scopes=scopes_json(outcome.scopes)),
         *([asyncio.to_thread(ctx.rubrics.export)] if published else []),
         hacking_table_artifact(step, outcome.scopes),
-        criteria_table_artifact(step, measured),
-        *([audit_artifact(step, audit)] if audit is not None else []),
         usage_artifact(step, outcome.rollouts),
-        manifest_artifact(step),
     )
     return outcome

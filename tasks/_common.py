@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Generic, Literal, ParamSpec, TypeVar
+from typing import Generic, Literal, ParamSpec, TypeVar, cast
 
 from prefect import Task, task
 from prefect.context import TaskRunContext
+from prefect.utilities.annotations import quote
 from pydantic import BaseModel
 
 from amaris.agents.blocks import SummaryInput, TaskContext, TaskData
@@ -121,6 +122,13 @@ def cache_key(agent: AgentName) -> CacheKeyFn:
     """A task cache key: the data folder, every parameter, and the agent's prompt and model
     fingerprint, so a re-run reuses a result only when nothing it depends on changed."""
     return work_key(agent, [agent])
+
+
+def unwalked(value: Item) -> Item:
+    """``value`` as a task parameter Prefect passes on without walking it (``quote``):
+    Prefect would visit every record and analysis looking for futures; a cache key
+    still sees it."""
+    return cast(Item, quote(value))
 
 
 def work_key(name: str, agents: Sequence[AgentName]) -> CacheKeyFn:

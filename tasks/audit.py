@@ -23,7 +23,7 @@ from amaris.trust.audit.regrade import regrade_all
 from amaris.trust.audit.sampling import Drawn, sample_size, stratified_sample
 from amaris.trust.budget import canaries_left, sample_cap
 from amaris.trust.judge_canaries import Probe, ProbeResult, canary_sources, judge_probes, mine
-from tasks._common import llm_task, training_scorer
+from tasks._common import llm_task, training_scorer, unwalked
 from tasks.judge_canaries import LEDGER_AGENT
 
 log = logging.getLogger("amaris.pipeline")
@@ -313,7 +313,7 @@ async def run_audit(step: int, records: list[RolloutRecord]) -> StepAudit | None
     ctx = get_context()
     if not ctx.settings.auditor_on:
         return None
-    audit = await audit_step(step, records, ctx.settings.audit)
+    audit = await audit_step(step, unwalked(records), ctx.settings.audit)
     await asyncio.to_thread(ctx.steps.set, step, audit=audit.model_dump(mode="json"))
     ctx.fidelity.record(audit)
     log.info(

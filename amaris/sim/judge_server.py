@@ -132,6 +132,18 @@ def offline_responder(profile: FaultProfile) -> Responder:
     rng = random.Random(profile.seed)
     sampler = VerdictSampler(profile.seed)
 
+    def answer(body: ChatRequest) -> tuple[str, list[TokenLogprob] | None]:
+        messages = body.get("messages") or []
+        sampled = sampler.reply(
+            messages,
+            float(body.get("temperature") or 0.0),
+            body.get("logprobs") is True,
+            int(body.get("top_logprobs") or 1),
+        )
+        if sampled is None:
+            return respond(messages), None
+        return sampled.content, sampled.logprobs
+
     async def responder(body: ChatRequest) -> Reply:
         delay = profile.latency_ms / 1000.0
         draw = rng.random()
@@ -142,19 +154,13 @@ def offline_responder(profile: FaultProfile) -> Responder:
             return Reply(hang=True)
         draw -= profile.timeout_rate
         started = time.monotonic()
-        messages = body.get("messages") or []
-        logprobs: list[TokenLogprob] | None = None
         try:
-            sampled = sampler.reply(
-                messages,
-                float(body.get("temperature") or 0.0),
-                body.get("logprobs") is True,
-                int(body.get("top_logprobs") or 1),
-            )
-            if sampled is not None:
-                content, logprobs = sampled.content, sampled.logprobs
+            # With a latency to keep, the rules run off the loop: a burst of requests does
+            # not queue behind each other's rule work, as at an endpoint of fixed latency.
+            if delay:
+                content, logprobs = await asyncio.to_thread(answer, body)
             else:
-                content = respond(messages)
+                content, logprobs = answer(body)
         except OfflineJudgeError as exc:
             return Reply(status=400, content=str(exc), delay_s=delay)
         if draw < profile.malformed_rate:
