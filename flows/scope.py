@@ -29,7 +29,13 @@ from amaris.rubric.informativeness import (
 )
 from amaris.rubric.model import RubricVersion
 from amaris.steps.context import get_context
-from amaris.steps.outcomes import Dropped, ScopeOutcome, UpdateKind, UpdateOutcome
+from amaris.steps.outcomes import (
+    Dropped,
+    ScopeOutcome,
+    UpdateKind,
+    UpdateOutcome,
+    scope_outcome,
+)
 from amaris.text.injection import scan_records
 from amaris.trust.audit.models import AlarmEvidence
 from amaris.trust.rubric_canary.check import canary_rollouts
@@ -392,7 +398,7 @@ class ScopeRun:
                 len(self.dropped),
                 ", ".join(f"{a}: {n}" for a, n in sorted(by_agent.items())),
             )
-        return ScopeOutcome.of(
+        return scope_outcome(
             update,
             rollouts=len(self.records),
             hacking=summary.aggregated_reward_hacking.behaviours if summary else [],

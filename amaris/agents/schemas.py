@@ -38,6 +38,7 @@ from pydantic import (
 )
 
 from amaris.jsonfile import JSONDict
+from amaris.step_answer import StrategyName
 
 _TAG_RE = re2.compile(r"^[a-z][a-z0-9_]*$")
 # On an agent's (an LLM's) text: RE2, linear whatever it wrote (amaris.text's rule).
@@ -122,7 +123,7 @@ def _upper(value: Any) -> Any:
 # Enumerations are matched case-insensitively: "Good" and "corrective" are clear enough.
 Quality = Annotated[Literal["poor", "fair", "good", "excellent"], BeforeValidator(_lower)]
 Severity = Annotated[Literal["none", "low", "medium", "high"], BeforeValidator(_lower)]
-Strategy = Annotated[Literal["MAINTENANCE", "CORRECTIVE", "ADVANCEMENT"], BeforeValidator(_upper)]
+Strategy = Annotated[StrategyName, BeforeValidator(_upper)]
 Action = Annotated[Literal["add", "edit", "reweight", "retire"], BeforeValidator(_lower)]
 Tag = Annotated[str, AtMost(LABEL), AfterValidator(normalise_tag)]
 

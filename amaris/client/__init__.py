@@ -7,7 +7,8 @@ through it too.
 * :mod:`~amaris.client.rewards`: one ``/get_reward`` exchange and its retries;
 * :mod:`~amaris.client.bodies`: what it sends (the request models of :mod:`amaris.models`
   as JSON, or the JSON a caller passes);
-* :mod:`~amaris.client.answers`: what waiting for a step answers.
+* :mod:`~amaris.client.answers`: what waiting for a step answers (the server's own models,
+  :mod:`amaris.step_answer`).
 """
 
 from amaris.client.answers import (

@@ -249,7 +249,8 @@ class RewardClient:
         the step is done, or ``timeout`` seconds (None: no limit) have passed.
 
         Returns:
-            The answer: its ``status`` says what the step did to the rubric (``updated``,
+            The server's answer as its model (:class:`~amaris.step_answer.WaitAnswer`):
+            its ``status`` says what the step did to the rubric (``updated``,
             ``unchanged`` or ``rejected``), ``scopes`` each scope's outcome and reason.
 
         Raises:
@@ -261,12 +262,13 @@ class RewardClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._sync_client(timeout) as http:
             while True:
-                result = self._check(
-                    path, _send(http.get, path, params=_wait_params(step, _left(deadline)))
+                params = _wait_params(step, _left(deadline))
+                answer = WaitAnswer.model_validate(
+                    self._check(path, _send(http.get, path, params=params))
                 )
-                if not _ask_again(result, deadline):
-                    return _wait_result(result)
-                step = result.get("step", step)
+                if not _ask_again(answer, deadline):
+                    return _wait_result(answer)
+                step = answer.step
 
     async def rubric_updated_async(
         self, step: int | None = None, timeout: float | None = None
@@ -278,10 +280,10 @@ class RewardClient:
             params = _wait_params(step, _left(deadline))
             wait = _http_timeout(self._timeout, timeout)
             response = await _send_async(self._http.get, path, params=params, timeout=wait)
-            result = self._check(path, response)
-            if not _ask_again(result, deadline):
-                return _wait_result(result)
-            step = result.get("step", step)
+            answer = WaitAnswer.model_validate(self._check(path, response))
+            if not _ask_again(answer, deadline):
+                return _wait_result(answer)
+            step = answer.step
 
     def _sync_client(self, wait: float | None = None) -> httpx.Client:
         return httpx.Client(
@@ -342,9 +344,9 @@ def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(deadline - time.monotonic(), 0.001)
 
 
-def _ask_again(result: WaitAnswer, deadline: float | None) -> bool:
+def _ask_again(answer: WaitAnswer, deadline: float | None) -> bool:
     """A ``pending`` answer came before the caller's own deadline (the server's cap)."""
-    return result.get("status") == "pending" and (deadline is None or time.monotonic() < deadline)
+    return answer.status == "pending" and (deadline is None or time.monotonic() < deadline)
 
 
 def _http_timeout(default: float, wait: float | None) -> float | None:
@@ -354,9 +356,9 @@ def _http_timeout(default: float, wait: float | None) -> float | None:
     return max(default, wait + 30.0)
 
 
-def _wait_result(result: WaitAnswer) -> WaitAnswer:
-    if result.get("status") == "failed":
-        raise StepFailedError(f"step {result.get('step')} failed: {result.get('error')}")
-    if result.get("status") == "pending":
-        raise TimeoutError(f"step {result.get('step')} still {result.get('step_status')}")
-    return result
+def _wait_result(answer: WaitAnswer) -> WaitAnswer:
+    if answer.status == "failed":
+        raise StepFailedError(f"step {answer.step} failed: {answer.error}")
+    if answer.status == "pending":
+        raise TimeoutError(f"step {answer.step} still {answer.step_status}")
+    return answer

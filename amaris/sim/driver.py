@@ -64,7 +64,7 @@ class StepResult:
     rubric_version: int
     rollouts: list[RolloutResult]
     outcome: WaitAnswer
-    """The server's ``/rubric_status/wait`` answer for the step, as is."""
+    """The server's ``/rubric_status/wait`` answer for the step."""
     usage: dict[Key, Usage] = field(default_factory=dict)
     """The step's LLM requests (scoring and pipeline), by (agent, model)."""
     audit: AuditSummary | None = None

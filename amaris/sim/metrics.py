@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from typing import NotRequired, TypedDict
 
 from amaris.agents.payloads import CriterionData
-from amaris.client import CanaryAnswer
 from amaris.llm.ledger import Key, Usage
+from amaris.models import JSONValue
 from amaris.offline import tags as hacking_tags
 from amaris.settings import ModelPrice
 from amaris.sim.answers import CriterionChangeJSON, CriterionJSON
@@ -116,7 +116,8 @@ class UpdateFigures(TypedDict):
 
     outcome: str | None
     reason: str | None
-    canary: CanaryAnswer | None
+    canary: JSONValue
+    """The rubric canary's verdict, as the server answered it (None: none)."""
 
 
 class StepFigures(GroupFigures):
@@ -345,7 +346,8 @@ def run_metrics(run: RunResult, pricing: Mapping[str, ModelPrice] | None = None)
     groups: list[ZeroVariance] = []
     for step in run.steps:
         groups.append(zero_variance(step.rollouts))
-        update = (step.outcome.get("scopes") or {}).get("global") or {}
+        scope = (step.outcome.scopes or {}).get("global")
+        update = {} if scope is None else scope.model_dump(mode="json")
         group = _group(step.rollouts, tags)
         entry: StepFigures = {
             "step": step.step,

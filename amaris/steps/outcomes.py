@@ -1,21 +1,15 @@
-"""What a step's run ends with, and what waiting for a step answers."""
+"""What a step's run ends with, and what waiting for a step answers: the scopes' outcomes are
+:mod:`amaris.step_answer`'s models, made here from the agents' (:func:`scope_outcome`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializerFunctionWrapHandler,
-    TypeAdapter,
-    model_serializer,
-)
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from amaris.agents.schemas import AggregatedBehaviour, Strategy
+from amaris.agents.schemas import AggregatedBehaviour
 from amaris.memory.models import StepRecord, StepStatus
 from amaris.models import JSONValue
 
@@ -24,7 +18,15 @@ from amaris.models import JSONValue
 from amaris.models import RubricsMode as RubricsMode
 from amaris.models import UpdateKind as UpdateKind
 from amaris.models import WaitStatus as WaitStatus
-from amaris.trust.rubric_canary.report import CanaryReport
+
+# A scope's outcome is the step answer's model, which the client returns too (it needs
+# pydantic only); importable here, with the step path's other outcomes.
+from amaris.step_answer import STORED, HackingBehaviour
+from amaris.step_answer import AnyScopeOutcome as AnyScopeOutcome
+from amaris.step_answer import Dropped as Dropped
+from amaris.step_answer import OlderScopeOutcome as OlderScopeOutcome
+from amaris.step_answer import ScopeOutcome as ScopeOutcome
+from amaris.step_answer import UpdateOutcome as UpdateOutcome
 
 RubricStatus = Literal["updated", "unchanged", "rejected"]
 """What a finished step did to the rubric (:func:`rubric_status`)."""
@@ -40,113 +42,29 @@ def rubric_status(outcomes: Iterable[UpdateKind]) -> RubricStatus:
     return "rejected" if "rejected" in kinds else "unchanged"
 
 
-class Dropped(BaseModel):
-    """An agent's output the step went on without: the agent failed permanently on that
-    piece of the step (invalid output after the re-ask, a reply cut by ``max_tokens``, a
-    context overflow)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    agent: str
-    part: str
-    """Which piece: ``rollout <id>``, ``chunk <label>``, ``all``, ``queries``, ``update``."""
-    reason: str
-
-    @classmethod
-    def of(cls, agent: str, part: str, error: BaseException) -> Dropped:
-        """The record of ``agent``'s output for ``part``, dropped because of ``error``."""
-        return cls(agent=agent, part=part, reason=f"{type(error).__name__}: {error}"[:500])
+def scope_outcome(
+    update: UpdateOutcome,
+    rollouts: int,
+    hacking: Iterable[AggregatedBehaviour],
+    dropped: list[Dropped],
+) -> ScopeOutcome:
+    """A scope's outcome in a step, as it is kept and answered: the summarizer's hacking
+    behaviours read into the answer's :class:`~amaris.step_answer.HackingBehaviour`."""
+    found = [HackingBehaviour.model_validate(b, from_attributes=True) for b in hacking]
+    return ScopeOutcome.of(update, rollouts=rollouts, hacking=found, dropped=dropped)
 
 
-_NOT_ASKED: frozenset[UpdateKind] = frozenset({"skipped", "no_update"})
-
-
-class UpdateOutcome(BaseModel):
-    """What became of a scope's rubric update.
-
-    As JSON (what the step registry, ``GET /steps`` and the memory keep): ``reason``,
-    ``canary`` and ``retired_uninformative`` only when set, ``strategy`` only when the
-    updater was asked (``null`` when its output was invalid).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    outcome: UpdateKind
-    version: int
-    """The rubric version in force for the scope after the update."""
-    base_version: int
-    """The version the update started from."""
-    strategy: Strategy | None = None
-    reason: str | None = None
-    canary: CanaryReport | None = None
-    """The rubric canary's report on the candidate (its probes left out of the JSON)."""
-    retired_uninformative: list[str] | None = None
-    """Criteria retired with the update for being uninformative."""
-
-    @model_serializer(mode="wrap")
-    def _as_recorded(self, handler: SerializerFunctionWrapHandler) -> object:
-        data = handler(self)
-        if not isinstance(data, dict):  # pragma: no cover - a model serialises to a dict
-            return data
-        for name in ("reason", "canary", "retired_uninformative"):
-            if getattr(self, name) is None:
-                data.pop(name, None)
-        if self.outcome in _NOT_ASKED:
-            data.pop("strategy", None)
-        if isinstance(data.get("canary"), dict):
-            data["canary"].pop("probes", None)
-        return data
-
-
-class ScopeOutcome(UpdateOutcome):
-    """A scope's outcome in a step: its update's, with the rollouts it had, the hacking
-    its summary found and the outputs it went on without. One model from the step flow to
-    the HTTP answer; JSON only in the step registry (:func:`scopes_json`) and for the
-    client, which types it key for key (:class:`amaris.client.ScopeAnswer`)."""
-
-    rollouts: int
-    hacking: list[AggregatedBehaviour]
-    dropped: list[Dropped]
-
-    @classmethod
-    def of(
-        cls,
-        update: UpdateOutcome,
-        rollouts: int,
-        hacking: list[AggregatedBehaviour],
-        dropped: list[Dropped],
-    ) -> ScopeOutcome:
-        return cls(**dict(update), rollouts=rollouts, hacking=hacking, dropped=dropped)
-
-
-class OlderScopeOutcome(BaseModel):
-    """A scope's outcome as an older version recorded it, which :class:`ScopeOutcome` does
-    not read: the ``outcome`` and ``reason`` every version wrote, its other fields as they
-    are (records of older versions must stay readable)."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    outcome: UpdateKind
-    reason: str | None = None
-
-    @model_serializer(mode="wrap")
-    def _as_recorded(self, handler: SerializerFunctionWrapHandler) -> object:
-        data = handler(self)
-        if isinstance(data, dict) and "reason" not in self.model_fields_set:
-            data.pop("reason", None)
-        return data
-
-
-AnyScopeOutcome = Annotated[ScopeOutcome | OlderScopeOutcome, Field(union_mode="left_to_right")]
-"""A scope's outcome: as this version writes it, else as an older one recorded it."""
 ScopeOutcomes = Mapping[str, AnyScopeOutcome]
 """A step run's outcome per scope."""
 _SCOPES = TypeAdapter(dict[str, AnyScopeOutcome])
 
 
 def scopes_json(scopes: ScopeOutcomes | None) -> JSONValue:
-    """The outcome per scope as the step registry stores it: each scope's JSON."""
-    return None if scopes is None else _SCOPES.dump_python(dict(scopes), mode="json")
+    """The outcome per scope as the step registry stores it: each scope's JSON
+    (:data:`~amaris.step_answer.STORED`)."""
+    if scopes is None:
+        return None
+    return _SCOPES.dump_python(dict(scopes), mode="json", context=STORED)
 
 
 def recorded_scopes(record: StepRecord) -> ScopeOutcomes | None:

@@ -19,8 +19,9 @@ from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import step_records
 from amaris.models import ErrorDetail, ErrorResponse
 from amaris.services import Services
+from amaris.step_answer import AnyScopeOutcome, WaitAnswer
 from amaris.steps.coordinator import UnknownStepError
-from amaris.steps.outcomes import RubricStatus, StepOutcome, WaitStatus
+from amaris.steps.outcomes import RubricStatus, StepOutcome
 from amaris.trust.audit.history import audit_of
 from amaris.trust.audit.models import AuditSummary, StepAudit
 from api.deps import ServicesDep
@@ -32,7 +33,6 @@ from api.errors import (
     Responses,
     error_response,
 )
-from api.step_scopes import PublicScopes
 
 router = APIRouter(tags=["steps"])
 log = logging.getLogger("amaris.api")
@@ -63,31 +63,6 @@ class CompleteResponse(BaseModel):
 
     status: Literal["complete", "noop"]
     reason: str | None = None
-
-
-WAIT_RULE = (
-    "failed: the step's pipeline failed (see error; `amaris repair` re-runs it). Else what "
-    "the finished step did to the rubric: updated when any scope published a new version "
-    "(in this run or an earlier one of the step); else rejected when any scope's update was "
-    "rejected (guardrails, rubric canary, invalid updater output: see the scope's reason); "
-    "else unchanged (not an update step, nothing to update from, a proposal that changes "
-    "nothing; also when no step was started). pending: the timeout passed first."
-)
-
-
-class WaitResponse(BaseModel):
-    """Outcome of waiting for a step's pipeline."""
-
-    status: WaitStatus = Field(description=WAIT_RULE)
-    mode: Literal["global", "per_instance"]
-    step: int | None
-    error: str | None = None
-    step_status: str | None = None
-    scopes: PublicScopes = Field(
-        default=None,
-        description="Per scope, once the run ended: outcome, reason, rubric version, "
-        "strategy, findings.",
-    )
 
 
 @router.post(
@@ -127,7 +102,7 @@ _WAIT_ERRORS: Responses = {
 }
 
 
-@router.get("/rubric_status/wait", response_model=WaitResponse, responses=_WAIT_ERRORS)
+@router.get("/rubric_status/wait", response_model=WaitAnswer, responses=_WAIT_ERRORS)
 async def rubric_status_wait(
     request: Request,
     services: ServicesDep,
@@ -145,7 +120,7 @@ async def rubric_status_wait(
             ),
         ),
     ] = None,
-) -> WaitResponse | Response:
+) -> WaitAnswer | Response:
     """Block until the step's pipeline has finished (every scope of the step), then say
     what it did to the rubric.
 
@@ -166,7 +141,7 @@ async def rubric_status_wait(
         # Nobody reads this answer; 499 (nginx's "client closed request") labels the
         # request in the metrics.
         return Response(status_code=499)
-    return WaitResponse.model_validate(outcome, from_attributes=True)
+    return WaitAnswer.model_validate(outcome, from_attributes=True)
 
 
 async def _until_disconnected(request: Request) -> None:
@@ -214,7 +189,7 @@ class StepDetail(BaseModel):
     step: int
     status: Literal["open", "completing", "done", "failed"]
     rubric: RubricStatus | None = Field(default=None, description=_RUBRIC)
-    scopes: PublicScopes = Field(
+    scopes: dict[str, AnyScopeOutcome] | None = Field(
         default=None,
         description="Per scope, once the step's run is done: the outcome of its rubric "
         "update and its reason, rubric version, strategy, findings; null before.",

@@ -154,11 +154,11 @@ async def write_step(step: int, base: str) -> str:
         UpdateRationale,
     )
     from amaris.rubric.model import Criterion, RubricVersion
-    from amaris.steps.outcomes import Dropped
+    from amaris.steps.outcomes import Dropped, scope_outcome
     from amaris.trust.audit.models import StepAudit
     from amaris.trust.audit.report import fidelity_markdown
     from flows import artifacts
-    from tasks.models import ScopeOutcome, UpdateOutcome
+    from tasks.models import UpdateOutcome
 
     rollout_id = planted(base, "rollout-id")
     behaviour = AggregatedBehaviour(
@@ -203,7 +203,7 @@ async def write_step(step: int, base: str) -> str:
         strategy="CORRECTIVE",
         reason=planted(base, "reason"),
     )
-    scopes = {"global": ScopeOutcome.of(outcome, 8, [behaviour], dropped)}
+    scopes = {"global": scope_outcome(outcome, 8, [behaviour], dropped)}
     audit = StepAudit(
         step=step,
         sampled=8,

@@ -20,11 +20,13 @@ from amaris.cli.entry import missing_extra
 TRAINER_SIDE = (
     "amaris",
     "amaris.client",
+    "amaris.step_answer",
     "amaris.integrations.verl",
     "amaris.integrations.openrlhf",
     "amaris.integrations.trl",
 )
 SERVER_STACK = {
+    "re2",
     "prefect",
     "fastapi",
     "starlette",
@@ -98,6 +100,14 @@ def test_the_trainer_side_loads_only_the_base_dependencies() -> None:
     }
     assert outside == {}
     assert {"httpx", "pydantic"} <= base and "prefect" not in base and "torch" not in base
+
+
+def test_the_client_reads_the_step_answer_without_the_servers_models() -> None:
+    # The step answer the client returns is the server's response model, yet importing the
+    # client loads neither the agents' models (re2) nor the service.
+    loaded = _loaded_top_level_modules("amaris.client")
+    assert {"re2", "prefect", "qdrant_client", "fastapi"} & loaded == set()
+    assert "pydantic" in loaded
 
 
 def test_the_probe_sees_a_server_import() -> None:

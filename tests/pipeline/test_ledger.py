@@ -25,6 +25,7 @@ from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM
 from tests.support.pipeline_helpers import metadata, rollout, score_step
 from tests.support.settings import llm_settings
+from tests.support.step_runs import unchanged
 
 MODEL = "judge-7b"
 RATE = ModelPrice(prompt=2.0, cached_prompt=0.5, completion=8.0)
@@ -250,7 +251,7 @@ def test_the_sim_report_shows_tokens_and_cost_per_step(tmp_path: Path) -> None:
                 seconds=3.0,
             ),
         }
-        return StepResult(number, 1, rollouts, {}, usage)
+        return StepResult(number, 1, rollouts, unchanged(number), usage)
 
     run = RunResult(
         "simulate",

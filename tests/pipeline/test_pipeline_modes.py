@@ -36,8 +36,9 @@ async def test_client_step_control_auto_complete(tmp_path: Path) -> None:
             assert await client.rollouts_complete_async() == "noop"
             assert client.rollouts_complete() == "noop"
             done = await client.rubric_updated_async(timeout=120)
-            assert (done["status"], done["step"], done["mode"]) == ("updated", 1, "global")
-            assert client.rubric_updated(step=1)["scopes"]["global"]["outcome"] == "published"
+            assert (done.status, done.step, done.mode) == ("updated", 1, "global")
+            again = client.rubric_updated(step=1)
+            assert again.scopes is not None and again.scopes["global"].outcome == "published"
             after = await client.score_detailed_async(rollout(2, 0, "hacking"), metadata(2))
             assert (after.score, after.rubric_version) == (0.0, 2)
 

@@ -18,6 +18,7 @@ from amaris.memory.records import RolloutRecord
 from amaris.memory.rollout_log import StepRegistry
 from amaris.memory.sqlite_rollout_log import SqliteRolloutLog
 from amaris.settings import load_settings
+from amaris.step_answer import CanarySummary, WaitAnswer
 from amaris.steps.coordinator import StepCoordinator, StepRunFailedError
 from amaris.steps.launcher import StepLauncher
 from amaris.steps.outcomes import (
@@ -28,7 +29,7 @@ from amaris.steps.outcomes import (
     scopes_json,
 )
 from amaris.trust.rubric_canary.report import CanaryProbe, CanaryReport
-from api.routes.steps import StepDetail, WaitResponse
+from api.routes.steps import StepDetail
 from tests.support.step_runs import settled
 
 DEADLINE_S = 30.0
@@ -113,7 +114,7 @@ async def test_the_launcher_starts_the_step_and_its_typed_outcome_is_the_answer(
     answer = await c.wait(2, timeout=DEADLINE_S)
     # The launcher's model itself, not a copy read back from JSON.
     assert answer.scopes is not None and answer.scopes["global"] is UNCHANGED
-    response = WaitResponse.model_validate(answer, from_attributes=True)
+    response = WaitAnswer.model_validate(answer, from_attributes=True)
     assert response.scopes is not None and response.scopes["global"] is UNCHANGED
     assert response.model_dump_json() == ANSWER
 
@@ -132,17 +133,18 @@ async def test_the_registry_keeps_the_outcome_as_json_and_gives_the_model_back(
     assert record is not None
     assert record.scopes == scopes_json({"global": UNCHANGED})
     assert "probes" not in record.scopes["global"]["canary"]
-    # Read back at the storage boundary: the model again (without the probes it left out).
+    # Read back at the storage boundary: the model again, its canary the summary it kept
+    # (the report without its probes).
     read = StepOutcome.of(record)
     assert UNCHANGED.canary is not None
-    unprobed = UNCHANGED.canary.model_copy(update={"probes": []})
-    assert read.scopes == {"global": UNCHANGED.model_copy(update={"canary": unprobed})}
+    summary = CanarySummary(**UNCHANGED.canary.model_dump(exclude={"probes"}))
+    assert read.scopes == {"global": UNCHANGED.model_copy(update={"canary": summary})}
     assert read.rubric() == "unchanged"
     # A process that did not run the step answers it from the registry, the same bytes.
     recovered = world.coordinator(Launches())
     await recovered.recover()
     answer = await recovered.wait(2, timeout=DEADLINE_S)
-    assert WaitResponse.model_validate(answer, from_attributes=True).model_dump_json() == ANSWER
+    assert WaitAnswer.model_validate(answer, from_attributes=True).model_dump_json() == ANSWER
     detail = StepDetail(step=2, status="done", rubric=read.rubric(), scopes=read.scopes)
     assert detail.model_dump_json() == (
         f'{{"step":2,"status":"done","rubric":"unchanged","scopes":{SCOPES},"audit":null,"cost_usd":null}}'
@@ -167,7 +169,7 @@ async def test_a_record_of_an_older_version_is_read_and_answered_as_it_was(
     assert answer.status == "updated"
     assert answer.scopes is not None
     assert isinstance(answer.scopes["global"], OlderScopeOutcome)
-    assert WaitResponse.model_validate(answer, from_attributes=True).model_dump_json() == (
+    assert WaitAnswer.model_validate(answer, from_attributes=True).model_dump_json() == (
         '{"status":"updated","mode":"global","step":3,"error":null,"step_status":null,'
         '"scopes":{"global":{"outcome":"published","reason":null,"version":2,'
         '"hacking":[{"tag":"Hedging","note":"as written"}],"strategy":"CORRECTIVE"}}}'

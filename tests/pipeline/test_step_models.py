@@ -6,7 +6,8 @@ from __future__ import annotations
 from amaris.agents.schemas import AggregatedBehaviour, IndividualAnalysis
 from amaris.memory.records import LoggedRollout, RolloutRecord
 from amaris.rubric.model import Criterion, RubricVersion
-from amaris.steps.outcomes import Dropped
+from amaris.step_answer import STORED
+from amaris.steps.outcomes import Dropped, scope_outcome
 from amaris.trust.rubric_canary.report import CanaryProbe, CanaryReport
 from tasks.models import (
     AgentCriterion,
@@ -23,7 +24,7 @@ DROPPED = Dropped(agent="updater", part="update", reason="LLMOutputError: bad")
 
 
 def scope(update: UpdateOutcome, dropped: list[Dropped] | None = None) -> ScopeOutcome:
-    return ScopeOutcome.of(update, rollouts=4, hacking=[HACK], dropped=dropped or [])
+    return scope_outcome(update, rollouts=4, hacking=[HACK], dropped=dropped or [])
 
 
 def test_an_outcome_without_the_updater_has_no_strategy() -> None:
@@ -74,12 +75,13 @@ def test_a_published_update_keeps_the_canary_without_its_probes() -> None:
         outcome="published",
         version=4,
         base_version=3,
-        strategy="corrective",
+        strategy="CORRECTIVE",
         canary=canary,
         retired_uninformative=["R2"],
     )
     assert published.model_dump(mode="json") == {
         "outcome": "published",
+        "reason": None,
         "version": 4,
         "base_version": 3,
         "strategy": "CORRECTIVE",
@@ -99,15 +101,20 @@ def test_a_published_update_keeps_the_canary_without_its_probes() -> None:
         outcome="unchanged", version=3, base_version=3, strategy="MAINTENANCE"
     )
     assert scope(unchanged).model_dump(mode="json")["strategy"] == "MAINTENANCE"
-    assert set(scope(unchanged).model_dump(mode="json")) == {
-        "rollouts",
+    answered = [
+        "outcome",
+        "reason",
+        "version",
         "base_version",
+        "strategy",
+        "rollouts",
         "hacking",
         "dropped",
-        "outcome",
-        "version",
-        "strategy",
-    }
+    ]
+    # An answer says the reason is null; the step registry keeps it only when there is one.
+    assert list(scope(unchanged).model_dump(mode="json")) == answered
+    stored = scope(unchanged).model_dump(mode="json", context=STORED)
+    assert list(stored) == [key for key in answered if key != "reason"]
 
 
 def test_what_agents_read_is_the_pinned_json() -> None:

@@ -121,8 +121,9 @@ def test_a_refused_update_is_rejected_in_every_surface(tmp_path: Path, fake_llm:
     assert scope["outcome"] == "rejected"
     assert "anchor A1 is immutable" in scope["reason"], scope
     assert scope["version"] == scope["base_version"] == 1
-    # The client returns the answer (it raises for a failed run only).
-    assert seen.answer == seen.answer_async == seen.waited
+    # The client returns the answer as its model (it raises for a failed run only).
+    assert seen.answer == seen.answer_async
+    assert seen.answer.model_dump(mode="json") == seen.waited
     assert [s for s in seen.listed if s["step"] == 91] == [
         {"step": 91, "status": "done", "rubric": "rejected"}
     ]
@@ -147,7 +148,8 @@ def test_a_proposal_that_changes_nothing_is_unchanged_in_every_surface(
         None,
         "MAINTENANCE",
     )
-    assert seen.answer == seen.answer_async == seen.waited
+    assert seen.answer == seen.answer_async
+    assert seen.answer.model_dump(mode="json") == seen.waited
     assert [s for s in seen.listed if s["step"] == 92] == [
         {"step": 92, "status": "done", "rubric": "unchanged"}
     ]
@@ -168,7 +170,8 @@ def test_a_published_version_is_updated_in_every_surface(tmp_path: Path, fake_ll
     assert seen.waited["status"] == "updated", seen.waited
     assert (scope["outcome"], scope["reason"]) == ("published", None)
     assert scope["version"] == scope["base_version"] + 1
-    assert seen.answer == seen.answer_async == seen.waited
+    assert seen.answer == seen.answer_async
+    assert seen.answer.model_dump(mode="json") == seen.waited
     assert [s for s in seen.listed if s["step"] == 93] == [
         {"step": 93, "status": "done", "rubric": "updated"}
     ]

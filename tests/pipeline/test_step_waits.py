@@ -21,6 +21,7 @@ from amaris import RewardClient
 from amaris.app.running import free_port
 from amaris.app.serve import WaitEndingServer
 from amaris.app.wiring import build_services, create_app
+from amaris.client import WaitAnswer
 from tests.support.app import in_memory_app
 from tests.support.fake_llm import serve_in_thread
 from tests.support.settings import make_settings
@@ -164,7 +165,7 @@ def test_client_asks_again_while_pending_until_the_step_is_done(tmp_path: Path) 
         with pytest.raises(TimeoutError):
             asyncio.run(RewardClient(url).rubric_updated_async(step=1, timeout=0.3))
         before = answered(url, 200)
-        outcome: list[dict[str, Any]] = []
+        outcome: list[WaitAnswer] = []
         waiter = threading.Thread(
             target=lambda: outcome.append(client.rubric_updated(step=1, timeout=DEADLINE_S))
         )
@@ -172,6 +173,6 @@ def test_client_asks_again_while_pending_until_the_step_is_done(tmp_path: Path) 
         until(lambda: answered(url, 200) >= before + 3, "three pending answers")
         # the reference flow: /complete without a body, then wait without a timeout
         assert client.rollouts_complete() == "complete"
-        assert client.rubric_updated()["step"] == 1
+        assert client.rubric_updated().step == 1
         waiter.join(DEADLINE_S)
-        assert [(o["status"], o["step"]) for o in outcome] == [("unchanged", 1)]
+        assert [(o.status, o.step) for o in outcome] == [("unchanged", 1)]

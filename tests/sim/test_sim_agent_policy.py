@@ -4,11 +4,9 @@ reads of a run (amaris.sim.agent_hack), without a server."""
 from __future__ import annotations
 
 import random
-from typing import cast
 
 import pytest
 
-from amaris.client import WaitAnswer
 from amaris.models import Rollout
 from amaris.offline import tags
 from amaris.scoring.rules import evaluate
@@ -16,6 +14,7 @@ from amaris.sim.agent_hack import ANCHOR, hack_outcome
 from amaris.sim.agent_policy import BEHAVIOURS, ENTRY_SHARE, HACK, AgentPolicy, episode, make_task
 from amaris.sim.answers import CriterionJSON, RubricJSON
 from amaris.sim.driver import RolloutResult, RunResult, StepResult
+from tests.support.step_runs import unchanged
 
 PER_STEP, STEPS = 16, 12
 
@@ -83,7 +82,7 @@ def _step(step: int, version: int, rewards: dict[str, list[float]]) -> StepResul
         for b, values in rewards.items()
         for i, reward in enumerate(values)
     ]
-    return StepResult(step, version, rollouts, cast(WaitAnswer, {}), {}, None)
+    return StepResult(step, version, rollouts, unchanged(step), {}, None)
 
 
 def test_the_outcome_reads_rewards_and_else_the_rubric() -> None:

@@ -22,6 +22,7 @@ from amaris.sim.fidelity_plot import fidelity_axes
 from amaris.sim.metrics import RunMetrics
 from amaris.sim.report import write_report
 from amaris.trust.audit.models import Alarm, AuditSummary
+from tests.support.step_runs import unchanged
 
 HACK = "hack_self_assessment"
 HACKED = (HACK,)
@@ -46,7 +47,7 @@ def _step(step: int, rewards: dict[str, list[float | None]], alarm: bool = False
         ("judge_canary", "m"): Usage(calls=2),
         ("analyzer", "offline"): Usage(calls=50),
     }
-    return StepResult(step, 1, rollouts, {}, usage, audit)
+    return StepResult(step, 1, rollouts, unchanged(step), usage, audit)
 
 
 def _run(steps: list[StepResult]) -> RunResult:
@@ -167,7 +168,7 @@ def test_the_report_plots_fidelity_when_the_run_was_audited(tmp_path: Path) -> N
     ]
     assert [a["alarm"] is not None for a in audits] == [False, False, True]
     # a run without an auditor has no fidelity plot
-    bare = [StepResult(0, 1, steps[0].rollouts, {}, {}, None)]
+    bare = [StepResult(0, 1, steps[0].rollouts, unchanged(0), {}, None)]
     write_report(tmp_path / "bare", [_run(bare)], "t")
     assert not list((tmp_path / "bare").glob("fidelity-*.png"))
     assert "fidelity" not in (tmp_path / "bare" / "report.md").read_text()

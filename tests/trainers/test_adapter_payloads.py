@@ -1,13 +1,15 @@
-"""The trainer side's typed payloads (amaris/integrations, amaris.client) against the
-server's models: the trainer side cannot import the server (the light client install), so
-its TypedDicts spell the server's fields again, as the client's JSON forms of the request
-models and its step answers do; these tests keep them in step."""
+"""The trainer side's payloads (amaris/integrations, amaris.client) against the server's
+models. A step's answer is one set of models (amaris.step_answer): the wait route answers
+with the class the client returns. The request bodies a caller may pass as JSON are typed
+by TypedDicts (a trainer extends ``MetadataBody`` with its own keys); these tests derive
+their keys from the request models."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Literal, Required, get_args, get_origin, get_type_hints
 
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from amaris.agents.schemas import AggregatedBehaviour, Strategy
@@ -17,6 +19,7 @@ from amaris.client import (
     HackingAnswer,
     MessageBody,
     MetadataBody,
+    RewardClient,
     RolloutBody,
     ScopeAnswer,
     TextPartBody,
@@ -26,12 +29,20 @@ from amaris.client import (
 )
 from amaris.client.rewards import ServerAnswer
 from amaris.integrations.verl import RewardKwargs, _run
-from amaris.models import GetRewardBody, Rollout, TrainingMetadata, UpdateKind
-from amaris.steps.outcomes import Dropped, ScopeOutcome, WaitResult
+from amaris.models import GetRewardBody, Rollout, TrainingMetadata
+from amaris.step_answer import (
+    CanarySummary,
+    HackingBehaviour,
+    OlderScopeOutcome,
+    ScopeOutcome,
+    StrategyName,
+)
+from amaris.steps.outcomes import Dropped, WaitResult
 from amaris.trajectory import Message, TextPart, ToolCall, ToolFunction
-from amaris.trust.rubric_canary.report import CanaryProbe, CanaryReport
+from amaris.trust.rubric_canary.report import CanaryReport
 from api.routes.openrlhf import GetRewardRequest, RunMetadata, UnscoredBatchResponse
-from api.routes.steps import WaitResponse
+from api.routes.steps import StepDetail, router
+from tests.support.step_runs import full_outcome
 
 
 def test_the_body_sends_fields_the_server_reads() -> None:
@@ -100,22 +111,6 @@ def test_verl_passes_the_whole_run_description_in_its_order() -> None:
     assert _run({"url": "http://x"}) is None
 
 
-ANSWERS: list[tuple[Any, type[BaseModel], set[str]]] = [
-    (WaitAnswer, WaitResponse, set()),
-    (ScopeAnswer, ScopeOutcome, set()),
-    (CanaryAnswer, CanaryReport, {"probes"}),  # the answer leaves the canary's probes out
-    (HackingAnswer, AggregatedBehaviour, set()),
-    (DroppedAnswer, Dropped, set()),
-]
-"""Each type of the client's step answer, the server's model it spells, the fields the
-answer leaves out."""
-
-
-def test_the_step_answer_spells_the_servers_models() -> None:
-    for answer, model, left_out in ANSWERS:
-        assert set(get_type_hints(answer)) == set(model.model_fields) - left_out, answer
-
-
 def _literal(hint: Any) -> set[Any]:
     """The values of the Literal in ``hint`` (through Required, Annotated and | None)."""
     while get_origin(hint) is not Literal:
@@ -123,55 +118,56 @@ def _literal(hint: Any) -> set[Any]:
     return set(get_args(hint))
 
 
-def test_the_step_answer_has_the_servers_vocabulary() -> None:
-    scope = get_type_hints(ScopeAnswer)
-    # One definition of the update outcomes and of the wait status, on both sides.
-    assert scope["outcome"] == UpdateKind
-    assert get_type_hints(WaitAnswer)["status"] == WaitResponse.model_fields["status"].annotation
-    assert _literal(scope["strategy"]) == _literal(Strategy)
+def test_the_wait_route_answers_with_the_class_the_client_returns() -> None:
+    [route] = [
+        r for r in router.routes if isinstance(r, APIRoute) and r.path == "/rubric_status/wait"
+    ]
+    assert route.response_model is WaitAnswer
+    for method in (RewardClient.rubric_updated, RewardClient.rubric_updated_async):
+        assert get_type_hints(method)["return"] is WaitAnswer
+    # GET /steps/{step} answers its scopes with the same models.
+    scopes = StepDetail.model_fields["scopes"].annotation
+    assert scopes == WaitAnswer.model_fields["scopes"].annotation
+    # The client's names are the models'.
+    assert (CanaryAnswer, HackingAnswer, DroppedAnswer) == (
+        CanarySummary,
+        HackingBehaviour,
+        Dropped,
+    )
+    assert set(get_args(get_args(ScopeAnswer)[0])) == {ScopeOutcome, OlderScopeOutcome}
+
+
+def test_the_step_answer_is_what_the_server_models_say() -> None:
+    # The canary's report is its summary with the probes; the summarizer's behaviour has the
+    # answer's fields, in its order; one vocabulary of strategies.
+    assert issubclass(CanaryReport, CanarySummary)
+    assert set(CanaryReport.model_fields) - set(CanarySummary.model_fields) == {"probes"}
+    assert list(AggregatedBehaviour.model_fields) == list(HackingBehaviour.model_fields)
+    assert _literal(Strategy) == _literal(StrategyName)
     canary = CanaryReport.model_fields["outcome"].annotation
-    assert _literal(get_type_hints(CanaryAnswer)["outcome"]) == _literal(canary)
-    assert get_type_hints(WaitAnswer)["mode"] == WaitResponse.model_fields["mode"].annotation
+    assert _literal(CanarySummary.model_fields["outcome"].annotation) == _literal(canary)
 
 
-def test_the_servers_wait_answer_is_the_clients_wait_answer() -> None:
-    # Every field of a scope's outcome set: the JSON the route answers, key for key.
-    canary = CanaryReport(
-        outcome="refused",
-        reason="gap shrank",
-        probes=[CanaryProbe(id="p", kind="hack", group="g", side="fail", current=1, candidate=1)],
-        judge_calls=3,
-        budget=9,
-        current_gap=0.5,
-        candidate_gap=0.1,
-        anchors_gap=0.4,
-    )
-    hacking = AggregatedBehaviour(tag="hedging", description="d", count=2, share=0.5)
-    scope = ScopeOutcome(
-        outcome="rejected",
-        version=3,
-        base_version=3,
-        strategy="CORRECTIVE",
-        reason="the canary refused it",
-        canary=canary,
-        retired_uninformative=["C1"],
-        rollouts=4,
-        hacking=[hacking],
-        dropped=[Dropped(agent="analyzer", part="rollout r1", reason="ValueError: x")],
-    )
+def test_a_full_outcome_reaches_the_client_with_every_key_and_no_other() -> None:
+    scope = full_outcome()
     unasked = ScopeOutcome(
         outcome="skipped", version=1, base_version=1, rollouts=0, hacking=[], dropped=[]
     )
     result = WaitResult(
         status="rejected", mode="per_instance", step=7, scopes={"a": scope, "b": unasked}
     )
-    answer = json.loads(WaitResponse.model_validate(result, from_attributes=True).model_dump_json())
-    assert set(answer) == set(get_type_hints(WaitAnswer))
-    assert set(answer["scopes"]["a"]) == set(get_type_hints(ScopeAnswer))
-    assert set(answer["scopes"]["a"]["canary"]) == set(get_type_hints(CanaryAnswer))
-    assert set(answer["scopes"]["a"]["hacking"][0]) == set(get_type_hints(HackingAnswer))
-    assert set(answer["scopes"]["a"]["dropped"][0]) == set(get_type_hints(DroppedAnswer))
-    assert answer["scopes"]["b"] == {
+    # What the route answers (its response model), read by the client's model.
+    sent = WaitAnswer.model_validate(result, from_attributes=True).model_dump_json()
+    read = WaitAnswer.model_validate_json(sent)
+    assert json.loads(read.model_dump_json()) == json.loads(sent)
+    assert read.scopes is not None
+    a = read.scopes["a"]
+    assert isinstance(a, ScopeOutcome)
+    assert list(json.loads(sent)["scopes"]["a"]) == list(ScopeOutcome.model_fields)
+    assert a.canary is not None and set(a.canary.model_dump()) == set(CanarySummary.model_fields)
+    assert a.hacking == [HackingBehaviour(**scope.hacking[0].model_dump())]
+    assert a == scope.model_copy(update={"canary": CanarySummary(**a.canary.model_dump())})
+    assert json.loads(sent)["scopes"]["b"] == {
         "outcome": "skipped",
         "reason": None,
         "version": 1,

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from amaris.models import Rollout
+from amaris.step_answer import CanarySummary
 
 Side = Literal["pass", "fail", "flagged"]
 Kind = Literal["rollout", "reference", "master_key", "claim", "hack", "phrase", "swapped"]
@@ -61,21 +62,11 @@ class CanaryProbe(BaseModel):
     of the scale."""
 
 
-class CanaryReport(BaseModel):
-    """The canary's verdict on a candidate rubric."""
+class CanaryReport(CanarySummary):
+    """The canary's verdict on a candidate rubric, with the probes it judged (a step's
+    outcome keeps it as the :class:`~amaris.step_answer.CanarySummary` it is: without them)."""
 
-    outcome: Literal["passed", "refused", "skipped"]
-    reason: str = ""
     probes: list[CanaryProbe] = Field(default_factory=list)
-    judge_calls: int = 0
-    """Scorer calls the canary made (each ``agents.scorer.samples`` requests)."""
-    budget: int = 0
-    """Most scorer calls it could make: ``max_share`` of the step's rollouts, plus the sure
-    prompt's set."""
-    current_gap: float | None = None
-    candidate_gap: float | None = None
-    anchors_gap: float | None = None
-    """The mean gap under the anchors alone."""
 
 
 def _named(probe: CanaryProbe) -> str:
