@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from amaris.llm.rate_limits import KINDS, RateLimits
+from amaris.scoring.group_bias import group_metrics
 from amaris.settings import AGENTS
 from amaris.trust.audit.monitor import FidelityMonitor
 from amaris.trust.rule_store import PrecheckRuleStore, ProbeKind
@@ -282,6 +283,7 @@ class _StateCollector(Collector):
         for cause in TRUNCATION_CAUSES:
             truncated.add_metric([cause], counters.get(f"truncated.{cause}", 0))
         yield truncated
+        yield from group_metrics(counters, groups.bias if (groups := self._scorer.groups) else None)
         version = GaugeMetricFamily(
             "amaris_rubric_version", "Version of the rubric in force.", labels=["scope"]
         )

@@ -264,6 +264,12 @@ class ScoreResponse(BaseModel):
         "'cheap' (the cascade's cheap scorer, scoring.cascade); null when no judge decided "
         "(unscored, the pre-check's floor, rule criteria alone).",
     )
+    judge_mode: Literal["pointwise", "listwise"] | None = Field(
+        default=None,
+        description="How the judge saw the rollout: alone ('pointwise') or in one call with "
+        "the other rollouts of its group ('listwise', scoring.group_mode); null when no "
+        "judge decided.",
+    )
     truncated: list[str] = Field(
         default_factory=list, description="Fields cut to scoring.max_field_chars before judging."
     )

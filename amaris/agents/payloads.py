@@ -104,6 +104,39 @@ class ScorerAnswer(TypedDict):
     verdicts: list[ScorerVerdict]
 
 
+class LabelledOutput(TypedDict):
+    """One rollout of a group as the listwise scorer is shown it: its label and response."""
+
+    label: str
+    output: str
+
+
+class GroupScorerInput(TypedDict):
+    """The listwise scorer's data block: a group's shared prompt and reference, then its
+    responses, each under its label (``amaris.scoring.group_protocol``)."""
+
+    input: str
+    supplemental_context: str | None
+    rollouts: list[LabelledOutput]
+
+
+class GroupScorerData(CriteriaContext, GroupScorerInput):
+    """The listwise scorer's blocks."""
+
+
+class LabelVerdicts(TypedDict):
+    """One label's verdicts in the listwise scorer's answer."""
+
+    label: str
+    verdicts: list[ScorerVerdict]
+
+
+class GroupScorerAnswer(TypedDict):
+    """The listwise scorer's answer: per label, a verdict per criterion."""
+
+    rollouts: list[LabelVerdicts]
+
+
 class AnalyzerContext(TypedDict):
     """The analyzer's context block: the rubric in force, and a fidelity alarm's evidence
     when one fired (shared by every analysis of the scope)."""

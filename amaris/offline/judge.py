@@ -18,6 +18,8 @@ from pydantic import BaseModel, ValidationError
 from amaris.agents.payloads import (
     AnalyzerData,
     BootstrapData,
+    GroupScorerAnswer,
+    GroupScorerData,
     MetaSummarizerData,
     QueryGeneratorData,
     ScorerAnswer,
@@ -34,6 +36,7 @@ from amaris.offline.agents import (
     handle_updater,
 )
 from amaris.offline.bootstrap import handle_bootstrap
+from amaris.offline.group import judge_group
 from amaris.offline.heuristics import judge_criteria
 from amaris.offline.trajectories import judge_trajectory
 
@@ -71,11 +74,13 @@ def respond(messages: list[dict[str, str]]) -> str:
         data = read_data(messages)
     except ValueError as exc:
         raise OfflineJudgeError(f"no amaris data in the messages: {exc}") from exc
-    answer: BaseModel | ScorerAnswer
+    answer: BaseModel | ScorerAnswer | GroupScorerAnswer
     try:
         match str(data.get("agent")):
             case "scorer":
                 answer = _score(cast(ScorerData, data))
+            case "scorer_group":
+                answer = judge_group(cast(GroupScorerData, data))
             case "analyzer":
                 answer = handle_analyzer(cast(AnalyzerData, data))
             case "summarizer":

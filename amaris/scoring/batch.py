@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from amaris.logs import loggable
 from amaris.models import ScoreRequest, ScoreResponse
 from amaris.rubric.scopes import ScopeResolver
+from amaris.scoring.group import plan_seats, seated
 from amaris.scoring.refusals import OverloadedError, OversizeError
 from amaris.scoring.reward import held_counts
 from amaris.scoring.rollout_ids import RolloutConflictError
@@ -216,10 +217,13 @@ class BatchScoring:
         ``/healthz`` ``counters`` (:func:`~amaris.scoring.reward.held_counts`).
         """
 
+        seats = plan_seats(self.scorer.groups, checked)
+
         async def one(index: int, request: ScoreRequest) -> ScoreResponse | InvalidItem:
             rollout_id = request.rollout.id
             try:
-                return await self.score_one(request)
+                with seated(seats.get(index)):
+                    return await self.score_one(request)
             except (RolloutConflictError, RuleInputError) as exc:
                 return _invalid(index, rollout_id, exc.path, str(exc))
             except StepRefusedError as exc:

@@ -9,8 +9,12 @@ the audit re-graded for its step's judged rollouts over its sample. Weighted, th
 or above a candidate threshold estimate the agreement among all the rollouts there,
 although the cascade pairs only a share of the confident ones.
 
-The threshold is the lowest confidence ``t`` such that among the pairs with confidence
-``>= t`` the weighted share whose rewards lie within ``tolerance`` is at least
+The pairs are grouped in confidence strata (:func:`stratum`), within which they are taken
+as alike: the weights say how many rollouts a stratum holds, its pairs' own share of
+agreement what share of them agree. Weights that mix probes (heavy) and escalated pairs
+(light) in one stratum would otherwise let two unlucky probes outweigh a hundred pairs.
+The threshold is the lowest confidence ``t`` of a stratum such that over the strata from
+``t`` up the weighted share whose rewards lie within ``tolerance`` is at least
 ``target_agreement``, the share taken at its lower bound (:func:`lower_bound`: a probe
 that stands for twenty rollouts is still one observation, and a few lucky pairs must not
 open the cheap path); it is infinite (every rollout escalated) under ``min_pairs`` pairs or
@@ -24,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +51,10 @@ RECALIBRATE_EVERY = 16
 """New pairs between two calibrations (fewer while ``min_pairs`` is smaller)."""
 BOUND_Z = 1.0
 """Standard errors between the pairs' agreement and the lower bound held to the target."""
+STRATA_PER_DECADE = 2
+"""Confidence strata in a decade of doubt (``1 - confidence``): the pairs of one are taken
+as alike (:func:`stratum`)."""
+_SURE_STRATUM = 1_000
 _EPSILON = 1e-9
 
 
@@ -70,24 +78,43 @@ def lower_bound(share: float, pairs: float, z: float = BOUND_Z) -> float:
     return (centre - margin) / (1 + spread)
 
 
+def stratum(confidence: float) -> int:
+    """The stratum of a confidence, by its doubt ``1 - confidence`` on a log scale, half a
+    decade each: 0 is [0, 0.68), 1 [0.68, 0.9), 2 [0.9, 0.968), 3 [0.968, 0.99), 4
+    [0.99, 0.9968), 5 [0.9968, 0.999) and so on; a sure confidence (1) is the top one.
+    Logprob margins crowd near 1, where what tells verdicts apart is how close they come."""
+    doubt = 1.0 - confidence
+    if doubt <= 0.0:
+        return _SURE_STRATUM
+    return min(_SURE_STRATUM - 1, math.floor(-math.log10(doubt) * STRATA_PER_DECADE + _EPSILON))
+
+
 def threshold(pairs: Sequence[Pair], target: float, tolerance: float, min_pairs: int) -> float:
     """The lowest confidence from which the pairs agree at ``target`` (module docstring);
-    ``math.inf`` under ``min_pairs`` pairs or when none does. The effective number of
-    weighted pairs is Kish's, ``(sum w)^2 / sum w^2``."""
+    ``math.inf`` under ``min_pairs`` pairs or when none does.
+
+    The strata (:func:`stratum`) are walked from the surest down. Within a stratum the
+    pairs are taken as alike draws of its rollouts (post-stratification): each stands for the
+    stratum's rollouts (its pairs' weights summed) over its pairs, so a few probes of heavy
+    weight weigh as the observations they are among the pairs escalated beside them. The
+    effective number of pairs is Kish's, ``(sum w)^2 / sum w^2``."""
     if len(pairs) < min_pairs:
         return math.inf
-    ordered = sorted(pairs, key=lambda p: p.confidence, reverse=True)
+    strata: dict[int, list[Pair]] = defaultdict(list)
+    for pair in pairs:
+        strata[stratum(pair.confidence)].append(pair)
     agree = total = squares = 0.0
     found = math.inf
-    for index, pair in enumerate(ordered):
-        total += pair.weight
-        squares += pair.weight * pair.weight
-        if abs(pair.cheap - pair.strong) <= tolerance + _EPSILON:
-            agree += pair.weight
-        if index + 1 < len(ordered) and ordered[index + 1].confidence >= pair.confidence:
-            continue  # not the last pair of this confidence
+    for key in sorted(strata, reverse=True):
+        members = strata[key]
+        stands_for = sum(p.weight for p in members)
+        each = stands_for / len(members)
+        agreeing = sum(abs(p.cheap - p.strong) <= tolerance + _EPSILON for p in members)
+        agree += each * agreeing
+        total += stands_for
+        squares += each * stands_for
         if lower_bound(agree / total, total * total / squares) >= target - _EPSILON:
-            found = pair.confidence
+            found = min(p.confidence for p in members)
     return found
 
 

@@ -3,10 +3,13 @@ first; the scorer (the strong judge) only those whose cheap verdict is not sure 
 a small random share of the others, which keeps the threshold honest
 (:mod:`amaris.scoring.calibration`).
 
-A rollout's confidence is its least confident judged criterion's (logprob margin, or the
-agreement of k samples: :func:`~amaris.scoring.verdicts.criterion_confidence`): the reward
-moves with any one verdict, so one doubtful criterion is enough to ask the scorer. A mean
-would let several sure criteria hide the one that decides the reward.
+A rollout's confidence is its reward's
+(:func:`~amaris.scoring.reward_confidence.reward_confidence`): that of the least confident
+judged criterion (logprob margin, or the agreement of k samples:
+:func:`~amaris.scoring.verdicts.criterion_confidence`) whose verdict, with the less
+confident ones, could move the reward by more than ``tolerance``. One doubtful criterion
+that can move the reward is enough to ask the scorer (a mean would let sure criteria hide
+it); one that cannot, such as a pitfall on a reward already clamped at 0, is not.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from amaris.rubric.model import RubricVersion
 from amaris.rubric.store import RubricStore
 from amaris.scoring.calibration import Calibration, Pair, take_audits
 from amaris.scoring.judgement import Judgement
+from amaris.scoring.reward_confidence import reward_confidence
 from amaris.scoring.scorer import Scorer
 from amaris.settings import CHEAP_SCORER, Settings
 from amaris.trust.learned_rules import LearnedRules
@@ -128,7 +132,11 @@ class CascadeScorer(Scorer):
         await self._read_audits()
         own: Counter[str] = Counter()
         first = await self.cheap.judge(request, rubric, counts=own)
-        sure = first.least_confidence if first.breakdown is not None else None
+        sure = (
+            None
+            if first.breakdown is None
+            else reward_confidence(first.breakdown, first.confidence, self._cascade.tolerance)
+        )
         confident = sure is not None and sure >= self.calibration.threshold
         probed = confident and _draw(request) < self._cascade.probe_share
         if sure is not None and confident and not probed:

@@ -22,6 +22,8 @@ class Judged:
     confidence: dict[str, float] = field(default_factory=dict)
     """Per judged criterion, how sure the judge was, in [0, 1]: logprob margin or samples'
     agreement (:func:`~amaris.scoring.verdicts.criterion_confidence`)."""
+    listwise: bool = False
+    """Judged in one call with the other rollouts of its group (``scoring.group_mode``)."""
 
 
 JudgeName = Literal["cheap", "strong"]
@@ -49,12 +51,16 @@ class Judgement:
     criteria alone, or no verdict)."""
     confidence: dict[str, float] = field(default_factory=dict)
     """Per judged criterion, how sure that judge was (:attr:`Judged.confidence`)."""
+    listwise: bool = False
+    """The verdicts came from a call on the rollout's whole group (:attr:`Judged.listwise`)."""
 
     @property
-    def least_confidence(self) -> float | None:
-        """The rollout's confidence: its least confident judged criterion's (a reward moves
-        with any one verdict); None when nothing was judged."""
-        return min(self.confidence.values()) if self.confidence else None
+    def judge_mode(self) -> Literal["pointwise", "listwise"] | None:
+        """How the judge saw the rollout: alone or with its group; None when no judge gave
+        the verdicts."""
+        if self.judge is None:
+            return None
+        return "listwise" if self.listwise else "pointwise"
 
 
 def merge_verdicts(

@@ -38,6 +38,7 @@ from amaris.rubric.aggregate import aggregate
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.reward_vector import floor_vector, reward_vector
 from amaris.rubric.scopes import ScopeResolver
+from amaris.scoring.group import leave_group
 from amaris.scoring.rollout_ids import RolloutIds
 from amaris.scoring.scorer import Scorer, rollout_chars
 from amaris.scoring.turn_rewards import turn_rewards
@@ -82,6 +83,7 @@ async def score_rollout(
             scope = scopes.scope_of(request.rollout.input)
             rubric = await scopes.rubric(scope)
             result = await reward_of(scorer, request, rubric, counts=counts)
+            leave_group()  # judged: a sync-mode rescore is judged on its own
             try:
                 late = await coordinator.record(step, log_record(request, result, scope))
             except StorageUnavailableError:
@@ -198,6 +200,7 @@ async def reward_of(
         status="scored",
         cached=judgement.cached,
         judge=judgement.judge,
+        judge_mode=judgement.judge_mode,
         breakdown=list(verdicts),
         rewards=reward_vector(verdicts),
         rubric_version=judgement.rubric_version,

@@ -26,6 +26,7 @@ from amaris.logs import loggable
 from amaris.models import CriterionResult, ScoreRequest
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.store import RubricStore
+from amaris.scoring.group import GroupJudge, leave_group, take_seat
 from amaris.scoring.judge_fit import ContextFit, rubric_example, rubric_schema
 from amaris.scoring.judge_protocol import (
     JudgeVerdicts,
@@ -105,6 +106,9 @@ class Scorer:
         ``context_window``). Refusals, at once: ``overloaded`` (``scoring.max_pending``)
         and ``unstored`` (its durable write failed: answered 503, judged but not counted
         above). Judge replies, stored or not: ``logprobs_used`` / ``logprobs_missing``."""
+        # listwise mode: the judge of a batch's groups (amaris/scoring/group.py).
+        parts = (settings, gateway, self.counters, agent, account, samples, logprobs)
+        self.groups = GroupJudge(*parts) if settings.group_mode == "listwise" else None
 
     @property
     def pending(self) -> int:
@@ -231,6 +235,7 @@ class Scorer:
                 turns=cached.turns,
                 judge=self._name,
                 confidence=cached.confidence,
+                listwise=cached.listwise,
             )
         limit = self._settings.max_pending
         if key not in self._inflight and limit is not None and len(self._inflight) >= limit:
@@ -293,6 +298,7 @@ class Scorer:
             turns=judged.turns,
             judge=self._name,
             confidence=judged.confidence,
+            listwise=judged.listwise,
         )
 
     async def _judge_once(
@@ -306,11 +312,14 @@ class Scorer:
         # GRPO groups often repeat a completion: concurrent identical requests share one call.
         pending = self._inflight.get(key)
         if pending is not None:
+            leave_group()  # judged by the identical rollout's call
             return await asyncio.shield(pending)
         future: asyncio.Future[Judged] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            judged = await self._judge(rubric, fields, step, view)
+            own = functools.partial(self._judge, rubric, fields, step, view)
+            seat = take_seat(self.groups, view is None)
+            judged = await (own() if seat is None else seat.judge(rubric, fields, step, own))
         except BaseException as exc:
             # Waiters sharing this call must not inherit its cancellation (a timeout of the
             # first request): they get an ordinary judge failure instead.

@@ -127,6 +127,17 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _listwise_alone(self) -> Settings:
+        # The cascade decides per rollout on the cheap judge's confidence; a group's one
+        # call has no per-rollout confidence to calibrate on.
+        if self.scoring.group_mode == "listwise" and self.cascade_on:
+            raise ValueError(
+                "scoring.group_mode listwise does not combine with the cascade (a "
+                "cheap_scorer is set): use one or the other"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _rubrics(self) -> Settings:
         if not any(r.weight > 0 for r in [*self.anchor_rubrics, *self.adaptive_rubrics]):
             raise ValueError("anchor_rubrics: at least one criterion needs a positive weight")

@@ -226,7 +226,8 @@ class CascadeSettings(Section):
     ``tolerance``) among the rollouts it decides: the threshold is the lowest confidence
     at which the calibration pairs hold it."""
     tolerance: float = Field(default=0.05, ge=0, le=1)
-    """Two rewards further apart than this disagree."""
+    """Two rewards further apart than this disagree; doubtful verdicts that cannot move the
+    reward by more do not lower a rollout's confidence."""
     min_pairs: int = Field(default=64, ge=1)
     """Calibration pairs needed before the threshold is trusted; until then every rollout
     is escalated to the scorer."""
@@ -270,6 +271,19 @@ class ScoringSettings(Section):
     """The master-key pre-check: degenerate replies get the floor reward, unjudged."""
     cascade: CascadeSettings = CascadeSettings()
     """The calibrated cascade of a cheap scorer and the scorer."""
+    group_mode: Literal["pointwise", "listwise"] = "pointwise"
+    """``pointwise``: each rollout judged in a call of its own. ``listwise``: the rollouts
+    of one batch with the same ``group_id`` (and step, rubric, prompt) judged in one call,
+    in a shuffled order (:mod:`amaris.scoring.group`)."""
+    group_max_rollouts: int = Field(default=16, ge=2, le=64)
+    """Most rollouts in one listwise call; a larger group is split (as one that does not
+    fit the judge's context budget)."""
+    group_wait_seconds: float = Field(default=5.0, gt=0)
+    """Longest a group's call waits for its last rollout once the first is ready; the
+    rollouts ready by then are judged together, a later one on its own."""
+    group_bias_bound: float = Field(default=0.1, gt=0, le=1)
+    """Listwise: a warning is logged when the mean reward at one shown position departs
+    from its group's mean by more than this, after enough groups."""
 
     @model_validator(mode="before")
     @classmethod

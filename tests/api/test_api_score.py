@@ -62,6 +62,7 @@ def test_amaris_body_accepted_as_is(tmp_path: Path) -> None:
         "reason": None,
         "cached": False,
         "judge": "strong",
+        "judge_mode": "pointwise",
         "truncated": [],
         "late": False,
         "breakdown": None,
@@ -323,7 +324,7 @@ def test_unscored_results_are_not_cached(tmp_path: Path, fake_llm: FakeLLM) -> N
     assert first["status"] == "unscored"
     rewards = {"anchors": 1.0, "adaptive": None, "A1": 1.0}
     scored = {"status": "scored", "score": 1.0, "reason": None, "rewards": rewards}
-    assert second == {**first, **scored, "judge": "strong"}
+    assert second == {**first, **scored, "judge": "strong", "judge_mode": "pointwise"}
     assert len(fake_llm.requests) == 3  # the second request asked the judge again
 
 

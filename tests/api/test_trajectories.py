@@ -60,6 +60,7 @@ ANSWER_KEYS = {
     "reason",
     "cached",
     "judge",
+    "judge_mode",
     "truncated",
     "breakdown",
     "late",

@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 import yaml
+from prefect.settings import PREFECT_API_URL
 
 from amaris import RewardClient
 from amaris.app.running import free_port
@@ -24,9 +25,16 @@ def write_config(tmp_path: Path, **sections: object) -> Path:
     return path
 
 
-async def test_serve_scores_with_offline_judge_and_rubrics_cli(tmp_path: Path) -> None:
+async def test_serve_scores_with_offline_judge_and_rubrics_cli(
+    tmp_path: Path, prefect_harness: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     port = free_port()
-    config = write_config(tmp_path, server={"port": port})
+    # The session's Prefect server, no repair worker: the server boots no Prefect server of
+    # its own (it runs no step).
+    monkeypatch.setenv("PREFECT_API_URL", str(PREFECT_API_URL.value()))
+    config = write_config(
+        tmp_path, server={"port": port}, prefect={"repair_interval_seconds": None}
+    )
     url = f"http://127.0.0.1:{port}"
     with amaris_process(
         ["serve", "--config", str(config)], tmp_path, f"{url}/healthz", tmp_path / "serve.log"

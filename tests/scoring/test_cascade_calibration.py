@@ -19,6 +19,7 @@ from amaris.scoring.calibration import (
     Pair,
     drop_audit,
     lower_bound,
+    stratum,
     take_audits,
     threshold,
 )
@@ -36,16 +37,47 @@ def differ(confidence: float, weight: float = 1.0) -> Pair:
 
 
 def test_the_threshold_is_the_lowest_confidence_that_holds_the_target() -> None:
-    # 100 sure pairs that agree, two that do not at 0.5, 100 more that agree at 0.4, and
-    # below them agreement fades.
-    pairs = [agree(0.9 + i / 1000) for i in range(100)] + [differ(0.5)] * 2
-    pairs += [agree(0.4)] * 100 + [differ(0.3)] * 30
-    # >= 0.5: 100 of 102 agree (bound 0.961); >= 0.4: 200 of 202; >= 0.3: 200 of 232.
-    assert threshold(pairs, 0.95, 0.05, min_pairs=8) == 0.4
+    # 100 sure pairs that agree, two that do not at 0.95, 100 more that agree at 0.8, and
+    # below them agreement fades (each confidence in a stratum of its own).
+    pairs = [agree(0.9995 + i / 1e6) for i in range(100)] + [differ(0.95)] * 2
+    pairs += [agree(0.8)] * 100 + [differ(0.3)] * 30
+    assert len({stratum(p.confidence) for p in pairs}) == 4
+    # >= 0.95: 100 of 102 agree (bound 0.961); >= 0.8: 200 of 202; >= 0.3: 200 of 232.
+    assert threshold(pairs, 0.95, 0.05, min_pairs=8) == 0.8
     # At 0.99 only the first hundred hold it (bound 100/101).
-    assert threshold(pairs, 0.99, 0.05, min_pairs=8) == 0.9
+    assert threshold(pairs, 0.99, 0.05, min_pairs=8) == 0.9995
     # A looser tolerance makes every pair agree: the lowest confidence decides.
     assert threshold(pairs, 0.95, 0.7, min_pairs=8) == 0.3
+
+
+def test_confidences_are_strata_of_their_doubt() -> None:
+    # Half a decade of 1 - confidence each; a sure confidence is the top one.
+    assert [stratum(c) for c in (0.0, 0.5, 0.7, 0.9, 0.95, 0.99, 0.997, 0.999)] == [
+        0,
+        0,
+        1,
+        2,
+        2,
+        4,
+        5,
+        6,
+    ]
+    assert stratum(1.0) > stratum(1 - 1e-15) > stratum(0.9999)
+
+
+def test_the_pairs_of_a_stratum_are_alike_draws_of_its_rollouts() -> None:
+    # One stratum of sure verdicts: 300 pairs escalated while the cheap path was closed
+    # (weight 1), 5 of which disagree, and 30 probes standing for ten rollouts each, 2 of
+    # which disagree. Taken pair by pair the two unlucky probes weigh as forty escalated
+    # pairs (share 0.958 over 109 effective pairs: bound under 0.95); in the stratum, each
+    # pair stands for 600 / 330 rollouts: 323 of 330 agree.
+    sure = [agree(0.9995)] * 295 + [differ(0.9995)] * 5
+    sure += [agree(0.9995, weight=10.0)] * 28 + [differ(0.9995, weight=10.0)] * 2
+    assert threshold(sure, 0.95, 0.05, min_pairs=8) == 0.9995
+    # Across strata the weights still count: probes of a sure stratum that all agree
+    # stand for its rollouts above the escalated pairs of a doubtful one.
+    low = [agree(0.5)] * 57 + [differ(0.5)] * 3
+    assert threshold([*low, *[agree(0.9995, weight=10.0)] * 30], 0.96, 0.05, 8) == 0.5
 
 
 def test_the_agreement_is_held_at_its_lower_bound() -> None:
@@ -91,14 +123,14 @@ def test_recalibrated_as_pairs_accrue_and_bounded() -> None:
 def test_pairs_persist_and_the_threshold_is_computed_again_on_load(tmp_path: Path) -> None:
     settings = CascadeSettings(min_pairs=4, target_agreement=0.75)
     calibration = Calibration(settings, tmp_path)
-    calibration.add([agree(0.9), agree(0.8), differ(0.3), agree(0.6)])
+    calibration.add([agree(0.9)] * 16 + [differ(0.3)] * 4)
     calibration.save(calibration.snapshot())
     stored = json.loads((tmp_path / CALIBRATION_FILE).read_text())
-    assert stored["threshold"] == 0.6 and len(stored["pairs"]) == 4
+    assert stored["threshold"] == 0.9 and len(stored["pairs"]) == 20
     again = Calibration(settings, tmp_path)
-    assert again.pairs == calibration.pairs and again.threshold == 0.6
+    assert again.pairs == calibration.pairs and again.threshold == 0.9
     # under a stricter configuration the same pairs give its own threshold
-    stricter = CascadeSettings(min_pairs=8, target_agreement=0.75)
+    stricter = CascadeSettings(min_pairs=32, target_agreement=0.75)
     assert Calibration(stricter, tmp_path).threshold == math.inf
 
 

@@ -1,7 +1,8 @@
 """The cascade's judge (:class:`CascadeScorer`): the cheap verdict's confidence from k samples,
-a confident rollout probed (judged by both, answered by the scorer, paired), a cheap judge
-without a verdict escalated. The real gateway with two scripted providers in process
-(tests/support/scripted_llm.py), Qdrant in memory; no conftest fixture."""
+a doubt that cannot move the reward not escalated, a confident rollout probed (judged by
+both, answered by the scorer, paired), a cheap judge without a verdict escalated. The real
+gateway with two scripted providers in process (tests/support/scripted_llm.py), Qdrant in
+memory; no conftest fixture."""
 
 from __future__ import annotations
 
@@ -93,6 +94,23 @@ async def test_the_cheap_confidence_is_its_least_agreeing_criterion(make: Any) -
     assert (decided.judge, decided.confidence) == ("cheap", {"A1": 1.0, "R1": 1.0})
     assert (len(cheap.calls), len(strong.calls)) == (6, 1)
     assert scorer.counters["cascade.cheap"] == 1 and scorer.counters["scored"] == 2
+
+
+async def test_a_doubtful_verdict_that_cannot_move_the_reward_is_not_escalated(
+    make: Any,
+) -> None:
+    # The answer is wrong for sure (A1: 0 in 3 of 3 samples): the reward is 0 whether the
+    # reply also hedges (R1: 0, 1, 0, agreement 2/3) or not, so R1's doubt does not count.
+    cheap = ScriptedProvider(
+        script=[verdicts(("A1", 0), ("R1", 0)), verdicts(("A1", 0), ("R1", 1))],
+        default=verdicts(("A1", 0), ("R1", 0)),
+    )
+    strong = ScriptedProvider(default=verdicts(("A1", 0), ("R1", 0)))
+    scorer = make(cheap, strong, CALIBRATED)
+    judgement = await scorer.judge(request())
+    assert judgement.confidence["R1"] == pytest.approx(2 / 3)  # under the threshold, 0.9
+    assert (judgement.judge, len(cheap.calls), len(strong.calls)) == ("cheap", 3, 0)
+    assert scorer.counters["cascade.cheap"] == 1 and scorer.counters["cascade.escalated"] == 0
 
 
 async def test_a_confident_rollout_probed_is_answered_by_the_scorer(make: Any) -> None:

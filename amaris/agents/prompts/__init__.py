@@ -26,11 +26,18 @@ from importlib import resources
 from typing import TypeAlias
 
 from amaris.agents.blocks import TaskContext, TaskData
-from amaris.agents.payloads import BootstrapContext, BootstrapInput, ScorerInput
+from amaris.agents.payloads import (
+    BootstrapContext,
+    BootstrapInput,
+    GroupScorerInput,
+    ScorerInput,
+)
 from amaris.jsonfile import JSONDict
 from amaris.settings import AGENTS, PromptsSettings
 
-DataBlock: TypeAlias = ScorerInput | BootstrapContext | BootstrapInput | TaskContext | TaskData
+DataBlock: TypeAlias = (
+    ScorerInput | GroupScorerInput | BootstrapContext | BootstrapInput | TaskContext | TaskData
+)
 """An agent's data or context block, of any agent, written as one JSON line: the scorer's
 (:func:`amaris.scoring.judge_protocol.judge_messages`), ``amaris bootstrap``'s proposer's,
 the pipeline tasks' (:mod:`amaris.agents.blocks`); a model in one is written as its JSON."""
