@@ -31,7 +31,7 @@ Usage::
     .venv/bin/python -m bench.performance.rate_limit [--duration 60] [--warmup 5]
         [--clients 32] [--latency-ms 200] [--keep DIR] [--out docs/benchmarks.md] [--smoke]
 
-``--smoke``: 4 s per scenario after 1 s of warm-up, 8 clients, a 0 ms judge.
+``--smoke``: 2 s per scenario after 1 s of warm-up, 8 clients, a 0 ms judge.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ TARGET_RATIO = 0.05
 """Throughput within this share of the limit, either side."""
 JUDGE_BURST_SECONDS = 2.0
 """Seconds of each limit the judge lets through at once."""
-SMOKE = {"duration": 4.0, "warmup": 1.0, "clients": 8, "latency_ms": 0.0}
+SMOKE = {"duration": 2.0, "warmup": 1.0, "clients": 8, "latency_ms": 0.0}
 
 
 @dataclass(frozen=True)
@@ -301,7 +301,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help="markdown file to update (default docs/benchmarks.md; with --smoke, none)",
     )
-    parser.add_argument("--smoke", action="store_true", help="4 s a scenario, a 0 ms judge")
+    parser.add_argument("--smoke", action="store_true", help="2 s a scenario, a 0 ms judge")
     args = parser.parse_args(argv)
     if args.smoke:
         vars(args).update(SMOKE)

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 from fastapi.routing import iter_route_contexts
+from prefect.settings import PREFECT_API_URL
 
 from amaris.app.running import free_port
 from tests.support.api import NOOP
@@ -332,15 +333,20 @@ def test_a_body_that_does_not_arrive_in_time_is_408(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_amaris_serve_caps_its_connections(tmp_path: Path) -> None:
+def test_amaris_serve_caps_its_connections(
+    tmp_path: Path, prefect_harness: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     port = free_port()
+    # The session's Prefect server, no repair worker: the server boots no Prefect server of
+    # its own (it runs no step).
+    monkeypatch.setenv("PREFECT_API_URL", str(PREFECT_API_URL.value()))
     config = tmp_path / "config.yaml"
     config.write_text(
         yaml.safe_dump(
             {
                 "memory": {"path": str(tmp_path / "data"), "embedding_model": "hashing"},
                 "server": {"port": port, "max_connections": 2},
-                "prefect": {"port": None},
+                "prefect": {"repair_interval_seconds": None},
             }
         )
     )

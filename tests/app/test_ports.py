@@ -8,6 +8,7 @@ import json
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -52,11 +53,31 @@ def config(folder: Path) -> str:
     return str(path)
 
 
-def test_serve_runs_its_prefect_server_on_the_port_it_is_given(tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class Served:
+    """An ``amaris serve`` on ports it was given: amaris's, its Prefect server's; the folder
+    of its config (whose ``server.port`` is the default, not the one served on)."""
+
+    folder: Path
+    config: str
+    port: int
+    prefect: int
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One ``amaris serve`` for the tests that only read it (it boots slowly)."""
+    folder = tmp_path_factory.mktemp("serve")
     port, prefect = free_port(), free_port()
-    args = ["serve", "--config", config(tmp_path), "--port", str(port)]
-    with answering([*args, "--prefect-port", str(prefect)], tmp_path, port):
-        assert httpx.get(f"http://127.0.0.1:{prefect}/api/health", timeout=10).status_code == 200
+    path = config(folder)
+    args = ["serve", "--config", path, "--port", str(port), "--prefect-port", str(prefect)]
+    with answering(args, folder, port):
+        yield Served(folder, path, port, prefect)
+
+
+def test_serve_runs_its_prefect_server_on_the_port_it_is_given(served: Served) -> None:
+    health = httpx.get(f"http://127.0.0.1:{served.prefect}/api/health", timeout=10)
+    assert health.status_code == 200
 
 
 def test_simulate_serves_on_the_ports_it_is_given(tmp_path: Path) -> None:
@@ -72,22 +93,21 @@ def test_simulate_serves_on_the_ports_it_is_given(tmp_path: Path) -> None:
     assert (tmp_path / "report" / "metrics.json").is_file()
 
 
-def test_the_commands_find_a_service_started_on_another_port(tmp_path: Path) -> None:
-    port, dead = free_port(), free_port()
-    path = config(tmp_path)  # its server.port is the default, not the one served on
-    with answering(["serve", "--config", path, "--port", str(port)], tmp_path, port):
-        shown = run_amaris(["rubrics", "show", "--config", path], tmp_path)
-        assert shown.returncode == 0, shown.stderr
-        assert "The response gives the correct final answer." in shown.stdout
-        history = run_amaris(["rubrics", "history", "--config", path], tmp_path)
-        assert history.returncode == 0, history.stderr
-        assert "config" in history.stdout
-        inspected = run_amaris(["memory", "inspect", "--config", path, "--json"], tmp_path)
-        assert inspected.returncode == 0, inspected.stderr
-        assert isinstance(json.loads(inspected.stdout), dict)
-        # an address given that answers nothing is named in the error
-        missed = run_amaris(
-            ["rubrics", "show", "--config", path, "--url", f"http://127.0.0.1:{dead}"], tmp_path
-        )
-        assert missed.returncode == 1
-        assert f"http://127.0.0.1:{dead}" in missed.stderr and "--url" in missed.stderr
+def test_the_commands_find_a_service_started_on_another_port(served: Served) -> None:
+    dead = free_port()
+    path, cwd = served.config, served.folder  # its server.port is not the one served on
+    shown = run_amaris(["rubrics", "show", "--config", path], cwd)
+    assert shown.returncode == 0, shown.stderr
+    assert "The response gives the correct final answer." in shown.stdout
+    history = run_amaris(["rubrics", "history", "--config", path], cwd)
+    assert history.returncode == 0, history.stderr
+    assert "config" in history.stdout
+    inspected = run_amaris(["memory", "inspect", "--config", path, "--json"], cwd)
+    assert inspected.returncode == 0, inspected.stderr
+    assert isinstance(json.loads(inspected.stdout), dict)
+    # an address given that answers nothing is named in the error
+    missed = run_amaris(
+        ["rubrics", "show", "--config", path, "--url", f"http://127.0.0.1:{dead}"], cwd
+    )
+    assert missed.returncode == 1
+    assert f"http://127.0.0.1:{dead}" in missed.stderr and "--url" in missed.stderr

@@ -11,7 +11,6 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +20,9 @@ from amaris.app.prefect_server import AUTH_FILE
 from amaris.app.running import free_port
 from amaris.offline.judge import respond
 from amaris.sim.judge_server import Reply, create_llm_app
+from amaris.sim.wire import ChatRequest
 from tests.support.fake_llm import serve_in_thread
+from tests.support.pipeline_canary import agent_of
 from tests.support.pipeline_helpers import metadata
 from tests.support.procs import AMARIS, amaris_env, run_amaris
 from tests.support.served import calls, score, start_serve, stop
@@ -156,16 +157,18 @@ def test_sigterm_drains_requests_stops_children_and_leaves_steps_resumable(
     probe_arrived, release_probe = threading.Event(), threading.Event()
     stopped = threading.Event()
 
-    async def judge(body: dict[str, Any]) -> Reply:
-        """The offline judge, 0.7 s a reply until the first server has stopped (the step's
-        12 analyses take > 8 s: it is still running at the SIGTERM), at once after (the
-        resumed step need not be slow); the probe rollout's scoring request is held until
-        the test releases it."""
+    async def judge(body: ChatRequest) -> Reply:
+        """The offline judge, 0.7 s a pipeline agent's reply until the first server has
+        stopped (the step's 12 analyses take > 8 s: it is still running at the SIGTERM), at
+        once after (the resumed step need not be slow) and for the scorer (the step's
+        rollouts are only its input); the probe rollout's scoring request is held until the
+        test releases it."""
         if probe in json.dumps(body["messages"]):
             probe_arrived.set()
             await asyncio.to_thread(release_probe.wait, WAIT_S)
             return Reply(content=respond(body["messages"]))
-        return Reply(content=respond(body["messages"]), delay_s=0 if stopped.is_set() else 0.7)
+        quick = stopped.is_set() or agent_of(dict(body)) == "scorer"
+        return Reply(content=respond(body["messages"]), delay_s=0 if quick else 0.7)
 
     data = tmp_path / "data"
     config = tmp_path / "config.yaml"
