@@ -66,8 +66,9 @@ class StepResult(BaseModel):
 # The flow's result is not persisted: its callers get it in memory, and the step registry
 # keeps it for everyone else. A persisted flow result is a keyless artifact on the run, and
 # tasks without a cache would inherit the persistence (a write per run). The tasks whose
-# results a re-run reuses persist their own (their cache).
-@flow(name="amaris-step", flow_run_name="step-{step}")
+# results a re-run reuses persist their own (their cache). Its one parameter is amaris's
+# own int: validating it would build a pydantic model of the signature on every run.
+@flow(name="amaris-step", flow_run_name="step-{step}", validate_parameters=False)
 async def step_pipeline(step: int) -> State[StepResult]:
     """Analyse, summarise, remember and (on update steps) evolve the rubric of ``step``.
 

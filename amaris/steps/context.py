@@ -52,6 +52,7 @@ class PipelineContext:
     ``amaris_judge_canary_*``)."""
     fidelity: FidelityMonitor = field(default_factory=FidelityMonitor)
     """The latest audit's figures and the alarms counted (``/metrics``)."""
+    _fingerprints: dict[AgentName, str] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def bounds(self) -> Bounds:
@@ -67,11 +68,16 @@ class PipelineContext:
         )
 
     def prompt_fingerprint(self, agent: AgentName) -> str:
-        """Changes when the agent's prompt or model changes (part of cache keys)."""
-        options = self.settings.agents.for_agent(agent)
-        # The auditor asks with the scorer's template.
-        template = self.prompts["scorer" if agent == AUDITOR else agent]
-        return prompt_fingerprint(template, options.model, options.temperature)
+        """Changes when the agent's prompt or model changes (part of cache keys; computed
+        once per agent: a step asks for it per rollout)."""
+        known = self._fingerprints.get(agent)
+        if known is None:
+            options = self.settings.agents.for_agent(agent)
+            # The auditor asks with the scorer's template.
+            template = self.prompts["scorer" if agent == AUDITOR else agent]
+            known = prompt_fingerprint(template, options.model, options.temperature)
+            self._fingerprints[agent] = known
+        return known
 
 
 _context: PipelineContext | None = None
