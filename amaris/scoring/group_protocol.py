@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, model_validator
 
-from amaris.agents.payloads import CriteriaContext, CriterionData, GroupScorerInput
+from amaris.agents.payloads import CriteriaContext, GroupScorerInput
 from amaris.agents.prompts import agent_messages
 from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.rubric.model import RubricVersion
@@ -28,6 +28,7 @@ from amaris.scoring.judge_protocol import (
     JudgeVerdicts,
     Verdict,
     check_ids,
+    judged_criteria,
 )
 
 GROUP_AGENT = "scorer_group"
@@ -95,10 +96,7 @@ def group_messages(
     """The listwise scorer's messages: the rubric's judged criteria once (system message,
     byte-identical for the rubric version), then the group's shared ``input`` and
     ``supplemental_context`` and its ``(label, output)`` pairs in the shown order."""
-    criteria: list[CriterionData] = [
-        {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
-        for c in rubric.judged
-    ]
+    criteria = judged_criteria(rubric)
     group: GroupScorerInput = {
         "input": shared["input"],
         "supplemental_context": shared["supplemental_context"],

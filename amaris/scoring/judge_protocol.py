@@ -210,6 +210,15 @@ def verdicts_schema(criterion_ids: tuple[str, ...], trajectory: bool = False) ->
     return schema
 
 
+def judged_criteria(rubric: RubricVersion) -> list[CriterionData]:
+    """The criteria the judge is shown: the rubric's judged ones (rule criteria are
+    amaris's), each with its kind."""
+    return [
+        {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
+        for c in rubric.judged
+    ]
+
+
 def judge_messages(
     prompt: str,
     rubric: RubricVersion,
@@ -225,10 +234,7 @@ def judge_messages(
     rollout also lists its ``turns`` (the assistant messages' indexes), which the prompt
     asks the judge to attribute each criterion to.
     """
-    criteria: list[CriterionData] = [
-        {"id": c.id, "text": c.text, "kind": "pitfall" if c.weight < 0 else "requirement"}
-        for c in rubric.judged
-    ]
+    criteria = judged_criteria(rubric)
     rollout: RolloutData = {
         "input": fields["input"],
         "supplemental_context": fields["supplemental_context"],
