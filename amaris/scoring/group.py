@@ -35,7 +35,7 @@ from amaris.llm.gateway import (
     LLMOutputError,
     LLMUnavailableError,
 )
-from amaris.models import CriterionResult, ScoreRequest
+from amaris.models import ScoreRequest
 from amaris.rubric.aggregate import aggregate
 from amaris.rubric.model import RubricVersion
 from amaris.scoring.group_bias import PositionBias
@@ -52,7 +52,6 @@ from amaris.scoring.group_protocol import (
 )
 from amaris.scoring.judge_protocol import Verdict
 from amaris.scoring.judgement import Judged
-from amaris.scoring.verdicts import combine, criterion_confidence
 from amaris.settings import ScoringSettings
 
 log = logging.getLogger("amaris.scoring.group")
@@ -192,27 +191,14 @@ class GroupJudge:
     def _judged(self, rubric: RubricVersion, replies: list[list[Verdict]]) -> Judged:
         """One label's verdicts over the ``replies`` (one per sample), as one rollout's."""
         by_id = [{v.id: v for v in verdicts} for verdicts in replies]
-        sampled = len(replies) > 1
-        breakdown: list[CriterionResult] = []
-        confidence: dict[str, float] = {}
-        for c in rubric.judged:
-            values = [float(reply[c.id].score) for reply in by_id]
-            combined = combine(values)
-            breakdown.append(
-                CriterionResult(
-                    id=c.id,
-                    text=c.text,
-                    weight=c.weight,
-                    is_anchor=c.is_anchor,
-                    verdict=combined.mean,
-                    reason=by_id[0][c.id].reason,
-                    samples=values if sampled else None,
-                    agreement=combined.agreement if sampled else None,
-                    from_logprobs=0 if self._logprobs else None,
-                )
-            )
-            confidence[c.id] = criterion_confidence([], len(replies), combined.agreement)
-        return Judged(breakdown=tuple(breakdown), confidence=confidence, listwise=True)
+        return Judged.of_samples(
+            rubric,
+            len(replies),
+            {c.id: [float(reply[c.id].score) for reply in by_id] for c in rubric.judged},
+            {c.id: by_id[0][c.id].reason for c in rubric.judged},
+            0 if self._logprobs else None,
+            listwise=True,
+        )
 
 
 def _values(judged: Judged) -> list[float]:

@@ -4,12 +4,14 @@ trajectory) and the fields cut; or why there is none."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from amaris.models import CriterionResult
 from amaris.rubric.model import RubricVersion
 from amaris.scoring.trajectory_view import TrajectoryView
+from amaris.scoring.verdicts import combine, criterion_confidence
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,44 @@ class Judged:
     agreement (:func:`~amaris.scoring.verdicts.criterion_confidence`)."""
     listwise: bool = False
     """Judged in one call with the other rollouts of its group (``scoring.group_mode``)."""
+
+    @classmethod
+    def of_samples(
+        cls,
+        rubric: RubricVersion,
+        replies: int,
+        samples: Mapping[str, Sequence[float]],
+        reasons: Mapping[str, str],
+        from_logprobs: int | None,
+        margins: Mapping[str, Sequence[float]] | None = None,
+        turns: dict[str, tuple[int, ...]] | None = None,
+        listwise: bool = False,
+    ) -> Judged:
+        """The judged criteria's verdicts over ``replies`` replies: each criterion's values
+        (``samples``, one a reply, combined), the first reply's ``reasons``, and the logprob
+        ``margins`` where read; each criterion's confidence from them."""
+        sampled = replies > 1
+        combined = {c.id: combine(samples[c.id]) for c in rubric.judged}
+        breakdown = tuple(
+            CriterionResult(
+                id=c.id,
+                text=c.text,
+                weight=c.weight,
+                is_anchor=c.is_anchor,
+                verdict=combined[c.id].mean,
+                reason=reasons[c.id],
+                samples=list(samples[c.id]) if sampled else None,
+                agreement=combined[c.id].agreement if sampled else None,
+                from_logprobs=from_logprobs,
+            )
+            for c in rubric.judged
+        )
+        margin = margins or {}
+        confidence = {
+            cid: criterion_confidence(list(margin.get(cid, ())), replies, found.agreement)
+            for cid, found in combined.items()
+        }
+        return cls(breakdown=breakdown, turns=turns or {}, confidence=confidence, listwise=listwise)
 
 
 JudgeName = Literal["cheap", "strong"]

@@ -23,7 +23,7 @@ from amaris.llm.gateway import (
     LLMUnavailableError,
 )
 from amaris.logs import loggable
-from amaris.models import CriterionResult, ScoreRequest
+from amaris.models import ScoreRequest
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.store import RubricStore
 from amaris.scoring.group import GroupJudge, leave_group, take_seat
@@ -43,8 +43,6 @@ from amaris.scoring.rules import check_references, rule_results
 from amaris.scoring.trajectory_view import TrajectoryView, fit_fields
 from amaris.scoring.verdicts import (
     LogprobsError,
-    combine,
-    criterion_confidence,
     distributions_off_loop,
     expected_value,
     margin,
@@ -399,27 +397,15 @@ class Scorer:
         reasons = {v.id: v.reason for v in first}
         # The first reply's attributions, as its reasons: a turn is not averaged.
         attributed = {v.id: tuple(v.turns) for v in first if isinstance(v, TurnVerdict)}
-        combined = {cid: combine(values) for cid, values in samples.items()}
-        sampled = self._samples > 1
-        breakdown = tuple(
-            CriterionResult(
-                id=c.id,
-                text=c.text,
-                weight=c.weight,
-                is_anchor=c.is_anchor,
-                verdict=combined[c.id].mean,
-                reason=reasons[c.id],
-                samples=samples[c.id] if sampled else None,
-                agreement=combined[c.id].agreement if sampled else None,
-                from_logprobs=from_logprobs if self._logprobs else None,
-            )
-            for c in rubric.judged
+        return Judged.of_samples(
+            rubric,
+            len(replies),
+            samples,
+            reasons,
+            from_logprobs if self._logprobs else None,
+            margins=margins,
+            turns=attributed,
         )
-        confidence = {
-            cid: criterion_confidence(margins[cid], len(replies), combined[cid].agreement)
-            for cid in combined
-        }
-        return Judged(breakdown=breakdown, turns=attributed, confidence=confidence)
 
     @staticmethod
     def _key(rubric: RubricVersion, fields: dict[str, str], view: TrajectoryView | None) -> str:
