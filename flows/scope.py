@@ -52,7 +52,7 @@ from flows.scope_facts import (
     with_scores,
 )
 from tasks._common import DROPS, LLMTask, criteria_context, split_for, unwalked
-from tasks.analyze import analysis_key, analyze_chunk, forget_analyses
+from tasks.analyze import ChunkTurns, analyze_chunk, forget_analyses
 from tasks.canary import CanaryRequest, check_canary
 from tasks.generate_queries import generate_queries
 from tasks.meta_summarize import meta_summarize
@@ -149,13 +149,14 @@ class ScopeRun:
     async def analyze(self) -> tuple[list[IndividualAnalysis], list[BatchSummary]]:
         """The analyses of the scope's rollouts, and the summaries of them.
 
-        One analyze task per chunk, every chunk at once: the gateway's analyzer limit
-        keeps the calls to concurrency.analyzer, with no gap between waves. With chunking,
-        a chunk's summary starts as soon as its analyses are in, beside the later
-        analyses; without it, one summary of all analyses follows them."""
+        One analyze task per chunk, queued in turn (:class:`ChunkTurns`): the gateway keeps
+        the calls to concurrency.analyzer, with no gap between waves. With chunking, a
+        chunk's summary starts as soon as its analyses are in; without, one summary of all
+        analyses follows them."""
         size = get_context().settings.pipeline.chunk_size
         parts = [self.records[i : i + size] for i in range(0, len(self.records), size)]
-        done = await asyncio.gather(*(self._analyze_part(i, p) for i, p in enumerate(parts)))
+        turns = ChunkTurns(len(parts))
+        done = await asyncio.gather(*(self._analyze_part(i, p, turns) for i, p in enumerate(parts)))
         analyses = [analysis for chunk, _ in done for analysis in chunk]
         if get_context().settings.pipeline.use_chunking and done:
             return analyses, [summary for _, chunk in done for summary in chunk]
@@ -164,23 +165,22 @@ class ScopeRun:
         return analyses, []
 
     async def _analyze_part(
-        self, index: int, part: list[RolloutRecord]
+        self, index: int, part: list[RolloutRecord], turns: ChunkTurns
     ) -> tuple[list[IndividualAnalysis], list[BatchSummary]]:
         ctx = get_context()
         groups = [self.peers[r.seq or 0] for r in part]
-        found = await self.stage(analyze_chunk)(index, part, self.criteria, groups, self.alarm)
+        found = await turns.take(
+            index, lambda: self.stage(analyze_chunk)(index, part, self.criteria, groups, self.alarm)
+        )
         self.dropped.extend(found.dropped)
         # amaris's own finding, merged after the task (its cache) whatever the agent wrote.
         self.injections.add(await asyncio.to_thread(scan_records, part))
         analyses = self.injections.analysed(found.analyses)
-        keys = [
-            analysis_key(r, self.criteria, g, self.alarm) for r, g in zip(part, groups, strict=True)
-        ]
         if self.inline:
-            self.analysed.extend(keys)
+            self.analysed.extend(found.stored_as)
         else:
             # Prefect holds the chunk's result now: its per-rollout files are redundant.
-            await asyncio.to_thread(forget_analyses, ctx.settings.memory.path, keys)
+            await asyncio.to_thread(forget_analyses, ctx.settings.memory.path, found.stored_as)
         if not ctx.settings.pipeline.use_chunking or not analyses:
             return analyses, []
         return analyses, await self.summarize(str(index), with_scores(analyses, part))

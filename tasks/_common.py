@@ -105,12 +105,9 @@ def dumped(items: Sequence[M]) -> list[M]:
     return list(items)
 
 
-RESULT_FORMAT = 4
+RESULT_FORMAT = 5
 """In every LLM task's cache key: raised when what a task returns changes shape or the
-module its classes are unpickled from (2: the updater's task returns its
-``RubricUpdateProposal``, not its JSON; 3: the analyzer's and summarizers' tasks return their
-agents' models; 4: :mod:`tasks.models` is a top-level package), so a result cached by older
-code is not read."""
+module its classes are unpickled from, so a result cached by older code is not read."""
 
 
 # Prefect's signature: a run's parameters by name, of any task, read only to be hashed.

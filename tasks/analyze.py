@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from pathlib import Path
-from typing import cast
+from typing import TypeVar, cast
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -39,6 +41,7 @@ from tasks._common import DROPS, ask, llm_task, prompt_tokens
 from tasks.models import AgentCriterion, Peer, outcome_tail
 
 log = logging.getLogger("amaris.pipeline")
+T = TypeVar("T")
 
 
 class ChunkAnalyses(BaseModel):
@@ -47,6 +50,8 @@ class ChunkAnalyses(BaseModel):
     analyses: list[IndividualAnalysis]
     """Each with its rollout's id (the log's, whatever the analyzer wrote)."""
     dropped: list[Dropped]
+    stored_as: list[str]
+    """The keys of the chunk's per-rollout files (:func:`analysis_key`), in order."""
 
 
 class DroppedAnalysis(BaseModel):
@@ -59,6 +64,30 @@ class DroppedAnalysis(BaseModel):
 StoredAnalysis = IndividualAnalysis | DroppedAnalysis
 """A rollout's file in ``<memory.path>/pipeline-cache/``: its analysis, or why it has none."""
 _STORED: TypeAdapter[StoredAnalysis] = TypeAdapter(StoredAnalysis)
+
+_calls_queued: ContextVar[Callable[[], None] | None] = ContextVar(
+    "amaris_analyze_calls_queued", default=None
+)
+"""Called by :func:`analyze_chunk` once its calls are queued at the gateway."""
+
+
+class ChunkTurns:
+    """The analyze runs of a scope's chunks, in turn: chunk i's run starts once chunk i-1
+    has queued its calls (or its run ended without asking), so that the set-up of the
+    later runs on the pipeline loop does not hold back the first wave of calls."""
+
+    def __init__(self, chunks: int) -> None:
+        self._queued = [asyncio.Event() for _ in range(chunks)]
+
+    async def take(self, index: int, run: Callable[[], Awaitable[T]]) -> T:
+        """``run()``, chunk ``index``'s analyze run, in its turn."""
+        if index:
+            await self._queued[index - 1].wait()
+        _calls_queued.set(self._queued[index].set)
+        try:
+            return await run()
+        finally:
+            self._queued[index].set()
 
 
 def analysis_key(
@@ -181,10 +210,8 @@ async def analyze_chunk(
         Exception: any other failure of some analysis (a bug, a refused request).
     """
     folder = get_context().settings.memory.path / "pipeline-cache"
-    paths = [
-        folder / f"{analysis_key(r, criteria, g, alarm)}.json"
-        for r, g in zip(records, groups, strict=True)
-    ]
+    keys = [analysis_key(r, criteria, g, alarm) for r, g in zip(records, groups, strict=True)]
+    paths = [folder / f"{key}.json" for key in keys]
     stored = await asyncio.to_thread(_read_existing, paths)
     step = records[0].step if records else None
 
@@ -211,10 +238,14 @@ async def analyze_chunk(
         await asyncio.to_thread(_write_atomically, path, result)
         return result
 
-    outcomes = await asyncio.gather(
+    asked = asyncio.gather(
         *(stored_or_asked(r, g, p) for r, g, p in zip(records, groups, paths, strict=True)),
         return_exceptions=True,
     )
+    queued = _calls_queued.get()
+    if queued is not None:
+        queued()
+    outcomes = await asked
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     if errors:
         log.warning(
@@ -241,7 +272,7 @@ async def analyze_chunk(
         len(lost),
         flagged,
     )
-    return ChunkAnalyses(analyses=analyses, dropped=lost)
+    return ChunkAnalyses(analyses=analyses, dropped=lost, stored_as=keys)
 
 
 def forget_analyses(memory_path: Path, keys: list[str]) -> None:

@@ -4,6 +4,7 @@ cache), read back from the run's task states as those models, not as their JSON.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -97,3 +98,40 @@ def test_the_llm_tasks_results_are_persisted_as_their_models(tmp_path: Path) -> 
     # the scope's outcome as the registry keeps it: JSON, with its Literal outcome
     assert done["scopes"]["global"]["outcome"] == "published"
     assert [b["tag"] for b in done["scopes"]["global"]["hacking"]]
+
+
+async def task_run_starts(name: str, since: datetime) -> dict[str, float]:
+    """When each task run of the flow run ``name`` (started after ``since``) started, by
+    its name (POSIX seconds)."""
+    async with get_client() as prefect:
+        [run] = await prefect.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                name=FlowRunFilterName(any_=[name]), start_time=FlowRunFilterStartTime(after_=since)
+            )
+        )
+        task_runs = await prefect.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
+        )
+    return {t.name: t.start_time.timestamp() for t in task_runs if t.start_time is not None}
+
+
+def test_a_chunk_starts_once_the_chunk_before_it_has_asked(tmp_path: Path) -> None:
+    # Three chunks of four: the later chunks' task runs are set up while the first
+    # chunk's calls are out, not ahead of them.
+    settings = make_settings(
+        tmp_path, **{"pipeline.rollouts_per_step": None, "pipeline.chunk_size": 4}
+    )
+    since = datetime.now(UTC)
+    with serve(settings) as client:
+        score_step(client, 1, BEHAVIOURS + ["correct"] * 4)
+        assert client.post("/complete", json={}).json() == {"status": "complete"}
+        done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120}).json()
+        assert done["status"] == "updated", done
+        starts = asyncio.run(task_run_starts("step-1", since))
+    log = settings.memory.path / "logs" / "llm_calls.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    asked = sorted(r["time"] for r in records if r["agent"] == "analyzer" and r["step"] == 1)
+    assert len(asked) == 12
+    # Each chunk's four calls are asked before the next chunk's run starts.
+    assert asked[3] <= starts["analyze-1"], (asked, starts)
+    assert asked[7] <= starts["analyze-2"], (asked, starts)
