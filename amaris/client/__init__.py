@@ -36,6 +36,7 @@ from amaris.client.errors import (
     ServerUnavailableError,
     ServerUnreachableError,
     StepFailedError,
+    UnexpectedAnswerError,
     raise_for_answer,
 )
 from amaris.client.reward_client import RewardClient
@@ -64,6 +65,7 @@ __all__ = [
     "TextPartBody",
     "ToolCallBody",
     "ToolFunctionBody",
+    "UnexpectedAnswerError",
     "WaitAnswer",
     "raise_for_answer",
 ]

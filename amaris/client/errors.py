@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Container
+from typing import TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from amaris.models import ScoreResponse
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class AmarisError(Exception):
@@ -36,6 +40,11 @@ class ServerUnreachableError(ServerUnavailableError):
 
 class StepFailedError(AmarisError):
     """The step's evolution pipeline failed; ``amaris repair`` (or /complete) re-runs it."""
+
+
+class UnexpectedAnswerError(AmarisError):
+    """A success this client cannot read: not JSON, or not the answer's model (a server of
+    another version, or not amaris, at the address)."""
 
 
 class RewardUnscoredError(AmarisError):
@@ -74,3 +83,32 @@ def raise_for_answer(path: str, response: httpx.Response, keep: Container[int] =
     if 400 <= code < 500:
         raise InvalidRequestError(code, message, [str(d.get("field", "")) for d in detail])
     raise ServerUnavailableError(f"{path}: HTTP {code}: {message}")
+
+
+def answer_json(path: str, response: httpx.Response) -> object:
+    """The JSON of a success to ``path``.
+
+    Raises:
+        UnexpectedAnswerError: the body is not JSON.
+    """
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise UnexpectedAnswerError(f"{path}: the answer is not JSON: {exc}") from exc
+
+
+def read_answer(path: str, model: type[M], data: object) -> M:
+    """``data``, the JSON of a success to ``path``, as ``model``.
+
+    Raises:
+        UnexpectedAnswerError: it is not ``model``'s JSON (names the first field at fault).
+    """
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the answer"
+        raise UnexpectedAnswerError(
+            f"{path}: this client cannot read the answer as {model.__name__} "
+            f"({exc.error_count()} error(s); {where}: {first['msg']})"
+        ) from exc

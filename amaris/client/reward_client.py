@@ -32,7 +32,9 @@ from amaris.client.errors import (
     ServerUnavailableError,
     ServerUnreachableError,
     StepFailedError,
+    answer_json,
     raise_for_answer,
+    read_answer,
 )
 from amaris.client.rewards import BatchExchange, Exchange, Rewards
 from amaris.models import (
@@ -121,7 +123,7 @@ class RewardClient:
             "include_breakdown": include_breakdown,
         }
         data = await self._post("/score", body, allow_503=True)
-        return ScoreResponse.model_validate(data)
+        return read_answer("/score", ScoreResponse, data)
 
     async def batch_score_async(
         self, items: Sequence[ScoreItem | ScoreRequest], include_breakdown: bool = False
@@ -134,7 +136,7 @@ class RewardClient:
         sent = [score_item(item, f"items[{i}]") for i, item in enumerate(items)]
         body: BatchBody = {"items": sent, "include_breakdown": include_breakdown}
         data = await self._post("/batch_score", body)
-        return BatchScoreResponse.model_validate(data).results
+        return read_answer("/batch_score", BatchScoreResponse, data).results
 
     async def batch_rewards_async(
         self, items: Sequence[ScoreItem | ScoreRequest], retry_seconds: float = 60.0
@@ -263,8 +265,8 @@ class RewardClient:
         with self._sync_client(timeout) as http:
             while True:
                 params = _wait_params(step, _left(deadline))
-                answer = WaitAnswer.model_validate(
-                    self._check(path, _send(http.get, path, params=params))
+                answer = read_answer(
+                    path, WaitAnswer, self._check(path, _send(http.get, path, params=params))
                 )
                 if not _ask_again(answer, deadline):
                     return _wait_result(answer)
@@ -280,7 +282,7 @@ class RewardClient:
             params = _wait_params(step, _left(deadline))
             wait = _http_timeout(self._timeout, timeout)
             response = await _send_async(self._http.get, path, params=params, timeout=wait)
-            answer = WaitAnswer.model_validate(self._check(path, response))
+            answer = read_answer(path, WaitAnswer, self._check(path, response))
             if not _ask_again(answer, deadline):
                 return _wait_result(answer)
             step = answer.step
@@ -303,7 +305,7 @@ class RewardClient:
     @staticmethod
     def _check(path: str, response: httpx.Response, allow_503: bool = False) -> Any:
         raise_for_answer(path, response, (503,) if allow_503 else ())
-        return response.json()
+        return answer_json(path, response)
 
 
 def _send(method: Any, path: str, **kwargs: Any) -> httpx.Response:

@@ -69,7 +69,7 @@ def recording_server(recorder: Recorder) -> Iterator[str]:
             recorder.requests.append((self.path, dict(self.headers), body))
             recorder.ports.append(self.client_address[1])
             code, data, headers = recorder.answers.pop(0)
-            raw = json.dumps(data).encode()
+            raw = data if isinstance(data, bytes) else json.dumps(data).encode()
             self.send_response(code)
             for name, value in {**headers, "Content-Type": "application/json"}.items():
                 self.send_header(name, value)

@@ -15,6 +15,7 @@ from amaris.client import (
     InvalidRequestError,
     RewardClient,
     ServerUnavailableError,
+    UnexpectedAnswerError,
 )
 from amaris.integrations.verl import compute_score
 from amaris.models import Rollout, ScoreRequest, ScoreResponse, TrainingMetadata
@@ -90,3 +91,21 @@ def test_the_client_and_the_adapters_make_the_same_error_of_an_answer(code: int)
     if isinstance(by_client.value, InvalidRequestError):
         assert isinstance(by_adapter.value, InvalidRequestError)
         assert by_client.value.fields == by_adapter.value.fields == ["f"]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({**SCORED, "status": "made-up"}, "ScoreResponse (1 error(s); status: "),
+        ("a sentence", "ScoreResponse (1 error(s); the answer: "),
+        (b"<html>a proxy's page</html>", "/score: the answer is not JSON"),
+    ],
+)
+def test_a_success_the_client_cannot_read_is_an_amaris_error_naming_the_field(
+    data: Any, message: str
+) -> None:
+    recorder = Recorder([(200, data, {})])
+    with recording_server(recorder) as url, pytest.raises(UnexpectedAnswerError) as info:
+        score(url, ROLLOUT, {})
+    assert isinstance(info.value, AmarisError)
+    assert message in str(info.value)
