@@ -69,7 +69,8 @@ class StepCoordinator:
         """``on_finished`` (metrics) gets ``done`` or ``failed`` and the pipeline's seconds.
 
         ``launcher``: starts each step's run, here or elsewhere (:class:`StepLauncher`).
-        ``after_wake``: called (on the loop) once a step's waiters are woken.
+        ``on_done``: awaited once a done step's waiters are woken (retention).
+        ``after_wake``: called (on the loop) once a step's waiters are woken, after ``on_done``.
         ``store``: what other processes did to steps (default: none do, :class:`InProcess`).
         ``replica``: this process's name in the registry's ``executor`` field.
         ``storage``: where failed durable writes are recorded (default: a new one).
@@ -392,6 +393,7 @@ class StepCoordinator:
 
     async def _supervise(self, step: int, new_attempt: bool = False) -> None:
         started = time.monotonic()
+        recorded = False
         try:
             outcome = await asyncio.wrap_future(self._launcher.run(step, new_attempt))
         except asyncio.CancelledError:
@@ -415,16 +417,16 @@ class StepCoordinator:
                 duration_s=round(time.monotonic() - started, 3),
                 scopes=scopes_json(scopes),
             )
-            if recorded and self._on_done is not None:
-                await self._on_done(step)
         finally:
             state = self._states.of(step)
             state.counted = None
             state.supervised = False
             state.event.set()
-            if self._after_wake is not None:
-                # After waiters are woken: not on the step's critical path.
-                asyncio.get_running_loop().call_soon(self._after_wake)
+        # After the waiters are woken: neither is on the step's critical path.
+        if recorded and self._on_done is not None:
+            await self._on_done(step)
+        if self._after_wake is not None:
+            asyncio.get_running_loop().call_soon(self._after_wake)
 
     async def _outcome(
         self, step: int, status: StepStatus, outcome: StepOutcome, started: float, **fields: object
