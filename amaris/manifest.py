@@ -32,7 +32,7 @@ from amaris.agents.prompts import prompt_fingerprint
 from amaris.atomic import replace_file
 from amaris.jsonfile import JSONDict, JsonFileError, read_json
 from amaris.redact import redact_url
-from amaris.settings import AUDITOR, AgentName, Settings, is_local_url
+from amaris.settings import AgentName, Settings, is_local_url, template_agent
 
 MANIFEST_VERSION = 1
 PACKAGES = (
@@ -187,8 +187,7 @@ def agents(settings: Settings, prompts: dict[str, str]) -> dict[str, AgentRecord
     for agent in settings.served_agents:
         options = settings.agents.for_agent(agent)
         base_url = settings.client.for_agent(agent).base_url
-        # The auditor asks with the scorer's template (amaris.trust.audit).
-        template = prompts.get("scorer" if agent == AUDITOR else agent)
+        template = prompts.get(template_agent(agent))
         out[agent] = {
             "model": options.model,
             "endpoint": endpoint_kind(settings, agent),

@@ -38,6 +38,7 @@ from amaris.settings.agents import (
     StructuredOutput,
     has_endpoint,
     is_local_url,
+    template_agent,
 )
 from amaris.settings.audit import AuditSettings, OnAlarm
 from amaris.settings.base import Section, secret_value
@@ -140,4 +141,5 @@ __all__ = [
     "load_settings",
     "secret_value",
     "set_dotted",
+    "template_agent",
 ]

@@ -45,6 +45,13 @@ CHEAP_SCORER: AgentName = "cheap_scorer"
 its confidence is under the calibrated threshold (``scoring.cascade``). Served only when
 ``client.cheap_scorer`` or ``agents.cheap_scorer`` is set."""
 
+
+def template_agent(agent: AgentName) -> AgentName:
+    """The agent whose prompt template ``agent`` asks with: the audit judge and the cheap
+    scorer judge with the scorer's."""
+    return "scorer" if agent in (AUDITOR, CHEAP_SCORER) else agent
+
+
 StructuredOutput = Literal["auto", "json_schema", "json_object", "none"]
 """``agents.<agent>.structured_output``."""
 

@@ -22,7 +22,7 @@ from amaris.memory.rollout_log import RolloutLog, StepRegistry
 from amaris.memory.store import MemoryStore
 from amaris.rubric.guardrails import Bounds
 from amaris.rubric.store import RubricStore
-from amaris.settings import AUDITOR, AgentName, Settings, load_settings
+from amaris.settings import AgentName, Settings, load_settings, template_agent
 from amaris.trust.audit.monitor import FidelityMonitor
 from amaris.trust.rule_store import PrecheckRuleStore
 
@@ -73,8 +73,7 @@ class PipelineContext:
         known = self._fingerprints.get(agent)
         if known is None:
             options = self.settings.agents.for_agent(agent)
-            # The auditor asks with the scorer's template.
-            template = self.prompts["scorer" if agent == AUDITOR else agent]
+            template = self.prompts[template_agent(agent)]
             known = prompt_fingerprint(template, options.model, options.temperature)
             self._fingerprints[agent] = known
         return known

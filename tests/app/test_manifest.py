@@ -23,6 +23,7 @@ from amaris.manifest import (
     write_manifest,
 )
 from amaris.settings import AGENTS, Settings, load_settings
+from tests.support.settings import make_settings
 
 SECRETS = ("sk-PLANTED-client", "sk-PLANTED-scorer", "PLANTED-server", "PLANTED-body", "PLANTEDpw")
 
@@ -156,3 +157,20 @@ def test_file_names_sort_by_start_whatever_the_kind(tmp_path: Path) -> None:
     stamp = re.compile(r"manifest-\d{8}T\d{12}Z-(simulate-ablation|serve)\.json")
     assert stamp.fullmatch(first.name) and stamp.fullmatch(second.name)
     assert manifests(data) == [first, second]
+
+
+def test_the_judges_that_ask_with_the_scorer_prompt_record_its_fingerprint(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(
+        tmp_path,
+        **{"agents.auditor.model": "audit-model", "agents.cheap_scorer.model": "cheap-model"},
+    )
+    prompts = load_prompts(settings.prompts)
+    agents = build_manifest(settings, prompts, "serve")["agents"]
+    for judge, model in (("auditor", "audit-model"), ("cheap_scorer", "cheap-model")):
+        options = settings.agents.for_agent(judge)
+        assert options.model == model
+        assert agents[judge]["prompt_fingerprint"] == prompt_fingerprint(
+            prompts["scorer"], model, options.temperature
+        )
