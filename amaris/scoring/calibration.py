@@ -1,26 +1,28 @@
 """The cascade's threshold (``scoring.cascade``): the lowest confidence of the cheap scorer
 from which its rewards agree with the scorer's often enough, calibrated on pairs both judged.
 
-A pair is one rollout's cheap confidence, cheap reward and strong reward, with a weight:
-how many rollouts it stands for, the inverse of the chance it became a pair. A rollout the
-cascade escalated (under the threshold, or before the calibration is trusted) is a pair
-for sure (weight 1); a confident one probed with ``probe_share`` stands for 1 / share; one
-the audit re-graded for its step's judged rollouts over its sample. Weighted, the pairs at
-or above a candidate threshold estimate the agreement among all the rollouts there,
-although the cascade pairs only a share of the confident ones.
+A pair is one rollout's cheap confidence, cheap reward and strong reward: every rollout the
+cascade escalated (under the threshold, or before the calibration is trusted), a random
+``probe_share`` of the confident ones, and those the audit re-graded. The pairs are grouped
+in confidence strata (:func:`stratum`), within which they are taken as alike: a stratum's
+pairs' share of agreement is that of its rollouts. How many rollouts a stratum holds is
+counted, not estimated: the cascade sees every judged rollout's cheap confidence
+(:meth:`Calibration.observe`), so each stratum weighs the rollouts it held over the span of
+the pairs kept (post-stratification on known sizes). A stratum with rollouts but no pair
+counts with the next less confident one that has pairs. A pair's weight, the rollouts it
+stands for (1 escalated, 1 / ``probe_share`` probed, a step's judged rollouts over its
+audit sample), sizes the strata only for pairs whose rollouts were not counted (a file
+written without the counts): summed weights make a small stratum's size swing with its
+pairs, one unlucky probe growing it by ten rollouts and making them disagree at once.
 
-The pairs are grouped in confidence strata (:func:`stratum`), within which they are taken
-as alike: the weights say how many rollouts a stratum holds, its pairs' own share of
-agreement what share of them agree. Weights that mix probes (heavy) and escalated pairs
-(light) in one stratum would otherwise let two unlucky probes outweigh a hundred pairs.
 The threshold is the lowest confidence ``t`` of a stratum such that over the strata from
-``t`` up the weighted share whose rewards lie within ``tolerance`` is at least
-``target_agreement``, the share taken at its lower bound (:func:`lower_bound`: a probe
-that stands for twenty rollouts is still one observation, and a few lucky pairs must not
-open the cheap path); it is infinite (every rollout escalated) under ``min_pairs`` pairs or
-when no ``t`` holds. It is computed again every :data:`RECALIBRATE_EVERY` new pairs, over
-the newest ``max_pairs``, which are kept in the data folder across restarts
-(:data:`CALIBRATION_FILE`).
+``t`` up the share of rollouts whose rewards lie within ``tolerance`` is at least
+``target_agreement``, the share taken at its lower bound (:func:`lower_bound`, over the
+pairs' effective number: a few lucky pairs must not open the cheap path); it is infinite
+(every rollout escalated) under ``min_pairs`` pairs or when no ``t`` holds. It is computed
+again every :data:`RECALIBRATE_EVERY` new pairs, over the newest ``max_pairs`` and the
+rollouts counted since the oldest of them, which are kept in the data folder across
+restarts (:data:`CALIBRATION_FILE`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import json
 import logging
 import math
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +68,8 @@ class Pair:
     cheap: float
     strong: float
     weight: float = 1.0
-    """The rollouts it stands for: the inverse of the chance it became a pair."""
+    """The rollouts it stands for: the inverse of the chance it became a pair (what sizes
+    its stratum when its rollouts were not counted)."""
 
 
 def lower_bound(share: float, pairs: float, z: float = BOUND_Z) -> float:
@@ -89,25 +92,38 @@ def stratum(confidence: float) -> int:
     return min(_SURE_STRATUM - 1, math.floor(-math.log10(doubt) * STRATA_PER_DECADE + _EPSILON))
 
 
-def threshold(pairs: Sequence[Pair], target: float, tolerance: float, min_pairs: int) -> float:
+def threshold(
+    pairs: Sequence[Pair],
+    target: float,
+    tolerance: float,
+    min_pairs: int,
+    population: Mapping[int, float] | None = None,
+) -> float:
     """The lowest confidence from which the pairs agree at ``target`` (module docstring);
-    ``math.inf`` under ``min_pairs`` pairs or when none does.
+    ``math.inf`` under ``min_pairs`` pairs or when none does. ``population``: the rollouts
+    each stratum held over the pairs' span (None: the pairs' weights summed per stratum).
 
     The strata (:func:`stratum`) are walked from the surest down. Within a stratum the
     pairs are taken as alike draws of its rollouts (post-stratification): each stands for the
-    stratum's rollouts (its pairs' weights summed) over its pairs, so a few probes of heavy
-    weight weigh as the observations they are among the pairs escalated beside them. The
-    effective number of pairs is Kish's, ``(sum w)^2 / sum w^2``."""
+    stratum's rollouts over its pairs. The effective number of pairs is Kish's,
+    ``(sum w)^2 / sum w^2`` over those shares."""
     if len(pairs) < min_pairs:
         return math.inf
     strata: dict[int, list[Pair]] = defaultdict(list)
     for pair in pairs:
         strata[stratum(pair.confidence)].append(pair)
-    agree = total = squares = 0.0
+    if population is None:
+        population = {key: sum(p.weight for p in members) for key, members in strata.items()}
+    agree = total = squares = carried = 0.0
     found = math.inf
-    for key in sorted(strata, reverse=True):
-        members = strata[key]
-        stands_for = sum(p.weight for p in members)
+    for key in sorted(strata.keys() | population.keys(), reverse=True):
+        members = strata.get(key)
+        held = population.get(key, 0.0) + carried
+        if not members:  # counted with the next less confident stratum that has pairs
+            carried = held
+            continue
+        carried = 0.0
+        stands_for = max(held, float(len(members)))
         each = stands_for / len(members)
         agreeing = sum(abs(p.cheap - p.strong) <= tolerance + _EPSILON for p in members)
         agree += each * agreeing
@@ -118,22 +134,35 @@ def threshold(pairs: Sequence[Pair], target: float, tolerance: float, min_pairs:
     return found
 
 
+Counts = dict[int, float]
+"""Rollouts counted per stratum (:func:`stratum`)."""
+
+
 class _Stored(BaseModel):
     """The calibration file: the pairs, newest last, as ``[confidence, cheap, strong,
-    weight]``; the threshold they gave (for people: it is computed again on load)."""
+    weight]``; with each, the rollouts counted per stratum since the pair before it, as
+    ``[stratum, rollouts]`` (and those counted since the newest); the threshold they gave
+    (for people: it is computed again on load)."""
 
     model_config = ConfigDict(extra="ignore")
 
     threshold: float | None = None
     pairs: list[tuple[float, float, float, float]] = Field(default_factory=list)
+    counts: list[list[tuple[int, float]]] | None = None
+    pending: list[tuple[int, float]] = Field(default_factory=list)
 
 
 class Calibration:
-    """The pairs and the threshold in force; persisted in ``folder`` when given."""
+    """The pairs, the rollouts counted over their span, and the threshold in force;
+    persisted in ``folder`` when given."""
 
     def __init__(self, settings: CascadeSettings, folder: Path | None = None) -> None:
         self._settings = settings
         self._pairs: deque[Pair] = deque(maxlen=settings.max_pairs)
+        self._counts: deque[Counts] = deque(maxlen=settings.max_pairs)
+        """With each pair, the rollouts counted since the pair before it."""
+        self._pending: Counts = {}
+        """The rollouts counted since the newest pair."""
         self._every = min(RECALIBRATE_EVERY, settings.min_pairs)
         self._fresh = 0
         self.path = None if folder is None else folder / CALIBRATION_FILE
@@ -146,12 +175,27 @@ class Calibration:
         """The pairs kept, oldest first."""
         return tuple(self._pairs)
 
+    def observe(self, confidence: float) -> None:
+        """Count a judged rollout of this cheap confidence (paired or not) in its stratum."""
+        key = stratum(confidence)
+        self._pending[key] = self._pending.get(key, 0.0) + 1.0
+
+    def population(self) -> Counts:
+        """The rollouts counted per stratum over the span of the pairs kept."""
+        total: Counts = {}
+        for counts in (*self._counts, self._pending):
+            for key, rollouts in counts.items():
+                total[key] = total.get(key, 0.0) + rollouts
+        return total
+
     def add(self, pairs: Iterable[Pair]) -> bool:
         """Keep ``pairs``; recalibrate when :data:`RECALIBRATE_EVERY` have come since the
         last time, or the pairs just reached ``min_pairs``. Whether it recalibrated."""
         before = len(self._pairs)
         for pair in pairs:
             self._pairs.append(pair)
+            self._counts.append(self._pending)
+            self._pending = {}
             self._fresh += 1
         reached = before < self._settings.min_pairs <= len(self._pairs)
         if self._fresh >= self._every or reached:
@@ -160,9 +204,13 @@ class Calibration:
         return False
 
     def recalibrate(self) -> None:
-        """The threshold of the pairs kept now."""
+        """The threshold of the pairs kept now, over the rollouts counted (the pairs'
+        weights when none was)."""
         s = self._settings
-        self.threshold = threshold(self._pairs, s.target_agreement, s.tolerance, s.min_pairs)
+        counted = self.population() or None
+        self.threshold = threshold(
+            self._pairs, s.target_agreement, s.tolerance, s.min_pairs, counted
+        )
         self._fresh = 0
 
     def snapshot(self) -> str:
@@ -170,6 +218,8 @@ class Calibration:
         stored = _Stored(
             threshold=None if math.isinf(self.threshold) else self.threshold,
             pairs=[(p.confidence, p.cheap, p.strong, p.weight) for p in self._pairs],
+            counts=[sorted(c.items()) for c in self._counts],
+            pending=sorted(self._pending.items()),
         )
         return stored.model_dump_json()
 
@@ -188,7 +238,14 @@ class Calibration:
             # everything until it has gathered new ones, which is safe.
             log.warning("cascade calibration %s unreadable, starting afresh: %s", self.path, exc)
             return
-        self._pairs.extend(Pair(*values) for values in stored.pairs)
+        pairs = [Pair(*values) for values in stored.pairs]
+        if stored.counts is not None and len(stored.counts) == len(pairs):
+            counts = [dict(c) for c in stored.counts]
+        else:  # written without the counts: each pair stands for its weight
+            counts = [{stratum(p.confidence): p.weight} for p in pairs]
+        self._pairs.extend(pairs)
+        self._counts.extend(counts)
+        self._pending = dict(stored.pending)
         self.recalibrate()
 
 

@@ -137,6 +137,8 @@ class CascadeScorer(Scorer):
             if first.breakdown is None
             else reward_confidence(first.breakdown, first.confidence, self._cascade.tolerance)
         )
+        if sure is not None:  # the strata's sizes count every rollout, paired or not
+            self.calibration.observe(sure)
         confident = sure is not None and sure >= self.calibration.threshold
         probed = confident and _draw(request) < self._cascade.probe_share
         if sure is not None and confident and not probed:

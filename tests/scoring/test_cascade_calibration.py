@@ -104,6 +104,49 @@ def test_a_probe_stands_for_the_confident_rollouts_not_paired() -> None:
     assert threshold([*low, *[agree(0.8, weight=10.0)] * 30], 0.95, 0.05, min_pairs=8) == 0.5
 
 
+def test_a_stratum_weighs_the_rollouts_counted_in_it() -> None:
+    # Sixty escalated pairs at 0.998 agree; two probes at 0.99999 (weight 10), one of
+    # which disagrees. Summed, their weights make that stratum twenty rollouts, ten of them
+    # disagreeing: nothing holds. Counted, it held two rollouts: one disagrees in 62.
+    pairs = [agree(0.998)] * 60 + [agree(0.99999, weight=10.0), differ(0.99999, weight=10.0)]
+    assert threshold(pairs, 0.95, 0.05, min_pairs=8) == math.inf
+    counted = {stratum(0.99999): 2.0, stratum(0.998): 60.0}
+    assert threshold(pairs, 0.95, 0.05, min_pairs=8, population=counted) == 0.998
+
+
+def test_a_stratum_without_pairs_counts_with_the_next_less_confident() -> None:
+    # 60 sure pairs agree; at 0.998, 19 of 20. Two hundred rollouts at 0.9999 were never
+    # paired: they go with the 0.998 stratum, whose share of agreement they take, so the
+    # cheap path opens at 0.998 only while they are not there.
+    pairs = [agree(0.99999)] * 60 + [agree(0.998)] * 19 + [differ(0.998)]
+    sure, unpaired, lower = stratum(0.99999), stratum(0.9999), stratum(0.998)
+    assert threshold(pairs, 0.95, 0.05, 8, {sure: 60.0, lower: 20.0}) == 0.998
+    assert threshold(pairs, 0.95, 0.05, 8, {sure: 60.0, unpaired: 200.0, lower: 20.0}) == 0.99999
+
+
+def test_the_rollouts_counted_go_with_the_pairs_kept(tmp_path: Path) -> None:
+    settings = CascadeSettings(min_pairs=2, max_pairs=2)
+    calibration = Calibration(settings, tmp_path)
+    for confidence in (0.5, 0.5, 0.998):
+        calibration.observe(confidence)
+    calibration.add([agree(0.998)])
+    calibration.observe(0.998)
+    calibration.add([agree(0.998)])
+    calibration.observe(0.99999)  # not paired yet
+    assert calibration.population() == {stratum(0.5): 2.0, stratum(0.998): 2.0, 10: 1.0}
+    calibration.add([differ(0.5)])  # the oldest pair leaves, and the rollouts before it
+    assert calibration.population() == {stratum(0.998): 1.0, 10: 1.0}
+    calibration.save(calibration.snapshot())
+    again = Calibration(settings, tmp_path)
+    assert again.population() == calibration.population() and again.pairs == calibration.pairs
+    # A file written without the counts: each pair stands for its weight.
+    stored = json.loads((tmp_path / CALIBRATION_FILE).read_text())
+    stored["pairs"][0][3] = 10.0
+    del stored["counts"], stored["pending"]
+    (tmp_path / CALIBRATION_FILE).write_text(json.dumps(stored))
+    assert Calibration(settings, tmp_path).population() == {stratum(0.998): 10.0, 0: 1.0}
+
+
 def test_recalibrated_as_pairs_accrue_and_bounded() -> None:
     settings = CascadeSettings(min_pairs=4, max_pairs=6, target_agreement=0.75)
     calibration = Calibration(settings)

@@ -18,7 +18,7 @@ from amaris.llm.gateway import LLMGateway
 from amaris.models import ScoreRequest
 from amaris.rubric.model import Criterion
 from amaris.rubric.store import RubricStore
-from amaris.scoring.calibration import Calibration, Pair
+from amaris.scoring.calibration import Calibration, Pair, stratum
 from amaris.scoring.cascade import CascadeScorer
 from amaris.settings import load_settings
 from tests.support.scripted_llm import ScriptedProvider, answer, scorer_prompt, verdicts
@@ -127,6 +127,22 @@ async def test_a_confident_rollout_probed_is_answered_by_the_scorer(make: Any) -
     # The same rollout draws the same: probed again, or not.
     again = await scorer.judge(request("r0"))
     assert again.judge == judged[0].judge
+
+
+async def test_every_judged_rollout_is_counted_in_its_stratum(make: Any) -> None:
+    # The calibration sizes its strata from the rollouts judged, paired or not.
+    cheap = ScriptedProvider(
+        script=[verdicts(("A1", 4), ("R1", 0)), verdicts(("A1", 4), ("R1", 1))],
+        default=verdicts(("A1", 4), ("R1", 0)),
+    )
+    strong = ScriptedProvider(default=verdicts(("A1", 4), ("R1", 0)))
+    scorer = make(cheap, strong, CALIBRATED)
+    assert scorer.calibration.population() == {}
+    assert (await scorer.judge(request())).judge == "strong"  # 2/3: paired
+    for rid in ("r2", "r3"):
+        assert (await scorer.judge(request(rid))).judge == "cheap"  # sure: not paired
+    assert len(scorer.calibration.pairs) == len(CALIBRATED) + 1
+    assert scorer.calibration.population() == {stratum(2 / 3): 1.0, stratum(1.0): 2.0}
 
 
 async def test_a_cheap_judge_without_a_verdict_is_escalated(make: Any) -> None:
