@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from amaris.agents.prompts import load_prompts
-from amaris.cli.commands.simulate import MODES
+from amaris.cli.commands.simulate import MODES, sized
 from amaris.cli.common import CommandError, config_path
 from amaris.cli.config import load, server_url
 from amaris.cli.reported import reported
@@ -231,6 +231,7 @@ def simulated_run(
 def simulate(args: argparse.Namespace) -> int:
     """Run the simulated training loop and write the report folder (with ``--ablation``,
     once per memory mode, and ``ablation.json``)."""
+    args = sized(args)
     with reported("simulate"):
         settings = load(args)
         if args.scenario:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from amaris.cli.main import main
+from amaris.cli.commands.simulate import sized
+from amaris.cli.main import build_parser, main
 from amaris.cli.simulate import run_title
 
 
@@ -112,3 +113,20 @@ def test_replay_input_errors_name_the_line_and_field(
 )
 def test_a_run_is_named_once(label: str, title: str) -> None:
     assert run_title(label) == title
+
+
+@pytest.mark.parametrize(
+    ("argv", "size"),
+    [
+        (["simulate"], (10, 32)),
+        (["simulate", "--scenario", "steady"], (10, 32)),
+        (["simulate", "--scenario", "cascade"], (16, 64)),
+        (["simulate", "--scenario", "cascade", "--steps", "3"], (3, 64)),
+        (["simulate", "--scenario", "cascade", "--rollouts-per-step", "8"], (16, 8)),
+    ],
+)
+def test_a_run_is_sized_by_its_options_else_its_scenario(
+    argv: list[str], size: tuple[int, int]
+) -> None:
+    args = sized(build_parser().parse_args(argv))
+    assert (args.steps, args.rollouts_per_step) == size

@@ -37,6 +37,24 @@ not; of a coding agent that tampers with the tests; of a cheap judge before the 
 judge (docs/simulation.md)."""
 
 
+SIZE = (10, 32)
+"""A simulation's steps and rollouts per step unless given."""
+SCENARIO_SIZES = {"cascade": (16, 64)}
+"""A scenario's own, where it differs: the cascade's calibration escalates every rollout
+until it holds ``scoring.cascade.min_pairs`` pairs, so its run goes well past them."""
+
+
+def sized(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with ``--steps`` and ``--rollouts-per-step`` as given, else the scenario's
+    size (:data:`SCENARIO_SIZES`, else :data:`SIZE`)."""
+    steps, rollouts = SCENARIO_SIZES.get(args.scenario or "", SIZE)
+    if args.steps is None:
+        args.steps = steps
+    if args.rollouts_per_step is None:
+        args.rollouts_per_step = rollouts
+    return args
+
+
 def register(sub: SubParsers) -> None:
     """Add ``simulate``."""
     parser = command(
@@ -59,13 +77,16 @@ def register(sub: SubParsers) -> None:
             option, type=bounded(1, 65535), default=None, help=f"{what} (default: a free one)"
         )
     parser.add_argument(
-        "--steps", type=bounded(1, 1000), default=10, help="training steps (default 10)"
+        "--steps",
+        type=bounded(1, 1000),
+        default=None,
+        help="training steps (default 10; with --scenario cascade 16)",
     )
     parser.add_argument(
         "--rollouts-per-step",
         type=bounded(1, 1024),
-        default=32,
-        help="rollouts per step (default 32)",
+        default=None,
+        help="rollouts per step (default 32; with --scenario cascade 64)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of tasks and mix (default 0)")
     parser.add_argument(
