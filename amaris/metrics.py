@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from amaris.llm.rate_limits import KINDS, RateLimits
+from amaris.scoring.cascade import cascade_metrics
 from amaris.scoring.group_bias import group_metrics
 from amaris.settings import AGENTS
 from amaris.trust.audit.monitor import FidelityMonitor
@@ -284,6 +285,7 @@ class _StateCollector(Collector):
             truncated.add_metric([cause], counters.get(f"truncated.{cause}", 0))
         yield truncated
         yield from group_metrics(counters, groups.bias if (groups := self._scorer.groups) else None)
+        yield from cascade_metrics(self._scorer)
         version = GaugeMetricFamily(
             "amaris_rubric_version", "Version of the rubric in force.", labels=["scope"]
         )

@@ -16,9 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from amaris.llm.gateway import LLMGateway
 from amaris.models import ScoreRequest
@@ -191,3 +196,39 @@ class CascadeScorer(Scorer):
         if pairs:
             self.counters["cascade.audit_pairs"] += len(pairs)
             await self._add(pairs)
+
+
+CASCADE_OUTCOMES = ("cheap", "strong", "escalated", "probed", "cheap_unscored", "audit_pairs")
+"""The cascade's counters (``cascade.<outcome>``), exported at 0 from the start."""
+
+
+def cascade_metrics(scorer: Scorer) -> Iterable[Metric]:
+    """When the cascade is on: ``amaris_cascade{outcome}`` (its counters), and
+    ``amaris_cascade_threshold`` and ``amaris_cascade_pairs`` (its calibration now; the
+    threshold only once the pairs hold the target)."""
+    if not isinstance(scorer, CascadeScorer):
+        return
+    counters = dict(scorer.counters)
+    outcomes = CounterMetricFamily(
+        "amaris_cascade",
+        "The calibrated cascade, per rollout judged: the judge that decided (cheap, strong), "
+        "why the scorer judged it (escalated, probed), cheap scorer gave no verdict; and "
+        "calibration pairs from the audit.",
+        labels=["outcome"],
+    )
+    for outcome in CASCADE_OUTCOMES:
+        outcomes.add_metric([outcome], counters.get(f"cascade.{outcome}", 0))
+    yield outcomes
+    calibration = scorer.calibration
+    yield GaugeMetricFamily(
+        "amaris_cascade_pairs",
+        "Calibration pairs kept (rollouts both judges judged).",
+        value=len(calibration.pairs),
+    )
+    if math.isfinite(calibration.threshold):
+        yield GaugeMetricFamily(
+            "amaris_cascade_threshold",
+            "The cheap scorer's confidence from which it decides alone (absent while every "
+            "rollout is escalated).",
+            value=calibration.threshold,
+        )

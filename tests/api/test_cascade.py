@@ -98,9 +98,15 @@ def test_escalates_everything_until_calibrated_then_only_doubtful_verdicts(
         assert (doubt["judge"], doubt["score"], len(strong.calls)) == ("strong", 0.0, 5)
         assert len(cheap.calls) == 6
         counters = client.get("/healthz").json()["counters"]
+        metrics = client.get("/metrics").text
     assert counters["scored"] == 6
     assert counters["cascade.cheap"] == 1 and counters["cascade.strong"] == 5
     assert counters["cascade.escalated"] == 5 and counters["logprobs_used"] == 6
+    # The same counters in /metrics, with the calibration in force.
+    for outcome, count in (("cheap", 1), ("strong", 5), ("escalated", 5), ("probed", 0)):
+        assert f'amaris_cascade_total{{outcome="{outcome}"}} {count}.0' in metrics
+    assert "amaris_cascade_pairs 5.0" in metrics
+    assert "amaris_cascade_threshold " in metrics
     # Each agent's own model and ledger account.
     assert {c.agent for c in cheap.calls} == {"cheap_scorer"}
     assert {c.agent for c in strong.calls} == {"scorer"}
@@ -129,6 +135,8 @@ def test_an_unscored_answer_names_no_judge_and_a_plain_scorer_is_strong(
         assert score(client, "sure-1")["judge"] == "strong"
         # the pre-check's floor: no judge decided
         assert score(client, "")["judge"] is None
+        # no cascade, no cascade series
+        assert "amaris_cascade" not in client.get("/metrics").text
 
 
 def test_audit_pairs_join_the_cheap_verdicts_served(
