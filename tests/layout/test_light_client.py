@@ -142,3 +142,9 @@ def test_a_missing_extra_is_named_and_a_missing_own_module_is_a_bug() -> None:
     assert missing_extra(ModuleNotFoundError("x", name="matplotlib.pyplot")) == "sim"
     assert missing_extra(ModuleNotFoundError("x", name="amaris.nowhere")) is None
     assert missing_extra(ModuleNotFoundError("x")) is None
+
+
+def test_the_offline_judge_server_loads_no_store_or_orchestrator() -> None:
+    # `amaris offline-llm` answers from rules: Qdrant's client and Prefect are not its.
+    loaded = _loaded_top_level_modules("amaris.sim.judge_server")
+    assert not loaded & {"qdrant_client", "prefect", "torch", "sentence_transformers"}, loaded
