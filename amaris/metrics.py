@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from amaris.llm.rate_limits import KINDS, RateLimits
+from amaris.metric_families import counted
 from amaris.scoring.cascade import cascade_metrics
 from amaris.scoring.group_bias import group_metrics
 from amaris.settings import AGENTS
@@ -205,10 +206,7 @@ class _JudgeCanaryCollector(Collector):
             ("probes", "Judge canary probes the training judge scored, by kind."),
             ("alarms", "Judge canary alarms (the training judge paid a probe), by kind."),
         ):
-            family = CounterMetricFamily(f"amaris_judge_canary_{what}", text, labels=["kind"])
-            for kind in kinds:
-                family.add_metric([kind], counts.get(f"{what}.{kind}", 0))
-            yield family
+            yield counted(f"amaris_judge_canary_{what}", text, "kind", kinds, counts, f"{what}.")
         yield GaugeMetricFamily(
             "amaris_precheck_learned_rules",
             "Learned pre-check rules in force (GET /precheck/rules).",
@@ -250,40 +248,41 @@ class _StateCollector(Collector):
         yield from _rate_limit_metrics(self._rates)
         # dict(...) copies in one step: the pipeline thread updates its gateway's stats.
         counters = dict(self._scorer.counters)
-        rewards = CounterMetricFamily(
+        yield counted(
             "amaris_rewards",
             "Rollouts answered once stored in the rollout log, by status: scored by the "
             "judge, from the cache, given the pre-check's floor (degenerate), unscored.",
-            labels=["status"],
+            "status",
+            REWARD_STATUSES,
+            counters,
         )
-        for status in REWARD_STATUSES:
-            rewards.add_metric([status], counters.get(status, 0))
-        yield rewards
         yield CounterMetricFamily(
             "amaris_rollouts_unstored",
             "Rollouts refused with 503 because a durable write failed (full disk, locked "
             "database): judged, not stored, not counted in amaris_rewards.",
             value=counters.get("unstored", 0),
         )
-        unscored = CounterMetricFamily(
-            "amaris_unscored", "Unscored rollouts answered, by reason.", labels=["reason"]
-        )
         reasons = {
             *UNSCORED_REASONS,
             *(k.split(".", 1)[1] for k in counters if k.startswith("unscored.")),
         }
-        for reason in sorted(reasons):
-            unscored.add_metric([reason], counters.get(f"unscored.{reason}", 0))
-        yield unscored
-        truncated = CounterMetricFamily(
+        yield counted(
+            "amaris_unscored",
+            "Unscored rollouts answered, by reason.",
+            "reason",
+            sorted(reasons),
+            counters,
+            "unscored.",
+        )
+        yield counted(
             "amaris_rollouts_truncated",
             "Rollouts answered that were judged with their text cut (head and tail kept), by "
             "cause: over scoring.max_field_chars, or over the scorer's context window.",
-            labels=["cause"],
+            "cause",
+            TRUNCATION_CAUSES,
+            counters,
+            "truncated.",
         )
-        for cause in TRUNCATION_CAUSES:
-            truncated.add_metric([cause], counters.get(f"truncated.{cause}", 0))
-        yield truncated
         yield from group_metrics(counters, groups.bias if (groups := self._scorer.groups) else None)
         yield from cascade_metrics(self._scorer)
         version = GaugeMetricFamily(
@@ -304,15 +303,14 @@ class _StateCollector(Collector):
             steps.add_metric([status], known.count(status))
         yield steps
         canary = dict(self._canary)
-        checks = CounterMetricFamily(
+        yield counted(
             "amaris_rubric_canary",
             "Candidate rubrics the rubric canary checked, by outcome (refused: the update was "
             "rejected), in the step flows this process ran.",
-            labels=["outcome"],
+            "outcome",
+            CANARY_OUTCOMES,
+            canary,
         )
-        for outcome in CANARY_OUTCOMES:
-            checks.add_metric([outcome], canary.get(outcome, 0))
-        yield checks
         yield CounterMetricFamily(
             "amaris_rubric_canary_probes",
             "Probes the rubric canary scored under candidate rubrics.",

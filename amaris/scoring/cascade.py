@@ -22,10 +22,11 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from amaris.llm.gateway import LLMGateway
+from amaris.metric_families import counted
 from amaris.models import ScoreRequest
 from amaris.rubric.aggregate import aggregate
 from amaris.rubric.model import RubricVersion
@@ -208,17 +209,16 @@ def cascade_metrics(scorer: Scorer) -> Iterable[Metric]:
     threshold only once the pairs hold the target)."""
     if not isinstance(scorer, CascadeScorer):
         return
-    counters = dict(scorer.counters)
-    outcomes = CounterMetricFamily(
+    yield counted(
         "amaris_cascade",
         "The calibrated cascade, per rollout judged: the judge that decided (cheap, strong), "
         "why the scorer judged it (escalated, probed), cheap scorer gave no verdict; and "
         "calibration pairs from the audit.",
-        labels=["outcome"],
+        "outcome",
+        CASCADE_OUTCOMES,
+        dict(scorer.counters),
+        "cascade.",
     )
-    for outcome in CASCADE_OUTCOMES:
-        outcomes.add_metric([outcome], counters.get(f"cascade.{outcome}", 0))
-    yield outcomes
     calibration = scorer.calibration
     yield GaugeMetricFamily(
         "amaris_cascade_pairs",

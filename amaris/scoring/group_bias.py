@@ -16,8 +16,10 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
+
+from amaris.metric_families import counted
 
 log = logging.getLogger("amaris.scoring.group")
 
@@ -88,15 +90,15 @@ def group_metrics(counters: Mapping[str, int], bias: PositionBias | None) -> Ite
     ``amaris_group_position_bias{position}`` (1 = first shown)."""
     if bias is None:
         return
-    judging = CounterMetricFamily(
+    yield counted(
         "amaris_group_judging",
         "Listwise judging: calls made, rollouts they decided, rollouts judged on their own "
         "after their group's call failed for them (fallback), parts split to fit the budget.",
-        labels=["outcome"],
+        "outcome",
+        GROUP_OUTCOMES,
+        counters,
+        "group.",
     )
-    for outcome in GROUP_OUTCOMES:
-        judging.add_metric([outcome], counters.get(f"group.{outcome}", 0))
-    yield judging
     gauge = GaugeMetricFamily(
         "amaris_group_position_bias",
         "Listwise judging: mean of a rollout's reward minus its group's mean, by the position "
