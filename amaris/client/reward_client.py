@@ -32,6 +32,7 @@ from amaris.client.errors import (
     ServerUnavailableError,
     ServerUnreachableError,
     StepFailedError,
+    UnexpectedAnswerError,
     answer_json,
     raise_for_answer,
     read_answer,
@@ -237,11 +238,11 @@ class RewardClient:
         """
         with self._sync_client() as http:
             response = _send(http.post, "/complete", json=_step_body(step))
-        return str(self._check("/complete", response)["status"])
+        return _status("/complete", self._check("/complete", response))
 
     async def rollouts_complete_async(self, step: int | None = None) -> str:
         """Async :meth:`rollouts_complete`."""
-        return str((await self._post("/complete", _step_body(step)))["status"])
+        return _status("/complete", await self._post("/complete", _step_body(step)))
 
     def rubric_updated(self, step: int | None = None, timeout: float | None = None) -> WaitAnswer:
         """Block until the step's rubric evolution finished (default: the latest step).
@@ -322,6 +323,18 @@ async def _send_async(method: Any, path: str, **kwargs: Any) -> httpx.Response:
     except httpx.TransportError as exc:
         raise ServerUnreachableError(f"{path}: {exc}") from exc
     return response
+
+
+def _status(path: str, data: object) -> str:
+    """The ``status`` of a success to ``path``.
+
+    Raises:
+        UnexpectedAnswerError: the answer has none.
+    """
+    status = data.get("status") if isinstance(data, dict) else None
+    if not isinstance(status, str):
+        raise UnexpectedAnswerError(f"{path}: the answer has no status")
+    return status
 
 
 def _step_header(step: int | None) -> dict[str, str]:

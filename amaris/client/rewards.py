@@ -21,6 +21,7 @@ from amaris.client.errors import (
     InvalidRequestError,
     ServerUnavailableError,
     ServerUnreachableError,
+    UnexpectedAnswerError,
     raise_for_answer,
 )
 from amaris.models import GetRewardBody, RewardVector, ScoreResponse
@@ -154,16 +155,26 @@ class Exchange:
 
     def _record(self, data: ServerAnswer) -> None:
         sent, still = self._pending, []
+        rewards, statuses = data.get("rewards"), data.get("statuses")
+        if not (
+            isinstance(rewards, list)
+            and isinstance(statuses, list)
+            and min(len(rewards), len(statuses)) >= len(sent)
+        ):
+            raise UnexpectedAnswerError(
+                f"/get_reward: the answer has no reward and status for each of the "
+                f"{len(sent)} samples sent"
+            )
         versions = data.get("extra_logs", {}).get("amaris_rubric_version", [])
         vectors = data.get("reward_vectors")
         if vectors is not None and self.result.reward_vectors is None:
             self.result.reward_vectors = [None] * len(self.result.rewards)
         self.result.step = data.get("step", self.result.step)
         for k, index in enumerate(sent):
-            self.result.statuses[index] = data["statuses"][k]
-            version = versions[k]
+            self.result.statuses[index] = statuses[k]
+            version = versions[k] if k < len(versions) else None
             self.result.rubric_versions[index] = int(version) if version else None
-            reward = data["rewards"][k]
+            reward = rewards[k]
             if reward is None:
                 still.append(index)
             else:

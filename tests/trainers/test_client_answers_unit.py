@@ -109,3 +109,26 @@ def test_a_success_the_client_cannot_read_is_an_amaris_error_naming_the_field(
         score(url, ROLLOUT, {})
     assert isinstance(info.value, AmarisError)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{"rewards": [1.0]}, {"rewards": [], "statuses": []}, b"<html>a proxy's page</html>"],
+)
+def test_a_reward_answer_without_a_reward_for_each_sample_is_an_amaris_error(data: Any) -> None:
+    recorder = Recorder([(200, data, {})])
+    with recording_server(recorder) as url, pytest.raises(UnexpectedAnswerError) as info:
+        compute_score("ds", "a", None, {"question": "q"}, url=url, retry_seconds=0)
+    assert "/get_reward: the answer has no reward and status for each of the 1" in str(info.value)
+
+
+@pytest.mark.parametrize("data", [{"state": "complete"}, ["complete"], b"complete"])
+def test_a_complete_answer_without_a_status_is_an_amaris_error(data: Any) -> None:
+    recorder = Recorder([(200, data, {})])
+    with recording_server(recorder) as url, pytest.raises(UnexpectedAnswerError) as info:
+        client = RewardClient(url, timeout=10)
+        try:
+            client.rollouts_complete(3)
+        finally:
+            client.close()
+    assert "/complete: the answer" in str(info.value)
