@@ -50,6 +50,7 @@ from amaris.scoring.group_protocol import (
     labels,
     shown_order,
 )
+from amaris.scoring.judge_calls import JudgeCalls
 from amaris.scoring.judge_protocol import Verdict
 from amaris.scoring.judgement import Judged
 from amaris.settings import ScoringSettings
@@ -86,18 +87,12 @@ class GroupJudge:
         settings: ScoringSettings,
         gateway: LLMGateway,
         counters: Counter[str],
-        agent: str = "scorer",
-        account: str | None = None,
-        samples: int = 1,
-        logprobs: bool = False,
+        calls: JudgeCalls,
     ) -> None:
         self._settings = settings
         self._gateway = gateway
         self._counters = counters
-        self._agent = agent
-        self._account = account
-        self._samples = samples
-        self._logprobs = logprobs
+        self._calls = calls
         self._prompt = builtin_prompt(GROUP_PROMPT)
         self._tasks: set[asyncio.Task[None]] = set()
         self.bias = PositionBias(settings.group_bias_bound, counters)
@@ -138,7 +133,7 @@ class GroupJudge:
         shared = {"input": first["input"], "supplemental_context": first["supplemental_context"]}
         outputs = [(label, m.fields["output"]) for label, m in zip(shown, chunk, strict=True)]
         messages = group_messages(self._prompt, rubric, shared, outputs)
-        budget = await self._gateway.prompt_budget(self._agent)
+        budget = await self._gateway.prompt_budget(self._calls.agent)
         if budget is not None and estimate_messages(messages) > budget:
             self._counters["group.split"] += 1
             half = len(chunk) // 2
@@ -148,12 +143,12 @@ class GroupJudge:
             return
         call = functools.partial(
             self._gateway.structured_completion,
-            self._agent,
+            self._calls.agent,
             messages,
             GroupVerdicts,
             step=chunk[0].step,
             json_schema=group_schema(rubric, shown),
-            account=self._account,
+            account=self._calls.account,
             example=group_example(rubric, shown),
         )
         timeout = self._settings.timeout_seconds
@@ -162,11 +157,7 @@ class GroupJudge:
             # Half the rollouts' own bound: a member the call fails for has the rest to be
             # judged on its own.
             async with asyncio.timeout(None if timeout is None else timeout / 2):
-                replies = (
-                    [await call()]
-                    if self._samples == 1
-                    else await asyncio.gather(*(call() for _ in range(self._samples)))
-                )
+                replies = await self._calls.replies(call)
         except (LLMUnavailableError, LLMOutputError, TimeoutError) as exc:
             kind = _failure_kind(exc)
             self._counters[f"group.failed.{kind}"] += 1
@@ -196,7 +187,7 @@ class GroupJudge:
             len(replies),
             {c.id: [float(reply[c.id].score) for reply in by_id] for c in rubric.judged},
             {c.id: by_id[0][c.id].reason for c in rubric.judged},
-            0 if self._logprobs else None,
+            0 if self._calls.logprobs else None,
             listwise=True,
         )
 

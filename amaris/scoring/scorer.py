@@ -27,6 +27,7 @@ from amaris.models import ScoreRequest
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.store import RubricStore
 from amaris.scoring.group import GroupJudge, leave_group, take_seat
+from amaris.scoring.judge_calls import JudgeCalls
 from amaris.scoring.judge_fit import ContextFit, rubric_example, rubric_schema
 from amaris.scoring.judge_protocol import (
     JudgeVerdicts,
@@ -80,15 +81,7 @@ class Scorer:
         """What its judgements say decided them (``cheap``: the cascade's first judge)."""
         self.learned_rules = learned_rules
         """The pre-check's learned rules (judge canaries), matched before the judge."""
-        self._agent = agent
-        """The agent whose endpoint and options the judge calls use: ``auditor`` for the
-        audit judge, which asks the scorer's prompt on its own endpoint."""
-        self._account = account
-        """The ledger agent its judge calls are counted under (default ``scorer``)."""
-        self._samples = samples
-        """``agents.scorer.samples``: judge calls per rollout."""
-        self._logprobs = logprobs
-        """``agents.scorer.logprobs``: verdicts are expected values where logprobs come back."""
+        self._calls = JudgeCalls(agent, account, samples, logprobs)
         self._gateway = gateway
         self._store = store
         self._prompt = prompt
@@ -105,8 +98,11 @@ class Scorer:
         and ``unstored`` (its durable write failed: answered 503, judged but not counted
         above). Judge replies, stored or not: ``logprobs_used`` / ``logprobs_missing``."""
         # listwise mode: the judge of a batch's groups (amaris/scoring/group.py).
-        parts = (settings, gateway, self.counters, agent, account, samples, logprobs)
-        self.groups = GroupJudge(*parts) if settings.group_mode == "listwise" else None
+        self.groups = (
+            GroupJudge(settings, gateway, self.counters, self._calls)
+            if settings.group_mode == "listwise"
+            else None
+        )
 
     @property
     def pending(self) -> int:
@@ -352,34 +348,26 @@ class Scorer:
         )
         trajectory = view is not None
         reply: type[Reply] = TrajectoryVerdicts if trajectory else JudgeVerdicts
-        # k independent calls, not one with n=k: every endpoint (and the offline judge)
-        # takes them, each reply is validated and re-asked on its own, and the repeated
-        # prompt is a prefix-cache hit. All k must succeed: the rewards of a group must come
-        # from the same estimator.
+        # All k must succeed: the rewards of a group must come from the same estimator.
         call = functools.partial(
             self._gateway.structured_completion,
-            self._agent,
+            self._calls.agent,
             messages,
             reply,
             step=step,
             check=check_ids(rubric),
             json_schema=rubric_schema(rubric, trajectory),
-            account=self._account,
+            account=self._calls.account,
             example=rubric_example(rubric, trajectory),
         )
-        # One sample (the default) is awaited as is: a gather would wrap it in a task.
-        replies = (
-            [await call()]
-            if self._samples == 1
-            else await asyncio.gather(*(call() for _ in range(self._samples)))
-        )
+        replies = await self._calls.replies(call)
         samples: dict[str, list[float]] = {c.id: [] for c in rubric.judged}
         margins: dict[str, list[float]] = {c.id: [] for c in rubric.judged}
         from_logprobs = 0
         for result, completion in replies:
             values: list[float] = [v.score for v in result.verdicts]
             sure: list[float] = []
-            if self._logprobs:
+            if self._calls.logprobs:
                 found = (
                     await distributions_off_loop(completion.logprobs, completion.content, values)
                     if completion.logprobs
@@ -402,7 +390,7 @@ class Scorer:
             len(replies),
             samples,
             reasons,
-            from_logprobs if self._logprobs else None,
+            from_logprobs if self._calls.logprobs else None,
             margins=margins,
             turns=attributed,
         )
