@@ -79,7 +79,9 @@ def build_step_path(
         if shared
         else None
     )
-    runner = PipelineRunner(on_start=_on_start(settings, stores, context, executor, start))
+    runner = PipelineRunner(
+        on_start=_on_start(settings, stores, context, executor, start), on_stop=gateway.close
+    )
     launcher: StepLauncher = (
         DeploymentLauncher(runner, executor)
         if executor is not None

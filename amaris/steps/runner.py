@@ -24,9 +24,16 @@ log = logging.getLogger("amaris.pipeline")
 
 
 class PipelineRunner:
-    """A daemon thread owning an event loop for step flows."""
+    """A daemon thread owning an event loop for step flows.
 
-    def __init__(self, on_start: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    ``on_start`` runs first on the loop; ``on_stop`` last, once its tasks are cancelled
+    (what holds connections on this loop closes them here, while the loop still runs)."""
+
+    def __init__(
+        self,
+        on_start: Callable[[], Coroutine[Any, Any, None]],
+        on_stop: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    ) -> None:
         self._loop = asyncio.new_event_loop()
         # The thread runs in a copy of the creator's context, so Prefect settings set there
         # (a test harness, a profile) apply to the flows too.
@@ -35,6 +42,7 @@ class PipelineRunner:
             target=context.run, args=(self._run,), name="amaris-pipeline", daemon=True
         )
         self._on_start = on_start
+        self._on_stop = on_stop
         self.ready = concurrent.futures.Future[None]()
         self._holder: asyncio.Task[None] | None = None
         # The context flows run in: it holds the loop's Prefect clients once they are open.
@@ -114,6 +122,11 @@ class PipelineRunner:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self._on_stop is not None:
+                try:
+                    await self._on_stop()
+                except Exception:  # stopping goes on: the loop must still end
+                    log.exception("pipeline stop: closing its connections failed")
 
         try:
             asyncio.run_coroutine_threadsafe(_shutdown(), self._loop).result(timeout)

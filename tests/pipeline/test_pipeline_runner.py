@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 import threading
+import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prefect import flow
@@ -12,6 +16,10 @@ from prefect.client.orchestration import get_client
 from amaris.steps.launcher import LocalLauncher, StepLauncher
 from amaris.steps.outcomes import StepRun
 from amaris.steps.runner import PipelineRunner
+from tests.support.app import serve
+from tests.support.fake_llm import FakeLLM
+from tests.support.pipeline_helpers import score_step
+from tests.support.settings import llm_settings
 from tests.support.step_runs import scope_outcome
 
 
@@ -68,3 +76,26 @@ def test_a_failing_start_up_is_reported_through_ready(prefect_harness: None) -> 
             failed.ready.result(timeout=60)
     finally:
         failed.stop()
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_stopped_service_leaves_no_judge_session_open_on_the_pipeline_loop(
+    tmp_path: Path, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = llm_settings(tmp_path, fake_llm, **{"pipeline.rollouts_per_step": None})
+    with serve(settings) as client:
+        score_step(client, 1, ["correct"] * 4)
+        assert client.post("/complete", json={"step": 1}).json() == {"status": "complete"}
+        done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120}).json()
+        assert done["status"] in ("updated", "unchanged"), done
+    pipeline_calls = [r for r in fake_llm.requests if "analy" in str(r.get("messages", ""))]
+    assert pipeline_calls  # the step's agents asked the judge from the pipeline loop
+    # An aiohttp session collected open warns and reports to its loop's exception handler.
+    with (
+        caplog.at_level(logging.ERROR, logger="asyncio"),
+        warnings.catch_warnings(record=True) as caught,
+    ):
+        warnings.simplefilter("always")
+        gc.collect()
+    assert [str(w.message) for w in caught if "Unclosed" in str(w.message)] == []
+    assert [r.getMessage() for r in caplog.records if "Unclosed" in r.getMessage()] == []
