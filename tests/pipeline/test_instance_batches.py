@@ -3,6 +3,7 @@ rollouts' chunks, not with its prompts."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections import Counter
@@ -62,8 +63,11 @@ def prompt_rollout(n: int) -> dict[str, str]:
     }
 
 
-async def step_task_runs(step: int, since: datetime) -> tuple[list[str], list[str]]:
-    """The names of the task runs and the keys of the artifacts of flow run ``step-<step>``."""
+async def step_task_runs(step: int, since: datetime, batches: int) -> tuple[list[str], list[str]]:
+    """The names of the task runs and the keys of the artifacts of flow run ``step-<step>``,
+    read again (up to a deadline) until its ``batches`` scope batches are there: the server
+    stores task runs as their events arrive."""
+    give_up = time.monotonic() + 30.0
     async with get_client() as prefect:
         runs = await prefect.read_flow_runs(
             flow_run_filter=FlowRunFilter(
@@ -72,9 +76,14 @@ async def step_task_runs(step: int, since: datetime) -> tuple[list[str], list[st
             )
         )
         assert len(runs) == 1
-        tasks = await prefect.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[runs[0].id]))
-        )
+        while True:
+            tasks = await prefect.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[runs[0].id]))
+            )
+            found = sum(t.name.startswith("scopes-") for t in tasks)
+            if found >= batches or time.monotonic() > give_up:
+                break
+            await asyncio.sleep(0.2)
         artifacts = await prefect.read_artifacts(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[runs[0].id]))
         )
@@ -94,7 +103,7 @@ async def test_per_instance_task_runs_grow_with_chunks_not_prompts(tmp_path: Pat
     assert done["status"] in ("updated", "unchanged")
     assert set(done["scopes"]) == {input_id(i["rollout"]["input"]) for i in items}
     assert all(s["rollouts"] == 1 for s in done["scopes"].values())
-    names, keys = await step_task_runs(1, since)
+    names, keys = await step_task_runs(1, since, PROMPTS // CHUNK)
     # one task run per batch of CHUNK rollouts; none per prompt and stage
     assert Counter(name.rsplit("-", 1)[0] for name in names)["scopes"] == PROMPTS // CHUNK
     assert not [name for name in names if name.startswith(PER_SCOPE)]
