@@ -41,6 +41,7 @@ import importlib.util
 import json
 import os
 import queue
+import shutil
 import signal
 import statistics
 import subprocess
@@ -120,8 +121,9 @@ def gil_check() -> tuple[float, float]:
 
 
 # -- part 1: the worker --------------------------------------------------------------------
-def worker(cases: list[list[Any]], repeat: int) -> None:
-    """Run ``cases`` ([family, size, field]) in this process; one JSON line per case."""
+def worker(cases: list[list[Any]], repeat: int, folder: Path) -> None:
+    """Run ``cases`` ([family, size, field]) in this process, its data in ``folder``; one
+    JSON line per case."""
     from amaris.app.wiring import create_app
     from amaris.settings import load_settings
     from tests.support.testclient import TestClient
@@ -136,38 +138,39 @@ def worker(cases: list[list[Any]], repeat: int) -> None:
             await asyncio.sleep(0.001)
             stall["max"] = max(stall["max"], loop.time() - before - 0.001)
 
-    with tempfile.TemporaryDirectory(prefix="amaris-bench-degenerate-") as tmp:
-        settings = load_settings(None, **{"memory.path": tmp, "memory.embedding_model": "hashing"})
-        with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
-            assert client.portal is not None
-            client.portal.start_task_soon(probe)
-            client.post("/score", json={"rollout": deg.rollout("warm", "output", "42")})
-            print(json.dumps({"ready": True}), flush=True)
-            for n, (family, size, field) in enumerate(cases):
-                text = deg.FAMILIES[family](size)
-                cpu: list[float] = []
-                status = ""
-                stall["max"] = 0.0
-                for k in range(repeat):
-                    item = deg.rollout(f"c{n}-{k}", field, text)
-                    if field != "input":
-                        item["input"] = f"{deg.QUESTION} ({n}.{k})"  # no cache hit
-                    else:
-                        item["output"] = f"{deg.ANSWER} ({n}.{k})"
-                    started = time.process_time()
-                    answer = client.post("/score", json={"rollout": item})
-                    cpu.append(time.process_time() - started)
-                    body = answer.json()
-                    status = f"{answer.status_code} {body.get('status') or body.get('error')}"
-                row = {
-                    "family": family,
-                    "size": size,
-                    "field": field,
-                    "cpu_ms": statistics.median(cpu) * 1000,
-                    "stall_ms": stall["max"] * 1000,
-                    "status": status,
-                }
-                print(json.dumps(row), flush=True)
+    settings = load_settings(
+        None, **{"memory.path": str(folder), "memory.embedding_model": "hashing"}
+    )
+    with TestClient(create_app(settings, qdrant_location=":memory:")) as client:
+        assert client.portal is not None
+        client.portal.start_task_soon(probe)
+        client.post("/score", json={"rollout": deg.rollout("warm", "output", "42")})
+        print(json.dumps({"ready": True}), flush=True)
+        for n, (family, size, field) in enumerate(cases):
+            text = deg.FAMILIES[family](size)
+            cpu: list[float] = []
+            status = ""
+            stall["max"] = 0.0
+            for k in range(repeat):
+                item = deg.rollout(f"c{n}-{k}", field, text)
+                if field != "input":
+                    item["input"] = f"{deg.QUESTION} ({n}.{k})"  # no cache hit
+                else:
+                    item["output"] = f"{deg.ANSWER} ({n}.{k})"
+                started = time.process_time()
+                answer = client.post("/score", json={"rollout": item})
+                cpu.append(time.process_time() - started)
+                body = answer.json()
+                status = f"{answer.status_code} {body.get('status') or body.get('error')}"
+            row = {
+                "family": family,
+                "size": size,
+                "field": field,
+                "cpu_ms": statistics.median(cpu) * 1000,
+                "stall_ms": stall["max"] * 1000,
+                "status": status,
+            }
+            print(json.dumps(row), flush=True)
 
 
 def pump(stream: Any, lines: queue.Queue[str]) -> None:
@@ -181,6 +184,23 @@ def run_cases(code: Path, cases: list[list[Any]], repeat: int, cap: float) -> li
     rows: list[dict[str, Any]] = []
     env = {**child_env(), "PYTHONPATH": f"{code}{os.pathsep}{ROOT}"}  # -P: not the cwd's amaris
     todo = list(cases)
+    # Made and removed here: a worker is killed when it is done or stuck.
+    scratch = Path(tempfile.mkdtemp(prefix="amaris-bench-degenerate-"))
+    try:
+        return _run_workers(code, todo, repeat, cap, env, scratch, rows)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_workers(
+    code: Path,
+    todo: list[list[Any]],
+    repeat: int,
+    cap: float,
+    env: dict[str, str],
+    scratch: Path,
+    rows: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
     while todo:
         exe, *module = this_script(__spec__.name)
         proc = subprocess.Popen(
@@ -192,6 +212,8 @@ def run_cases(code: Path, cases: list[list[Any]], repeat: int, cap: float) -> li
                 json.dumps(todo),
                 "--repeat",
                 str(repeat),
+                "--folder",
+                str(Path(tempfile.mkdtemp(dir=scratch))),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -508,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default=None)
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--folder", default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "--smoke", action="store_true", help=f"{SMOKE_SIZE:,} characters, {SMOKE_CLIENTS} clients"
     )
@@ -523,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         probe_worker(*json.loads(args.probe_worker))
         return 0
     if args.worker is not None:
-        worker(json.loads(args.worker), args.repeat)
+        worker(json.loads(args.worker), args.repeat, Path(args.folder))
         return 0
     signal.signal(signal.SIGTERM, raise_interrupt)
     args.code = args.code.resolve()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import re
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -17,9 +19,13 @@ pytestmark = pytest.mark.slow  # a worker process, amaris serve and a monitor pr
 
 @pytest.mark.usefixtures("shared_prefect")
 def test_the_smoke_run_answers_every_case_and_exits_on_sigterm(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Its temporary folders, and its worker processes', go here: none may be left behind.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert bench.main(["--smoke"]) == 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("amaris-bench-")] == []
     printed = capsys.readouterr().out
     cases = len(FAMILIES) * len(FIELDS)
     row = re.search(
