@@ -98,7 +98,7 @@ class ContextFit:
         bare = self._bare(rubric, tuple(fields), view is not None)
         room = int((budget - bare) * CHARS_PER_TOKEN)
         if view is not None:
-            room -= len(json.dumps(view.turns)) + len(', "turns": ')
+            room -= len(json.dumps(view.turns)) - len("[]")  # the bare prompt's turns: []
         if room < MIN_FIELD_CHARS:
             # The instructions and rubric alone nearly fill the window: cutting the rollout
             # to nothing would judge something else. The endpoint decides (an overflow is
@@ -118,7 +118,10 @@ class ContextFit:
         key = (rubric.scope, rubric.version, shown, trajectory)
         bare = self._bare_tokens.get(key)
         if bare is None:
-            messages = judge_messages(self._prompt, rubric, {name: "" for name in names})
+            # A trajectory's prompt: its template's trajectory sections, an empty turns list.
+            turns: list[int] | None = [] if trajectory else None
+            empty = {name: "" for name in names}
+            messages = judge_messages(self._prompt, rubric, empty, turns)
             if shown:
                 example = format_instructions(shown_example(rubric_example(rubric, trajectory)))
                 messages = with_instructions(messages, example)

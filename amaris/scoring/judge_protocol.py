@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, model_validator
 
 from amaris.agents.payloads import CriteriaContext, CriterionData, RolloutData
-from amaris.agents.prompts import agent_messages
+from amaris.agents.prompts import agent_messages, render_template
 from amaris.llm.schema import SchemaNode, strict_schema
 from amaris.rubric.model import RubricVersion
 from amaris.rubric.scale import SCALE_MAX, SCALE_MIN
@@ -228,11 +228,13 @@ def judge_messages(
     """The scorer's chat messages for one rollout (its judged ``fields``), cache-first.
 
     Only the judged criteria are listed (rule criteria are amaris's, not the judge's). The
-    system message, ``prompt`` and the rubric's criteria, is byte-identical for every
-    rollout judged under one rubric version; the user message holds the rollout alone,
-    the prompt and reference (shared by a GRPO group) before the response. A trajectory's
-    rollout also lists its ``turns`` (the assistant messages' indexes), which the prompt
-    asks the judge to attribute each criterion to.
+    system message, the template ``prompt`` rendered for the rollout's kind
+    (:func:`~amaris.agents.prompts.render_template`: its trajectory sections only for a
+    trajectory) and the rubric's criteria, is byte-identical for every rollout of one kind
+    judged under one rubric version; the user message holds the rollout alone, the prompt
+    and reference (shared by a GRPO group) before the response. A trajectory's rollout
+    also lists its ``turns`` (the assistant messages' indexes), which the prompt asks the
+    judge to attribute each criterion to.
     """
     criteria = judged_criteria(rubric)
     rollout: RolloutData = {
@@ -243,4 +245,5 @@ def judge_messages(
     if turns is not None:
         rollout["turns"] = list(turns)
     context: CriteriaContext = {"criteria": criteria}
-    return agent_messages("scorer", prompt, context, {"rollout": rollout})
+    template = render_template(prompt, trajectory=turns is not None)
+    return agent_messages("scorer", template, context, {"rollout": rollout})

@@ -13,6 +13,7 @@ import hashlib
 import logging
 from collections import Counter, OrderedDict
 
+from amaris.agents.prompts import check_sections
 from amaris.llm.budget import cut_middle
 from amaris.llm.gateway import (
     LLMContextOverflowError,
@@ -48,7 +49,7 @@ from amaris.scoring.verdicts import (
     expected_value,
     margin,
 )
-from amaris.settings import AgentName, ScoringSettings
+from amaris.settings import AgentName, ScoringSettings, template_agent
 from amaris.text.offload import OFF_LOOP_CHARS, off_loop_above
 from amaris.text_fields import storable
 from amaris.trust.learned_rules import LearnedRules
@@ -84,6 +85,8 @@ class Scorer:
         self._calls = JudgeCalls(agent, account, samples, logprobs)
         self._gateway = gateway
         self._store = store
+        # A malformed trajectory section fails here, when the scorer is built.
+        check_sections(template_agent(agent), prompt)
         self._prompt = prompt
         self._cache: OrderedDict[str, Judged] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[Judged]] = {}

@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from amaris.agents.prompts import DATA_END, DATA_START, load_prompts, parse_data_message
+from amaris.agents.prompts import (
+    DATA_END,
+    DATA_START,
+    load_prompts,
+    parse_data_message,
+    render_template,
+)
 from amaris.offline.judge import respond
 from amaris.settings import PromptsSettings
 from amaris.sim.judge_server import Reply
@@ -175,10 +181,10 @@ def test_rollout_reaches_the_judge_only_inside_the_json_data_block(
     messages = fake_llm.requests[0]["messages"]
     assert [m["role"] for m in messages] == ["system", "user"]
 
-    # The system message is the scorer template, byte for byte, then the rubric's data
-    # block: nothing of the request in it.
+    # The system message is the scorer template (rendered for a plain rollout), byte for
+    # byte, then the rubric's data block: nothing of the request in it.
     system = messages[0]["content"]
-    template = load_prompts(PromptsSettings())["scorer"]
+    template = render_template(load_prompts(PromptsSettings())["scorer"], trajectory=False)
     assert system.startswith(template.rstrip() + "\n\n")
     block = system[len(template.rstrip()) + 2 :].split("\n")
     assert len(block) == 4

@@ -10,15 +10,17 @@ readers take for line breaks (U+0085, U+2028, U+2029), and the markers' name.
 Messages are laid out cache-first (:func:`agent_messages`): what is the same for many
 calls comes first and the per-call data last, so that a provider's prefix cache (OpenAI's,
 vLLM's automatic prefix caching) serves the shared part. The system message is the
-template followed by the *context* block, amaris's own state that many calls share (the
-rubric in force, the update bounds); the user message is the per-call data block, all that
-comes from requests (rollouts, training metadata, analyses). The context goes in the
+template (the scorer's rendered for the kind of rollout, :func:`render_template`) followed
+by the *context* block, amaris's own state that many calls share (the rubric in force,
+the update bounds); the user message is the per-call data block, all that comes from
+requests (rollouts, training metadata, analyses). The context goes in the
 system message rather than a user message of its own because many chat templates (Mistral,
 Gemma, Llama 2) refuse two user messages in a row.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -60,11 +62,27 @@ _ESCAPES = {
 
 
 class PromptError(RuntimeError):
-    """A prompt template cannot be read."""
+    """A prompt template cannot be read, or its trajectory sections are malformed."""
+
+
+TRAJECTORY_OPEN = "[trajectory]"
+TRAJECTORY_CLOSE = "[/trajectory]"
+"""The lines (alone on theirs, spaces around ignored) that open and close a section of a
+template sent only when the rollout judged is an agent's trajectory (see
+:func:`render_template`)."""
+SECTIONED_AGENTS = frozenset({"scorer"})
+"""The agents whose template may hold trajectory sections: the judge knows whether its
+rollout is a trajectory (the auditor and the cheap scorer send the scorer's template)."""
 
 
 def load_prompts(settings: PromptsSettings) -> dict[str, str]:
-    """Every agent's template that exists, from its configured path or the built-in file."""
+    """Every agent's template that exists, from its configured path or the built-in file,
+    as written (its trajectory sections checked, rendered by :func:`render_template`).
+
+    Raises:
+        PromptError: a template cannot be read, or a trajectory section in it is left
+            open, nested or closed without being opened.
+    """
     prompts: dict[str, str] = {}
     for agent in AGENTS:
         override = settings.get(agent)
@@ -73,11 +91,72 @@ def load_prompts(settings: PromptsSettings) -> dict[str, str]:
                 prompts[agent] = override.read_text(encoding="utf-8")
             except OSError as exc:
                 raise PromptError(f"prompts.{agent}: cannot read {override}: {exc}") from exc
-            continue
-        builtin = resources.files("amaris.agents.prompts").joinpath(f"{agent}.txt")
-        if builtin.is_file():
+        else:
+            builtin = resources.files("amaris.agents.prompts").joinpath(f"{agent}.txt")
+            if not builtin.is_file():
+                continue
             prompts[agent] = builtin.read_text(encoding="utf-8")
+        if agent in SECTIONED_AGENTS:
+            check_sections(agent, prompts[agent], str(override or "built-in"))
     return prompts
+
+
+def check_sections(agent: str, template: str, source: str = "template") -> None:
+    """Check ``template``'s trajectory sections once, where it is loaded (not at a call).
+
+    Raises:
+        PromptError: naming the agent, ``source`` (the template's path) and the line.
+    """
+    try:
+        render_template(template, trajectory=False)
+    except PromptError as exc:
+        raise PromptError(f"prompts.{agent} ({source}): {exc}") from None
+
+
+@functools.lru_cache(maxsize=16)
+def render_template(template: str, trajectory: bool) -> str:
+    """``template`` as sent for a plain rollout or for a ``trajectory``.
+
+    A line :data:`TRAJECTORY_OPEN` opens a section that a line :data:`TRAJECTORY_CLOSE`
+    closes: for a trajectory only the marker lines are left out, for a plain rollout the
+    section's lines too. A blank line beside another where a marker or a left-out section
+    was is left out as well, so no paragraph gap doubles. A template without markers is
+    returned as it is. Line by line, linear; cached: a judge renders each variant once.
+
+    Raises:
+        PromptError: a section left open, nested, or closed without being opened.
+    """
+    if TRAJECTORY_OPEN not in template and TRAJECTORY_CLOSE not in template:
+        return template
+    out: list[str] = []
+    opened = 0  # the line number of the open section's marker; 0: none open
+    collapse = False  # a marker or a left-out section was just passed
+    for number, line in enumerate(template.splitlines(keepends=True), 1):
+        mark = line.strip()
+        if mark == TRAJECTORY_OPEN:
+            if opened:
+                raise PromptError(
+                    f"line {number}: {TRAJECTORY_OPEN} inside the section opened at line "
+                    f"{opened} (sections do not nest)"
+                )
+            opened, collapse = number, True
+            continue
+        if mark == TRAJECTORY_CLOSE:
+            if not opened:
+                raise PromptError(f"line {number}: {TRAJECTORY_CLOSE} with no section open")
+            opened, collapse = 0, True
+            continue
+        if opened and not trajectory:
+            continue
+        if collapse and not mark and (not out or not out[-1].strip()):
+            continue
+        collapse = collapse and not mark
+        out.append(line)
+    if opened:
+        raise PromptError(f"line {opened}: {TRAJECTORY_OPEN} is never closed")
+    while collapse and out and not out[-1].strip():
+        out.pop()
+    return "".join(out)
 
 
 BOOTSTRAP_PROMPT = "bootstrap"
