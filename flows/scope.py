@@ -45,12 +45,7 @@ from flows.artifacts import (
     summary_artifact,
     summary_markdown,
 )
-from flows.scope_facts import (
-    flagged,
-    group_peers,
-    is_update_step,
-    with_scores,
-)
+from flows.scope_facts import flagged, group_peers, has_trajectory, is_update_step, with_scores
 from tasks._common import DROPS, LLMTask, criteria_context, split_for, unwalked
 from tasks.analyze import ChunkTurns, analyze_chunk, forget_analyses
 from tasks.canary import CanaryRequest, check_canary
@@ -304,6 +299,7 @@ class ScopeRun:
                 memory,
                 self.informativeness,
                 self.alarm,
+                has_trajectory(self.records),
             ),
         )
         if proposal is None:

@@ -1,5 +1,6 @@
 """What a scope's stages derive from its records (each rollout's group, the rollouts its
-analysis flagged, whether the step updates rubrics), and how a task takes them."""
+analysis flagged, whether any is a trajectory, whether the step updates rubrics), and how a
+task takes them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis
 from amaris.memory.records import RolloutRecord
-from tasks.models import Peer, ScoredAnalysis
+from tasks.models import Peer, ScoredAnalysis, is_trajectory
 
 
 def is_update_step(step: int, frequency: int | None) -> bool:
@@ -29,6 +30,12 @@ def group_peers(records: list[RolloutRecord]) -> dict[int, list[Peer]]:
         for record in members:
             peers[record.seq or 0] = [Peer.of(m) for m in members if m is not record][:16]
     return peers
+
+
+def has_trajectory(records: Sequence[RolloutRecord]) -> bool:
+    """Whether any of a scope's ``records`` is an agent's trajectory: its updater is sent
+    the template's trajectory sections."""
+    return any(is_trajectory(record.rollout) for record in records)
 
 
 def flagged(summary: BatchSummary, analyses: Sequence[IndividualAnalysis]) -> list[str]:

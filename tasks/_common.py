@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from amaris.agents.blocks import SummaryInput, TaskContext, TaskData
 from amaris.agents.findings import StepFindings
 from amaris.agents.payloads import CriteriaContext
-from amaris.agents.prompts import agent_messages
+from amaris.agents.prompts import agent_messages, agent_template
 from amaris.agents.schemas import RubricUpdateProposal
 from amaris.llm.budget import estimate_messages, estimate_tokens, split_by_budget
 from amaris.llm.gateway import LLMContextOverflowError, LLMOutputError
@@ -205,15 +205,18 @@ async def ask(
     schema: type[T],
     step: int,
     json_schema: SchemaNode | None = None,
+    trajectory: bool = False,
 ) -> T:
     """One structured call of ``agent``: its template and ``context`` (amaris's state that
     many calls share: the rubric, bounds) first, the per-call ``data`` last, so a provider's
     prefix cache serves the shared part (:func:`amaris.agents.prompts.agent_messages`).
-    ``json_schema`` replaces ``schema``'s strict JSON schema in the request."""
+    ``json_schema`` replaces ``schema``'s strict JSON schema in the request; ``trajectory``:
+    the call reads an agent's trajectory, so its template's trajectory sections are sent
+    (:func:`amaris.agents.prompts.agent_template`)."""
     ctx = get_context()
     return await ctx.gateway.structured(
         agent,
-        agent_messages(agent, ctx.prompts[agent], context, data),
+        agent_messages(agent, agent_template(agent, ctx.prompts[agent], trajectory), context, data),
         schema,
         step=step,
         json_schema=json_schema,
@@ -230,10 +233,13 @@ def at_most_items(schema: type[BaseModel], field: str, limit: int) -> SchemaNode
     return tightened
 
 
-def prompt_tokens(agent: str, context: TaskContext, data: TaskData) -> int:
-    """Estimated prompt tokens of :func:`ask`'s request for ``agent`` with ``context`` and
-    ``data``."""
-    return estimate_messages(agent_messages(agent, get_context().prompts[agent], context, data))
+def prompt_tokens(
+    agent: str, context: TaskContext, data: TaskData, trajectory: bool = False
+) -> int:
+    """Estimated prompt tokens of :func:`ask`'s request for ``agent`` with ``context``,
+    ``data`` and ``trajectory``."""
+    template = agent_template(agent, get_context().prompts[agent], trajectory)
+    return estimate_messages(agent_messages(agent, template, context, data))
 
 
 def item_tokens(item: object) -> int:

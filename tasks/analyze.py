@@ -38,7 +38,7 @@ from amaris.steps.outcomes import Dropped
 from amaris.steps.retry import digest
 from amaris.trust.audit.models import AlarmEvidence
 from tasks._common import DROPS, ask, llm_task, prompt_tokens
-from tasks.models import AgentCriterion, Peer, outcome_tail
+from tasks.models import AgentCriterion, Peer, is_trajectory, outcome_tail
 
 log = logging.getLogger("amaris.pipeline")
 T = TypeVar("T")
@@ -111,8 +111,10 @@ async def analyze_one(
     group: list[Peer],
     alarm: AlarmEvidence | None = None,
 ) -> IndividualAnalysis:
-    """Analyse one logged rollout: reward hacking, progress, rubric fit."""
+    """Analyse one logged rollout: reward hacking, progress, rubric fit (the template's
+    trajectory sections sent for an agent's trajectory only)."""
     rollout = record.rollout
+    trajectory = is_trajectory(rollout)
     # Most shared first: the step's metadata, then what a GRPO group shares (its prompt and
     # reference), then this rollout's own data. The analyzer reads JSON: the verdicts as
     # logged.
@@ -135,24 +137,32 @@ async def analyze_one(
         context["fidelity_alarm"] = cast(AlarmData, alarm.model_dump(mode="json"))
     budget = await get_context().gateway.prompt_budget("analyzer")
     if budget is not None:
-        data = fit_analysis(context, data, budget, record.step, outcome_tail(rollout))
-    analysis = await ask("analyzer", context, data, IndividualAnalysis, record.step)
+        data = fit_analysis(context, data, budget, record.step, outcome_tail(rollout), trajectory)
+    analysis = await ask(
+        "analyzer", context, data, IndividualAnalysis, record.step, trajectory=trajectory
+    )
     return analysis.model_copy(update={"rollout_id": rollout.id})
 
 
 def fit_analysis(
-    context: AnalyzerContext, data: AnalyzerInput, budget: int, step: int, keep: str = ""
+    context: AnalyzerContext,
+    data: AnalyzerInput,
+    budget: int,
+    step: int,
+    keep: str = "",
+    trajectory: bool = False,
 ) -> AnalyzerInput:
     """The analyzer's ``data`` within ``budget`` prompt tokens (estimated, with ``context``
-    in the system message): without the group's other rollouts first, then with the
-    rollout's texts cut (head and tail kept; ``keep``, the end of the output, whole: a
-    trajectory's outcome and finish reason lines)."""
-    if prompt_tokens("analyzer", context, data) <= budget:
+    in the system message, the template rendered for a ``trajectory`` or not): without the
+    group's other rollouts first, then with the rollout's texts cut (head and tail kept;
+    ``keep``, the end of the output, whole: a trajectory's outcome and finish reason
+    lines)."""
+    if prompt_tokens("analyzer", context, data, trajectory) <= budget:
         return data
     cut = ["group"] if data["group"] else []
     data = {**data, "group": []}
     rollout = data["rollout"]
-    if prompt_tokens("analyzer", context, data) > budget:
+    if prompt_tokens("analyzer", context, data, trajectory) > budget:
         output = rollout.get("output") or ""
         kept = keep if keep and output.endswith(keep) else ""
         texts = {
@@ -162,7 +172,9 @@ def fit_analysis(
         }
         blank = {"input": "", "output": kept, "supplemental_context": ""}
         empty: AnalyzerInput = {**data, "rollout": _with_texts(rollout, blank)}
-        room = int((budget - prompt_tokens("analyzer", context, empty)) * CHARS_PER_TOKEN)
+        room = int(
+            (budget - prompt_tokens("analyzer", context, empty, trajectory)) * CHARS_PER_TOKEN
+        )
         if room >= MIN_FIELD_CHARS:
             fitted, names = fit_texts(texts, room, json_chars)
             cut_texts = {n: fitted[n] + (kept if n == "output" else "") for n in names}

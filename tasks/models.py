@@ -73,12 +73,18 @@ PEER_CHARS = 1000
 """Characters of another rollout of the group the analyzer is shown."""
 
 
+def is_trajectory(rollout: LoggedRollout) -> bool:
+    """Whether ``rollout`` was logged as an agent's trajectory (with its ``messages``): its
+    analysis, and its scope's update, are sent their templates' trajectory sections."""
+    return bool((rollout.model_extra or {}).get("messages"))
+
+
 def outcome_tail(rollout: LoggedRollout) -> str:
     """The lines that end a trajectory's output, its outcome and finish reason: what the
     analyzer judges the trajectory against ("" for a string rollout)."""
-    extra = rollout.model_extra or {}
-    if not extra.get("messages"):
+    if not is_trajectory(rollout):
         return ""
+    extra = rollout.model_extra or {}
     outcome, finish = extra.get("outcome"), extra.get("finish_reason")
     return "\n".join(
         outcome_lines(

@@ -22,13 +22,16 @@ async def propose_update(
     memory: RetrievedMemory,
     informativeness: UpdaterView,
     alarm: AlarmEvidence | None = None,
+    trajectory: bool = False,
 ) -> RubricUpdateProposal:
     """The updater's proposal (strategy, modifications, rationale, memory consultation).
 
     ``informativeness``: this step's ``criterion_stats`` and the criteria ``uninformative``
     for ``rubric.retire_uninformative_after`` steps
     (:func:`amaris.rubric.informativeness.updater_view`). ``alarm``: the step's fidelity
-    alarm and its evidence in this scope (the judge now misreads something), when fired."""
+    alarm and its evidence in this scope (the judge now misreads something), when fired.
+    ``trajectory``: some of the scope's rollouts this step are agents' trajectories (the
+    template's trajectory sections are sent)."""
     ctx = get_context()
     bounds = ctx.bounds
     context: UpdaterContext = {
@@ -58,4 +61,5 @@ async def propose_update(
         RubricUpdateProposal,
         step,
         at_most_items(RubricUpdateProposal, "rubric_modifications", bounds.max_modifications),
+        trajectory=trajectory,
     )

@@ -10,12 +10,12 @@ readers take for line breaks (U+0085, U+2028, U+2029), and the markers' name.
 Messages are laid out cache-first (:func:`agent_messages`): what is the same for many
 calls comes first and the per-call data last, so that a provider's prefix cache (OpenAI's,
 vLLM's automatic prefix caching) serves the shared part. The system message is the
-template (the scorer's rendered for the kind of rollout, :func:`render_template`) followed
-by the *context* block, amaris's own state that many calls share (the rubric in force,
-the update bounds); the user message is the per-call data block, all that comes from
-requests (rollouts, training metadata, analyses). The context goes in the
-system message rather than a user message of its own because many chat templates (Mistral,
-Gemma, Llama 2) refuse two user messages in a row.
+template (of the :data:`SECTIONED_AGENTS`, rendered for the kind of rollout:
+:func:`agent_template`) followed by the *context* block, amaris's own state that many calls
+share (the rubric in force, the update bounds); the user message is the per-call data
+block, all that comes from requests (rollouts, training metadata, analyses). The context
+goes in the system message rather than a user message of its own because many chat
+templates (Mistral, Gemma, Llama 2) refuse two user messages in a row.
 """
 
 from __future__ import annotations
@@ -70,9 +70,10 @@ TRAJECTORY_CLOSE = "[/trajectory]"
 """The lines (alone on theirs, spaces around ignored) that open and close a section of a
 template sent only when the rollout judged is an agent's trajectory (see
 :func:`render_template`)."""
-SECTIONED_AGENTS = frozenset({"scorer"})
-"""The agents whose template may hold trajectory sections: the judge knows whether its
-rollout is a trajectory (the auditor and the cheap scorer send the scorer's template)."""
+SECTIONED_AGENTS = frozenset({"scorer", "analyzer", "updater"})
+"""The agents whose template may hold trajectory sections, those whose call knows whether
+it reads a trajectory: the judge and the analyzer (of one rollout; the auditor and the cheap
+scorer send the scorer's template) and the updater (of a scope whose step has one)."""
 
 
 def load_prompts(settings: PromptsSettings) -> dict[str, str]:
@@ -111,6 +112,13 @@ def check_sections(agent: str, template: str, source: str = "template") -> None:
         render_template(template, trajectory=False)
     except PromptError as exc:
         raise PromptError(f"prompts.{agent} ({source}): {exc}") from None
+
+
+def agent_template(agent: str, template: str, trajectory: bool) -> str:
+    """``agent``'s ``template`` as sent: rendered for a ``trajectory`` or a plain rollout
+    (:func:`render_template`) if ``agent`` is in :data:`SECTIONED_AGENTS`, else as
+    written (a marker line in another agent's template is text)."""
+    return render_template(template, trajectory) if agent in SECTIONED_AGENTS else template
 
 
 @functools.lru_cache(maxsize=16)
