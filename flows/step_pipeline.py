@@ -7,11 +7,19 @@ import logging
 from collections import Counter
 
 from prefect import State, flow
+from prefect.exceptions import MissingResult
 from prefect.states import Completed
 from pydantic import BaseModel
 
 from amaris.steps.context import get_context
-from amaris.steps.outcomes import RubricStatus, ScopeOutcome, StepRun, rubric_status, scopes_json
+from amaris.steps.outcomes import (
+    RubricStatus,
+    ScopeOutcome,
+    StepRun,
+    recorded_scopes,
+    rubric_status,
+    scopes_json,
+)
 from flows.artifacts import (
     audit_artifact,
     criteria_table_artifact,
@@ -88,9 +96,24 @@ async def step_pipeline(step: int) -> State[StepResult]:
 
 async def run_step_flow(step: int) -> StepRun:
     """Run the step flow in this process: what its coordinator is told (the local
-    :class:`~amaris.steps.launcher.StepLauncher` calls it on the pipeline loop)."""
-    # The flow returns its final state; Prefect gives its caller that state's result.
-    return StepResult.model_validate(await step_pipeline(step)).run()
+    :class:`~amaris.steps.launcher.StepLauncher` calls it on the pipeline loop).
+
+    A run that ended Completed but whose final state Prefect's server answered without
+    its data (a write it retried) is told from the step registry, where the flow recorded
+    its outcome before ending."""
+    try:
+        # The flow returns its final state; Prefect gives its caller that state's result.
+        return StepResult.model_validate(await step_pipeline(step)).run()
+    except MissingResult:
+        record = await asyncio.to_thread(get_context().steps.get, step)
+        if record is None or record.scopes is None:
+            raise
+        log.warning(
+            "step %s: Prefect gave the run's final state without its result; "
+            "its outcome is read from the step registry",
+            step,
+        )
+        return StepRun(step=step, scopes=recorded_scopes(record))
 
 
 async def _run_step(step: int) -> StepResult:

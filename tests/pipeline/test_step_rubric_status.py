@@ -22,15 +22,18 @@ import httpx
 import pytest
 from prefect import State
 from prefect.client.schemas.objects import StateType
+from prefect.exceptions import MissingResult
 
 from amaris import RewardClient
 from amaris.client import WaitAnswer
 from amaris.sim.judge_server import Reply
+from flows import step_pipeline as step_flow_module
 from tests.support.app import in_memory_app
 from tests.support.fake_llm import FakeLLM, offline_reply, serve_in_thread
 from tests.support.pipeline_canary import agent_of
 from tests.support.pipeline_helpers import metadata, rollout, step_run_state
-from tests.support.settings import llm_settings
+from tests.support.settings import llm_settings, make_settings
+from tests.support.testclient import TestClient
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -182,3 +185,30 @@ def test_a_published_version_is_updated_in_every_surface(tmp_path: Path, fake_ll
         "Updated",
         "step 93: 1 published",
     )
+
+
+def test_a_completed_run_whose_result_prefect_lost_is_told_from_the_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Prefect's server may answer a retried final-state write with the state it stored,
+    # without the data: the caller's result is then MissingResult, though the run ended well.
+    the_flow = step_flow_module.step_pipeline
+
+    async def result_lost(step: int) -> Any:
+        await the_flow(step)
+        raise MissingResult("State data is missing.")
+
+    monkeypatch.setattr(step_flow_module, "step_pipeline", result_lost)
+    settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": None})
+    with TestClient(in_memory_app(settings)) as client:
+        items = [
+            {"rollout": rollout(0, i, b), "metadata": metadata(0)} for i, b in enumerate(CLEAN)
+        ]
+        assert client.post("/batch_score", json={"items": items}).status_code == 200
+        assert client.post("/complete", json={"step": 0}).json() == {"status": "complete"}
+        done = client.get("/rubric_status/wait", params={"step": 0, "timeout": DEADLINE_S}).json()
+        record = client.get("/steps/0").json()
+    assert done["status"] in ("updated", "unchanged"), done
+    assert done["scopes"]["global"]["rollouts"] == len(CLEAN)
+    assert record["status"] == "done"
+    assert "outcome is read from the step registry" in caplog.text
