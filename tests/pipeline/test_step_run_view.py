@@ -61,10 +61,16 @@ def test_the_step_run_shows_amaris_log_lines(step_run: tuple[list[Any], list[Any
 def test_the_step_run_artifacts_all_have_keys(step_run: tuple[list[Any], list[Any]]) -> None:
     _, artifacts = step_run
     assert [(a.type, a.description) for a in artifacts if not a.key] == []
-    assert sorted(str(a.key) for a in artifacts) == [
+    assert sorted({str(a.key) for a in artifacts}) == [
         "criteria-step-1",
         "hacking-step-1",
         "rubric-diff-step-1-global",
         "summary-step-1-global",
         "usage-step-1",
     ]
+    # A busy Prefect server can store one write twice (its client retries): a key may
+    # repeat with the same content, never with a second version from amaris.
+    data: dict[str, set[str]] = {}
+    for artifact in artifacts:
+        data.setdefault(str(artifact.key), set()).add(str(artifact.data))
+    assert all(len(versions) == 1 for versions in data.values()), data
