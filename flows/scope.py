@@ -19,6 +19,7 @@ from prefect import Task
 from amaris.agents.blocks import TrainerMetadata
 from amaris.agents.findings import Injections, StepFindings
 from amaris.agents.schemas import BatchSummary, IndividualAnalysis, RubricUpdateProposal
+from amaris.llm.outgoing import Batch
 from amaris.memory.records import RolloutRecord
 from amaris.rubric.informativeness import (
     DueCriterion,
@@ -80,7 +81,8 @@ class ScopeRun:
     dropped: list[Dropped] = field(default_factory=list)
     """Outputs dropped on an agent's permanent failure (the step goes on without them)."""
     queried: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once memory is retrieved (or that failed, or no update asks for it)."""
+    """Set once the updater's request is out (or memory retrieval or the update failed,
+    or no update asks for it)."""
     alarm: AlarmEvidence | None = None
     """The step's fidelity alarm and its evidence in this scope, for the analyzer and
     updater (:func:`tasks.audit.run_audit`)."""
@@ -284,12 +286,7 @@ class ScopeRun:
                     ),
                 )
             memory = await self.stage(retrieve_memory)(self.step, self.scope, queries or [])
-        finally:
-            self.queried.set()
-        proposal = await self.or_dropped(
-            "updater",
-            "update",
-            self.stage(propose_update)(
+            proposed = self.stage(propose_update)(
                 self.step,
                 self.scope,
                 self.version,
@@ -300,8 +297,12 @@ class ScopeRun:
                 self.informativeness,
                 self.alarm,
                 has_trajectory(self.records),
-            ),
-        )
+            )
+            # Remembering starts once the updater's request is out, not while it is sent.
+            out = Batch(1, self.queried.set)
+            proposal = await self.or_dropped("updater", "update", out.run(proposed))
+        finally:
+            self.queried.set()
         if proposal is None:
             outcome = self._rejected()
         else:
@@ -359,9 +360,9 @@ class ScopeRun:
         summaries: list[BatchSummary],
         meta: BatchSummary | None,
     ) -> int:
-        """Remember the step's analyses and summaries (embeddings included) once memory is
-        retrieved: its CPU work would otherwise slow the query generation's answer and the
-        retrieval, which are on the critical path."""
+        """Remember the step's analyses and summaries (embeddings included) once the
+        updater's request is out: its CPU work would otherwise slow the query generation's
+        answer, the retrieval and the updater's request, which are on the critical path."""
         await self.queried.wait()
         return await self.stage(remember)(
             self.step,

@@ -31,6 +31,7 @@ from amaris.agents.schemas import IndividualAnalysis
 from amaris.atomic import replace_file
 from amaris.llm.budget import CHARS_PER_TOKEN, MIN_FIELD_CHARS, fit_texts, json_chars
 from amaris.llm.gateway import LLMTransientError
+from amaris.llm.outgoing import Batch
 from amaris.logs import loggable
 from amaris.memory.records import RolloutRecord
 from amaris.steps.context import get_context
@@ -65,16 +66,17 @@ StoredAnalysis = IndividualAnalysis | DroppedAnalysis
 """A rollout's file in ``<memory.path>/pipeline-cache/``: its analysis, or why it has none."""
 _STORED: TypeAdapter[StoredAnalysis] = TypeAdapter(StoredAnalysis)
 
-_calls_queued: ContextVar[Callable[[], None] | None] = ContextVar(
-    "amaris_analyze_calls_queued", default=None
+_calls_out: ContextVar[Callable[[], None] | None] = ContextVar(
+    "amaris_analyze_calls_out", default=None
 )
-"""Called by :func:`analyze_chunk` once its calls are queued at the gateway."""
+"""Called by :func:`analyze_chunk` once its calls are out (:class:`Batch`)."""
 
 
 class ChunkTurns:
-    """The analyze runs of a scope's chunks, in turn: chunk i's run starts once chunk i-1
-    has queued its calls (or its run ended without asking), so that the set-up of the
-    later runs on the pipeline loop does not hold back the first wave of calls."""
+    """The analyze runs of a scope's chunks, in turn: chunk i's run starts once chunk i-1's
+    calls are out (each request sent, waiting for a slot or answered from the store; or
+    its run ended), so that the set-up of the later runs on the pipeline loop does not
+    hold back the requests of the first wave."""
 
     def __init__(self, chunks: int) -> None:
         self._queued = [asyncio.Event() for _ in range(chunks)]
@@ -83,7 +85,7 @@ class ChunkTurns:
         """``run()``, chunk ``index``'s analyze run, in its turn."""
         if index:
             await self._queued[index - 1].wait()
-        _calls_queued.set(self._queued[index].set)
+        _calls_out.set(self._queued[index].set)
         try:
             return await run()
         finally:
@@ -250,14 +252,14 @@ async def analyze_chunk(
         await asyncio.to_thread(_write_atomically, path, result)
         return result
 
-    asked = asyncio.gather(
-        *(stored_or_asked(r, g, p) for r, g, p in zip(records, groups, paths, strict=True)),
+    out = Batch(len(records), _calls_out.get() or (lambda: None))
+    outcomes = await asyncio.gather(
+        *(
+            out.run(stored_or_asked(r, g, p))
+            for r, g, p in zip(records, groups, paths, strict=True)
+        ),
         return_exceptions=True,
     )
-    queued = _calls_queued.get()
-    if queued is not None:
-        queued()
-    outcomes = await asked
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     if errors:
         log.warning(

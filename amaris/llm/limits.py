@@ -14,6 +14,7 @@ import resource
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 
+from amaris.llm.outgoing import call_out
 from amaris.llm.providers import ChatProvider
 from amaris.settings import Settings
 
@@ -115,6 +116,8 @@ class Slot:
     async def __aenter__(self) -> None:
         try:
             for limit in self._limits:
+                if limit.locked():
+                    call_out()  # its turn comes without its caller
                 await limit.acquire()
                 self._taken += 1
             if self._pace is not None:

@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 import openai
 
+from amaris.llm.outgoing import call_out
 from amaris.llm.output_mode import RequestFormat, refuses_format
 from amaris.llm.rate_headers import RateHeaders, read_rate_headers
 from amaris.llm.transport import ChatBody, JsonEndpoint, ResponseTooLargeError
@@ -140,7 +141,10 @@ class Completion:
 
 
 class ChatProvider(Protocol):
-    """One chat-completion request, no retries (the gateway owns them)."""
+    """One chat-completion request, no retries (the gateway owns them).
+
+    :meth:`complete` calls :func:`~amaris.llm.outgoing.call_out` once the request is with
+    the judge (a provider that does not is out when its call ends)."""
 
     description: str
     offline: bool
@@ -353,6 +357,7 @@ class OfflineProvider:
         options: ResolvedAgentOptions,
         response_format: RequestFormat | None = None,
     ) -> Completion:
+        call_out()  # the judge is this process: the call is with it
         chars = sum(len(m.get("content") or "") for m in messages if m.get("role") != "system")
         return await off_loop_above(chars, OFFLINE_ON_LOOP_CHARS, self._answer, messages, options)
 

@@ -34,6 +34,7 @@ import json
 import ssl
 import urllib.request
 from collections.abc import Callable, Mapping
+from types import SimpleNamespace
 from typing import Any, Required, TypedDict
 
 import aiohttp
@@ -41,6 +42,7 @@ import httpx2
 import openai
 import yarl
 
+from amaris.llm.outgoing import call_out
 from amaris.llm.output_mode import RequestFormat
 from amaris.settings import ProviderJSON
 
@@ -146,6 +148,21 @@ def status_error(
     return error(f"Error code: {status} - {body}", response=response, body=data)
 
 
+def _out_when_sent() -> aiohttp.TraceConfig:
+    """Tells a request's call :func:`~amaris.llm.outgoing.call_out` as its body is written."""
+
+    async def body_sent(
+        session: aiohttp.ClientSession,
+        context: SimpleNamespace,
+        params: aiohttp.TraceRequestChunkSentParams,
+    ) -> None:
+        call_out()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(body_sent)
+    return trace
+
+
 class JsonEndpoint:
     """POSTs JSON under one ``openai.AsyncOpenAI`` client's base URL, with its headers.
 
@@ -185,6 +202,7 @@ class JsonEndpoint:
                 proxy=self._proxy,
                 cookie_jar=aiohttp.DummyCookieJar(),
                 skip_auto_headers=("User-Agent",),
+                trace_configs=[_out_when_sent()],
             )
             self._sessions[loop] = session
         return session

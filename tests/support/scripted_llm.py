@@ -32,6 +32,7 @@ from amaris.agents.prompts import load_prompts, parse_data_message
 from amaris.llm import attempt
 from amaris.llm.call_log import CallLog
 from amaris.llm.gateway import LLMGateway
+from amaris.llm.outgoing import call_out
 from amaris.llm.output_mode import RequestFormat
 from amaris.llm.providers import Completion, Failure, openai_failure
 from amaris.settings import ResolvedAgentOptions, Settings, load_settings
@@ -123,6 +124,7 @@ class ScriptedProvider:
         if self.clock is not None:
             self.clock.now += self.seconds
         answer = self.script.pop(0) if self.script else self.default
+        call_out()
         self.arrived.set()
         if self.hold is not None:
             await self.hold.wait()
