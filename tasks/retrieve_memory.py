@@ -18,23 +18,21 @@ async def retrieve_memory(step: int, scope: str, queries: list[str]) -> Retrieve
     deduplicated, never from the current step."""
     ctx = get_context()
     settings = ctx.settings.memory
-    recent = await asyncio.to_thread(
-        ctx.memory.recent_summaries, scope, step, settings.static_memory_steps
-    )
-    static = [StaticMemory(step=d.step, type=d.type, text=d.text) for d in recent]
-    dynamic: list[DynamicMemory] = []
-    seen: set[str] = set()
-    for query in queries:
-        if settings.dynamic_memory_limit_per_query == 0:
-            break
-        hits = await asyncio.to_thread(
-            ctx.memory.search,
-            query,
+    recent, found = await asyncio.gather(
+        asyncio.to_thread(ctx.memory.recent_summaries, scope, step, settings.static_memory_steps),
+        asyncio.to_thread(
+            ctx.memory.search_many,
+            queries,
             limit=settings.dynamic_memory_limit_per_query,
             exclude_step=step,
             scope=scope,
             types=None,
-        )
+        ),
+    )
+    static = [StaticMemory(step=d.step, type=d.type, text=d.text) for d in recent]
+    dynamic: list[DynamicMemory] = []
+    seen: set[str] = set()
+    for query, hits in zip(queries, found, strict=True):
         for hit in hits:
             if hit.id in seen:
                 continue

@@ -165,9 +165,36 @@ class MemoryStore:
             scope: Only this scope; None = all.
             types: Only these document types; None = all.
         """
-        if limit <= 0 or not query.strip():
-            return []
-        vector = self._embed([query])[0]
+        return self.search_many(
+            [query], limit=limit, exclude_step=exclude_step, scope=scope, types=types
+        )[0]
+
+    def search_many(
+        self,
+        queries: Sequence[str],
+        *,
+        limit: int,
+        exclude_step: int | None = None,
+        scope: str | None = None,
+        types: set[str] | None = None,
+    ) -> list[list[MemoryHit]]:
+        """:meth:`search` of each of ``queries``, in order, their distinct texts embedded
+        together (one embedder call, not one per query)."""
+        asked = list(dict.fromkeys(q for q in queries if limit > 0 and q.strip()))
+        vectors = dict(zip(asked, self._embed(asked), strict=True)) if asked else {}
+        return [
+            self._nearest(vectors[q], limit, exclude_step, scope, types) if q in vectors else []
+            for q in queries
+        ]
+
+    def _nearest(
+        self,
+        vector: list[float],
+        limit: int,
+        exclude_step: int | None,
+        scope: str | None,
+        types: set[str] | None,
+    ) -> list[MemoryHit]:
         fetch = min(limit * 4, self._max_fetch)
         scores: dict[str, float] = {}
         while True:

@@ -52,6 +52,40 @@ def test_search_leaves_out_the_current_step_other_scopes_and_types(client: Qdran
     assert store.search("   ", limit=3) == []
 
 
+class CountingEmbedder(HashingEmbedder):
+    """The hashing embedder, counting its calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls.append(list(texts))
+        return super().embed(texts)
+
+
+def test_several_queries_are_embedded_in_one_call_and_answer_as_searched_alone(
+    client: QdrantClient,
+) -> None:
+    embedder = CountingEmbedder()
+    store = MemoryStore(client, "t", embedder)
+    store.add_documents(
+        [
+            _doc("finding", 1, "hedging between answers", key="r1"),
+            _doc("finding", 2, "polite and short", key="r2"),
+            _doc("batch_summary", 3, "the answers were hedged"),
+        ]
+    )
+    queries = ["hedging between answers", "  ", "polite and short", "hedging between answers"]
+    embedder.calls.clear()
+    found = store.search_many(queries, limit=2, exclude_step=3)
+    assert embedder.calls == [["hedging between answers", "polite and short"]]
+    alone = [store.search(q, limit=2, exclude_step=3) for q in queries]
+    assert [[h.id for h in hits] for hits in found] == [[h.id for h in hits] for hits in alone]
+    assert found[1] == [] and found[0] and found[2]
+    assert store.search_many(queries, limit=0) == [[], [], [], []]
+
+
 def test_search_reads_more_candidates_until_enough_pass(client: QdrantClient) -> None:
     store = MemoryStore(client, "t", HashingEmbedder(), max_fetch=64)
     near = [_doc("finding", 1, "grader manipulation", key=str(i), scope="a") for i in range(40)]
