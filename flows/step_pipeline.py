@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
+from contextvars import ContextVar
 
 from prefect import State, flow
 from prefect.exceptions import MissingResult
@@ -20,6 +22,7 @@ from amaris.steps.outcomes import (
     rubric_status,
     scopes_json,
 )
+from amaris.steps.runner import finish_before_stop
 from flows.artifacts import (
     audit_artifact,
     criteria_table_artifact,
@@ -35,6 +38,11 @@ from tasks.load_rollouts import load_step_rollouts
 from tasks.measure_criteria import measure_criteria
 
 log = logging.getLogger("amaris.pipeline")
+
+_outcome_known: ContextVar[Callable[[StepResult], None] | None] = ContextVar(
+    "amaris_step_outcome_known", default=None
+)
+"""Told the step's result by the flow once it is recorded (:func:`run_step_flow`)."""
 
 
 class StepResult(BaseModel):
@@ -98,6 +106,36 @@ async def run_step_flow(step: int) -> StepRun:
     """Run the step flow in this process: what its coordinator is told (the local
     :class:`~amaris.steps.launcher.StepLauncher` calls it on the pipeline loop).
 
+    Told once the flow has recorded the step's outcome (the step registry, the rubrics'
+    export): the run's last artifacts and its final state, Prefect's record of it, follow
+    while the trainer goes on (:func:`~amaris.steps.runner.finish_before_stop`)."""
+    loop = asyncio.get_running_loop()
+    known: asyncio.Future[StepResult] = loop.create_future()
+
+    def tell(result: StepResult) -> None:
+        if not known.done():
+            known.set_result(result)
+
+    token = _outcome_known.set(tell)
+    try:
+        run = loop.create_task(_run_to_end(step), name=f"step-{step}-flow")
+    finally:
+        _outcome_known.reset(token)
+    try:
+        await asyncio.wait((run, known), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        run.cancel()
+        raise
+    if not known.done():
+        return run.result()
+    if not run.done():
+        finish_before_stop(run, f"step {step}: the flow run's record")
+    return known.result().run()
+
+
+async def _run_to_end(step: int) -> StepRun:
+    """The step flow run to its end: what its final state holds.
+
     A run that ended Completed but whose final state Prefect's server answered without
     its data (a write it retried) is told from the step registry, where the flow recorded
     its outcome before ending."""
@@ -158,11 +196,24 @@ async def _run_step(step: int) -> StepResult:
     outcome = StepResult(step=step, rollouts=len(records), scopes=dict(results))
     published = any(r.outcome == "published" for _, r in results)
     # The registry (in the shared one too: a replica that did not run this flow reads it
-    # there), the rubrics' export and each artifact (a request to Prefect's server), together.
+    # there) and the rubrics' export: the step's outcome, then told to a local caller.
     await asyncio.gather(
         asyncio.to_thread(ctx.steps.set, step, scopes=scopes_json(outcome.scopes)),
         *([asyncio.to_thread(ctx.rubrics.export)] if published else []),
+    )
+    told = _outcome_known.get()
+    if told is not None:
+        told(outcome)
+    # Prefect's record of the run (a request to its server each): their failure is logged,
+    # it does not undo the outcome.
+    written = await asyncio.gather(
         hacking_table_artifact(step, outcome.scopes),
         usage_artifact(step, outcome.rollouts),
+        return_exceptions=True,
     )
+    for error in written:
+        if isinstance(error, Exception):
+            log.warning("step %s: an artifact of its run was not written: %s", step, error)
+        elif isinstance(error, BaseException):
+            raise error
     return outcome

@@ -22,6 +22,32 @@ from prefect.context import AsyncClientContext, SyncClientContext
 T = TypeVar("T")
 log = logging.getLogger("amaris.pipeline")
 
+FINISH_GRACE_S = 1.0
+"""How long a stopping pipeline waits for the work :func:`finish_before_stop` was given
+(a flow run's record after its outcome) before it cancels every task."""
+
+_runner: contextvars.ContextVar[PipelineRunner | None] = contextvars.ContextVar(
+    "amaris_pipeline_runner", default=None
+)
+_unowned: set[asyncio.Task[Any]] = set()
+"""Work given to :func:`finish_before_stop` off a pipeline loop: held until it ends."""
+
+
+def finish_before_stop(task: asyncio.Task[Any], what: str) -> None:
+    """Let ``task``, the rest of work whose result is already told (``what`` it is, for
+    the log), run on: the pipeline's stop waits up to :data:`FINISH_GRACE_S` for it
+    rather than cancel it with the running flows; its failure is logged."""
+
+    def ended(done: asyncio.Task[Any]) -> None:
+        if not done.cancelled() and (error := done.exception()) is not None:
+            log.warning("%s failed after its outcome was told: %s", what, error)
+
+    task.add_done_callback(ended)
+    runner = _runner.get()
+    held = _unowned if runner is None else runner._finishing
+    held.add(task)
+    task.add_done_callback(held.discard)
+
 
 class PipelineRunner:
     """A daemon thread owning an event loop for step flows.
@@ -45,6 +71,7 @@ class PipelineRunner:
         self._on_stop = on_stop
         self.ready = concurrent.futures.Future[None]()
         self._holder: asyncio.Task[None] | None = None
+        self._finishing: set[asyncio.Task[Any]] = set()
         # The context flows run in: it holds the loop's Prefect clients once they are open.
         self._flow_context = context
 
@@ -54,6 +81,7 @@ class PipelineRunner:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
+        _runner.set(self)
         try:
             self._loop.run_until_complete(self._start())
         except asyncio.CancelledError:  # stop() during start-up: nothing to report
@@ -113,11 +141,14 @@ class PipelineRunner:
         return asyncio.run_coroutine_threadsafe(gated(), self._loop)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the loop; running flows are abandoned (their steps stay resumable)."""
+        """Stop the loop; running flows are abandoned (their steps stay resumable), once the
+        work given to :func:`finish_before_stop` has ended (or its grace is over)."""
         if not self._thread.is_alive():
             return
 
         async def _shutdown() -> None:
+            if self._finishing:
+                await asyncio.wait(set(self._finishing), timeout=FINISH_GRACE_S)
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()

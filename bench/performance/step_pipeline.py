@@ -590,7 +590,19 @@ def timeline(
         if e >= previous_end:
             previous_end, previous = e, f"{stage} end"
     rows.append((f"gap {previous} -> flow run end", f"{rel(flow.end) - previous_end:.2f} s"))
-    rows.append(("flow run end -> /rubric_status/wait answered", f"{wall_s - rel(flow.end):.2f} s"))
+    if wall_s < rel(flow.end):
+        rows.append(
+            (
+                "/rubric_status/wait answered -> flow run end (the run's record, after the answer)",
+                f"{rel(flow.end) - wall_s:.2f} s",
+            )
+        )
+    else:
+        rows.append(
+            ("flow run end -> /rubric_status/wait answered", f"{wall_s - rel(flow.end):.2f} s")
+        )
+    # What follows the answer is not in the step's wall time.
+    end = min(rel(flow.end), wall_s)
     ends = sorted(rel(t.end) for t in tasks if stage_of(t.name) == "analyze")
     if ends and analyzer_limit:
         wave_ends = [
@@ -614,11 +626,11 @@ def timeline(
                 ", ".join(f"{d:.2f}" for d in steps) + " s",
             )
         )
-    owned = critical_path(spans, rel(flow.start), rel(flow.end))
+    owned = critical_path(spans, rel(flow.start), end)
     breakdown: list[tuple[str, float]] = [
         (
-            "POST /complete -> flow run start, flow run end -> wait answered",
-            rel(flow.start) + wall_s - rel(flow.end),
+            "POST /complete -> flow run start (and flow run end -> wait answered, if first)",
+            rel(flow.start) + wall_s - end,
         ),
         (
             "gaps between the flow's stages (no task run running: Prefect task-run set-up, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import threading
@@ -15,7 +16,7 @@ from prefect.client.orchestration import get_client
 
 from amaris.steps.launcher import LocalLauncher, StepLauncher
 from amaris.steps.outcomes import StepRun
-from amaris.steps.runner import PipelineRunner
+from amaris.steps.runner import FINISH_GRACE_S, PipelineRunner, finish_before_stop
 from tests.support.app import serve
 from tests.support.fake_llm import FakeLLM
 from tests.support.pipeline_helpers import score_step
@@ -63,6 +64,30 @@ def test_the_local_launcher_runs_the_step_flow_on_the_pipeline_loop(
     outcome = launcher.run(4, True).result(timeout=60)
     assert outcome == StepRun(step=4, scopes={"global": scope_outcome("published")})
     assert ran == [(4, "amaris-pipeline")]
+
+
+def test_a_stopping_pipeline_lets_work_whose_outcome_is_told_finish(prefect_harness: None) -> None:
+    ended: list[str] = []
+
+    async def record(what: str, seconds: float) -> None:
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            ended.append(f"{what} cancelled")
+            raise
+        ended.append(what)
+
+    async def told_then_finishing() -> None:
+        finish_before_stop(asyncio.create_task(record("short", 0.2)), "a short record")
+        finish_before_stop(asyncio.create_task(record("long", 60.0)), "a long record")
+
+    runner = PipelineRunner(on_start=nothing)
+    runner.start()
+    runner.ready.result(timeout=60)
+    runner.submit(told_then_finishing()).result(timeout=60)
+    runner.stop(timeout=FINISH_GRACE_S + 30.0)
+    # The short one ends within the grace; the long one is cancelled at its end.
+    assert ended == ["short", "long cancelled"]
 
 
 def test_a_failing_start_up_is_reported_through_ready(prefect_harness: None) -> None:

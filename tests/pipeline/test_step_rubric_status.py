@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,6 +22,12 @@ from typing import Any
 import httpx
 import pytest
 from prefect import State
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterName,
+    FlowRunFilterStartTime,
+)
 from prefect.client.schemas.objects import StateType
 from prefect.exceptions import MissingResult
 
@@ -212,3 +219,48 @@ def test_a_completed_run_whose_result_prefect_lost_is_told_from_the_registry(
     assert done["scopes"]["global"]["rollouts"] == len(CLEAN)
     assert record["status"] == "done"
     assert "outcome is read from the step registry" in caplog.text
+
+
+async def _run_state(name: str, since: datetime) -> State:
+    """The state the flow run called ``name`` (started after ``since``) has now."""
+    async with get_client() as prefect:
+        [run] = await prefect.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                name=FlowRunFilterName(any_=[name]), start_time=FlowRunFilterStartTime(after_=since)
+            )
+        )
+    assert run.state is not None
+    return run.state
+
+
+def test_the_wait_answers_once_the_outcome_is_recorded_not_after_the_runs_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run's last artifacts are Prefect's record of it: a trainer waiting on the rubric
+    # is not held by them (here held until the test has its answer).
+    release = threading.Event()
+    write_usage = step_flow_module.usage_artifact
+
+    async def held(step: int, rollouts: int | None, failed: bool = False) -> None:
+        await asyncio.to_thread(release.wait, DEADLINE_S)
+        await write_usage(step, rollouts, failed)
+
+    monkeypatch.setattr(step_flow_module, "usage_artifact", held)
+    settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": None})
+    since = datetime.now(UTC)
+    with TestClient(in_memory_app(settings)) as client:
+        items = [
+            {"rollout": rollout(0, i, b), "metadata": metadata(0)} for i, b in enumerate(CLEAN)
+        ]
+        assert client.post("/batch_score", json={"items": items}).status_code == 200
+        assert client.post("/complete", json={"step": 0}).json() == {"status": "complete"}
+        try:
+            done = client.get("/rubric_status/wait", params={"step": 0, "timeout": 30}).json()
+            meanwhile = asyncio.run(_run_state("step-0", since))
+        finally:
+            release.set()
+        final = asyncio.run(step_run_state("step-0", since))
+    assert done["status"] in ("updated", "unchanged"), done
+    assert done["scopes"]["global"]["rollouts"] == len(CLEAN)
+    assert meanwhile.is_running()
+    assert final.is_completed()

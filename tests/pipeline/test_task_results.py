@@ -100,19 +100,29 @@ def test_the_llm_tasks_results_are_persisted_as_their_models(tmp_path: Path) -> 
     assert [b["tag"] for b in done["scopes"]["global"]["hacking"]]
 
 
-async def task_run_starts(name: str, since: datetime) -> dict[str, float]:
+async def task_run_starts(
+    name: str, since: datetime, expected: set[str], deadline_s: float = 60.0
+) -> dict[str, float]:
     """When each task run of the flow run ``name`` (started after ``since``) started, by
-    its name (POSIX seconds)."""
+    its name (POSIX seconds); read again (up to ``deadline_s``) until the ``expected`` task
+    runs are there: the server records them as their events arrive."""
+    give_up = time.monotonic() + deadline_s
     async with get_client() as prefect:
         [run] = await prefect.read_flow_runs(
             flow_run_filter=FlowRunFilter(
                 name=FlowRunFilterName(any_=[name]), start_time=FlowRunFilterStartTime(after_=since)
             )
         )
-        task_runs = await prefect.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
-        )
-    return {t.name: t.start_time.timestamp() for t in task_runs if t.start_time is not None}
+        while True:
+            task_runs = await prefect.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
+            )
+            starts = {
+                t.name: t.start_time.timestamp() for t in task_runs if t.start_time is not None
+            }
+            if expected <= set(starts) or time.monotonic() > give_up:
+                return starts
+            await asyncio.sleep(0.2)
 
 
 def test_a_chunk_starts_once_the_chunk_before_it_has_asked(tmp_path: Path) -> None:
@@ -127,7 +137,7 @@ def test_a_chunk_starts_once_the_chunk_before_it_has_asked(tmp_path: Path) -> No
         assert client.post("/complete", json={}).json() == {"status": "complete"}
         done = client.get("/rubric_status/wait", params={"step": 1, "timeout": 120}).json()
         assert done["status"] == "updated", done
-        starts = asyncio.run(task_run_starts("step-1", since))
+        starts = asyncio.run(task_run_starts("step-1", since, {"analyze-1", "analyze-2"}))
     log = settings.memory.path / "logs" / "llm_calls.jsonl"
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     asked = sorted(r["time"] for r in records if r["agent"] == "analyzer" and r["step"] == 1)

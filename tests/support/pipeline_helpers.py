@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from prefect import State
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
@@ -19,6 +19,7 @@ from prefect.client.schemas.filters import (
     LogFilter,
     LogFilterFlowRunId,
 )
+from prefect.client.schemas.objects import FlowRun
 from prefect.logging.handlers import APILogHandler
 
 from tests.support.testclient import TestClient
@@ -108,21 +109,14 @@ async def step_run_view(
     await APILogHandler.aflush()  # the logs still queued in this process
     give_up = time.monotonic() + deadline_s
     async with get_client() as prefect:
-        runs = await prefect.read_flow_runs(
-            flow_run_filter=FlowRunFilter(
-                name=FlowRunFilterName(any_=[name]), start_time=FlowRunFilterStartTime(after_=since)
-            )
-        )
-        assert len(runs) == 1
+        run = await _ended_run(prefect, name, since, give_up)
         while True:
             logs = await prefect.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[runs[0].id])),
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])),
                 limit=200,
             )
             artifacts = await prefect.read_artifacts(
-                artifact_filter=ArtifactFilter(
-                    flow_run_id=ArtifactFilterFlowRunId(any_=[runs[0].id])
-                ),
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])),
                 limit=200,
             )
             if until(logs, artifacts) or time.monotonic() > give_up:
@@ -132,13 +126,26 @@ async def step_run_view(
 
 
 async def step_run_state(name: str, since: datetime) -> State:
-    """The state of the flow run called ``name`` that started after ``since``, as the
-    Prefect server keeps it (what its runs list shows)."""
+    """The final state of the flow run called ``name`` that started after ``since``, as
+    the Prefect server keeps it (what its runs list shows)."""
     async with get_client() as prefect:
+        run = await _ended_run(prefect, name, since, time.monotonic() + 60.0)
+    assert run.state is not None and run.state.is_final(), run
+    return run.state
+
+
+async def _ended_run(prefect: PrefectClient, name: str, since: datetime, give_up: float) -> FlowRun:
+    """The one flow run called ``name`` started after ``since``, read again (until
+    ``give_up``) until it has ended: a step is answered once its outcome is recorded, and
+    its run's last artifacts and final state follow."""
+    while True:
         runs = await prefect.read_flow_runs(
             flow_run_filter=FlowRunFilter(
                 name=FlowRunFilterName(any_=[name]), start_time=FlowRunFilterStartTime(after_=since)
             )
         )
-    assert len(runs) == 1 and runs[0].state is not None, runs
-    return runs[0].state
+        assert len(runs) == 1, runs
+        state = runs[0].state
+        if (state is not None and state.is_final()) or time.monotonic() > give_up:
+            return runs[0]
+        await asyncio.sleep(0.1)
