@@ -12,6 +12,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ParamSpec, TypeVar, cast
 
 from prefect import Task
@@ -96,6 +97,9 @@ class ScopeRun:
     """Inline: the scope's notable summary and rubric diff (markdown) for its batch's."""
     analysed: list[str] = field(default_factory=list)
     """Inline: keys of the per-rollout analysis files to remove once the batch is done."""
+    afterwards: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Prefect's record of the scope (its rubric diff artifact): written once the step's
+    outcome is told, off the trainer's path."""
 
     def stage(
         self, work: Task[P, Coroutine[Any, Any, T]] | LLMTask[P, T]
@@ -265,9 +269,10 @@ class ScopeRun:
     ) -> UpdateOutcome:
         """The scope's rubric update: skipped off update steps, not asked without a
         summary; else queries → retrieval → proposal → rubric canary → guardrails and
-        publication, plus the diff. A query plan the query generator failed permanently to
-        give is dropped (retrieval has the recent steps only); an updater that failed
-        permanently is an update ``rejected``, as the guardrails reject one."""
+        publication, plus the diff (its artifact among :attr:`afterwards`). A query plan
+        the query generator failed permanently to give is dropped (retrieval has the
+        recent steps only); an updater that failed permanently is an update ``rejected``,
+        as the guardrails reject one."""
         if not is_update_step(self.step, get_context().settings.pipeline.rubric_update_frequency):
             self.queried.set()
             return self._ended("skipped", "not an update step")
@@ -312,8 +317,17 @@ class ScopeRun:
             outcome = published.model_copy(update={"strategy": proposal.update_strategy})
         after = await asyncio.to_thread(get_context().rubrics.current, self.scope)
         if not self.inline:
-            await rubric_diff_artifact(
-                self.step, self.scope, self.rubric, after, proposal, outcome, self.due
+            self.afterwards.append(
+                partial(
+                    rubric_diff_artifact,
+                    self.step,
+                    self.scope,
+                    self.rubric,
+                    after,
+                    proposal,
+                    outcome,
+                    self.due,
+                )
             )
         elif outcome.outcome in ("published", "rejected"):
             diff = rubric_diff_markdown(self.rubric, after, proposal, outcome, self.due, self.scope)

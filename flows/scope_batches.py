@@ -9,7 +9,7 @@ and its shutdown grow with the step's prompts; a batch of whole scopes, of at mo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TypeVar, cast
 
 from prefect import task
@@ -126,12 +126,17 @@ def batch_markdown(step: int, index: int, done: list[tuple[ScopeRun, ScopeOutcom
 
 
 async def process_all(
-    step: int, works: Sequence[ScopeWork], batched: bool
+    step: int,
+    works: Sequence[ScopeWork],
+    batched: bool,
+    afterwards: list[Callable[[], Awaitable[None]]],
 ) -> list[tuple[str, ScopeOutcome]]:
     """Every scope of the step: a batch task run per ``pipeline.chunk_size`` rollouts when
-    ``batched``, else each scope with its stages as task runs of their own."""
+    ``batched``, else each scope with its stages as task runs of their own, whose record
+    in Prefect (:attr:`ScopeRun.afterwards`) joins ``afterwards``."""
     if not batched:
         done = await all_ended([process_scope(step, work) for work in works])
+        afterwards.extend(write for run, _ in done for write in run.afterwards)
         return [(run.scope, outcome) for run, outcome in done]
     size = get_context().settings.pipeline.chunk_size
     batches = scope_batches(works, size)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 
 from prefect import State, flow
@@ -178,8 +178,9 @@ async def _run_step(step: int) -> StepResult:
     batched = ctx.settings.memory.rubrics_mode == "per_instance"
     # The artifacts that need no scope's outcome are written while the scopes wait on the
     # LLM, off the step's tail.
+    afterwards: list[Callable[[], Awaitable[None]]] = []
     results, _, _ = await asyncio.gather(
-        process_all(step, works, batched),
+        process_all(step, works, batched, afterwards),
         check_judge_canaries(
             unwalked(
                 JudgeCanaryRequest.of(
@@ -207,6 +208,7 @@ async def _run_step(step: int) -> StepResult:
     # Prefect's record of the run (a request to its server each): their failure is logged,
     # it does not undo the outcome.
     written = await asyncio.gather(
+        *(write() for write in afterwards),
         hacking_table_artifact(step, outcome.scopes),
         usage_artifact(step, outcome.rollouts),
         return_exceptions=True,
