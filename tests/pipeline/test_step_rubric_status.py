@@ -264,3 +264,27 @@ def test_the_wait_answers_once_the_outcome_is_recorded_not_after_the_runs_record
     assert done["scopes"]["global"]["rollouts"] == len(CLEAN)
     assert meanwhile.is_running()
     assert final.is_completed()
+
+
+def test_a_record_of_the_run_that_cannot_be_written_does_not_undo_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def refused(step: int, rollouts: int | None, failed: bool = False) -> None:
+        raise httpx.ConnectError("Prefect's server is gone")
+
+    monkeypatch.setattr(step_flow_module, "usage_artifact", refused)
+    settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": None})
+    since = datetime.now(UTC)
+    with TestClient(in_memory_app(settings)) as client:
+        items = [
+            {"rollout": rollout(0, i, b), "metadata": metadata(0)} for i, b in enumerate(CLEAN)
+        ]
+        assert client.post("/batch_score", json={"items": items}).status_code == 200
+        assert client.post("/complete", json={"step": 0}).json() == {"status": "complete"}
+        done = client.get("/rubric_status/wait", params={"step": 0, "timeout": DEADLINE_S}).json()
+        final = asyncio.run(step_run_state("step-0", since))
+        record = client.get("/steps/0").json()
+    assert done["status"] in ("updated", "unchanged"), done
+    assert record["status"] == "done"
+    assert final.is_completed()
+    assert "an artifact of its run was not written: Prefect's server is gone" in caplog.text
