@@ -194,6 +194,13 @@ def test_a_published_version_is_updated_in_every_surface(tmp_path: Path, fake_ll
     )
 
 
+def complete_clean_step(client: TestClient) -> None:
+    """Step 0's rollouts (:data:`CLEAN`) scored, then the step completed."""
+    items = [{"rollout": rollout(0, i, b), "metadata": metadata(0)} for i, b in enumerate(CLEAN)]
+    assert client.post("/batch_score", json={"items": items}).status_code == 200
+    assert client.post("/complete", json={"step": 0}).json() == {"status": "complete"}
+
+
 def test_a_completed_run_whose_result_prefect_lost_is_told_from_the_registry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -208,11 +215,7 @@ def test_a_completed_run_whose_result_prefect_lost_is_told_from_the_registry(
     monkeypatch.setattr(step_flow_module, "step_pipeline", result_lost)
     settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": None})
     with TestClient(in_memory_app(settings)) as client:
-        items = [
-            {"rollout": rollout(0, i, b), "metadata": metadata(0)} for i, b in enumerate(CLEAN)
-        ]
-        assert client.post("/batch_score", json={"items": items}).status_code == 200
-        assert client.post("/complete", json={"step": 0}).json() == {"status": "complete"}
+        complete_clean_step(client)
         done = client.get("/rubric_status/wait", params={"step": 0, "timeout": DEADLINE_S}).json()
         record = client.get("/steps/0").json()
     assert done["status"] in ("updated", "unchanged"), done
@@ -249,11 +252,7 @@ def test_the_wait_answers_once_the_outcome_is_recorded_not_after_the_runs_record
     settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": None})
     since = datetime.now(UTC)
     with TestClient(in_memory_app(settings)) as client:
-        items = [
-            {"rollout": rollout(0, i, b), "metadata": metadata(0)} for i, b in enumerate(CLEAN)
-        ]
-        assert client.post("/batch_score", json={"items": items}).status_code == 200
-        assert client.post("/complete", json={"step": 0}).json() == {"status": "complete"}
+        complete_clean_step(client)
         try:
             done = client.get("/rubric_status/wait", params={"step": 0, "timeout": 30}).json()
             meanwhile = asyncio.run(_run_state("step-0", since))
@@ -276,11 +275,7 @@ def test_a_record_of_the_run_that_cannot_be_written_does_not_undo_the_step(
     settings = make_settings(tmp_path, **{"pipeline.rollouts_per_step": None})
     since = datetime.now(UTC)
     with TestClient(in_memory_app(settings)) as client:
-        items = [
-            {"rollout": rollout(0, i, b), "metadata": metadata(0)} for i, b in enumerate(CLEAN)
-        ]
-        assert client.post("/batch_score", json={"items": items}).status_code == 200
-        assert client.post("/complete", json={"step": 0}).json() == {"status": "complete"}
+        complete_clean_step(client)
         done = client.get("/rubric_status/wait", params={"step": 0, "timeout": DEADLINE_S}).json()
         final = asyncio.run(step_run_state("step-0", since))
         record = client.get("/steps/0").json()
