@@ -82,8 +82,7 @@ class ScopeRun:
     dropped: list[Dropped] = field(default_factory=list)
     """Outputs dropped on an agent's permanent failure (the step goes on without them)."""
     queried: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once the updater's request is out (or memory retrieval or the update failed,
-    or no update asks for it)."""
+    """Set once the updater's request is out (or the update ended before, or is skipped)."""
     alarm: AlarmEvidence | None = None
     """The step's fidelity alarm and its evidence in this scope, for the analyzer and
     updater (:func:`tasks.audit.run_audit`)."""
@@ -98,8 +97,7 @@ class ScopeRun:
     analysed: list[str] = field(default_factory=list)
     """Inline: keys of the per-rollout analysis files to remove once the batch is done."""
     afterwards: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    """Prefect's record of the scope (its rubric diff artifact): written once the step's
-    outcome is told, off the trainer's path."""
+    """Prefect's record of the scope (its rubric diff): written once the outcome is told."""
 
     def stage(
         self, work: Task[P, Coroutine[Any, Any, T]] | LLMTask[P, T]
@@ -317,18 +315,8 @@ class ScopeRun:
             outcome = published.model_copy(update={"strategy": proposal.update_strategy})
         after = await asyncio.to_thread(get_context().rubrics.current, self.scope)
         if not self.inline:
-            self.afterwards.append(
-                partial(
-                    rubric_diff_artifact,
-                    self.step,
-                    self.scope,
-                    self.rubric,
-                    after,
-                    proposal,
-                    outcome,
-                    self.due,
-                )
-            )
+            shown = (self.step, self.scope, self.rubric, after, proposal, outcome, self.due)
+            self.afterwards.append(partial(rubric_diff_artifact, *shown))
         elif outcome.outcome in ("published", "rejected"):
             diff = rubric_diff_markdown(self.rubric, after, proposal, outcome, self.due, self.scope)
             self.notes.append(diff)
