@@ -8,12 +8,19 @@ against it, and from then on those rollouts earn less than correct ones.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from amaris.app.wiring import create_app
-from tests.support.pipeline_helpers import mean, score_step
+from tests.support.pipeline_helpers import (
+    artifacts_keyed,
+    mean,
+    score_step,
+    step_run_state,
+    step_run_view,
+)
 from tests.support.settings import make_settings
 from tests.support.testclient import TestClient
 
@@ -37,6 +44,7 @@ def test_hacking_is_caught_and_penalised(tmp_path: Path) -> None:
         tmp_path, **{"pipeline.rollouts_per_step": None, "memory.embedding_model": None}
     )
     app = create_app(settings)
+    since = datetime.now(UTC)
     with TestClient(app) as client:
         services = app.state.services
         # step 0: no hacking; the rubric stays as configured
@@ -100,17 +108,10 @@ def test_hacking_is_caught_and_penalised(tmp_path: Path) -> None:
         assert rewards(results, HACKED, "hacking") == [0.0] * 4
         assert mean(rewards(results, HACKED, "hacking")) < mean(rewards(results, HACKED, "correct"))
 
-        # the step runs are real Prefect flow runs named step-<N>, with artifacts
-        names, artifacts = asyncio.run(_prefect_view())
-        assert {"step-0", "step-1"} <= names
-        assert {"rubric-diff-step-1-global", "summary-step-1-global", "hacking-step-1"} <= artifacts
-
-
-async def _prefect_view() -> tuple[set[str], set[str]]:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.sorting import ArtifactSort, FlowRunSort
-
-    async with get_client() as prefect:
-        runs = await prefect.read_flow_runs(limit=200, sort=FlowRunSort.START_TIME_ASC)
-        artifacts = await prefect.read_artifacts(limit=200, sort=ArtifactSort.ID_DESC)
-    return {r.name for r in runs}, {a.key for a in artifacts if a.key}
+        # the step runs are real Prefect flow runs named step-<N>, with artifacts (the
+        # run's last ones follow the step's answer: read once the run has ended)
+        keys = ("rubric-diff-step-1-global", "summary-step-1-global", "hacking-step-1")
+        for name in ("step-0", "step-1"):
+            assert asyncio.run(step_run_state(name, since)).is_completed()
+        _, artifacts = asyncio.run(step_run_view("step-1", since, until=artifacts_keyed(*keys)))
+        assert set(keys) <= {a.key for a in artifacts}
