@@ -128,8 +128,8 @@ async def run_step_flow(step: int) -> StepRun:
         raise
     if not known.done():
         return run.result()
-    if not run.done():
-        finish_before_stop(run, f"step {step}: the flow run's record")
+    # Also when the run has just ended: a failure of its record is logged, not lost.
+    finish_before_stop(run, f"step {step}: the flow run's record")
     return known.result().run()
 
 
