@@ -245,7 +245,7 @@ def test_the_wait_answers_once_the_outcome_is_recorded_not_after_the_runs_record
     write_usage = step_flow_module.usage_artifact
 
     async def held(step: int, rollouts: int | None, failed: bool = False) -> None:
-        await asyncio.to_thread(release.wait, DEADLINE_S)
+        await asyncio.to_thread(release.wait, 2 * DEADLINE_S)  # past the wait's own bound
         await write_usage(step, rollouts, failed)
 
     monkeypatch.setattr(step_flow_module, "usage_artifact", held)
@@ -254,7 +254,8 @@ def test_the_wait_answers_once_the_outcome_is_recorded_not_after_the_runs_record
     with TestClient(in_memory_app(settings)) as client:
         complete_clean_step(client)
         try:
-            done = client.get("/rubric_status/wait", params={"step": 0, "timeout": 30}).json()
+            waited = {"step": 0, "timeout": DEADLINE_S}
+            done = client.get("/rubric_status/wait", params=waited).json()
             meanwhile = asyncio.run(_run_state("step-0", since))
         finally:
             release.set()
